@@ -1,0 +1,20 @@
+//! # ptemu — a hardware-accurate Intel Processor Trace output emulator
+//!
+//! The crate models the trace-output unit of an Intel processor as the SDM describes it:
+//! the RTIT MSRs with their #GP rules ([`regs`]), ToPA tables and single-range output with STOP,
+//! INT, END, wrap and operational errors ([`output`]), writing into simulated physical memory the
+//! caller owns ([`memory`]). Every behaviour cites a rule ID ([`rules::Rule`]) documented in
+//! `spec/output.md`.
+#![warn(missing_docs)]
+
+pub mod layout;
+pub mod memory;
+pub mod output;
+pub mod regs;
+pub mod report;
+pub mod rules;
+
+pub use memory::{MemError, MmapMemory, PhysMemory, SparseMemory};
+pub use output::{EventKind, MsrError, OutputEvent, OutputUnit};
+pub use regs::{CpuProfile, RtitCtl};
+pub use rules::Rule;

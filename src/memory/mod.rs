@@ -1,0 +1,61 @@
+//! Simulated physical memory the output unit writes through.
+//!
+//! The library never owns the user's memory: [`crate::output::OutputUnit`] takes any
+//! [`PhysMemory`] per call. Two implementations ship: [`SparseMemory`] (page-granular, unwritten
+//! bytes read as zero; the default) and [`MmapMemory`] (a flat file mapped with `memmap2`, for large
+//! buffers shared with other processes).
+
+mod mmap;
+mod sparse;
+
+pub use mmap::MmapMemory;
+pub use sparse::SparseMemory;
+
+/// A failed physical memory access.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemError {
+    /// The access touches addresses the memory does not back.
+    #[error("physical range {pa:#x}..{:#x} is not backed by this memory", pa.saturating_add(*len as u64))]
+    Unmapped {
+        /// First physical address of the access.
+        pa: u64,
+        /// Length of the access in bytes.
+        len: usize,
+    },
+}
+
+/// Physical memory as the trace-output unit sees it: byte-addressed, little-endian.
+pub trait PhysMemory {
+    /// Stores `data` at physical address `pa`.
+    fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), MemError>;
+
+    /// Fills `buf` from physical address `pa`.
+    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), MemError>;
+
+    /// Reads a little-endian 64-bit value (a ToPA entry).
+    fn read_u64(&self, pa: u64) -> Result<u64, MemError> {
+        let mut b = [0u8; 8];
+        self.read(pa, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Writes a little-endian 64-bit value.
+    fn write_u64(&mut self, pa: u64, value: u64) -> Result<(), MemError> {
+        self.write(pa, &value.to_le_bytes())
+    }
+}
+
+impl<M: PhysMemory + ?Sized> PhysMemory for &mut M {
+    fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), MemError> {
+        (**self).write(pa, data)
+    }
+    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), MemError> {
+        (**self).read(pa, buf)
+    }
+}
+
+/// Checks that `[pa, pa + len)` does not overflow the 64-bit address space.
+fn end_of(pa: u64, len: usize) -> Result<u64, MemError> {
+    pa.checked_add(len as u64).ok_or(MemError::Unmapped { pa, len })
+}

@@ -1,0 +1,218 @@
+//! The write cursors: where the next byte goes, and what happens at each boundary.
+//!
+//! Both cursors copy the largest run that fits before the next boundary (region end, early-PMI
+//! threshold, range end), so the cost per byte is one `memcpy` share.
+
+use super::event::EventKind;
+use super::topa::{check_entry, TopaEntry, MAX_INDEX};
+use super::unit::Core;
+use super::violation::Violation;
+use crate::memory::{MemError, PhysMemory};
+use crate::rules::Rule;
+
+/// Whether output goes on after a boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Flow {
+    /// Output continues.
+    Running,
+    /// Output stopped (STOP or operational error); the MSRs were written back.
+    Halted,
+}
+
+/// Why an entry could not become current.
+pub(super) enum LoadError {
+    /// Reading the entry failed in host memory.
+    Mem(MemError),
+    /// The entry breaks a rule: an operational error.
+    Rule(Violation),
+}
+
+impl From<MemError> for LoadError {
+    fn from(e: MemError) -> Self {
+        LoadError::Mem(e)
+    }
+}
+
+/// The internal ToPA state: proc_trace_table_base, _table_offset and _output_offset (§6.1),
+/// plus the current entry's decoded fields.
+#[derive(Clone, Debug)]
+pub(super) struct TopaCursor {
+    pub table: u64,
+    pub index: u32,
+    pub offset: u64,
+    region: u64,
+    pub size: u64,
+    int: bool,
+    stop: bool,
+    /// Offset of the next boundary: the region size, or the early-PMI threshold (P4).
+    limit: u64,
+    /// The region's INT PMI has already fired early (P4).
+    pmi_done: bool,
+    touched: bool,
+}
+
+impl TopaCursor {
+    /// Makes `table[index]` current with `offset`, following an END entry at once (T1, W4, W6).
+    /// After an END hop the offset is 0. Every entry the walk reaches is checked (T9 policy).
+    pub fn load<M: PhysMemory>(
+        core: &Core,
+        mem: &M,
+        table: u64,
+        index: u32,
+        offset: u64,
+    ) -> Result<Self, LoadError> {
+        let read = |t: u64, i: u32| -> Result<TopaEntry, MemError> {
+            Ok(TopaEntry::from(mem.read_u64(t + 8 * u64::from(i))?))
+        };
+        let e = read(table, index)?;
+        check_entry(&core.cpu, table, index, e).map_err(LoadError::Rule)?;
+        if !e.end() {
+            return Ok(Self::at(core, table, index, e, offset));
+        }
+        let next = e.base();
+        let e0 = read(next, 0)?;
+        // T6: entry 0 of the new table cannot be END, so one hop always lands on a region.
+        check_entry(&core.cpu, next, 0, e0).map_err(LoadError::Rule)?;
+        Ok(Self::at(core, next, 0, e0, 0))
+    }
+
+    fn at(core: &Core, table: u64, index: u32, e: TopaEntry, offset: u64) -> Self {
+        let size = e.region_size();
+        let margin = u64::from(core.cpu.early_pmi_margin);
+        let early = core.cpu.single_entry_topa() && e.int() && margin > 0;
+        let limit = if early && offset < size {
+            size.saturating_sub(margin).max(offset + 1).min(size)
+        } else {
+            size
+        };
+        TopaCursor {
+            table,
+            index,
+            offset,
+            region: e.base(),
+            size,
+            int: e.int(),
+            stop: e.stop(),
+            limit,
+            pmi_done: false,
+            touched: false,
+        }
+    }
+
+    /// Writes `data` into the walk (W1, W2); returns the bytes not written if output halts.
+    pub fn write<M: PhysMemory>(
+        &mut self,
+        core: &mut Core,
+        mem: &mut M,
+        mut data: &[u8],
+    ) -> Result<Flow, MemError> {
+        while !data.is_empty() {
+            let n = ((self.limit - self.offset) as usize).min(data.len());
+            mem.write(self.region + self.offset, &data[..n])?;
+            if !self.touched {
+                core.touch(self.region, self.size);
+                self.touched = true;
+            }
+            self.offset += n as u64;
+            core.stats.bytes_written += n as u64;
+            data = &data[n..];
+            if self.offset == self.limit && self.boundary(core, mem)? == Flow::Halted {
+                core.stats.bytes_lost += data.len() as u64;
+                return Ok(Flow::Halted);
+            }
+        }
+        Ok(Flow::Running)
+    }
+
+    /// The early-PMI threshold (P4) or a full region (W3, S1, P1).
+    fn boundary<M: PhysMemory>(&mut self, core: &mut Core, mem: &M) -> Result<Flow, MemError> {
+        if self.offset < self.size {
+            self.pmi_done = true;
+            self.limit = self.size;
+            core.raise_pmi(Some(self.table), Some(self.index), Rule::P4);
+            return Ok(Flow::Running);
+        }
+        let pmi_due = self.int && !self.pmi_done;
+        if self.stop {
+            core.stop(Some((self.table, self.index, self.size)), Rule::S1);
+            if pmi_due {
+                core.raise_pmi(Some(self.table), Some(self.index), Rule::S5);
+            }
+            return Ok(Flow::Halted);
+        }
+        if pmi_due {
+            core.raise_pmi(Some(self.table), Some(self.index), Rule::P1);
+        }
+        let next = if self.index == MAX_INDEX {
+            core.event(EventKind::Wrap, Some(self.table), Some(0), Some(Rule::W5));
+            0
+        } else {
+            self.index + 1
+        };
+        match Self::load(core, mem, self.table, next, 0) {
+            Ok(c) => {
+                *self = c;
+                Ok(Flow::Running)
+            }
+            Err(LoadError::Mem(e)) => Err(e),
+            Err(LoadError::Rule(v)) => {
+                core.fail(v, true);
+                Ok(Flow::Halted)
+            }
+        }
+    }
+}
+
+/// The internal single-range state (R1–R3, R5), with the TGL052 aliasing when the profile has it.
+#[derive(Clone, Debug)]
+pub(super) struct RangeCursor {
+    pub base: u64,
+    pub mask: u64,
+    pub offset: u64,
+    /// TGL052 model: offsets past 4 KiB alias into the first 4 KiB of the range.
+    alias_4k: bool,
+    touched: bool,
+}
+
+impl RangeCursor {
+    pub fn new(base: u64, mask: u64, offset: u64, alias_4k: bool) -> Self {
+        RangeCursor {
+            base,
+            mask,
+            offset,
+            alias_4k,
+            touched: false,
+        }
+    }
+
+    pub fn write<M: PhysMemory>(
+        &mut self,
+        core: &mut Core,
+        mem: &mut M,
+        mut data: &[u8],
+    ) -> Result<(), MemError> {
+        let size = self.mask + 1;
+        while !data.is_empty() {
+            let (addr, room) = if self.alias_4k {
+                let low = self.offset & 0xfff;
+                (self.base + low, 0x1000 - low)
+            } else {
+                (self.base + self.offset, size - self.offset)
+            };
+            let n = (room as usize).min(data.len());
+            mem.write(addr, &data[..n])?;
+            if !self.touched {
+                core.touch(self.base, size);
+                self.touched = true;
+            }
+            self.offset += n as u64;
+            core.stats.bytes_written += n as u64;
+            data = &data[n..];
+            if self.offset == size {
+                self.offset = 0;
+                core.event(EventKind::Wrap, None, None, Some(Rule::R3));
+            }
+        }
+        Ok(())
+    }
+}

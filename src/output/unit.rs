@@ -1,0 +1,394 @@
+//! [`OutputUnit`]: the MSR interface and the byte sink of one logical processor's trace output.
+
+use super::cursor::{Flow, LoadError, RangeCursor, TopaCursor};
+use super::event::{EventKind, OutputEvent};
+use super::range::check_range;
+use super::violation::Violation;
+use crate::memory::{MemError, PhysMemory};
+use crate::regs::check::{check_present, check_write};
+use crate::regs::{
+    CpuProfile, Errata, GlobalStatus, GpFault, Leaf14Ebx, MaskPtrs, Msr, OutputBase, RegisterFile, RtitCtl,
+    RtitStatus,
+};
+use crate::rules::Rule;
+use std::collections::BTreeMap;
+
+/// A failed `wrmsr` or `rdmsr`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MsrError {
+    /// The access raised #GP.
+    #[error(transparent)]
+    Gp(#[from] GpFault),
+    /// The MSR is not one the output unit models; the caller should handle it elsewhere.
+    #[error("MSR {0:#x} is not modelled by the PT output unit")]
+    NotModelled(u32),
+    /// Reading a ToPA entry at enable failed in host memory.
+    #[error(transparent)]
+    Memory(#[from] MemError),
+}
+
+/// Byte counts of the stream handed to [`OutputUnit::write`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct OutputStats {
+    /// Bytes handed in.
+    pub bytes_in: u64,
+    /// Bytes stored (or sent to the trace transport with FabricEn=1).
+    pub bytes_written: u64,
+    /// Bytes dropped because output was off (TraceEn=0, Stopped, Error) or halted mid-write.
+    pub bytes_lost: u64,
+}
+
+/// Which reset (M6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResetKind {
+    /// Clears every MSR.
+    Cold,
+    /// Clears only TraceEn if CPUID.14H.0:EBX[2]=1, otherwise every MSR.
+    Warm,
+}
+
+/// State shared by the cursors: profile, registers, events, counters.
+pub(super) struct Core {
+    pub cpu: CpuProfile,
+    pub regs: RegisterFile,
+    pub events: Vec<OutputEvent>,
+    pub stats: OutputStats,
+    regions: Option<BTreeMap<u64, u64>>,
+    last_violation: Option<Violation>,
+}
+
+impl Core {
+    pub fn event(&mut self, kind: EventKind, table: Option<u64>, index: Option<u32>, rule: Option<Rule>) {
+        let stream_offset = self.stats.bytes_written;
+        self.events.push(OutputEvent {
+            kind,
+            stream_offset,
+            table,
+            index,
+            rule,
+        });
+    }
+
+    /// A ToPA PMI (P1): GLOBAL_STATUS[55], PendTopaPMI with preservation on (P6), and an event.
+    pub fn raise_pmi(&mut self, table: Option<u64>, index: Option<u32>, rule: Rule) {
+        self.regs.global_status |= GlobalStatus::TRACE_TOPA_PMI;
+        if self.regs.ctl.inject_psb_pmi_on_enable() {
+            self.regs.status.set_pend_topa_pmi(true);
+        }
+        self.event(EventKind::Pmi, table, index, Some(rule));
+    }
+
+    /// Sets Stopped (S1, S6); `at` = (table, index, offset) written back to the MSRs (S3).
+    pub fn stop(&mut self, at: Option<(u64, u32, u64)>, rule: Rule) {
+        self.regs.status.set_stopped(true);
+        self.regs.status.set_trigger_en(false);
+        let (table, index) = match at {
+            Some((table, index, offset)) => {
+                self.regs.output_base = OutputBase::from(table);
+                self.regs.mask_ptrs = MaskPtrs::topa(index, offset as u32);
+                (Some(table), Some(index))
+            }
+            None => (None, None),
+        };
+        self.event(EventKind::Stopped, table, index, Some(rule));
+    }
+
+    /// An operational error (E3). With `point_msrs`, the MSRs are left at the offending entry with
+    /// OutputOffset 0; otherwise (enable-time errors) they stay as programmed.
+    pub fn fail(&mut self, v: Violation, point_msrs: bool) {
+        self.regs.status.set_error(true);
+        self.regs.status.set_trigger_en(false);
+        if let (true, Some(table), Some(index)) = (point_msrs, v.table, v.index) {
+            self.regs.output_base = OutputBase::from(table);
+            self.regs.mask_ptrs = MaskPtrs::topa(index, 0);
+        }
+        tracing::debug!(violation = %v, "operational error");
+        self.event(EventKind::Error, v.table, v.index, Some(v.rule));
+        self.last_violation = Some(v);
+    }
+
+    pub fn touch(&mut self, base: u64, size: u64) {
+        if let Some(r) = self.regions.as_mut() {
+            r.insert(base, size);
+        }
+    }
+}
+
+/// Where output goes while TriggerEn=1.
+enum Sink {
+    Topa(TopaCursor),
+    Range(RangeCursor),
+    /// FabricEn=1: the trace transport subsystem, outside ptemu's memory.
+    Transport,
+}
+
+/// The trace-output unit of one logical processor (M5): its MSRs, its internal output state, and
+/// the byte sink. It never owns memory: every call that touches memory takes it.
+pub struct OutputUnit {
+    core: Core,
+    sink: Option<Sink>,
+}
+
+impl OutputUnit {
+    /// A unit in reset state for `cpu`.
+    pub fn new(cpu: CpuProfile) -> Self {
+        OutputUnit {
+            core: Core {
+                cpu,
+                regs: RegisterFile::default(),
+                events: Vec::new(),
+                stats: OutputStats::default(),
+                regions: None,
+                last_violation: None,
+            },
+            sink: None,
+        }
+    }
+
+    /// The CPU profile.
+    pub fn cpu(&self) -> &CpuProfile {
+        &self.core.cpu
+    }
+
+    /// WRMSR: applies every #GP rule, then the write. TraceEn 0->1 loads and checks the output
+    /// state (reading the current ToPA entry from `mem`); 1->0 writes it back to the MSRs.
+    pub fn wrmsr<M: PhysMemory>(&mut self, mem: &mut M, msr: u32, value: u64) -> Result<(), MsrError> {
+        let which = Msr::from_address(msr).ok_or(MsrError::NotModelled(msr))?;
+        check_write(&self.core.cpu, &self.core.regs, which, value)?;
+        let regs = &mut self.core.regs;
+        match which {
+            Msr::Ctl => {
+                let was = regs.ctl.trace_en();
+                regs.ctl = RtitCtl::from(value);
+                match (was, regs.ctl.trace_en()) {
+                    (false, true) => self.enable(mem)?,
+                    (true, false) => self.flush(),
+                    _ => {}
+                }
+            }
+            Msr::Status => {
+                let keep = regs.status.bits() & RtitStatus::WRITE_IGNORED;
+                regs.status = RtitStatus::from(value & !RtitStatus::WRITE_IGNORED | keep);
+            }
+            Msr::OutputBase => regs.output_base = OutputBase::from(value),
+            Msr::OutputMaskPtrs => regs.mask_ptrs = MaskPtrs::from(value | MaskPtrs::LOWER_MASK),
+            Msr::Cr3Match => regs.cr3_match = value,
+            Msr::Addr { n, b } => regs.addr[n][b as usize] = value,
+            Msr::PerfGlobalStatus => unreachable!("check_write rejects writes to a read-only MSR"),
+            Msr::PerfGlobalStatusReset => {
+                regs.global_status.remove(GlobalStatus::from_bits_truncate(value));
+            }
+            Msr::PerfGlobalStatusSet => regs.global_status.insert(GlobalStatus::from_bits_truncate(value)),
+        }
+        Ok(())
+    }
+
+    /// RDMSR. Reads are exact at any time: ptemu updates STATUS and OUTPUT_* synchronously (M7 policy).
+    pub fn rdmsr(&self, msr: u32) -> Result<u64, MsrError> {
+        let which = Msr::from_address(msr).ok_or(MsrError::NotModelled(msr))?;
+        check_present(&self.core.cpu, which, None)?;
+        let regs = self.registers();
+        Ok(match which {
+            Msr::Ctl => regs.ctl.bits(),
+            Msr::Status => regs.status.bits(),
+            Msr::OutputBase => u64::from(regs.output_base),
+            Msr::OutputMaskPtrs => regs.mask_ptrs.bits(),
+            Msr::Cr3Match => regs.cr3_match,
+            Msr::Addr { n, b } => regs.addr[n][b as usize],
+            Msr::PerfGlobalStatus => regs.global_status.bits(),
+            Msr::PerfGlobalStatusReset | Msr::PerfGlobalStatusSet => 0,
+        })
+    }
+
+    /// The MSR values as RDMSR returns them now, including the live output position.
+    pub fn registers(&self) -> RegisterFile {
+        let mut regs = self.core.regs.clone();
+        match &self.sink {
+            Some(Sink::Topa(c)) => {
+                regs.output_base = OutputBase::from(c.table);
+                regs.mask_ptrs = MaskPtrs::topa(c.index, c.offset as u32);
+            }
+            Some(Sink::Range(c)) => regs.mask_ptrs = regs.mask_ptrs.with_output_offset(c.offset as u32),
+            Some(Sink::Transport) | None => {}
+        }
+        regs
+    }
+
+    /// Writes packet bytes through the output (W1, W2, R1). Bytes are dropped, and counted as lost,
+    /// while TriggerEn=0. An `Err` means host memory refused a store; the bytes before it landed.
+    pub fn write<M: PhysMemory>(&mut self, mem: &mut M, data: &[u8]) -> Result<(), MemError> {
+        let core = &mut self.core;
+        core.stats.bytes_in += data.len() as u64;
+        let before = core.stats.bytes_written;
+        let result = match &mut self.sink {
+            None => {
+                core.stats.bytes_lost += data.len() as u64;
+                Ok(())
+            }
+            Some(Sink::Transport) => {
+                core.stats.bytes_written += data.len() as u64;
+                Ok(())
+            }
+            Some(Sink::Range(c)) => c.write(core, mem, data),
+            Some(Sink::Topa(c)) => match c.write(core, mem, data) {
+                Ok(Flow::Halted) => {
+                    self.sink = None;
+                    Ok(())
+                }
+                Ok(Flow::Running) => Ok(()),
+                Err(e) => Err(e),
+            },
+        };
+        let written = core.stats.bytes_written - before;
+        if result.is_err() {
+            core.stats.bytes_lost += data.len() as u64 - written;
+        }
+        if core.cpu.ebx().contains(Leaf14Ebx::PSB_CYC) {
+            // Q10 policy: PacketByteCnt counts written bytes modulo 2^17.
+            let cnt = (u64::from(core.regs.status.packet_byte_cnt()) + written) & 0x1_ffff;
+            core.regs.status.set_packet_byte_cnt(cnt as u32);
+        }
+        result
+    }
+
+    /// IP TraceStop (S6): sets Stopped, clears TriggerEn; the output position is written back.
+    pub fn trace_stop(&mut self) {
+        if !self.core.regs.status.trigger_en() {
+            return;
+        }
+        self.flush_position();
+        self.core.stop(None, Rule::S6);
+    }
+
+    /// EN2: whether the tracer must emit a PSB+ now that TraceEn went 0->1: PacketByteCnt = 0, or
+    /// the CPU has no configurable PSB (CPUID.14H.0:EBX[1]=0).
+    pub fn psb_due_on_enable(&self) -> bool {
+        !self.core.cpu.ebx().contains(Leaf14Ebx::PSB_CYC) || self.core.regs.status.packet_byte_cnt() == 0
+    }
+
+    /// Whether output is on (STATUS.TriggerEn).
+    pub fn output_enabled(&self) -> bool {
+        self.sink.is_some()
+    }
+
+    /// Events so far.
+    pub fn events(&self) -> &[OutputEvent] {
+        &self.core.events
+    }
+
+    /// Takes the events so far, leaving none.
+    pub fn take_events(&mut self) -> Vec<OutputEvent> {
+        std::mem::take(&mut self.core.events)
+    }
+
+    /// Byte counts.
+    pub fn stats(&self) -> OutputStats {
+        self.core.stats
+    }
+
+    /// The last operational error, with its details.
+    pub fn last_violation(&self) -> Option<&Violation> {
+        self.core.last_violation.as_ref()
+    }
+
+    /// Starts (or stops) recording which output regions receive bytes.
+    pub fn track_regions(&mut self, on: bool) {
+        self.core.regions = on.then(BTreeMap::new);
+    }
+
+    /// Output regions that received bytes, as (base, size), when tracking is on.
+    pub fn written_regions(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.core.regions.iter().flatten().map(|(&b, &s)| (b, s))
+    }
+
+    /// Cold or warm reset (M6).
+    pub fn reset(&mut self, kind: ResetKind) {
+        let keeps = self.core.cpu.ebx().contains(Leaf14Ebx::IP_FILTER);
+        if kind == ResetKind::Warm && keeps {
+            self.flush();
+            self.core.regs.ctl.set_trace_en(false);
+        } else {
+            self.sink = None;
+            self.core.regs = RegisterFile::default();
+        }
+    }
+
+    /// TraceEn 0->1 (EN2, E2, §6.5 `on_enable`).
+    fn enable<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
+        let core = &mut self.core;
+        let status = core.regs.status;
+        if status.stopped() || status.error() {
+            // S4, EN1: Stopped and Error are sticky; TriggerEn stays 0 and nothing is checked.
+            return Ok(());
+        }
+        core.regs.status.set_trigger_en(true);
+        if status.pend_topa_pmi() && core.regs.ctl.inject_psb_pmi_on_enable() {
+            core.raise_pmi(None, None, Rule::P6);
+        }
+        let ctl = core.regs.ctl;
+        let sink = if ctl.fabric_en() {
+            Ok(Sink::Transport)
+        } else if ctl.topa() {
+            Self::enable_topa(core, mem)?
+        } else {
+            check_range(core.regs.output_base, core.regs.mask_ptrs).map(|r| {
+                let alias = core.cpu.has(Errata::TGL052) && r.mask >= 0x1000;
+                if alias {
+                    core.event(EventKind::Erratum, None, None, Some(Rule::TGL052));
+                }
+                Sink::Range(RangeCursor::new(r.base, r.mask, r.offset, alias))
+            })
+        };
+        match sink {
+            Ok(s) => self.sink = Some(s),
+            Err(v) => core.fail(v, false),
+        }
+        Ok(())
+    }
+
+    fn enable_topa<M: PhysMemory>(core: &Core, mem: &M) -> Result<Result<Sink, Violation>, MemError> {
+        let base = core.regs.output_base.address();
+        if base & 0xfff != 0 {
+            let msg = format!("OUTPUT_BASE {base:#x} is not 4 KiB aligned");
+            return Ok(Err(Violation::in_msrs(Rule::T3, msg)));
+        }
+        let ptrs = core.regs.mask_ptrs;
+        let (index, offset) = (ptrs.mask_or_table_offset(), u64::from(ptrs.output_offset()));
+        let c = match TopaCursor::load(core, mem, base, index, offset) {
+            Ok(c) => c,
+            Err(LoadError::Mem(e)) => return Err(e),
+            Err(LoadError::Rule(v)) => return Ok(Err(v)),
+        };
+        if c.offset >= c.size {
+            let msg = format!(
+                "OutputOffset {:#x} is not below the region size {:#x}",
+                c.offset, c.size
+            );
+            let entry = mem.read_u64(c.table + 8 * u64::from(c.index))?;
+            return Ok(Err(Violation::at_entry(Rule::E1c, c.table, c.index, entry, msg)));
+        }
+        Ok(Ok(Sink::Topa(c)))
+    }
+
+    /// TraceEn 1->0 (EN3): writes the output position back and clears TriggerEn.
+    fn flush(&mut self) {
+        self.flush_position();
+        self.core.regs.status.set_trigger_en(false);
+    }
+
+    fn flush_position(&mut self) {
+        self.core.regs = self.registers();
+        self.sink = None;
+    }
+}
+
+impl std::fmt::Debug for OutputUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputUnit")
+            .field("cpu", &self.core.cpu.name)
+            .field("regs", &self.registers())
+            .field("output_enabled", &self.output_enabled())
+            .finish()
+    }
+}

@@ -1,0 +1,258 @@
+//! CPU profiles: CPUID leaf 14H, MAXPHYADDR and the output-relevant errata of named parts.
+//!
+//! The values and their sources are listed in `spec/cpu-profiles.md`.
+
+use bitflags::bitflags;
+use std::fmt;
+
+bitflags! {
+    /// CPUID.(EAX=14H,ECX=0):EBX feature bits (pt-output.md §11.1).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct Leaf14Ebx: u32 {
+        /// Bit 0: CR3 filtering (CTL.CR3Filter, IA32_RTIT_CR3_MATCH).
+        const CR3_FILTER = 1 << 0;
+        /// Bit 1: configurable PSB and CYC (PSBFreq, CYCEn, CycThresh, PacketByteCnt).
+        const PSB_CYC = 1 << 1;
+        /// Bit 2: IP filtering, TraceStop, MSRs kept across warm reset.
+        const IP_FILTER = 1 << 2;
+        /// Bit 3: MTC (MTCEn, MTCFreq).
+        const MTC = 1 << 3;
+        /// Bit 4: PTWRITE (PTWEn, FUPonPTW).
+        const PTWRITE = 1 << 4;
+        /// Bit 5: Power Event Trace (PwrEvtEn).
+        const POWER_EVENT = 1 << 5;
+        /// Bit 6: PSB and PMI preservation (CTL[56], STATUS[7:6]).
+        const PSB_PMI_PRESERVE = 1 << 6;
+        /// Bit 7: Event Trace (CTL.EventEn).
+        const EVENT_TRACE = 1 << 7;
+        /// Bit 8: TNT disable (CTL.DisTNT).
+        const TNT_DISABLE = 1 << 8;
+    }
+}
+
+bitflags! {
+    /// CPUID.(EAX=14H,ECX=0):ECX output bits (pt-output.md §11.1).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct Leaf14Ecx: u32 {
+        /// Bit 0: ToPA output.
+        const TOPA = 1 << 0;
+        /// Bit 1: ToPA tables may hold many output entries (MENTRY).
+        const TOPA_MULTI = 1 << 1;
+        /// Bit 2: single-range output.
+        const SINGLE_RANGE = 1 << 2;
+        /// Bit 3: output to the trace transport subsystem (FabricEn).
+        const TRANSPORT = 1 << 3;
+        /// Bit 31: IP payloads are linear addresses.
+        const LIP = 1 << 31;
+    }
+}
+
+bitflags! {
+    /// Output-relevant errata a profile reproduces.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct Errata: u32 {
+        /// BDM106: a WRMSR that sets TraceEn with BranchEn=0 #GPs.
+        const BDM106 = 1 << 0;
+        /// TGL052 (= ADL037, RPL017): single-range output larger than 4 KiB writes wrong data.
+        const TGL052 = 1 << 1;
+    }
+}
+
+impl Errata {
+    /// Looks an erratum up by its Intel ID, case-insensitively (`"TGL052"`, `"bdm106"`).
+    pub fn from_id(id: &str) -> Option<Self> {
+        Errata::all()
+            .iter_names()
+            .find(|(name, _)| name.eq_ignore_ascii_case(id))
+            .map(|(_, flag)| flag)
+    }
+}
+
+/// The four registers of one CPUID sub-leaf.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct CpuidRegs {
+    /// EAX.
+    pub eax: u32,
+    /// EBX.
+    pub ebx: u32,
+    /// ECX.
+    pub ecx: u32,
+    /// EDX.
+    pub edx: u32,
+}
+
+/// What a logical processor reports about Intel PT output, and the errata it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuProfile {
+    /// Profile name, e.g. `skylake`.
+    pub name: String,
+    /// CPUID.(EAX=7,ECX=0):EBX[25]: Intel PT is present (M1).
+    pub pt_supported: bool,
+    /// CPUID.(EAX=14H,ECX=0).
+    pub leaf14_0: CpuidRegs,
+    /// CPUID.(EAX=14H,ECX=1).
+    pub leaf14_1: CpuidRegs,
+    /// CPUID.80000008H:EAX[7:0].
+    pub maxphyaddr: u8,
+    /// Linear-address width for canonical checks of ADDRn (48, or 57 with 5-level paging).
+    pub linear_address_bits: u8,
+    /// Errata reproduced by this profile.
+    pub errata: Errata,
+    /// Single-entry ToPA (MENTRY=0) only: the PMI of an INT region fires when at most this many
+    /// bytes of the region remain (P4). ptemu's default is 512, Linux's `TOPA_PMI_MARGIN`.
+    pub early_pmi_margin: u32,
+}
+
+/// An unknown profile name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown CPU profile `{name}` (known: {})", CpuProfile::NAMES.join(", "))]
+pub struct UnknownProfile {
+    /// The name asked for.
+    pub name: String,
+}
+
+/// Default early-PMI margin for single-entry ToPA parts (P4, Q11).
+pub const DEFAULT_EARLY_PMI_MARGIN: u32 = 512;
+
+impl CpuProfile {
+    /// Names of the built-in profiles.
+    pub const NAMES: &'static [&'static str] = &[
+        "broadwell",
+        "skylake",
+        "goldmont",
+        "icelake",
+        "alderlake",
+        "sapphirerapids",
+        "generic-max",
+    ];
+
+    /// The built-in profile named `name`.
+    pub fn named(name: &str) -> Result<Self, UnknownProfile> {
+        let (l0, l1, maxphyaddr, la, errata) = match name {
+            // Sources for every value: spec/cpu-profiles.md.
+            "broadwell" => (regs(0, 0x1, 0x1, 0), regs(0, 0, 0, 0), 39, 48, Errata::BDM106),
+            "skylake" => (
+                regs(1, 0xf, 0x7, 0),
+                regs(0x0249_0002, 0x003f_3fff, 0, 0),
+                39,
+                48,
+                Errata::empty(),
+            ),
+            "goldmont" => (
+                regs(1, 0xf, 0x8000_0007, 0),
+                regs(0x0249_0002, 0x003f_ffff, 0, 0),
+                39,
+                48,
+                Errata::empty(),
+            ),
+            "icelake" => (
+                regs(1, 0xf, 0x7, 0),
+                regs(0x0249_0002, 0x003f_1fff, 0, 0),
+                39,
+                48,
+                Errata::empty(),
+            ),
+            "alderlake" => (
+                regs(1, 0x5f, 0x7, 0),
+                regs(0x0249_0002, 0x003f_003f, 0, 0),
+                46,
+                48,
+                Errata::empty(),
+            ),
+            "sapphirerapids" => (
+                regs(1, 0x5f, 0x7, 0),
+                regs(0x0249_0002, 0x003f_003f, 0, 0),
+                52,
+                57,
+                Errata::empty(),
+            ),
+            "generic-max" => (
+                regs(1, 0x1ff, 0xf, 0),
+                regs(0xffff_0004, 0xffff_ffff, 0, 0),
+                52,
+                57,
+                Errata::empty(),
+            ),
+            _ => {
+                return Err(UnknownProfile {
+                    name: name.to_string(),
+                })
+            }
+        };
+        Ok(CpuProfile {
+            name: name.to_string(),
+            pt_supported: true,
+            leaf14_0: l0,
+            leaf14_1: l1,
+            maxphyaddr,
+            linear_address_bits: la,
+            errata,
+            early_pmi_margin: DEFAULT_EARLY_PMI_MARGIN,
+        })
+    }
+
+    /// Sub-leaf 0 EBX as flags.
+    pub fn ebx(&self) -> Leaf14Ebx {
+        Leaf14Ebx::from_bits_retain(self.leaf14_0.ebx)
+    }
+
+    /// Sub-leaf 0 ECX as flags.
+    pub fn ecx(&self) -> Leaf14Ecx {
+        Leaf14Ecx::from_bits_retain(self.leaf14_0.ecx)
+    }
+
+    /// RANGECNT: the number of ADDRn ranges (sub-leaf 1 EAX[2:0]).
+    pub fn range_count(&self) -> usize {
+        (self.leaf14_1.eax & 0x7) as usize
+    }
+
+    /// Allowed MTCFreq encodings (sub-leaf 1 EAX[31:16]).
+    pub fn mtc_periods(&self) -> u16 {
+        (self.leaf14_1.eax >> 16) as u16
+    }
+
+    /// Allowed CycThresh encodings (sub-leaf 1 EBX[15:0]).
+    pub fn cyc_thresholds(&self) -> u16 {
+        self.leaf14_1.ebx as u16
+    }
+
+    /// Allowed PSBFreq encodings (sub-leaf 1 EBX[31:16]).
+    pub fn psb_periods(&self) -> u16 {
+        (self.leaf14_1.ebx >> 16) as u16
+    }
+
+    /// CPUID.14H.0:ECX[1] = 0: ToPA tables hold a single output entry (T8, P4).
+    pub fn single_entry_topa(&self) -> bool {
+        !self.ecx().contains(Leaf14Ecx::TOPA_MULTI)
+    }
+
+    /// Whether the profile reproduces `erratum`.
+    pub fn has(&self, erratum: Errata) -> bool {
+        self.errata.contains(erratum)
+    }
+
+    /// Mask of physical-address bits at or above MAXPHYADDR.
+    pub fn above_maxphyaddr(&self) -> u64 {
+        if self.maxphyaddr >= 64 {
+            0
+        } else {
+            !0u64 << self.maxphyaddr
+        }
+    }
+}
+
+impl Default for CpuProfile {
+    fn default() -> Self {
+        CpuProfile::named("generic-max").expect("generic-max is built in")
+    }
+}
+
+impl fmt::Display for CpuProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+const fn regs(eax: u32, ebx: u32, ecx: u32, edx: u32) -> CpuidRegs {
+    CpuidRegs { eax, ebx, ecx, edx }
+}
