@@ -1,1 +1,7 @@
-fn main() {}
+//! The `ptemu` command line.
+
+mod cli;
+
+fn main() -> std::process::ExitCode {
+    cli::run()
+}

@@ -1,1 +1,118 @@
-//! Reports.
+//! `report.json` and the region dumps of `ptemu write` (contract in the README).
+
+use crate::memory::PhysMemory;
+use crate::output::{OutputEvent, OutputStats, OutputUnit};
+use serde::Serialize;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The MSRs as the report shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct MsrSnapshot {
+    /// IA32_RTIT_CTL.
+    pub rtit_ctl: u64,
+    /// IA32_RTIT_STATUS.
+    pub rtit_status: u64,
+    /// IA32_RTIT_OUTPUT_BASE.
+    pub output_base: u64,
+    /// IA32_RTIT_OUTPUT_MASK_PTRS.
+    pub output_mask_ptrs: u64,
+    /// IA32_PERF_GLOBAL_STATUS.
+    pub perf_global_status: u64,
+}
+
+/// The whole `report.json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// MSR values (after TraceEn=0 when written by `ptemu write`).
+    pub msr: MsrSnapshot,
+    /// Every event, in order.
+    pub events: Vec<OutputEvent>,
+    /// Byte counts.
+    pub stats: OutputStats,
+}
+
+impl Report {
+    /// Snapshot of `unit` now.
+    pub fn of(unit: &OutputUnit) -> Self {
+        let r = unit.registers();
+        Report {
+            msr: MsrSnapshot {
+                rtit_ctl: r.ctl.bits(),
+                rtit_status: r.status.bits(),
+                output_base: u64::from(r.output_base),
+                output_mask_ptrs: r.mask_ptrs.bits(),
+                perf_global_status: r.global_status.bits(),
+            },
+            events: unit.events().to_vec(),
+            stats: unit.stats(),
+        }
+    }
+}
+
+/// Writes `path` through a temporary sibling and a rename, so no reader sees half a file.
+pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let tmp = tmp_sibling(path);
+    let result = (|| {
+        let mut f = io::BufWriter::new(fs::File::create(&tmp)?);
+        fill(&mut f)?;
+        f.into_inner().map_err(|e| e.into_error())?.sync_all()
+    })();
+    match result.and_then(|_| fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn tmp_sibling(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp-{}", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// File name of a region dump: its base in lowercase hex, `0x100000.bin`.
+pub fn region_file_name(base: u64) -> String {
+    format!("{base:#x}.bin")
+}
+
+/// Copies `size` bytes of `mem` from `base` to `out`, 1 MiB at a time.
+pub fn copy_region<M: PhysMemory>(mem: &M, base: u64, size: u64, out: &mut dyn Write) -> io::Result<()> {
+    let mut buf = vec![0u8; (1 << 20).min(size as usize)];
+    let mut done = 0u64;
+    while done < size {
+        let n = buf.len().min((size - done) as usize);
+        mem.read(base + done, &mut buf[..n]).map_err(io::Error::other)?;
+        out.write_all(&buf[..n])?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+/// Writes `dir/report.json` and `dir/regions/` (one file per region that received bytes),
+/// replacing an earlier `regions/` only once the new one is complete.
+pub fn write_outputs<M: PhysMemory>(dir: &Path, unit: &OutputUnit, mem: &M) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let regions = dir.join("regions");
+    let staging = tmp_sibling(&regions);
+    if staging.exists() {
+        fs::remove_dir_all(&staging)?;
+    }
+    fs::create_dir(&staging)?;
+    for (base, size) in unit.written_regions() {
+        let path = staging.join(region_file_name(base));
+        write_atomic(&path, |w| copy_region(mem, base, size, w))?;
+    }
+    if regions.exists() {
+        fs::remove_dir_all(&regions)?;
+    }
+    fs::rename(&staging, &regions)?;
+    let report = Report::of(unit);
+    write_atomic(&dir.join("report.json"), |w| {
+        serde_json::to_writer_pretty(&mut *w, &report)?;
+        w.write_all(b"\n")
+    })
+}

@@ -1,1 +1,75 @@
-//! Layouts.
+//! Layout files: a CPU profile, the initial output MSRs and ToPA tables to place in memory.
+//!
+//! The TOML contract is documented in the README; [`Layout::parse`] reads it, [`Layout::apply`]
+//! places the tables and programs the MSRs, [`check`] validates a layout statically.
+
+mod check;
+mod parse;
+
+pub use check::{check, CheckReport};
+pub use parse::{EntrySpec, LayoutError, Scheme, TableSpec};
+
+use crate::memory::PhysMemory;
+use crate::output::{OutputUnit, MAX_INDEX};
+use crate::regs::msr::{IA32_RTIT_CTL, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS, IA32_RTIT_STATUS};
+use crate::regs::{CpuProfile, RtitCtl};
+use crate::MsrError;
+use std::collections::BTreeMap;
+
+/// A parsed, resolved layout.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// The CPU profile, with `maxphyaddr` and `errata` overrides applied.
+    pub cpu: CpuProfile,
+    /// Output scheme.
+    pub scheme: Scheme,
+    /// Initial IA32_RTIT_OUTPUT_BASE.
+    pub base: u64,
+    /// Initial IA32_RTIT_OUTPUT_MASK_PTRS.
+    pub mask_ptrs: u64,
+    /// ToPA tables, in file order.
+    pub tables: Vec<TableSpec>,
+}
+
+impl Layout {
+    /// Every listed entry as (physical address, raw value), in address order.
+    pub fn entries(&self) -> BTreeMap<u64, u64> {
+        let mut m = BTreeMap::new();
+        for t in &self.tables {
+            for (i, e) in t.entries.iter().enumerate() {
+                m.insert(t.base + 8 * (u64::from(t.first_index) + i as u64), e.raw);
+            }
+        }
+        m
+    }
+
+    /// Writes every table entry into `mem`.
+    pub fn place_tables<M: PhysMemory>(&self, mem: &mut M) -> Result<(), crate::MemError> {
+        for (pa, value) in self.entries() {
+            mem.write_u64(pa, value)?;
+        }
+        Ok(())
+    }
+
+    /// The IA32_RTIT_CTL value that starts tracing with this layout: TraceEn, BranchEn (which BDM106
+    /// parts require) and ToPA for the ToPA scheme.
+    pub fn enable_ctl(&self) -> RtitCtl {
+        RtitCtl::new()
+            .with_trace_en(true)
+            .with_branch_en(true)
+            .with_topa(self.scheme == Scheme::Topa)
+    }
+
+    /// Places the tables, then programs the MSRs in the order EN1 asks: STATUS, the output MSRs,
+    /// and IA32_RTIT_CTL last, which enables tracing.
+    pub fn apply<M: PhysMemory>(&self, unit: &mut OutputUnit, mem: &mut M) -> Result<(), MsrError> {
+        self.place_tables(mem)?;
+        unit.wrmsr(mem, IA32_RTIT_STATUS, 0)?;
+        unit.wrmsr(mem, IA32_RTIT_OUTPUT_BASE, self.base)?;
+        unit.wrmsr(mem, IA32_RTIT_OUTPUT_MASK_PTRS, self.mask_ptrs)?;
+        unit.wrmsr(mem, IA32_RTIT_CTL, self.enable_ctl().bits())
+    }
+}
+
+/// Index of the last entry a table block may list.
+const LAST_INDEX: u64 = MAX_INDEX as u64;

@@ -118,7 +118,7 @@ pub fn check_entry(cpu: &CpuProfile, table: u64, index: u32, e: TopaEntry) -> Re
 
 /// Human size of a region: `4K`, `2M`, `128M`.
 pub fn size_name(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
         format!("{}M", bytes >> 20)
     } else {
         format!("{}K", bytes >> 10)

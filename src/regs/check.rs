@@ -233,13 +233,13 @@ fn check_ctl(cpu: &CpuProfile, old: RtitCtl, value: u64) -> Result<(), GpFault> 
             );
         }
     }
-    for n in 0..4 {
+    for (n, field) in ADDR_CFG.into_iter().enumerate() {
         let cfg = new.addr_cfg(n);
         if cfg != 0 && n >= cpu.range_count() {
             return gp(
                 Rule::M2,
                 GpReason::Unsupported {
-                    field: ADDR_CFG[n],
+                    field,
                     requires: "n < CPUID.14H.1:EAX[2:0] (RANGECNT)",
                 },
             );
@@ -248,7 +248,7 @@ fn check_ctl(cpu: &CpuProfile, old: RtitCtl, value: u64) -> Result<(), GpFault> 
             return gp(
                 Rule::M2,
                 GpReason::Encoding {
-                    field: ADDR_CFG[n],
+                    field,
                     value: cfg.into(),
                     allowed: "0..=2".into(),
                 },

@@ -1,0 +1,97 @@
+//! Command-line front end: argument parsing and the subcommands.
+
+mod layout_cmd;
+mod write_cmd;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// A hardware-accurate Intel Processor Trace output emulator.
+#[derive(Parser)]
+#[command(name = "ptemu", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Program the MSRs from a layout, write a byte stream through the output unit, disable tracing,
+    /// and write DIR/report.json and DIR/regions/.
+    Write {
+        /// Layout file (TOML).
+        #[arg(long)]
+        layout: PathBuf,
+        /// The byte stream to write ("-" for stdin).
+        #[arg(long)]
+        stream: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Print nothing on success.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Layout files.
+    Layout {
+        #[command(subcommand)]
+        command: LayoutCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LayoutCommand {
+    /// Validate a layout against its CPU profile; report violations with rule IDs.
+    Check {
+        /// Layout file (TOML).
+        layout: PathBuf,
+    },
+}
+
+/// A failure the user must see: the message, and the exit code.
+pub struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl Failure {
+    /// Bad input or an I/O failure: exit code 2.
+    pub fn input(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code: 2,
+        }
+    }
+
+    /// The check ran and found problems: exit code 1.
+    pub fn found(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code: 1,
+        }
+    }
+}
+
+/// Parses the arguments, runs the command, and maps failures to exit codes.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Write {
+            layout,
+            stream,
+            out,
+            quiet,
+        } => write_cmd::run(&layout, &stream, &out, quiet),
+        Command::Layout {
+            command: LayoutCommand::Check { layout },
+        } => layout_cmd::check(&layout),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("ptemu: error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
