@@ -1,1 +1,202 @@
-fn main() {}
+//! Project tasks: `cargo xtask test`, `cargo xtask simulate`, `cargo xtask bench`.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{exit, Command};
+
+/// A Debian package the tests need, and the command that shows it is installed.
+struct SystemPackage {
+    /// Debian package name.
+    package: &'static str,
+    /// A program (`which`) or file whose presence means the package is installed.
+    probe: &'static str,
+}
+
+/// System packages the test suite needs beyond the Rust toolchain. Issue 3 adds the libipt oracle
+/// (`cmake`, `libclang-dev`); nothing in the output unit's tests needs one yet.
+const TEST_PACKAGES: &[SystemPackage] = &[];
+
+fn main() {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let (task, rest) = args
+        .split_first()
+        .map(|(t, r)| (t.as_str(), r))
+        .unwrap_or(("help", &[]));
+    let result = match task {
+        "test" => test(),
+        "simulate" => simulate(rest),
+        "bench" => bench(rest),
+        _ => {
+            eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...]>");
+            exit(if task == "help" { 0 } else { 2 });
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("xtask {task}: {e}");
+        exit(1);
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn run(mut cmd: Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    eprintln!("xtask: running {shown}");
+    let status = cmd.status().map_err(|e| format!("cannot start {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed ({status})"))
+    }
+}
+
+/// Installs missing system packages (root + apt-get), or prints the command and fails.
+fn ensure_packages(packages: &[SystemPackage]) -> Result<(), String> {
+    let missing = missing_packages(packages, |probe| {
+        if probe.starts_with('/') {
+            Path::new(probe).exists()
+        } else {
+            Command::new("sh")
+                .arg("-c")
+                .arg(format!("command -v {probe}"))
+                .output()
+                .is_ok_and(|o| o.status.success())
+        }
+    });
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let install = format!("apt-get install -y {}", missing.join(" "));
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0"));
+    if !is_root {
+        return Err(format!(
+            "missing system packages; run as root: apt-get update && {install}"
+        ));
+    }
+    let mut update = Command::new("apt-get");
+    update.arg("update");
+    run(update)?;
+    let mut cmd = Command::new("apt-get");
+    cmd.args(["install", "-y"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive");
+    run(cmd)
+}
+
+fn missing_packages(packages: &[SystemPackage], present: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    packages
+        .iter()
+        .filter(|p| !present(p.probe))
+        .map(|p| p.package)
+        .collect()
+}
+
+fn ensure_components() -> Result<(), String> {
+    for (component, probe) in [("rustfmt", "fmt"), ("clippy", "clippy")] {
+        let ok = cargo()
+            .args([probe, "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            let mut cmd = Command::new("rustup");
+            cmd.args(["component", "add", component]);
+            run(cmd)?;
+        }
+    }
+    Ok(())
+}
+
+fn test() -> Result<(), String> {
+    ensure_packages(TEST_PACKAGES)?;
+    ensure_components()?;
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--", "--check"]);
+    run(fmt)?;
+    let mut clippy = cargo();
+    clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
+    run(clippy)?;
+    let mut test = cargo();
+    test.args(["test", "--workspace", "--all-targets"]);
+    run(test)?;
+    let mut doc = cargo();
+    doc.args(["test", "--workspace", "--doc"]);
+    run(doc)
+}
+
+/// The demo stream: 100 KiB of 8-byte little-endian words, each holding its own stream offset,
+/// so every region dump shows which stream bytes landed where.
+fn demo_stream(len: usize) -> Vec<u8> {
+    (0..len as u64 / 8).flat_map(|i| (i * 8).to_le_bytes()).collect()
+}
+
+fn simulate(args: &[String]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["run", "--quiet", "--release", "--bin", "ptemu", "--"]);
+    if args.is_empty() {
+        let dir = root().join("target/ptemu-demo");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let stream = dir.join("stream.bin");
+        std::fs::write(&stream, demo_stream(100 << 10)).map_err(|e| format!("{}: {e}", stream.display()))?;
+        eprintln!(
+            "xtask: demo: a 100 KiB stream (each 8-byte word = its stream offset) through examples/demo-layout.toml"
+        );
+        cmd.arg("write")
+            .arg("--layout")
+            .arg(root().join("examples/demo-layout.toml"))
+            .arg("--stream")
+            .arg(&stream)
+            .arg("--out")
+            .arg(dir.join("out"));
+    } else {
+        cmd.args(args);
+    }
+    run(cmd)
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let mut cmd = cargo();
+    cmd.args(["bench", "--bench", "output", "--"]).args(args);
+    run(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_absent_packages_are_installed() {
+        let pkgs = [
+            SystemPackage {
+                package: "cmake",
+                probe: "cmake",
+            },
+            SystemPackage {
+                package: "libclang-dev",
+                probe: "/usr/lib/llvm/libclang.so",
+            },
+        ];
+        assert_eq!(missing_packages(&pkgs, |p| p == "cmake"), vec!["libclang-dev"]);
+        assert!(missing_packages(&pkgs, |_| true).is_empty());
+    }
+
+    #[test]
+    fn demo_stream_words_hold_their_offsets() {
+        let s = demo_stream(64);
+        assert_eq!(s.len(), 64);
+        assert_eq!(u64::from_le_bytes(s[40..48].try_into().unwrap()), 40);
+    }
+}
