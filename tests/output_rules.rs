@@ -20,7 +20,16 @@ fn kinds(r: &Rig) -> Vec<EventKind> {
 #[test]
 fn t1_w1_bytes_land_at_entry_base_plus_offset() {
     let mut r = Rig::new("skylake");
-    r.table(T, 0, &[region(0x10_0000, 0), region(0x20_0000, 0), region(0x30_0000, 1), end(T)]);
+    r.table(
+        T,
+        0,
+        &[
+            region(0x10_0000, 0),
+            region(0x20_0000, 0),
+            region(0x30_0000, 1),
+            end(T),
+        ],
+    );
     r.start_topa(T, 2, 0x10).write(100);
     assert_eq!(r.read(0x30_0010, 100), stream(0, 100));
     assert_eq!(r.read(0x30_0000, 0x10), vec![0; 0x10]);
@@ -51,14 +60,19 @@ fn t3_e1b_output_base_not_4k_aligned_is_error_at_enable() {
     assert_eq!(r.event_list(), vec![(Error, 0, "T3")]);
     assert_eq!(r.unit.stats().bytes_lost, 10);
     r.disable();
-    assert_eq!(r.position(), (0x1080, 0, 0), "enable-time errors leave the MSRs as programmed");
+    assert_eq!(
+        r.position(),
+        (0x1080, 0, 0),
+        "enable-time errors leave the MSRs as programmed"
+    );
 }
 
 #[test]
 fn t3_end_entry_size_bits_are_ignored() {
     let mut r = Rig::new("skylake");
     let end_with_size = TopaEntry::end_to(U).with_size(7).bits();
-    r.table(T, 0, &[region(0x10_0000, 0), end_with_size]).table(U, 0, &[region(0x20_0000, 0), end(T)]);
+    r.table(T, 0, &[region(0x10_0000, 0), end_with_size])
+        .table(U, 0, &[region(0x20_0000, 0), end(T)]);
     r.start_topa(T, 0, 0).write(4096 + 10);
     assert!(r.events().is_empty());
     assert_eq!(r.position(), (U, 0, 10));
@@ -72,13 +86,20 @@ fn t4_e1b_region_misaligned_to_its_size_is_error_when_reached() {
     assert_eq!(r.event_list(), vec![(Error, 4096, "T4")]);
     assert_eq!(r.unit.stats().bytes_written, 4096);
     assert_eq!(r.unit.stats().bytes_lost, 5000 - 4096);
-    assert_eq!(r.position(), (T, 1, 0), "MSRs point at the offending entry with offset 0");
+    assert_eq!(
+        r.position(),
+        (T, 1, 0),
+        "MSRs point at the offending entry with offset 0"
+    );
     assert_eq!(r.read(0x10_1000, 16), vec![0; 16]);
 }
 
 #[test]
 fn t5_e1d_end_with_int_or_stop_is_error() {
-    for bad in [TopaEntry::end_to(T).with_int(true), TopaEntry::end_to(T).with_stop(true)] {
+    for bad in [
+        TopaEntry::end_to(T).with_int(true),
+        TopaEntry::end_to(T).with_stop(true),
+    ] {
         let mut r = Rig::new("skylake");
         r.table(T, 0, &[region(0x10_0000, 0), bad.bits()]);
         r.start_topa(T, 0, 0).write(4097);
@@ -96,7 +117,8 @@ fn t6_e1d_end_in_entry_zero_is_error() {
     assert_eq!(r.event_list(), vec![(Error, 0, "T6")]);
     // An END pointing at a table whose entry 0 is END: the error is at the new table's entry 0.
     let mut r = Rig::new("skylake");
-    r.table(T, 0, &[region(0x10_0000, 0), end(U)]).table(U, 0, &[end(T)]);
+    r.table(T, 0, &[region(0x10_0000, 0), end(U)])
+        .table(U, 0, &[end(T)]);
     r.start_topa(T, 0, 0).write(4096);
     assert_eq!(r.event_list(), vec![(Error, 4096, "T6")]);
     assert_eq!(r.position(), (U, 0, 0));
@@ -109,7 +131,11 @@ fn t6_self_referencing_end_table_cannot_loop_forever() {
     r.table(T, 0, &[end(T), end(T)]);
     r.start_topa(T, 1, 0).write(1 << 20);
     assert_eq!(r.event_list(), vec![(Error, 0, "T6")]);
-    assert_eq!(r.position(), (T, 1, 0), "found at enable: the MSRs stay as programmed");
+    assert_eq!(
+        r.position(),
+        (T, 1, 0),
+        "found at enable: the MSRs stay as programmed"
+    );
     assert_eq!(r.unit.stats().bytes_lost, 1 << 20);
 }
 
@@ -134,9 +160,13 @@ fn t8_single_entry_topa_needs_entry1_end_back_to_the_table() {
     ok.start_topa(T, 0, 0).write(3 * 4096 + 1);
     assert!(ok.events().is_empty());
     assert_eq!(ok.read(0x10_0000, 1), stream(3 * 4096, 1));
-    for (entry1, why) in [(end(U), "END elsewhere"), (region(0x20_0000, 0), "a second region")] {
+    for (entry1, why) in [
+        (end(U), "END elsewhere"),
+        (region(0x20_0000, 0), "a second region"),
+    ] {
         let mut r = Rig::new("broadwell");
-        r.table(T, 0, &[region(0x10_0000, 0), entry1]).table(U, 0, &[region(0x30_0000, 0)]);
+        r.table(T, 0, &[region(0x10_0000, 0), entry1])
+            .table(U, 0, &[region(0x30_0000, 0)]);
         r.start_topa(T, 0, 0).write(4097);
         assert_eq!(r.event_list(), vec![(Error, 4096, "T8")], "{why}");
     }
@@ -161,7 +191,16 @@ fn t9_entries_are_read_when_the_walk_reaches_them() {
 #[test]
 fn w2_one_slice_straddles_several_regions() {
     let mut r = Rig::new("skylake");
-    r.table(T, 0, &[region(0x10_0000, 0), region(0x20_0000, 0), region(0x30_0000, 0), end(T)]);
+    r.table(
+        T,
+        0,
+        &[
+            region(0x10_0000, 0),
+            region(0x20_0000, 0),
+            region(0x30_0000, 0),
+            end(T),
+        ],
+    );
     r.start_topa(T, 0, 4000).write(96 + 4096 + 50);
     assert_eq!(r.read(0x10_0000 + 4000, 96), stream(0, 96));
     assert_eq!(r.read(0x20_0000, 4096), stream(96, 4096));
@@ -179,19 +218,24 @@ fn w3_full_region_moves_the_walk_at_once() {
 #[test]
 fn w4_w6_end_hops_to_entry_zero_of_the_next_table_and_writes_nothing() {
     let mut r = Rig::new("skylake");
-    r.table(T, 0, &[region(0x10_0000, 0), end(U)]).table(U, 0, &[region(0x20_0000, 0), end(T)]);
+    r.table(T, 0, &[region(0x10_0000, 0), end(U)])
+        .table(U, 0, &[region(0x20_0000, 0), end(T)]);
     r.start_topa(T, 0, 0).write(4096 + 7);
     assert_eq!(r.position(), (U, 0, 7));
     assert_eq!(r.read(0x20_0000, 7), stream(4096, 7));
     assert_eq!(r.mem.read_u64(T + 8).unwrap(), end(U), "END entry untouched");
-    assert_eq!(r.unit.written_regions().collect::<Vec<_>>(), vec![(0x10_0000, 4096), (0x20_0000, 4096)]);
+    assert_eq!(
+        r.unit.written_regions().collect::<Vec<_>>(),
+        vec![(0x10_0000, 4096), (0x20_0000, 4096)]
+    );
     assert!(r.events().is_empty());
 }
 
 #[test]
 fn w4_enable_on_an_end_entry_follows_it_and_resets_the_offset() {
     let mut r = Rig::new("skylake");
-    r.table(T, 0, &[region(0x10_0000, 0), end(U)]).table(U, 0, &[region(0x20_0000, 0)]);
+    r.table(T, 0, &[region(0x10_0000, 0), end(U)])
+        .table(U, 0, &[region(0x20_0000, 0)]);
     r.start_topa(T, 1, 0x123).write(1);
     assert_eq!(r.position(), (U, 0, 1));
 }
@@ -199,16 +243,32 @@ fn w4_enable_on_an_end_entry_follows_it_and_resets_the_offset() {
 #[test]
 fn s1_s2_s3_stop_sets_stopped_and_msrs_point_one_past_the_end() {
     let mut r = Rig::new("skylake");
-    r.table(T, 0, &[region(0x10_0000, 0), region_stop(0x20_0000, 1), region(0x30_0000, 0)]);
+    r.table(
+        T,
+        0,
+        &[
+            region(0x10_0000, 0),
+            region_stop(0x20_0000, 1),
+            region(0x30_0000, 0),
+        ],
+    );
     r.start_topa(T, 0, 0).write(4096 + 8192 + 100);
     let regs = r.regs();
     assert!(regs.status.stopped() && !regs.status.trigger_en() && !regs.status.error());
     assert_eq!(r.event_list(), vec![(Stopped, 4096 + 8192, "S1")]);
-    assert_eq!(r.read(0x20_0000, 8192), stream(4096, 8192), "output ends at the region's last byte");
+    assert_eq!(
+        r.read(0x20_0000, 8192),
+        stream(4096, 8192),
+        "output ends at the region's last byte"
+    );
     assert_eq!(r.read(0x30_0000, 4), vec![0; 4], "nothing after the STOP");
     assert_eq!(r.unit.stats().bytes_lost, 100);
     r.disable();
-    assert_eq!(r.position(), (T, 1, 8192), "S3: the STOP entry, OutputOffset = region size");
+    assert_eq!(
+        r.position(),
+        (T, 1, 8192),
+        "S3: the STOP entry, OutputOffset = region size"
+    );
 }
 
 #[test]
@@ -234,7 +294,10 @@ fn s4_e1c_reenable_with_stopped_cleared_and_offset_at_size_is_error() {
 #[test]
 fn s5_stop_and_int_stop_first_then_the_pmi() {
     let mut r = Rig::new("skylake");
-    let e = TopaEntry::region(0x10_0000, 0).with_int(true).with_stop(true).bits();
+    let e = TopaEntry::region(0x10_0000, 0)
+        .with_int(true)
+        .with_stop(true)
+        .bits();
     r.table(T, 0, &[e]);
     r.start_topa(T, 0, 0).write(5000);
     assert_eq!(r.event_list(), vec![(Stopped, 4096, "S1"), (Pmi, 4096, "S5")]);
@@ -266,7 +329,10 @@ fn p1_int_region_raises_pmi_and_global_status_55_is_cleared_by_0x390() {
     assert_eq!(r.rdmsr(IA32_PERF_GLOBAL_STATUS), 0);
     r.wrmsr(IA32_PERF_GLOBAL_STATUS_SET, 1 << 55).unwrap();
     assert_eq!(r.rdmsr(IA32_PERF_GLOBAL_STATUS), 1 << 55);
-    assert!(r.wrmsr(IA32_PERF_GLOBAL_STATUS, 0).is_err(), "GLOBAL_STATUS itself is read-only");
+    assert!(
+        r.wrmsr(IA32_PERF_GLOBAL_STATUS, 0).is_err(),
+        "GLOBAL_STATUS itself is read-only"
+    );
 }
 
 #[test]
@@ -280,7 +346,11 @@ fn p2_output_continues_past_the_pmi() {
 #[test]
 fn p3_two_int_regions_filling_back_to_back_give_two_pmis() {
     let mut r = Rig::new("skylake");
-    r.table(T, 0, &[region_int(0x10_0000, 0), region_int(0x20_0000, 0), end(T)]);
+    r.table(
+        T,
+        0,
+        &[region_int(0x10_0000, 0), region_int(0x20_0000, 0), end(T)],
+    );
     r.start_topa(T, 0, 0).write(8192);
     assert_eq!(r.event_list(), vec![(Pmi, 4096, "P1"), (Pmi, 8192, "P1")]);
 }
@@ -292,7 +362,10 @@ fn p4_single_entry_pmi_fires_before_the_region_fills() {
     r.start_topa(T, 0, 0).write(4096 * 2);
     let margin = u64::from(r.unit.cpu().early_pmi_margin);
     assert_eq!(margin, 512);
-    assert_eq!(r.event_list(), vec![(Pmi, 4096 - margin, "P4"), (Pmi, 2 * 4096 - margin, "P4")]);
+    assert_eq!(
+        r.event_list(),
+        vec![(Pmi, 4096 - margin, "P4"), (Pmi, 2 * 4096 - margin, "P4")]
+    );
     // A margin of 0 gives the PMI at the fill.
     let mut cpu = CpuProfile::named("broadwell").unwrap();
     cpu.early_pmi_margin = 0;
@@ -324,7 +397,11 @@ fn p6_pend_topa_pmi_is_set_and_reinjected_on_enable() {
     r.table(T, 0, &[region_int(0x10_0000, 0), end(T)]);
     r.wrmsr(IA32_RTIT_OUTPUT_BASE, T).unwrap();
     r.wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0x7f).unwrap();
-    r.ctl = RtitCtl::new().with_trace_en(true).with_topa(true).with_branch_en(true).with_inject_psb_pmi_on_enable(true);
+    r.ctl = RtitCtl::new()
+        .with_trace_en(true)
+        .with_topa(true)
+        .with_branch_en(true)
+        .with_inject_psb_pmi_on_enable(true);
     r.enable().write(4096).disable();
     assert!(r.regs().status.pend_topa_pmi());
     r.enable();
@@ -339,7 +416,10 @@ fn p6_pend_topa_pmi_is_set_and_reinjected_on_enable() {
 #[test]
 fn p7_filled_regions_are_the_indexes_below_the_table_offset() {
     let mut r = Rig::new("skylake");
-    let entries: Vec<u64> = (0..6).map(|i| region(0x10_0000 + i * 0x1000, 0)).chain([end(T)]).collect();
+    let entries: Vec<u64> = (0..6)
+        .map(|i| region(0x10_0000 + i * 0x1000, 0))
+        .chain([end(T)])
+        .collect();
     r.table(T, 0, &entries);
     r.start_topa(T, 0, 0).write(3 * 4096 + 10).disable();
     let (_, index, _) = r.position();
@@ -473,12 +553,19 @@ fn r1_r2_single_range_bytes_at_base_plus_offset() {
 fn r3_r5_single_range_wraps_and_the_offset_stays_within_the_mask() {
     let mut r = Rig::new("skylake");
     r.start_range(0x40_0000, 0xfff).write(3 * 4096 + 5);
-    assert_eq!(r.event_list(), vec![(Wrap, 4096, "R3"), (Wrap, 8192, "R3"), (Wrap, 12288, "R3")]);
+    assert_eq!(
+        r.event_list(),
+        vec![(Wrap, 4096, "R3"), (Wrap, 8192, "R3"), (Wrap, 12288, "R3")]
+    );
     assert!(r.events().iter().all(|e| e.table.is_none() && e.index.is_none()));
     r.disable();
     assert_eq!(r.regs().mask_ptrs.output_offset(), 5);
     assert_eq!(r.read(0x40_0000, 5), stream(3 * 4096, 5));
-    assert_eq!(r.read(0x40_0005, 10), stream(2 * 4096 + 5, 10), "the last lap survives past the new offset");
+    assert_eq!(
+        r.read(0x40_0005, 10),
+        stream(2 * 4096 + 5, 10),
+        "the last lap survives past the new offset"
+    );
 }
 
 #[test]
@@ -509,7 +596,8 @@ fn r4c_e1e_offset_past_the_mask_is_error_at_enable() {
 fn r6_linux_style_range_mask_is_size_minus_one() {
     let size: u64 = 64 << 10;
     let mut r = Rig::new("icelake");
-    r.start_range(0x80_0000, ((size - 1) >> 7) << 7 | 0x7f).write(size as usize + 1);
+    r.start_range(0x80_0000, ((size - 1) >> 7) << 7 | 0x7f)
+        .write(size as usize + 1);
     assert_eq!(r.event_list(), vec![(Wrap, size, "R3")]);
 }
 
@@ -528,10 +616,18 @@ fn tgl052_single_range_over_4k_aliases_into_the_first_4k() {
     let mut r = Rig::with(cpu);
     r.start_range(0x40_0000, 0x1fff).write(4096 + 10);
     assert_eq!(r.event_list(), vec![(Erratum, 0, "TGL052")]);
-    assert_eq!(r.read(0x40_0000, 10), stream(4096, 10), "bytes past 4 KiB land in the first page");
+    assert_eq!(
+        r.read(0x40_0000, 10),
+        stream(4096, 10),
+        "bytes past 4 KiB land in the first page"
+    );
     assert_eq!(r.read(0x40_1000, 10), vec![0; 10]);
     r.disable();
-    assert_eq!(r.regs().mask_ptrs.output_offset(), 4096 + 10, "the offset counts normally");
+    assert_eq!(
+        r.regs().mask_ptrs.output_offset(),
+        4096 + 10,
+        "the offset counts normally"
+    );
     // Off by default, and a 4 KiB range is unaffected.
     let mut r = Rig::new("alderlake");
     r.start_range(0x40_0000, 0x1fff).write(4096 + 10);
@@ -551,7 +647,12 @@ fn m5_each_logical_processor_has_its_own_unit() {
     let mut a = OutputUnit::new(CpuProfile::default());
     let b = OutputUnit::new(CpuProfile::default());
     a.wrmsr(&mut mem, IA32_RTIT_OUTPUT_BASE, T).unwrap();
-    a.wrmsr(&mut mem, IA32_RTIT_CTL, RtitCtl::new().with_trace_en(true).with_topa(true).bits()).unwrap();
+    a.wrmsr(
+        &mut mem,
+        IA32_RTIT_CTL,
+        RtitCtl::new().with_trace_en(true).with_topa(true).bits(),
+    )
+    .unwrap();
     a.write(&mut mem, &[1, 2, 3]).unwrap();
     assert_eq!(b.rdmsr(IA32_RTIT_OUTPUT_BASE).unwrap(), 0);
     assert_eq!(b.rdmsr(IA32_RTIT_CTL).unwrap(), 0);

@@ -18,6 +18,8 @@ pub const IA32_RTIT_STATUS: u32 = 0x571;
 pub const IA32_RTIT_CR3_MATCH: u32 = 0x572;
 /// IA32_RTIT_ADDR0_A; ADDRn_A is at `0x580 + 2n`, ADDRn_B at `0x581 + 2n`.
 pub const IA32_RTIT_ADDR0_A: u32 = 0x580;
+/// IA32_RTIT_ADDR0_B.
+pub const IA32_RTIT_ADDR0_B: u32 = 0x581;
 
 /// An MSR the output unit models, decoded from its address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -45,13 +45,20 @@ impl Rig {
     pub fn with(cpu: CpuProfile) -> Self {
         let mut unit = OutputUnit::new(cpu);
         unit.track_regions(true);
-        Rig { unit, mem: SparseMemory::new(), sent: 0, ctl: RtitCtl::new() }
+        Rig {
+            unit,
+            mem: SparseMemory::new(),
+            sent: 0,
+            ctl: RtitCtl::new(),
+        }
     }
 
     /// Writes raw entries at `table[first..]`.
     pub fn table(&mut self, table: u64, first: u32, entries: &[u64]) -> &mut Self {
         for (i, &e) in entries.iter().enumerate() {
-            self.mem.write_u64(table + 8 * (u64::from(first) + i as u64), e).unwrap();
+            self.mem
+                .write_u64(table + 8 * (u64::from(first) + i as u64), e)
+                .unwrap();
         }
         self
     }
@@ -67,8 +74,15 @@ impl Rig {
     /// Programs OUTPUT_BASE and MASK_PTRS for ToPA and sets TraceEn|ToPA|BranchEn.
     pub fn start_topa(&mut self, table: u64, index: u32, offset: u32) -> &mut Self {
         self.wrmsr(IA32_RTIT_OUTPUT_BASE, table).unwrap();
-        self.wrmsr(IA32_RTIT_OUTPUT_MASK_PTRS, 0x7f | u64::from(index) << 7 | u64::from(offset) << 32).unwrap();
-        self.ctl = RtitCtl::new().with_trace_en(true).with_branch_en(true).with_topa(true);
+        self.wrmsr(
+            IA32_RTIT_OUTPUT_MASK_PTRS,
+            0x7f | u64::from(index) << 7 | u64::from(offset) << 32,
+        )
+        .unwrap();
+        self.ctl = RtitCtl::new()
+            .with_trace_en(true)
+            .with_branch_en(true)
+            .with_topa(true);
         self.wrmsr(IA32_RTIT_CTL, self.ctl.bits()).unwrap();
         self
     }
@@ -113,7 +127,11 @@ impl Rig {
 
     /// Events as (kind, stream offset, rule id).
     pub fn event_list(&self) -> Vec<(EventKind, u64, &'static str)> {
-        self.unit.events().iter().map(|e| (e.kind, e.stream_offset, e.rule.map_or("-", Rule::id))).collect()
+        self.unit
+            .events()
+            .iter()
+            .map(|e| (e.kind, e.stream_offset, e.rule.map_or("-", Rule::id)))
+            .collect()
     }
 
     pub fn read(&self, pa: u64, len: usize) -> Vec<u8> {
@@ -125,6 +143,10 @@ impl Rig {
     /// (table/base, index-or-mask, offset) from the MSRs.
     pub fn position(&self) -> (u64, u32, u32) {
         let r = self.regs();
-        (u64::from(r.output_base), r.mask_ptrs.mask_or_table_offset(), r.mask_ptrs.output_offset())
+        (
+            u64::from(r.output_base),
+            r.mask_ptrs.mask_or_table_offset(),
+            r.mask_ptrs.output_offset(),
+        )
     }
 }
