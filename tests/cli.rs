@@ -1,0 +1,275 @@
+//! The `ptemu` binary: `write` and `layout check` on real files, the report.json contract, and
+//! bad input (clear message naming the file and line, non-zero exit, no half-written output).
+
+mod common;
+
+use common::stream;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn ptemu(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+struct Case {
+    dir: tempfile::TempDir,
+}
+
+impl Case {
+    fn new() -> Self {
+        Case {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn file(&self, name: &str, body: impl AsRef<[u8]>) -> PathBuf {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        p
+    }
+    fn out(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+    fn write(&self, layout: &Path, stream: &Path) -> Output {
+        ptemu(&[
+            "write",
+            "--layout",
+            s(layout),
+            "--stream",
+            s(stream),
+            "--out",
+            s(&self.out()),
+            "--quiet",
+        ])
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn demo_layout() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/demo-layout.toml")
+}
+
+#[test]
+fn write_demo_layout_follows_the_report_contract() {
+    let c = Case::new();
+    let data = stream(0, 100 << 10);
+    let st = c.file("stream.bin", &data);
+    let o = c.write(&demo_layout(), &st);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(c.out().join("report.json")).unwrap()).unwrap();
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(keys(&report), ["events", "msr", "stats"]);
+    assert_eq!(
+        keys(&report["msr"]),
+        [
+            "output_base",
+            "output_mask_ptrs",
+            "perf_global_status",
+            "rtit_ctl",
+            "rtit_status"
+        ]
+    );
+    assert_eq!(
+        keys(&report["stats"]),
+        ["bytes_in", "bytes_lost", "bytes_written"]
+    );
+    let events = report["events"].as_array().unwrap();
+    for e in events {
+        assert_eq!(keys(e), ["index", "kind", "rule", "stream_offset", "table"]);
+    }
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["pmi", "wrap", "pmi", "stopped", "pmi"]);
+    assert_eq!(events[1]["rule"], "W5");
+    assert_eq!(events[3]["stream_offset"], 98304);
+    assert_eq!(report["stats"]["bytes_lost"], 4096);
+    // S3: MSRs after TraceEn=0 point at the STOP entry, one past its end; TraceEn clear, ToPA kept.
+    assert_eq!(report["msr"]["output_base"], 0x10000);
+    assert_eq!(
+        report["msr"]["output_mask_ptrs"].as_u64().unwrap(),
+        0x7f | 1 << 7 | 0x10000 << 32
+    );
+    assert_eq!(report["msr"]["rtit_ctl"].as_u64().unwrap() & 1, 0);
+    assert_eq!(
+        report["msr"]["rtit_status"].as_u64().unwrap() & 0x30,
+        0x20,
+        "Stopped"
+    );
+    assert_eq!(report["msr"]["perf_global_status"].as_u64().unwrap(), 1 << 55);
+    // regions/: one whole file per region that received bytes, in stream order of the walk.
+    let mut names: Vec<String> = std::fs::read_dir(c.out().join("regions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "0x100000.bin",
+            "0x102000.bin",
+            "0x104000.bin",
+            "0x110000.bin",
+            "0x120000.bin"
+        ]
+    );
+    let walk = [
+        (0x100000, 4096),
+        (0x102000, 8192),
+        (0x104000, 4096),
+        (0x110000, 16384),
+        (0x120000, 65536),
+    ];
+    let mut at = 0;
+    for (base, size) in walk {
+        let bytes = std::fs::read(c.out().join(format!("regions/{base:#x}.bin"))).unwrap();
+        assert_eq!(bytes.len(), size);
+        assert!(bytes == data[at..at + size], "region {base:#x}");
+        at += size;
+    }
+}
+
+#[test]
+fn write_single_range_dumps_the_range() {
+    let c = Case::new();
+    let layout = c.file(
+        "range.toml",
+        "cpu = \"icelake\"\n[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0x1fff\n",
+    );
+    let st = c.file("s.bin", stream(0, 10_000));
+    let o = c.write(&layout, &st);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let region = std::fs::read(c.out().join("regions/0x200000.bin")).unwrap();
+    assert_eq!(region.len(), 0x2000);
+    assert_eq!(region[..10_000 - 0x2000], stream(0x2000, 10_000 - 0x2000)[..]);
+    let report: Value = serde_json::from_slice(&std::fs::read(c.out().join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["events"][0]["kind"], "wrap");
+    assert_eq!(report["events"][0]["table"], Value::Null);
+    assert_eq!(
+        report["msr"]["output_mask_ptrs"].as_u64().unwrap(),
+        0x1fff | (10_000 - 0x2000) << 32
+    );
+}
+
+#[test]
+fn layout_check_accepts_the_demo_and_names_rules_in_bad_layouts() {
+    let o = ptemu(&["layout", "check", s(&demo_layout())]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let c = Case::new();
+    let bad = c.file(
+        "bad.toml",
+        r#"cpu = "skylake"
+[output]
+scheme = "topa"
+base = 0x10000
+[[table]]
+base = 0x10000
+entries = [
+  { region = 0x100000, size = "4K" },
+  { region = 0x101000, size = "8K" },
+  { end = 0x20000 },
+]
+[[table]]
+base = 0x20000
+entries = [ { end = 0x10000 } ]
+"#,
+    );
+    let o = ptemu(&["layout", "check", s(&bad)]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = text(&o.stdout);
+    assert!(out.contains("[T4]") && out.contains("line 9"), "{out}");
+    assert!(out.contains("[T6]"), "{out}");
+    let single = c.file(
+        "bdw.toml",
+        "cpu = \"broadwell\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\nentries = [ { region = 0x100000, size = \"4K\" }, { region = 0x200000, size = \"4K\" } ]\n",
+    );
+    let o = ptemu(&["layout", "check", s(&single)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stdout).contains("[T8]"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn layout_check_warns_when_output_would_overwrite_a_table() {
+    let c = Case::new();
+    let l = c.file(
+        "overlap.toml",
+        "[output]\nscheme = \"topa\"\nbase = 0x100000\n[[table]]\nbase = 0x100000\nentries = [ { region = 0x100000, size = \"8K\" }, { end = 0x100000 } ]\n",
+    );
+    let o = ptemu(&["layout", "check", s(&l)]);
+    assert!(o.status.success());
+    assert!(text(&o.stdout).contains("will overwrite"), "{}", text(&o.stdout));
+}
+
+fn assert_bad_input(o: &Output, needles: &[&str]) {
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "stdout {} stderr {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let err = text(&o.stderr);
+    for n in needles {
+        assert!(err.contains(n), "{n:?} not in {err}");
+    }
+}
+
+#[test]
+fn bad_layouts_are_rejected_with_file_and_line() {
+    let c = Case::new();
+    let st = c.file("s.bin", [0u8; 16]);
+    let cases: [(&str, &str, &[&str]); 7] = [
+        ("syntax.toml", "[output\nscheme = 1\n", &["syntax.toml:1"]),
+        ("cpu.toml", "cpu = \"pentium\"\n[output]\nscheme = \"topa\"\nbase = 0\n", &["cpu.toml:1", "unknown CPU profile"]),
+        (
+            "size.toml",
+            "[output]\nscheme = \"topa\"\nbase = 0x1000\n[[table]]\nbase = 0x1000\nentries = [\n  { region = 0x100000, size = \"5K\" },\n]\n",
+            &["size.toml:7", "5K"],
+        ),
+        ("field.toml", "[output]\nscheme = \"topa\"\nbase = 0\nbogus = 1\n", &["field.toml:4", "bogus"]),
+        ("scheme.toml", "[output]\nscheme = \"fabric\"\nbase = 0\n", &["scheme.toml:2"]),
+        (
+            "twice.toml",
+            "[output]\nscheme = \"topa\"\nbase = 0x1000\n[[table]]\nbase = 0x1000\nentries = [ { end = 0x2000 } ]\n[[table]]\nbase = 0x1000\nentries = [\n { end = 0x3000 } ]\n",
+            &["twice.toml:10", "also given on line 6"],
+        ),
+        ("gp.toml", "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x8000000000\n", &["gp.toml", "#GP", "M2", "MAXPHYADDR"]),
+    ];
+    for (name, body, needles) in cases {
+        let l = c.file(name, body);
+        let o = c.write(&l, &st);
+        assert_bad_input(&o, needles);
+        assert!(
+            !c.out().join("report.json").exists(),
+            "{name}: no output on failure"
+        );
+    }
+    let o = c.write(&c.dir.path().join("missing.toml"), &st);
+    assert_bad_input(&o, &["missing.toml", "cannot read"]);
+    let o = c.write(&demo_layout(), &c.dir.path().join("nostream.bin"));
+    assert_bad_input(&o, &["nostream.bin", "cannot open stream"]);
+}
+
+#[test]
+fn raw_entries_accept_values_past_i64_as_strings() {
+    let c = Case::new();
+    let l = c.file(
+        "raw.toml",
+        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x1000\n[[table]]\nbase = 0x1000\nentries = [ { region = 0x100000, size = \"4K\" }, { raw = \"0xffff000000100000\" } ]\n",
+    );
+    let o = ptemu(&["layout", "check", s(&l)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stdout).contains("[E1a]") || text(&o.stdout).contains("[T7]"),
+        "{}",
+        text(&o.stdout)
+    );
+}
