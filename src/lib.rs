@@ -18,3 +18,7 @@ pub use memory::{MemError, MmapMemory, PhysMemory, SparseMemory};
 pub use output::{EventKind, MsrError, OutputEvent, OutputUnit};
 pub use regs::{CpuProfile, RtitCtl};
 pub use rules::Rule;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -12,7 +12,13 @@ fn root() -> &'static Path {
 /// (rule ID, backtick-quoted names in its Tests cell) for each row of the `## Rules` table.
 fn spec_rows() -> Vec<(String, Vec<String>)> {
     let spec = std::fs::read_to_string(root().join("spec/output.md")).unwrap();
-    let table = spec.split("## Rules").nth(1).unwrap().split("\n## ").next().unwrap();
+    let table = spec
+        .split("## Rules")
+        .nth(1)
+        .unwrap()
+        .split("\n## ")
+        .next()
+        .unwrap();
     table
         .lines()
         .filter(|l| l.starts_with("| ") && !l.starts_with("| ID") && !l.starts_with("|---"))
@@ -34,7 +40,10 @@ fn test_fns() -> BTreeSet<String> {
         if path.extension().is_some_and(|e| e == "rs") {
             let src = std::fs::read_to_string(&path).unwrap();
             for part in src.split("fn ").skip(1) {
-                let name: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let name: String = part
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
                 names.insert(name);
             }
         }
@@ -60,9 +69,15 @@ fn every_spec_rule_is_named_by_a_test() {
 #[test]
 fn every_test_the_spec_lists_exists() {
     let fns = test_fns();
-    let missing: Vec<String> =
-        spec_rows().into_iter().flat_map(|(_, names)| names).filter(|n| !fns.contains(n)).collect();
-    assert!(missing.is_empty(), "spec lists tests that do not exist: {missing:?}");
+    let missing: Vec<String> = spec_rows()
+        .into_iter()
+        .flat_map(|(_, names)| names)
+        .filter(|n| !fns.contains(n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "spec lists tests that do not exist: {missing:?}"
+    );
 }
 
 #[test]
