@@ -59,7 +59,7 @@ fn rule_of(cpu: &CpuProfile, table: u64, index: u64, raw: u64) -> Option<&'stati
     if e.end() && index == 0 {
         return Some("T6");
     }
-    if !e.end() && base % size != 0 {
+    if !e.end() && !base.is_multiple_of(size) {
         return Some("T4");
     }
     if cpu.single_entry_topa() && !(index == 0 || (index == 1 && e.end() && base == table)) {

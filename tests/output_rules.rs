@@ -7,15 +7,11 @@ use common::*;
 use ptemu::output::{TopaEntry, MAX_INDEX};
 use ptemu::regs::msr::*;
 use ptemu::regs::{CpuProfile, Errata, GlobalStatus, RtitCtl};
-use ptemu::EventKind::{self, *};
+use ptemu::EventKind::*;
 use ptemu::{OutputUnit, PhysMemory, SparseMemory};
 
 const T: u64 = 0x1_0000; // table A
 const U: u64 = 0x2_0000; // table B
-
-fn kinds(r: &Rig) -> Vec<EventKind> {
-    r.events().iter().map(|e| e.kind).collect()
-}
 
 #[test]
 fn t1_w1_bytes_land_at_entry_base_plus_offset() {

@@ -1,6 +1,6 @@
 //! Flat physical memory backed by a memory-mapped file (`memmap2`).
 
-use super::{end_of, MemError, PhysMemory};
+use super::{check_span, MemError, PhysMemory};
 use memmap2::MmapMut;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -67,11 +67,15 @@ impl MmapMemory {
     }
 
     fn range(&self, pa: u64, len: usize) -> Result<std::ops::Range<usize>, MemError> {
-        let end = end_of(pa, len)?;
-        if pa < self.base || end > self.base + self.map.len() as u64 {
+        check_span(pa, len)?;
+        let size = self.map.len() as u64;
+        let start = pa
+            .checked_sub(self.base)
+            .filter(|&s| s <= size && len as u64 <= size - s);
+        let Some(start) = start else {
             return Err(MemError::Unmapped { pa, len });
-        }
-        let start = (pa - self.base) as usize;
+        };
+        let start = start as usize;
         Ok(start..start + len)
     }
 }

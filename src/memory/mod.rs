@@ -55,7 +55,13 @@ impl<M: PhysMemory + ?Sized> PhysMemory for &mut M {
     }
 }
 
-/// Checks that `[pa, pa + len)` does not overflow the 64-bit address space.
-fn end_of(pa: u64, len: usize) -> Result<u64, MemError> {
-    pa.checked_add(len as u64).ok_or(MemError::Unmapped { pa, len })
+/// Checks that `[pa, pa + len)` fits in the 64-bit address space (it may end exactly at 2^64).
+fn check_span(pa: u64, len: usize) -> Result<(), MemError> {
+    match len {
+        0 => Ok(()),
+        _ => pa
+            .checked_add(len as u64 - 1)
+            .map(|_| ())
+            .ok_or(MemError::Unmapped { pa, len }),
+    }
 }

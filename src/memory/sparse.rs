@@ -1,6 +1,6 @@
 //! Page-granular sparse physical memory: pages are allocated on first write.
 
-use super::{end_of, MemError, PhysMemory};
+use super::{check_span, MemError, PhysMemory};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -45,7 +45,7 @@ impl std::fmt::Debug for SparseMemory {
 
 impl PhysMemory for SparseMemory {
     fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), MemError> {
-        end_of(pa, data.len())?;
+        check_span(pa, data.len())?;
         let mut pa = pa;
         let mut rest = data;
         while !rest.is_empty() {
@@ -63,7 +63,7 @@ impl PhysMemory for SparseMemory {
     }
 
     fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), MemError> {
-        end_of(pa, buf.len())?;
+        check_span(pa, buf.len())?;
         let mut pa = pa;
         let mut done = 0;
         while done < buf.len() {
