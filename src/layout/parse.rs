@@ -271,6 +271,10 @@ impl Layout {
                     format!("entries run past index {LAST_INDEX:#x} (T2)"),
                 ));
             }
+            if base.checked_add(8 * last).is_none() {
+                let msg = format!("table at {base:#x} runs past the top of the address space");
+                return Err(err(Some(tline), msg));
+            }
             let mut entries = Vec::with_capacity(t.entries.len());
             for (i, e) in t.entries.iter().enumerate() {
                 let line = line_of(src, e.span());

@@ -173,9 +173,10 @@ impl OutputUnit {
             }
             Msr::OutputBase => regs.output_base = OutputBase::from(value),
             Msr::OutputMaskPtrs => regs.mask_ptrs = MaskPtrs::from(value | MaskPtrs::LOWER_MASK),
-            Msr::Cr3Match => regs.cr3_match = value,
+            Msr::Cr3Match => regs.cr3_match = value.into(),
             Msr::Addr { n, b } => regs.addr[n][b as usize] = value,
-            Msr::PerfGlobalStatus => unreachable!("check_write rejects writes to a read-only MSR"),
+            // Read-only: `check_write` has already raised #GP.
+            Msr::PerfGlobalStatus => {}
             Msr::PerfGlobalStatusReset => {
                 regs.global_status.remove(GlobalStatus::from_bits_truncate(value));
             }
@@ -194,7 +195,7 @@ impl OutputUnit {
             Msr::Status => regs.status.bits(),
             Msr::OutputBase => u64::from(regs.output_base),
             Msr::OutputMaskPtrs => regs.mask_ptrs.bits(),
-            Msr::Cr3Match => regs.cr3_match,
+            Msr::Cr3Match => regs.cr3_match.into(),
             Msr::Addr { n, b } => regs.addr[n][b as usize],
             Msr::PerfGlobalStatus => regs.global_status.bits(),
             Msr::PerfGlobalStatusReset | Msr::PerfGlobalStatusSet => 0,

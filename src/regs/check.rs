@@ -6,7 +6,7 @@
 use super::cpu::{CpuProfile, Errata, Leaf14Ebx as Ebx, Leaf14Ecx as Ecx};
 use super::fault::{GpFault, GpReason};
 use super::msr::Msr;
-use super::{RegisterFile, RtitCtl, RtitStatus};
+use super::{Cr3Match, OutputBase, RegisterFile, RtitCtl, RtitStatus};
 use crate::rules::Rule;
 
 /// Checks that `msr` exists on `cpu` (M1 and the existence rules of §1).
@@ -72,7 +72,7 @@ pub fn check_write(cpu: &CpuProfile, regs: &RegisterFile, msr: Msr, value: u64) 
         Msr::Ctl => check_ctl(cpu, regs.ctl, value),
         Msr::Status => check_status(cpu, value),
         Msr::OutputBase => {
-            if value & 0x7f != 0 {
+            if OutputBase::from(value).reserved() != 0 {
                 return gp(Rule::R7, GpReason::ReservedBits { bits: value & 0x7f });
             }
             if value & cpu.above_maxphyaddr() != 0 {
@@ -86,7 +86,9 @@ pub fn check_write(cpu: &CpuProfile, regs: &RegisterFile, msr: Msr, value: u64) 
             Ok(())
         }
         Msr::OutputMaskPtrs => Ok(()),
-        Msr::Cr3Match if value & 0x1f != 0 => gp(Rule::M2, GpReason::ReservedBits { bits: value & 0x1f }),
+        Msr::Cr3Match if Cr3Match::from(value).reserved() != 0 => {
+            gp(Rule::M2, GpReason::ReservedBits { bits: value & 0x1f })
+        }
         Msr::Cr3Match => Ok(()),
         Msr::Addr { .. } if !is_canonical(value, cpu.linear_address_bits) => gp(
             Rule::M2,

@@ -13,7 +13,7 @@ pub use cpu::{CpuProfile, CpuidRegs, Errata, Leaf14Ebx, Leaf14Ecx};
 pub use ctl::RtitCtl;
 pub use fault::{GpFault, GpReason};
 pub use msr::Msr;
-pub use output::{MaskPtrs, OutputBase};
+pub use output::{Cr3Match, MaskPtrs, OutputBase};
 pub use perf::GlobalStatus;
 pub use status::RtitStatus;
 
@@ -29,8 +29,9 @@ pub struct RegisterFile {
     /// IA32_RTIT_OUTPUT_MASK_PTRS.
     pub mask_ptrs: MaskPtrs,
     /// IA32_RTIT_CR3_MATCH.
-    pub cr3_match: u64,
-    /// IA32_RTIT_ADDRn_A / _B, indexed `[n][0 = A, 1 = B]`.
+    pub cr3_match: Cr3Match,
+    /// IA32_RTIT_ADDRn_A / _B, indexed `[n][0 = A, 1 = B]`: plain 64-bit canonical linear addresses
+    /// (RIP when CPUID.14H.0:ECX[31]=0), no sub-fields.
     pub addr: [[u64; 2]; 4],
     /// IA32_PERF_GLOBAL_STATUS (bit 55 only).
     pub global_status: GlobalStatus,
@@ -43,7 +44,7 @@ impl Default for RegisterFile {
             status: RtitStatus::new(),
             output_base: OutputBase::new(),
             mask_ptrs: MaskPtrs::new().with_lower_mask(0x7f),
-            cr3_match: 0,
+            cr3_match: Cr3Match::new(),
             addr: [[0; 2]; 4],
             global_status: GlobalStatus::empty(),
         }

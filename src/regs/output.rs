@@ -55,3 +55,14 @@ impl MaskPtrs {
         u64::from(self)
     }
 }
+
+/// IA32_RTIT_CR3_MATCH (0x572): the CR3 value CR3 filtering compares against.
+#[bitfield]
+#[repr(u64)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct Cr3Match {
+    /// Bits 4:0: reserved, #GP if set.
+    pub reserved: B5,
+    /// Bits 63:5: CR3 bits 63:5.
+    pub cr3_hi: B59,
+}
