@@ -7,15 +7,32 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// Page size of [`SparseMemory`].
 pub const PAGE_SIZE: usize = 4096;
 const PAGE_SHIFT: u32 = 12;
+/// Pages per directory: one hash lookup serves 2 MiB of address space.
+const DIR_PAGES: usize = 512;
+const DIR_SHIFT: u32 = PAGE_SHIFT + 9;
 
-type Page = Box<[u8; PAGE_SIZE]>;
+/// One page, aligned like a real page so that copies into it are aligned and it spans one host page.
+#[repr(C, align(4096))]
+#[derive(Clone)]
+struct PageFrame([u8; PAGE_SIZE]);
+
+/// Pages are carved in order from 2 MiB chunks, so pages written one after another are contiguous
+/// in host memory (fewer TLB misses, huge-page friendly); at most one chunk is partly used.
+const CHUNK_PAGES: usize = 512;
+
+/// The pages of one 2 MiB stretch of physical memory: 0 = never written, else arena page + 1.
+type Dir = Box<[u32; DIR_PAGES]>;
 
 /// Sparse physical memory covering the whole 64-bit space; unwritten bytes read as zero.
 ///
-/// Memory use is proportional to the number of distinct 4 KiB pages written.
+/// Storage is allocated a 4 KiB page at a time, on first write, so memory use is proportional to the
+/// number of distinct pages written (plus a 2 KiB directory per 2 MiB stretch touched, and at most
+/// one partly used 2 MiB chunk).
 #[derive(Default, Clone)]
 pub struct SparseMemory {
-    pages: HashMap<u64, Page, BuildHasherDefault<PageHasher>>,
+    dirs: HashMap<u64, Dir, BuildHasherDefault<PageHasher>>,
+    arena: Vec<Box<[PageFrame]>>,
+    pages: usize,
 }
 
 impl SparseMemory {
@@ -26,19 +43,33 @@ impl SparseMemory {
 
     /// Number of pages allocated.
     pub fn page_count(&self) -> usize {
-        self.pages.len()
+        self.pages
     }
 
     /// Whether any byte of the page holding `pa` was ever written.
     pub fn is_page_allocated(&self, pa: u64) -> bool {
-        self.pages.contains_key(&(pa >> PAGE_SHIFT))
+        self.page(pa).is_some()
     }
+
+    fn page(&self, pa: u64) -> Option<&PageFrame> {
+        let slot = self.dirs.get(&(pa >> DIR_SHIFT))?[page_index(pa)];
+        (slot != 0).then(|| frame(&self.arena, slot))
+    }
+}
+
+fn page_index(pa: u64) -> usize {
+    (pa >> PAGE_SHIFT) as usize & (DIR_PAGES - 1)
+}
+
+fn frame(arena: &[Box<[PageFrame]>], slot: u32) -> &PageFrame {
+    let n = slot as usize - 1;
+    &arena[n / CHUNK_PAGES][n % CHUNK_PAGES]
 }
 
 impl std::fmt::Debug for SparseMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SparseMemory")
-            .field("pages", &self.pages.len())
+            .field("pages", &self.pages)
             .finish()
     }
 }
@@ -46,18 +77,33 @@ impl std::fmt::Debug for SparseMemory {
 impl PhysMemory for SparseMemory {
     fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), MemError> {
         check_span(pa, data.len())?;
+        let SparseMemory { dirs, arena, pages } = self;
         let mut pa = pa;
         let mut rest = data;
         while !rest.is_empty() {
-            let off = (pa as usize) & (PAGE_SIZE - 1);
-            let n = rest.len().min(PAGE_SIZE - off);
-            let page = self
-                .pages
-                .entry(pa >> PAGE_SHIFT)
-                .or_insert_with(|| Box::new([0u8; PAGE_SIZE]));
-            page[off..off + n].copy_from_slice(&rest[..n]);
-            rest = &rest[n..];
-            pa = pa.wrapping_add(n as u64);
+            // One directory lookup, then every page of the run inside this 2 MiB stretch.
+            let dir = dirs
+                .entry(pa >> DIR_SHIFT)
+                .or_insert_with(|| Box::new([0; DIR_PAGES]));
+            loop {
+                let off = (pa as usize) & (PAGE_SIZE - 1);
+                let n = rest.len().min(PAGE_SIZE - off);
+                let slot = &mut dir[page_index(pa)];
+                if *slot == 0 {
+                    if *pages % CHUNK_PAGES == 0 {
+                        arena.push(vec![PageFrame([0; PAGE_SIZE]); CHUNK_PAGES].into_boxed_slice());
+                    }
+                    *pages += 1;
+                    *slot = u32::try_from(*pages).expect("fewer than 2^32 pages (16 TiB) written");
+                }
+                let page = *slot as usize - 1;
+                arena[page / CHUNK_PAGES][page % CHUNK_PAGES].0[off..off + n].copy_from_slice(&rest[..n]);
+                rest = &rest[n..];
+                pa = pa.wrapping_add(n as u64);
+                if rest.is_empty() || page_index(pa) == 0 {
+                    break;
+                }
+            }
         }
         Ok(())
     }
@@ -70,8 +116,8 @@ impl PhysMemory for SparseMemory {
             let off = (pa as usize) & (PAGE_SIZE - 1);
             let n = (buf.len() - done).min(PAGE_SIZE - off);
             let dst = &mut buf[done..done + n];
-            match self.pages.get(&(pa >> PAGE_SHIFT)) {
-                Some(page) => dst.copy_from_slice(&page[off..off + n]),
+            match self.page(pa) {
+                Some(page) => dst.copy_from_slice(&page.0[off..off + n]),
                 None => dst.fill(0),
             }
             done += n;
@@ -121,6 +167,24 @@ mod tests {
         m.read(0x1ffe, &mut back).unwrap();
         assert_eq!(back, data);
         assert_eq!(m.page_count(), 4);
+    }
+
+    #[test]
+    fn pages_scattered_over_directories_and_arena_chunks_keep_their_bytes() {
+        let mut m = SparseMemory::new();
+        // 1100 pages: three arena chunks, written out of address order across 2 MiB directories.
+        let addr = |i: u64| (i * 7919 % 1100) * 0x3000 + 0x10 * (i % 3);
+        for i in 0..1100u64 {
+            m.write(addr(i), &i.to_le_bytes()).unwrap();
+        }
+        assert_eq!(m.page_count(), 1100);
+        for i in 0..1100u64 {
+            assert_eq!(m.read_u64(addr(i)).unwrap(), i);
+            assert!(m.is_page_allocated(addr(i)));
+        }
+        assert!(!m.is_page_allocated(0x1000));
+        let copy = m.clone();
+        assert_eq!(copy.read_u64(addr(5)).unwrap(), 5);
     }
 
     #[test]

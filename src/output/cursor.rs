@@ -108,13 +108,15 @@ impl TopaCursor {
     ) -> Result<Flow, MemError> {
         while !data.is_empty() {
             let n = ((self.limit - self.offset) as usize).min(data.len());
-            mem.write(self.region + self.offset, &data[..n])?;
-            if !self.touched {
-                core.touch(self.region, self.size);
-                self.touched = true;
-            }
+            let region = (self.region, self.size);
+            core.store(
+                mem,
+                self.region + self.offset,
+                &data[..n],
+                region,
+                &mut self.touched,
+            )?;
             self.offset += n as u64;
-            core.stats.bytes_written += n as u64;
             data = &data[n..];
             if self.offset == self.limit && self.boundary(core, mem)? == Flow::Halted {
                 core.stats.bytes_lost += data.len() as u64;
@@ -200,13 +202,8 @@ impl RangeCursor {
                 (self.base + self.offset, size - self.offset)
             };
             let n = (room as usize).min(data.len());
-            mem.write(addr, &data[..n])?;
-            if !self.touched {
-                core.touch(self.base, size);
-                self.touched = true;
-            }
+            core.store(mem, addr, &data[..n], (self.base, size), &mut self.touched)?;
             self.offset += n as u64;
-            core.stats.bytes_written += n as u64;
             data = &data[n..];
             if self.offset == size {
                 self.offset = 0;

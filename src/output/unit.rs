@@ -108,10 +108,25 @@ impl Core {
         self.last_violation = Some(v);
     }
 
-    pub fn touch(&mut self, base: u64, size: u64) {
-        if let Some(r) = self.regions.as_mut() {
-            r.insert(base, size);
+    /// Stores one run of stream bytes and counts it; the first run into a region records the
+    /// region (`touched` is the cursor's flag for its current region).
+    pub fn store<M: PhysMemory>(
+        &mut self,
+        mem: &mut M,
+        pa: u64,
+        run: &[u8],
+        (base, size): (u64, u64),
+        touched: &mut bool,
+    ) -> Result<(), MemError> {
+        mem.write(pa, run)?;
+        if !*touched {
+            *touched = true;
+            if let Some(r) = self.regions.as_mut() {
+                r.insert(base, size);
+            }
         }
+        self.stats.bytes_written += run.len() as u64;
+        Ok(())
     }
 }
 
