@@ -97,7 +97,7 @@ pub fn check_write(cpu: &CpuProfile, regs: &RegisterFile, msr: Msr, value: u64) 
             },
         ),
         Msr::Addr { .. } => Ok(()),
-        Msr::PerfGlobalStatus => gp(Rule::P1, GpReason::ReadOnly),
+        Msr::PerfGlobalStatus => gp(Rule::M2, GpReason::ReadOnly),
         Msr::PerfGlobalStatusReset | Msr::PerfGlobalStatusSet => Ok(()),
     }
 }
