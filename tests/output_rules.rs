@@ -327,7 +327,7 @@ fn p1_int_region_raises_pmi_and_global_status_55_is_cleared_by_0x390() {
     assert_eq!(r.rdmsr(IA32_PERF_GLOBAL_STATUS), 1 << 55);
     let ro = r.wrmsr(IA32_PERF_GLOBAL_STATUS, 0);
     assert!(
-        matches!(ro, Err(ptemu::MsrError::Gp(f)) if f.rule == ptemu::Rule::M2),
+        matches!(&ro, Err(ptemu::MsrError::Gp(f)) if f.rule == ptemu::Rule::M2),
         "GLOBAL_STATUS itself is read-only: {ro:?}"
     );
 }
