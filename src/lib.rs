@@ -10,6 +10,7 @@
 pub mod layout;
 pub mod memory;
 pub mod output;
+pub mod packet;
 pub mod regs;
 pub mod report;
 pub mod rules;

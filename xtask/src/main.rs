@@ -8,13 +8,19 @@ use std::process::{exit, Command};
 struct SystemPackage {
     /// Debian package name.
     package: &'static str,
-    /// A program (`which`) or file whose presence means the package is installed.
+    /// A shell command that succeeds when the package is installed.
     probe: &'static str,
 }
 
-/// System packages the test suite needs beyond the Rust toolchain. Issue 3 adds the libipt oracle
-/// (`cmake`, `libclang-dev`); nothing in the output unit's tests needs one yet.
-const TEST_PACKAGES: &[SystemPackage] = &[];
+/// System packages the test suite needs beyond the Rust toolchain: the libipt oracle (`libipt-sys`)
+/// builds libipt with cmake and runs bindgen, which loads libclang.
+const TEST_PACKAGES: &[SystemPackage] = &[
+    SystemPackage { package: "cmake", probe: "command -v cmake" },
+    SystemPackage {
+        package: "libclang-dev",
+        probe: "ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so /usr/lib/*/libclang-*.so* 2>/dev/null | grep -q .",
+    },
+];
 
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();

@@ -1,0 +1,531 @@
+//! The decoder: bytes to packets, with the byte offset of every error and forward resync to the
+//! next PSB (pt-packets.md §1, §3).
+
+use super::ip::{IpPayload, Ipc, LastIp};
+use super::{Packet, PtwSize, Tnt, PSB_BYTES};
+use std::fmt;
+
+/// Why bytes are not a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeErrorKind {
+    /// The packet runs past the end of the buffer.
+    Truncated {
+        /// Bytes the packet needs.
+        need: usize,
+    },
+    /// No packet starts with these bytes.
+    BadOpcode,
+    /// The opcode is known but the packet is malformed.
+    BadPacket(&'static str),
+}
+
+/// A decode error and where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub struct DecodeError {
+    /// Byte offset of the packet that failed.
+    pub offset: u64,
+    /// What is wrong.
+    pub kind: DecodeErrorKind,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "at byte {:#x}: ", self.offset)?;
+        match self.kind {
+            DecodeErrorKind::Truncated { need } => write!(f, "truncated packet (needs {need} bytes)"),
+            DecodeErrorKind::BadOpcode => write!(f, "unknown opcode"),
+            DecodeErrorKind::BadPacket(why) => write!(f, "bad packet: {why}"),
+        }
+    }
+}
+
+type R = Result<(Packet, usize), DecodeErrorKind>;
+
+#[inline(always)]
+fn need(buf: &[u8], n: usize) -> Result<(), DecodeErrorKind> {
+    if buf.len() < n {
+        Err(DecodeErrorKind::Truncated { need: n })
+    } else {
+        Ok(())
+    }
+}
+
+#[inline(always)]
+fn le(buf: &[u8], at: usize, n: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b[..n].copy_from_slice(&buf[at..at + n]);
+    u64::from_le_bytes(b)
+}
+
+#[inline(always)]
+fn rsvd(ok: bool, why: &'static str) -> Result<(), DecodeErrorKind> {
+    if ok {
+        Ok(())
+    } else {
+        Err(DecodeErrorKind::BadPacket(why))
+    }
+}
+
+impl Packet {
+    /// Decodes the packet at the start of `buf`; returns it and its length.
+    ///
+    /// `block` is `Some(sz4)` inside a BBP…BEP block, where BIP packets replace TNT-shaped bytes.
+    #[inline]
+    pub fn decode(buf: &[u8], block: Option<bool>) -> R {
+        let b0 = *buf.first().ok_or(DecodeErrorKind::Truncated { need: 1 })?;
+        match b0 {
+            0x00 => Ok((Packet::Pad, 1)),
+            0x02 => decode_ext(buf),
+            0x19 => {
+                need(buf, 8)?;
+                Ok((Packet::Tsc { tsc: le(buf, 1, 7) }, 8))
+            }
+            0x59 => {
+                need(buf, 2)?;
+                Ok((Packet::Mtc { ctc: buf[1] }, 2))
+            }
+            0x99 => {
+                need(buf, 2)?;
+                let b1 = buf[1];
+                match b1 >> 5 {
+                    0 => {
+                        rsvd(b1 & 0x18 == 0, "MODE.Exec reserved bits")?;
+                        Ok((
+                            Packet::ModeExec {
+                                csl: b1 & 1 != 0,
+                                csd: b1 & 2 != 0,
+                                if_: b1 & 4 != 0,
+                            },
+                            2,
+                        ))
+                    }
+                    1 => {
+                        rsvd(b1 & 0x1c == 0, "MODE.TSX reserved bits")?;
+                        Ok((
+                            Packet::ModeTsx {
+                                intx: b1 & 1 != 0,
+                                abrt: b1 & 2 != 0,
+                            },
+                            2,
+                        ))
+                    }
+                    _ => Err(DecodeErrorKind::BadPacket("MODE leaf")),
+                }
+            }
+            0xd9 => {
+                need(buf, 3)?;
+                let b1 = buf[1];
+                rsvd(b1 & 0x1f == 0, "TRIG reserved bits")?;
+                let (ip, icntv, mult) = (b1 & 0x80 != 0, b1 & 0x40 != 0, b1 & 0x20 != 0);
+                let icnt = if icntv {
+                    need(buf, 5)?;
+                    Some(le(buf, 3, 2) as u16)
+                } else {
+                    None
+                };
+                Ok((
+                    Packet::Trig {
+                        trbv: buf[2],
+                        ip,
+                        mult,
+                        icnt,
+                    },
+                    if icntv { 5 } else { 3 },
+                ))
+            }
+            _ if b0 & 0x03 == 0x03 => decode_cyc(buf),
+            _ if block.is_some() && b0 & 0x07 == 0x04 => {
+                let sz4 = block == Some(true);
+                let n = if sz4 { 4 } else { 8 };
+                need(buf, 1 + n)?;
+                Ok((
+                    Packet::Bip {
+                        id: b0 >> 3,
+                        payload: le(buf, 1, n),
+                        sz4,
+                    },
+                    1 + n,
+                ))
+            }
+            _ if b0 & 0x01 == 0 => {
+                // The highest set bit is the stop bit; the TNT bits sit below it, above bit 0.
+                let count = 6 - b0.leading_zeros() as u8;
+                let bits = u64::from(b0 >> 1) & ((1 << count) - 1);
+                Ok((Packet::Tnt8(Tnt { bits, count }), 1))
+            }
+            _ => {
+                let wrap: fn(IpPayload) -> Packet = match b0 & 0x1f {
+                    0x0d => Packet::Tip,
+                    0x11 => Packet::TipPge,
+                    0x01 => Packet::TipPgd,
+                    0x1d => Packet::Fup,
+                    _ => return Err(DecodeErrorKind::BadOpcode),
+                };
+                let ipc = Ipc::from_bits(b0 >> 5).ok_or(DecodeErrorKind::BadPacket("reserved IPBytes"))?;
+                let n = ipc.payload_len();
+                need(buf, 1 + n)?;
+                Ok((
+                    wrap(IpPayload {
+                        ipc,
+                        raw: le(buf, 1, n),
+                    }),
+                    1 + n,
+                ))
+            }
+        }
+    }
+}
+
+fn decode_ext(buf: &[u8]) -> R {
+    need(buf, 2)?;
+    let b1 = buf[1];
+    match b1 {
+        0x82 => {
+            need(buf, 16)?;
+            rsvd(buf[..16] == PSB_BYTES, "PSB pattern")?;
+            Ok((Packet::Psb, 16))
+        }
+        0x23 => Ok((Packet::PsbEnd, 2)),
+        0xf3 => Ok((Packet::Ovf, 2)),
+        0x83 => Ok((Packet::TraceStop, 2)),
+        0xa3 => {
+            need(buf, 8)?;
+            let v = le(buf, 2, 6);
+            rsvd(v > 1, "TNT-64 without TNT bits")?;
+            let count = 63 - v.leading_zeros() as u8;
+            Ok((
+                Packet::Tnt64(Tnt {
+                    bits: v & ((1 << count) - 1),
+                    count,
+                }),
+                8,
+            ))
+        }
+        0x43 => {
+            need(buf, 8)?;
+            let p = le(buf, 2, 6);
+            Ok((
+                Packet::Pip {
+                    cr3: (p >> 1) << 5,
+                    nr: p & 1 != 0,
+                },
+                8,
+            ))
+        }
+        0x03 => {
+            need(buf, 4)?;
+            rsvd(buf[3] == 0, "CBR reserved byte")?;
+            Ok((Packet::Cbr { ratio: buf[2] }, 4))
+        }
+        0x73 => {
+            need(buf, 7)?;
+            rsvd(buf[4] == 0 && buf[6] & 0xfe == 0, "TMA reserved bits")?;
+            Ok((
+                Packet::Tma {
+                    ctc: le(buf, 2, 2) as u16,
+                    fc: u16::from(buf[5]) | u16::from(buf[6] & 1) << 8,
+                },
+                7,
+            ))
+        }
+        0xc8 => {
+            need(buf, 7)?;
+            Ok((
+                Packet::Vmcs {
+                    base: le(buf, 2, 5) << 12,
+                },
+                7,
+            ))
+        }
+        0xc3 => {
+            need(buf, 3)?;
+            if buf[2] != 0x88 {
+                return Err(DecodeErrorKind::BadOpcode);
+            }
+            need(buf, 11)?;
+            Ok((
+                Packet::Mnt {
+                    payload: le(buf, 3, 8),
+                },
+                11,
+            ))
+        }
+        0x62 | 0xe2 => Ok((Packet::Exstop { ip: b1 & 0x80 != 0 }, 2)),
+        0xc2 => {
+            need(buf, 10)?;
+            Ok((
+                Packet::Mwait {
+                    hints: le(buf, 2, 4) as u32,
+                    ext: le(buf, 6, 4) as u32,
+                },
+                10,
+            ))
+        }
+        0x22 => {
+            need(buf, 4)?;
+            rsvd(buf[2] & 0x7f == 0, "PWRE reserved bits")?;
+            Ok((
+                Packet::Pwre {
+                    state: buf[3] >> 4,
+                    sub_state: buf[3] & 0xf,
+                    hw: buf[2] & 0x80 != 0,
+                },
+                4,
+            ))
+        }
+        0xa2 => {
+            need(buf, 7)?;
+            rsvd(buf[3] & 0xf0 == 0 && buf[4..7] == [0, 0, 0], "PWRX reserved bits")?;
+            Ok((
+                Packet::Pwrx {
+                    last: buf[2] >> 4,
+                    deepest: buf[2] & 0xf,
+                    wake: buf[3],
+                },
+                7,
+            ))
+        }
+        0x63 => {
+            need(buf, 3)?;
+            rsvd(buf[2] & 0x60 == 0, "BBP reserved bits")?;
+            Ok((
+                Packet::Bbp {
+                    sz4: buf[2] & 0x80 != 0,
+                    ty: buf[2] & 0x1f,
+                },
+                3,
+            ))
+        }
+        0x33 | 0xb3 => Ok((Packet::Bep { ip: b1 & 0x80 != 0 }, 2)),
+        0x13 => {
+            need(buf, 4)?;
+            rsvd(buf[2] & 0x60 == 0, "CFE reserved bits")?;
+            Ok((
+                Packet::Cfe {
+                    ty: buf[2] & 0x1f,
+                    vector: buf[3],
+                    ip: buf[2] & 0x80 != 0,
+                },
+                4,
+            ))
+        }
+        0x53 => {
+            need(buf, 11)?;
+            rsvd(buf[2] & 0xc0 == 0, "EVD reserved bits")?;
+            Ok((
+                Packet::Evd {
+                    ty: buf[2],
+                    payload: le(buf, 3, 8),
+                },
+                11,
+            ))
+        }
+        _ if b1 & 0x1f == 0x12 => {
+            let (size, n) = match (b1 >> 5) & 3 {
+                0 => (PtwSize::Four, 4),
+                1 => (PtwSize::Eight, 8),
+                _ => return Err(DecodeErrorKind::BadPacket("reserved PTW PayloadBytes")),
+            };
+            need(buf, 2 + n)?;
+            Ok((
+                Packet::Ptw {
+                    size,
+                    payload: le(buf, 2, n),
+                    ip: b1 & 0x80 != 0,
+                },
+                2 + n,
+            ))
+        }
+        _ => Err(DecodeErrorKind::BadOpcode),
+    }
+}
+
+fn decode_cyc(buf: &[u8]) -> R {
+    let b0 = buf[0];
+    let mut value = u64::from(b0 >> 3);
+    if b0 & 0x04 == 0 {
+        return Ok((Packet::Cyc { value }, 1));
+    }
+    let mut shift = 5;
+    let mut n = 1;
+    loop {
+        let b = *buf.get(n).ok_or(DecodeErrorKind::Truncated { need: n + 1 })?;
+        n += 1;
+        let bits = u64::from(b >> 1);
+        if shift >= 64 || (shift > 57 && bits >> (64 - shift) != 0) {
+            return Err(DecodeErrorKind::BadPacket("CYC value wider than 64 bits"));
+        }
+        value |= bits << shift;
+        shift += 7;
+        if b & 1 == 0 {
+            // Hardware writes the shortest form; a zero last byte would not round-trip.
+            rsvd(bits != 0, "non-minimal CYC")?;
+            return Ok((Packet::Cyc { value }, n));
+        }
+    }
+}
+
+/// Offset of the first PSB at or after `from`, if any.
+pub fn find_psb(buf: &[u8], from: usize) -> Option<usize> {
+    let hay = buf.get(from..)?;
+    let mut i = 0;
+    while i + 16 <= hay.len() {
+        match hay[i..].iter().position(|&b| b == 0x02) {
+            Some(p) if i + p + 16 <= hay.len() => {
+                if hay[i + p..i + p + 16] == PSB_BYTES {
+                    return Some(from + i + p);
+                }
+                i += p + 1;
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Walks a buffer packet by packet, tracking BBP blocks and last IP; after an error, [`resync`]
+/// moves to the next PSB.
+///
+/// [`resync`]: PacketDecoder::resync
+#[derive(Clone, Debug)]
+pub struct PacketDecoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    base: u64,
+    block: Option<bool>,
+    last_ip: LastIp,
+}
+
+impl<'a> PacketDecoder<'a> {
+    /// A decoder at byte 0 of `buf`; `base` is added to reported offsets.
+    pub fn new(buf: &'a [u8], base: u64) -> Self {
+        PacketDecoder {
+            buf,
+            pos: 0,
+            base,
+            block: None,
+            last_ip: LastIp::new(),
+        }
+    }
+
+    /// Byte offset of the next packet (including `base`).
+    pub fn offset(&self) -> u64 {
+        self.base + self.pos as u64
+    }
+
+    /// Last IP after the packets decoded so far.
+    pub fn last_ip(&self) -> LastIp {
+        self.last_ip
+    }
+
+    /// Moves to the first PSB at or after the current position; false (and at the end) if none.
+    pub fn sync_forward(&mut self) -> bool {
+        match find_psb(self.buf, self.pos) {
+            Some(p) => {
+                self.pos = p;
+                self.block = None;
+                true
+            }
+            None => {
+                self.pos = self.buf.len();
+                false
+            }
+        }
+    }
+
+    /// After an error: moves to the next PSB after the failing byte.
+    pub fn resync(&mut self) -> bool {
+        self.pos = (self.pos + 1).min(self.buf.len());
+        self.sync_forward()
+    }
+
+    /// Decodes the next packet: `None` at the end, else the offset and the packet or the error
+    /// (the position stays at the failing packet; call [`PacketDecoder::resync`]).
+    #[inline]
+    pub fn next_packet(&mut self) -> Option<Result<(u64, Packet), DecodeError>> {
+        if self.pos >= self.buf.len() {
+            return None;
+        }
+        let offset = self.offset();
+        Some(match Packet::decode(&self.buf[self.pos..], self.block) {
+            Ok((p, n)) => {
+                self.pos += n;
+                match p {
+                    Packet::Bbp { sz4, .. } => self.block = Some(sz4),
+                    Packet::Bep { .. } | Packet::Psb | Packet::Ovf => {
+                        self.block = None;
+                        if !matches!(p, Packet::Bep { .. }) {
+                            self.last_ip.reset();
+                        }
+                    }
+                    _ => {
+                        if let Some(ip) = p.ip_payload() {
+                            self.last_ip.apply(ip);
+                        }
+                    }
+                }
+                Ok((offset, p))
+            }
+            Err(kind) => Err(DecodeError { offset, kind }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_psb_after_garbage() {
+        let mut v = vec![0x02, 0x82, 0x02, 0x00, 0x02];
+        v.extend_from_slice(&PSB_BYTES);
+        assert_eq!(find_psb(&v, 0), Some(5));
+        assert_eq!(find_psb(&v, 6), None);
+        assert_eq!(find_psb(&PSB_BYTES[..15], 0), None);
+    }
+
+    #[test]
+    fn errors_carry_offsets_and_resync_skips_to_the_next_psb() {
+        let mut v = vec![0x00, 0xc9, 0x00];
+        v.extend_from_slice(&PSB_BYTES);
+        v.push(0x19);
+        let mut d = PacketDecoder::new(&v, 0x100);
+        assert_eq!(d.next_packet().unwrap().unwrap(), (0x100, Packet::Pad));
+        let e = d.next_packet().unwrap().unwrap_err();
+        assert_eq!((e.offset, e.kind), (0x101, DecodeErrorKind::BadOpcode));
+        assert!(d.resync());
+        assert_eq!(d.next_packet().unwrap().unwrap(), (0x103, Packet::Psb));
+        let e = d.next_packet().unwrap().unwrap_err();
+        assert_eq!(e.kind, DecodeErrorKind::Truncated { need: 8 });
+        assert!(!d.resync());
+        assert!(d.next_packet().is_none());
+    }
+
+    #[test]
+    fn malformed_packets_are_refused() {
+        let bad = |b: &[u8]| Packet::decode(b, None).unwrap_err();
+        assert_eq!(
+            bad(&[0xad, 0, 0, 0, 0, 0, 0]),
+            DecodeErrorKind::BadPacket("reserved IPBytes")
+        );
+        assert_eq!(
+            bad(&[0x02, 0x73, 0, 0, 1, 0, 0]),
+            DecodeErrorKind::BadPacket("TMA reserved bits")
+        );
+        assert_eq!(
+            bad(&[0x02, 0xa3, 1, 0, 0, 0, 0, 0]),
+            DecodeErrorKind::BadPacket("TNT-64 without TNT bits")
+        );
+        assert_eq!(bad(&[0x07, 0x00]), DecodeErrorKind::BadPacket("non-minimal CYC"));
+        assert_eq!(
+            bad(&[0x02, 0xd2, 0, 0, 0, 0]),
+            DecodeErrorKind::BadPacket("reserved PTW PayloadBytes")
+        );
+        assert_eq!(bad(&[0xc9]), DecodeErrorKind::BadOpcode);
+        assert_eq!(
+            bad(&[0x02, 0x82, 0x02, 0x82]),
+            DecodeErrorKind::Truncated { need: 16 }
+        );
+    }
+}

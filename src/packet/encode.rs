@@ -1,0 +1,425 @@
+//! The encoder: a packet into a caller's buffer, no allocation (pt-packets.md §1, §3).
+
+use super::ip::{IpPayload, LastIp};
+use super::{Packet, PtwSize, MAX_PACKET_LEN, PSB_BYTES};
+
+/// A packet that cannot be encoded as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// A field is out of the range the packet can carry.
+    #[error("{packet}: {field} = {value:#x} does not fit the packet")]
+    BadField {
+        /// Packet name.
+        packet: &'static str,
+        /// Field name.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// The output buffer is shorter than the packet.
+    #[error("output buffer too small: need {need} bytes")]
+    BufferTooSmall {
+        /// Bytes the packet needs.
+        need: usize,
+    },
+}
+
+fn bad(packet: &'static str, field: &'static str, value: u64) -> EncodeError {
+    EncodeError::BadField { packet, field, value }
+}
+
+fn check(ok: bool, packet: &'static str, field: &'static str, value: u64) -> Result<(), EncodeError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(packet, field, value))
+    }
+}
+
+#[inline(always)]
+fn put_le(buf: &mut [u8; MAX_PACKET_LEN], at: usize, v: u64, n: usize) {
+    buf[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
+}
+
+#[inline(always)]
+fn ip_packet(
+    buf: &mut [u8; MAX_PACKET_LEN],
+    opcode: u8,
+    p: IpPayload,
+    name: &'static str,
+) -> Result<usize, EncodeError> {
+    check(p.raw & !p.ipc.mask() == 0, name, "ip payload", p.raw)?;
+    buf[0] = (p.ipc as u8) << 5 | opcode;
+    let n = p.ipc.payload_len();
+    put_le(buf, 1, p.raw, n);
+    Ok(1 + n)
+}
+
+impl Packet {
+    /// Encodes into a fixed buffer; returns the packet's length.
+    #[inline]
+    pub fn encode_into(&self, buf: &mut [u8; MAX_PACKET_LEN]) -> Result<usize, EncodeError> {
+        let name = self.name();
+        Ok(match *self {
+            Packet::Pad => {
+                buf[0] = 0;
+                1
+            }
+            Packet::Tnt8(t) => {
+                check((1..=6).contains(&t.count), name, "count", t.count.into())?;
+                check(t.bits >> t.count == 0, name, "bits", t.bits)?;
+                buf[0] = ((t.bits << 1) | 1 << (t.count + 1)) as u8;
+                1
+            }
+            Packet::Tnt64(t) => {
+                check((1..=47).contains(&t.count), name, "count", t.count.into())?;
+                check(t.bits >> t.count == 0, name, "bits", t.bits)?;
+                buf[0] = 0x02;
+                buf[1] = 0xa3;
+                put_le(buf, 2, t.bits | 1 << t.count, 6);
+                8
+            }
+            Packet::Tip(p) => ip_packet(buf, 0x0d, p, name)?,
+            Packet::TipPge(p) => ip_packet(buf, 0x11, p, name)?,
+            Packet::TipPgd(p) => ip_packet(buf, 0x01, p, name)?,
+            Packet::Fup(p) => ip_packet(buf, 0x1d, p, name)?,
+            Packet::Pip { cr3, nr } => {
+                check(cr3 & 0x1f == 0 && cr3 >> 52 == 0, name, "cr3", cr3)?;
+                buf[0] = 0x02;
+                buf[1] = 0x43;
+                put_le(buf, 2, (cr3 >> 5) << 1 | nr as u64, 6);
+                8
+            }
+            Packet::ModeExec { csl, csd, if_ } => {
+                buf[0] = 0x99;
+                buf[1] = (if_ as u8) << 2 | (csd as u8) << 1 | csl as u8;
+                2
+            }
+            Packet::ModeTsx { intx, abrt } => {
+                buf[0] = 0x99;
+                buf[1] = 0x20 | (abrt as u8) << 1 | intx as u8;
+                2
+            }
+            Packet::TraceStop => ext(buf, 0x83),
+            Packet::Cbr { ratio } => {
+                buf[..4].copy_from_slice(&[0x02, 0x03, ratio, 0]);
+                4
+            }
+            Packet::Tsc { tsc } => {
+                check(tsc >> 56 == 0, name, "tsc", tsc)?;
+                buf[0] = 0x19;
+                put_le(buf, 1, tsc, 7);
+                8
+            }
+            Packet::Mtc { ctc } => {
+                buf[0] = 0x59;
+                buf[1] = ctc;
+                2
+            }
+            Packet::Tma { ctc, fc } => {
+                check(fc <= 0x1ff, name, "fc", fc.into())?;
+                let [c0, c1] = ctc.to_le_bytes();
+                buf[..7].copy_from_slice(&[0x02, 0x73, c0, c1, 0, fc as u8, (fc >> 8) as u8]);
+                7
+            }
+            Packet::Cyc { value } => encode_cyc(buf, value),
+            Packet::Vmcs { base } => {
+                check(base & 0xfff == 0 && base >> 52 == 0, name, "base", base)?;
+                buf[0] = 0x02;
+                buf[1] = 0xc8;
+                put_le(buf, 2, base >> 12, 5);
+                7
+            }
+            Packet::Ovf => ext(buf, 0xf3),
+            Packet::Psb => {
+                *buf = PSB_BYTES;
+                16
+            }
+            Packet::PsbEnd => ext(buf, 0x23),
+            Packet::Mnt { payload } => {
+                buf[..3].copy_from_slice(&[0x02, 0xc3, 0x88]);
+                put_le(buf, 3, payload, 8);
+                11
+            }
+            Packet::Ptw { size, payload, ip } => {
+                let (code, n) = match size {
+                    PtwSize::Four => (0u8, 4),
+                    PtwSize::Eight => (1, 8),
+                };
+                check(n == 8 || payload >> 32 == 0, name, "payload", payload)?;
+                buf[0] = 0x02;
+                buf[1] = (ip as u8) << 7 | code << 5 | 0x12;
+                put_le(buf, 2, payload, n);
+                2 + n
+            }
+            Packet::Exstop { ip } => ext(buf, 0x62 | (ip as u8) << 7),
+            Packet::Mwait { hints, ext: e } => {
+                buf[0] = 0x02;
+                buf[1] = 0xc2;
+                put_le(buf, 2, u64::from(hints) | u64::from(e) << 32, 8);
+                10
+            }
+            Packet::Pwre { state, sub_state, hw } => {
+                check(state <= 15, name, "state", state.into())?;
+                check(sub_state <= 15, name, "sub_state", sub_state.into())?;
+                buf[..4].copy_from_slice(&[0x02, 0x22, (hw as u8) << 7, state << 4 | sub_state]);
+                4
+            }
+            Packet::Pwrx { last, deepest, wake } => {
+                check(last <= 15, name, "last", last.into())?;
+                check(deepest <= 15, name, "deepest", deepest.into())?;
+                check(wake <= 15, name, "wake", wake.into())?;
+                buf[..7].copy_from_slice(&[0x02, 0xa2, last << 4 | deepest, wake, 0, 0, 0]);
+                7
+            }
+            Packet::Bbp { sz4, ty } => {
+                check(ty <= 0x1f, name, "type", ty.into())?;
+                buf[..3].copy_from_slice(&[0x02, 0x63, (sz4 as u8) << 7 | ty]);
+                3
+            }
+            Packet::Bip { id, payload, sz4 } => {
+                check(id <= 0x1f, name, "id", id.into())?;
+                check(!sz4 || payload >> 32 == 0, name, "payload", payload)?;
+                buf[0] = id << 3 | 0x04;
+                let n = if sz4 { 4 } else { 8 };
+                put_le(buf, 1, payload, n);
+                1 + n
+            }
+            Packet::Bep { ip } => ext(buf, 0x33 | (ip as u8) << 7),
+            Packet::Cfe { ty, vector, ip } => {
+                check(ty <= 0x1f, name, "type", ty.into())?;
+                buf[..4].copy_from_slice(&[0x02, 0x13, (ip as u8) << 7 | ty, vector]);
+                4
+            }
+            Packet::Evd { ty, payload } => {
+                check(ty <= 0x3f, name, "type", ty.into())?;
+                buf[..3].copy_from_slice(&[0x02, 0x53, ty]);
+                put_le(buf, 3, payload, 8);
+                11
+            }
+            Packet::Trig { trbv, ip, mult, icnt } => {
+                buf[0] = 0xd9;
+                buf[1] = (ip as u8) << 7 | (icnt.is_some() as u8) << 6 | (mult as u8) << 5;
+                buf[2] = trbv;
+                match icnt {
+                    Some(n) => {
+                        put_le(buf, 3, n.into(), 2);
+                        5
+                    }
+                    None => 3,
+                }
+            }
+        })
+    }
+
+    /// Encodes into `out`; returns the packet's length.
+    #[inline]
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        let mut buf = [0u8; MAX_PACKET_LEN];
+        let n = self.encode_into(&mut buf)?;
+        let dst = out.get_mut(..n).ok_or(EncodeError::BufferTooSmall { need: n })?;
+        dst.copy_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    /// Appends the encoding to `out`.
+    pub fn encode_to_vec(&self, out: &mut Vec<u8>) -> Result<usize, EncodeError> {
+        let mut buf = [0u8; MAX_PACKET_LEN];
+        let n = self.encode_into(&mut buf)?;
+        out.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+#[inline(always)]
+fn ext(buf: &mut [u8; MAX_PACKET_LEN], op: u8) -> usize {
+    buf[0] = 0x02;
+    buf[1] = op;
+    2
+}
+
+/// CYC: 5 value bits in byte 0 (bit 2 = more), then 7 bits per byte (bit 0 = more) (SDM 36-52).
+#[inline(always)]
+fn encode_cyc(buf: &mut [u8; MAX_PACKET_LEN], value: u64) -> usize {
+    let mut v = value >> 5;
+    buf[0] = ((value & 0x1f) as u8) << 3 | 0x03 | if v != 0 { 0x04 } else { 0 };
+    let mut n = 1;
+    while v != 0 {
+        let more = v >> 7 != 0;
+        buf[n] = ((v & 0x7f) as u8) << 1 | more as u8;
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+/// An encoder that keeps last-IP state: [`PacketEncoder::compress`] picks the shortest IP form that
+/// reproduces an IP, as hardware does; encoding a packet updates the state (IP packets), and PSB and
+/// OVF reset it.
+#[derive(Clone, Debug, Default)]
+pub struct PacketEncoder {
+    last_ip: LastIp,
+}
+
+impl PacketEncoder {
+    /// A fresh encoder (last IP = 0).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The last-IP state.
+    pub fn last_ip(&self) -> LastIp {
+        self.last_ip
+    }
+
+    /// The payload for `ip` (None: suppressed) against the current last IP.
+    pub fn compress(&self, ip: Option<u64>) -> IpPayload {
+        ip.map_or(IpPayload::SUPPRESSED, |ip| self.last_ip.compress(ip))
+    }
+
+    /// Encodes `p` into `out` and tracks last IP.
+    #[inline]
+    pub fn encode(&mut self, p: &Packet, out: &mut [u8]) -> Result<usize, EncodeError> {
+        let n = p.encode(out)?;
+        self.track(p);
+        Ok(n)
+    }
+
+    /// Encodes `p` at the end of `out` and tracks last IP.
+    pub fn encode_to_vec(&mut self, p: &Packet, out: &mut Vec<u8>) -> Result<usize, EncodeError> {
+        let n = p.encode_to_vec(out)?;
+        self.track(p);
+        Ok(n)
+    }
+
+    fn track(&mut self, p: &Packet) {
+        match p {
+            Packet::Psb | Packet::Ovf => self.last_ip.reset(),
+            _ => {
+                if let Some(ip) = p.ip_payload() {
+                    self.last_ip.apply(ip);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Ipc, Tnt};
+    use super::*;
+
+    fn bytes(p: Packet) -> Vec<u8> {
+        let mut v = Vec::new();
+        p.encode_to_vec(&mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn byte_layouts_match_the_golden_examples() {
+        assert_eq!(
+            bytes(Packet::Tnt8(Tnt::from_outcomes(&[
+                true, false, false, false, true
+            ]))),
+            [0x62]
+        );
+        assert_eq!(
+            bytes(Packet::Tip(IpPayload::new(Ipc::Sext48, 0xffff_ffff_1000))),
+            [0x6d, 0x00, 0x10, 0xff, 0xff, 0xff, 0xff]
+        );
+        assert_eq!(
+            bytes(Packet::Pip {
+                cr3: 0xafafa0,
+                nr: true
+            }),
+            [0x02, 0x43, 0xfb, 0xfa, 0x0a, 0, 0, 0]
+        );
+        assert_eq!(bytes(Packet::Cyc { value: 0x57 }), [0xbf, 0x04]);
+        assert_eq!(bytes(Packet::Cyc { value: 0x1000 }), [0x07, 0x01, 0x02]);
+        assert_eq!(
+            bytes(Packet::Cyc { value: u64::MAX }),
+            [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0e]
+        );
+        assert_eq!(
+            bytes(Packet::Tma { ctc: 0x12, fc: 0x34 }),
+            [0x02, 0x73, 0x12, 0x00, 0x00, 0x34, 0x00]
+        );
+        assert_eq!(
+            bytes(Packet::Vmcs { base: 0xabcd000 }),
+            [0x02, 0xc8, 0xcd, 0xab, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Packet::Pwrx {
+                last: 0,
+                deepest: 5,
+                wake: 1
+            }),
+            [0x02, 0xa2, 0x05, 0x01, 0, 0, 0]
+        );
+        assert_eq!(
+            bytes(Packet::Cfe {
+                ty: 3,
+                vector: 0xf0,
+                ip: true
+            }),
+            [0x02, 0x13, 0x83, 0xf0]
+        );
+        assert_eq!(
+            bytes(Packet::Trig {
+                trbv: 0xa1,
+                ip: true,
+                mult: true,
+                icnt: Some(23)
+            }),
+            [0xd9, 0xe0, 0xa1, 0x17, 0x00]
+        );
+        assert_eq!(
+            bytes(Packet::Ptw {
+                size: PtwSize::Four,
+                payload: 0x90abcdef,
+                ip: true
+            }),
+            [0x02, 0x92, 0xef, 0xcd, 0xab, 0x90]
+        );
+        assert_eq!(
+            bytes(Packet::Pwre {
+                state: 0xf,
+                sub_state: 0xf,
+                hw: true
+            }),
+            [0x02, 0x22, 0x80, 0xff]
+        );
+    }
+
+    #[test]
+    fn out_of_range_fields_are_refused() {
+        let mut b = [0u8; 16];
+        assert!(Packet::Tnt8(Tnt { bits: 0, count: 7 })
+            .encode_into(&mut b)
+            .is_err());
+        assert!(Packet::Tnt64(Tnt { bits: 0, count: 48 })
+            .encode_into(&mut b)
+            .is_err());
+        assert!(Packet::Tnt8(Tnt { bits: 0, count: 0 })
+            .encode_into(&mut b)
+            .is_err());
+        assert!(Packet::Tma { ctc: 0, fc: 0x200 }.encode_into(&mut b).is_err());
+        assert!(Packet::Pip {
+            cr3: 0x1001,
+            nr: false
+        }
+        .encode_into(&mut b)
+        .is_err());
+        assert!(Packet::Tip(IpPayload {
+            ipc: Ipc::Update16,
+            raw: 0x1_0000
+        })
+        .encode_into(&mut b)
+        .is_err());
+        assert_eq!(
+            Packet::Psb.encode(&mut [0u8; 15]),
+            Err(EncodeError::BufferTooSmall { need: 16 })
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! IP compression (IPBytes) and the last-IP state shared by TIP, TIP.PGE, TIP.PGD and FUP
+//! (pt-packets.md §2).
+
+/// The IPBytes field: how much of the IP a packet carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Ipc {
+    /// 000: no IP (suppressed); last IP unchanged.
+    Suppressed = 0,
+    /// 001: IP[15:0]; upper bits from last IP.
+    Update16 = 1,
+    /// 010: IP[31:0]; upper bits from last IP.
+    Update32 = 2,
+    /// 011: IP[47:0] sign-extended from bit 47.
+    Sext48 = 3,
+    /// 100: IP[47:0]; bits 63:48 from last IP.
+    Update48 = 4,
+    /// 110: the full 64-bit IP.
+    Full = 6,
+}
+
+impl Ipc {
+    /// Decodes the 3-bit field; 5 and 7 are reserved.
+    pub fn from_bits(v: u8) -> Option<Self> {
+        Some(match v {
+            0 => Ipc::Suppressed,
+            1 => Ipc::Update16,
+            2 => Ipc::Update32,
+            3 => Ipc::Sext48,
+            4 => Ipc::Update48,
+            6 => Ipc::Full,
+            _ => return None,
+        })
+    }
+
+    /// Payload bytes the packet carries.
+    pub const fn payload_len(self) -> usize {
+        match self {
+            Ipc::Suppressed => 0,
+            Ipc::Update16 => 2,
+            Ipc::Update32 => 4,
+            Ipc::Sext48 | Ipc::Update48 => 6,
+            Ipc::Full => 8,
+        }
+    }
+
+    /// Mask of the payload bits.
+    pub const fn mask(self) -> u64 {
+        match self.payload_len() {
+            0 => 0,
+            8 => u64::MAX,
+            n => (1 << (8 * n)) - 1,
+        }
+    }
+}
+
+/// The IP field of an IP packet exactly as it sits in the packet: the compression and the payload
+/// bits (only the low `ipc.payload_len()` bytes are meaningful).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IpPayload {
+    /// IPBytes.
+    pub ipc: Ipc,
+    /// Payload bits, zero-extended.
+    pub raw: u64,
+}
+
+impl IpPayload {
+    /// A suppressed IP.
+    pub const SUPPRESSED: IpPayload = IpPayload {
+        ipc: Ipc::Suppressed,
+        raw: 0,
+    };
+
+    /// A payload with `raw` cut to what `ipc` carries.
+    pub fn new(ipc: Ipc, raw: u64) -> Self {
+        IpPayload {
+            ipc,
+            raw: raw & ipc.mask(),
+        }
+    }
+}
+
+/// Last-IP state: the IP of the last IP packet that carried one (SDM 36-38/39). Reset to 0 at PSB
+/// and, as libipt does, at OVF.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastIp {
+    ip: u64,
+}
+
+impl LastIp {
+    /// Last IP = 0.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The current last IP.
+    pub fn get(&self) -> u64 {
+        self.ip
+    }
+
+    /// Back to 0 (PSB, OVF).
+    pub fn reset(&mut self) {
+        self.ip = 0;
+    }
+
+    /// The IP `p` stands for against the current last IP, without updating it; `None` if suppressed.
+    pub fn reconstruct(&self, p: IpPayload) -> Option<u64> {
+        let raw = p.raw & p.ipc.mask();
+        Some(match p.ipc {
+            Ipc::Suppressed => return None,
+            Ipc::Update16 => (self.ip & !0xffff) | raw,
+            Ipc::Update32 => (self.ip & !0xffff_ffff) | raw,
+            Ipc::Sext48 => (((raw << 16) as i64) >> 16) as u64,
+            Ipc::Update48 => (self.ip & !0xffff_ffff_ffff) | raw,
+            Ipc::Full => raw,
+        })
+    }
+
+    /// Reconstructs `p` and makes it the last IP.
+    pub fn apply(&mut self, p: IpPayload) -> Option<u64> {
+        let ip = self.reconstruct(p)?;
+        self.ip = ip;
+        Some(ip)
+    }
+
+    /// The shortest payload that reproduces `ip` from the current last IP: update-16, -32, -48 when
+    /// the upper bits match, else sext-48 for canonical IPs, else full (pt-packets.md §2).
+    pub fn compress(&self, ip: u64) -> IpPayload {
+        let diff = ip ^ self.ip;
+        let ipc = if diff >> 16 == 0 {
+            Ipc::Update16
+        } else if diff >> 32 == 0 {
+            Ipc::Update32
+        } else if diff >> 48 == 0 {
+            Ipc::Update48
+        } else if (((ip << 16) as i64) >> 16) as u64 == ip {
+            Ipc::Sext48
+        } else {
+            Ipc::Full
+        };
+        IpPayload::new(ipc, ip)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compression_picks_the_shortest_exact_form() {
+        let mut l = LastIp::new();
+        assert_eq!(l.compress(0x1234).ipc, Ipc::Update16);
+        assert_eq!(l.compress(0x1234_5678).ipc, Ipc::Update32);
+        assert_eq!(l.compress(0x7fff_1234_5678).ipc, Ipc::Update48);
+        assert_eq!(l.compress(0xffff_8000_0000_1000).ipc, Ipc::Sext48);
+        assert_eq!(l.compress(0x00cc_ffff_ffff_4000).ipc, Ipc::Full);
+        l.apply(IpPayload::new(Ipc::Full, 0x00cc_0000_0000_0000));
+        assert_eq!(l.compress(0x00cc_ffff_ffff_4000).ipc, Ipc::Update48);
+        for ip in [
+            0u64,
+            1,
+            0xffff_ffff_ffff_ffff,
+            0x8000_0000_0000_0000,
+            0x0000_8000_0000_0000,
+        ] {
+            let p = l.compress(ip);
+            assert_eq!(l.reconstruct(p), Some(ip), "{ip:#x} via {p:?}");
+        }
+    }
+
+    #[test]
+    fn suppressed_leaves_last_ip_alone() {
+        let mut l = LastIp::new();
+        l.apply(IpPayload::new(Ipc::Sext48, 0xffff_ffff_1000));
+        assert_eq!(l.get(), 0xffff_ffff_ffff_1000);
+        assert_eq!(l.apply(IpPayload::SUPPRESSED), None);
+        assert_eq!(l.get(), 0xffff_ffff_ffff_1000);
+        assert_eq!(
+            l.apply(IpPayload::new(Ipc::Update16, 0x2000)),
+            Some(0xffff_ffff_ffff_2000)
+        );
+    }
+}

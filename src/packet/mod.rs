@@ -1,0 +1,278 @@
+//! Intel PT packets, bit-exact: the [`Packet`] type, its encoder and decoder, last-IP compression,
+//! and the text form (pt-packets.md §1–§4; choices in `spec/packets.md`).
+
+mod decode;
+mod encode;
+mod ip;
+pub mod text;
+
+pub use decode::{find_psb, DecodeError, DecodeErrorKind, PacketDecoder};
+pub use encode::{EncodeError, PacketEncoder};
+pub use ip::{IpPayload, Ipc, LastIp};
+
+/// The largest packet: PSB, 16 bytes.
+pub const MAX_PACKET_LEN: usize = 16;
+
+/// The 16 bytes of a PSB.
+pub const PSB_BYTES: [u8; 16] = [
+    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+];
+
+/// A run of TNT bits: `count` conditional-branch outcomes in the low bits of `bits`, the oldest in
+/// bit `count - 1` and the youngest in bit 0 (1 = taken), as the packet holds them (SDM 36-37).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tnt {
+    /// The outcomes, oldest in the most significant of the `count` bits.
+    pub bits: u64,
+    /// How many: 1..=6 for TNT-8, 1..=47 for TNT-64.
+    pub count: u8,
+}
+
+impl Tnt {
+    /// Builds a TNT from outcomes listed oldest first.
+    pub fn from_outcomes(taken: &[bool]) -> Self {
+        let bits = taken.iter().fold(0u64, |acc, &t| acc << 1 | t as u64);
+        Tnt {
+            bits,
+            count: taken.len() as u8,
+        }
+    }
+
+    /// Outcome `i`, counting from the oldest (0).
+    pub fn taken(&self, i: u8) -> bool {
+        self.bits >> (self.count - 1 - i) & 1 == 1
+    }
+}
+
+/// PTWRITE payload size (PayloadBytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PtwSize {
+    /// 00: 4 bytes.
+    Four,
+    /// 01: 8 bytes.
+    Eight,
+}
+
+/// Every Intel PT packet (pt-packets.md §1). Field values are those the packet carries; IP packets
+/// carry their compressed payload (see [`LastIp`] for the IP it stands for).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Packet {
+    /// PAD `00`.
+    Pad,
+    /// Short TNT (1–6 bits).
+    Tnt8(Tnt),
+    /// Long TNT `02 A3` (1–47 bits).
+    Tnt64(Tnt),
+    /// TIP: target IP of an indirect branch, far transfer or uncompressed return.
+    Tip(IpPayload),
+    /// TIP.PGE: packet generation enabled at this IP.
+    TipPge(IpPayload),
+    /// TIP.PGD: packet generation disabled.
+    TipPgd(IpPayload),
+    /// FUP: source IP of an asynchronous event.
+    Fup(IpPayload),
+    /// PIP `02 43`: CR3 (bits 51:5) and the non-root bit.
+    Pip {
+        /// CR3; bits 4:0 and 63:52 are not carried.
+        cr3: u64,
+        /// VMX non-root.
+        nr: bool,
+    },
+    /// MODE.Exec `99 0x`.
+    ModeExec {
+        /// CS.L.
+        csl: bool,
+        /// CS.D.
+        csd: bool,
+        /// RFLAGS.IF.
+        if_: bool,
+    },
+    /// MODE.TSX `99 2x`.
+    ModeTsx {
+        /// In a transaction.
+        intx: bool,
+        /// Transaction aborted.
+        abrt: bool,
+    },
+    /// TraceStop `02 83`.
+    TraceStop,
+    /// CBR `02 03`: core:bus ratio.
+    Cbr {
+        /// The ratio.
+        ratio: u8,
+    },
+    /// TSC `19`: TSC[55:0].
+    Tsc {
+        /// TSC bits 55:0.
+        tsc: u64,
+    },
+    /// MTC `59`: CTC byte.
+    Mtc {
+        /// (ART >> MTCFreq) & 0xFF.
+        ctc: u8,
+    },
+    /// TMA `02 73`: CTC[15:0] and FastCounter[8:0].
+    Tma {
+        /// CTC bits 15:0.
+        ctc: u16,
+        /// Fast counter, 9 bits.
+        fc: u16,
+    },
+    /// CYC: core cycles since the last CYC (variable length).
+    Cyc {
+        /// Cycle count.
+        value: u64,
+    },
+    /// VMCS `02 C8`: VMCS base (bits 51:12).
+    Vmcs {
+        /// Base address, 4 KiB aligned.
+        base: u64,
+    },
+    /// OVF `02 F3`.
+    Ovf,
+    /// PSB `02 82` ×8.
+    Psb,
+    /// PSBEND `02 23`.
+    PsbEnd,
+    /// MNT `02 C3 88`: maintenance payload.
+    Mnt {
+        /// 64-bit payload.
+        payload: u64,
+    },
+    /// PTW `02 x2`: PTWRITE payload.
+    Ptw {
+        /// Payload size.
+        size: PtwSize,
+        /// Payload (the low 4 bytes for [`PtwSize::Four`]).
+        payload: u64,
+        /// A FUP with the PTWRITE's IP follows.
+        ip: bool,
+    },
+    /// EXSTOP `02 62` / `02 E2`.
+    Exstop {
+        /// A FUP follows.
+        ip: bool,
+    },
+    /// MWAIT `02 C2`.
+    Mwait {
+        /// EAX hints.
+        hints: u32,
+        /// ECX extensions.
+        ext: u32,
+    },
+    /// PWRE `02 22`: power entry.
+    Pwre {
+        /// Resolved thread C-state field (MWAIT-hint convention: C-state − 1, mod 16).
+        state: u8,
+        /// Sub C-state field.
+        sub_state: u8,
+        /// Hardware-initiated (byte 2 bit 7, per the SDM and perf).
+        hw: bool,
+    },
+    /// PWRX `02 A2`: power exit.
+    Pwrx {
+        /// Last core C-state field.
+        last: u8,
+        /// Deepest core C-state field.
+        deepest: u8,
+        /// Wake reason bits 3:0 (bit 0 interrupt, bit 2 store to monitored address, bit 3 HW).
+        wake: u8,
+    },
+    /// BBP `02 63`: block begin (PEBS via PT).
+    Bbp {
+        /// Sz: 1 = 4-byte BIPs, 0 = 8-byte (perf's reading).
+        sz4: bool,
+        /// Block type, 5 bits.
+        ty: u8,
+    },
+    /// BIP: block item, only inside a BBP…BEP block.
+    Bip {
+        /// Item ID, 5 bits.
+        id: u8,
+        /// Value (4 or 8 bytes, from the enclosing BBP).
+        payload: u64,
+        /// The block's items are 4 bytes.
+        sz4: bool,
+    },
+    /// BEP `02 33` / `02 B3`: block end.
+    Bep {
+        /// A FUP follows.
+        ip: bool,
+    },
+    /// CFE `02 13`: control-flow event.
+    Cfe {
+        /// Event type, 5 bits.
+        ty: u8,
+        /// Vector.
+        vector: u8,
+        /// A FUP follows.
+        ip: bool,
+    },
+    /// EVD `02 53`: event data.
+    Evd {
+        /// Data type, 6 bits.
+        ty: u8,
+        /// 64-bit payload.
+        payload: u64,
+    },
+    /// TRIG `D9`: trigger.
+    Trig {
+        /// Trigger bit vector.
+        trbv: u8,
+        /// A FUP follows.
+        ip: bool,
+        /// More than one trigger fired.
+        mult: bool,
+        /// Instruction count, when valid.
+        icnt: Option<u16>,
+    },
+}
+
+impl Packet {
+    /// The packet's name as the text form writes it (`tip.pge`, `tnt.8`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Packet::Pad => "pad",
+            Packet::Tnt8(_) => "tnt.8",
+            Packet::Tnt64(_) => "tnt.64",
+            Packet::Tip(_) => "tip",
+            Packet::TipPge(_) => "tip.pge",
+            Packet::TipPgd(_) => "tip.pgd",
+            Packet::Fup(_) => "fup",
+            Packet::Pip { .. } => "pip",
+            Packet::ModeExec { .. } => "mode.exec",
+            Packet::ModeTsx { .. } => "mode.tsx",
+            Packet::TraceStop => "stop",
+            Packet::Cbr { .. } => "cbr",
+            Packet::Tsc { .. } => "tsc",
+            Packet::Mtc { .. } => "mtc",
+            Packet::Tma { .. } => "tma",
+            Packet::Cyc { .. } => "cyc",
+            Packet::Vmcs { .. } => "vmcs",
+            Packet::Ovf => "ovf",
+            Packet::Psb => "psb",
+            Packet::PsbEnd => "psbend",
+            Packet::Mnt { .. } => "mnt",
+            Packet::Ptw { .. } => "ptw",
+            Packet::Exstop { .. } => "exstop",
+            Packet::Mwait { .. } => "mwait",
+            Packet::Pwre { .. } => "pwre",
+            Packet::Pwrx { .. } => "pwrx",
+            Packet::Bbp { .. } => "bbp",
+            Packet::Bip { .. } => "bip",
+            Packet::Bep { .. } => "bep",
+            Packet::Cfe { .. } => "cfe",
+            Packet::Evd { .. } => "evd",
+            Packet::Trig { .. } => "trig",
+        }
+    }
+
+    /// The IP payload of TIP, TIP.PGE, TIP.PGD and FUP.
+    pub fn ip_payload(&self) -> Option<IpPayload> {
+        match *self {
+            Packet::Tip(p) | Packet::TipPge(p) | Packet::TipPgd(p) | Packet::Fup(p) => Some(p),
+            _ => None,
+        }
+    }
+}

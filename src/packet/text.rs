@@ -1,0 +1,1 @@
+//! Text form (filled in below).
