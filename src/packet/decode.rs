@@ -276,7 +276,7 @@ fn decode_ext(buf: &[u8]) -> R {
         }
         0xa2 => {
             need(buf, 7)?;
-            rsvd(buf[3] & 0xf0 == 0 && buf[4..7] == [0, 0, 0], "PWRX reserved bits")?;
+            rsvd(buf[3] & 0xf2 == 0 && buf[4..7] == [0, 0, 0], "PWRX reserved bits")?;
             Ok((
                 Packet::Pwrx {
                     last: buf[2] >> 4,

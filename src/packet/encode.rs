@@ -169,7 +169,7 @@ impl Packet {
             Packet::Pwrx { last, deepest, wake } => {
                 check(last <= 15, name, "last", last.into())?;
                 check(deepest <= 15, name, "deepest", deepest.into())?;
-                check(wake <= 15, name, "wake", wake.into())?;
+                check(wake & !0x0d == 0, name, "wake", wake.into())?;
                 buf[..7].copy_from_slice(&[0x02, 0xa2, last << 4 | deepest, wake, 0, 0, 0]);
                 7
             }

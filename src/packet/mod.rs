@@ -176,7 +176,8 @@ pub enum Packet {
         last: u8,
         /// Deepest core C-state field.
         deepest: u8,
-        /// Wake reason bits 3:0 (bit 0 interrupt, bit 2 store to monitored address, bit 3 HW).
+        /// Wake reason: bit 0 interrupt, bit 2 store to a monitored address, bit 3 hardware
+        /// autonomous (bit 1 is reserved).
         wake: u8,
     },
     /// BBP `02 63`: block begin (PEBS via PT).

@@ -1,6 +1,9 @@
 //! Shared test rig: build tables in sparse memory, program the MSRs, write a stream, inspect.
 #![allow(dead_code)]
 
+pub mod libipt;
+pub mod packets;
+
 use ptemu::output::TopaEntry;
 use ptemu::regs::msr::*;
 use ptemu::regs::{RegisterFile, RtitCtl};
