@@ -273,3 +273,99 @@ fn raw_entries_accept_values_past_i64_as_strings() {
         text(&o.stdout)
     );
 }
+
+#[test]
+fn dump_then_asm_is_byte_identical_and_json_and_lastip_work() {
+    use ptemu::packet::{IpPayload, Ipc, Packet, PacketEncoder, Tnt};
+    let mut enc = PacketEncoder::new();
+    let mut bytes = Vec::new();
+    let seq = [
+        Packet::Psb,
+        Packet::ModeExec {
+            csl: true,
+            csd: false,
+            if_: false,
+        },
+        Packet::Fup(IpPayload::new(Ipc::Sext48, 0xffff_ffff_1000)),
+        Packet::PsbEnd,
+        Packet::Tnt8(Tnt::from_outcomes(&[true, false, true])),
+        Packet::Tip(IpPayload::new(Ipc::Update16, 0x2000)),
+        Packet::Cyc { value: 0x1234 },
+        Packet::Trig {
+            trbv: 1,
+            ip: false,
+            mult: true,
+            icnt: Some(7),
+        },
+        Packet::Bbp { sz4: true, ty: 3 },
+        Packet::Bip {
+            id: 2,
+            payload: 0xdead,
+            sz4: true,
+        },
+        Packet::Bep { ip: false },
+        Packet::TipPgd(IpPayload::SUPPRESSED),
+    ];
+    for p in &seq {
+        enc.encode_to_vec(p, &mut bytes).unwrap();
+    }
+    let c = Case::new();
+    let pt = c.file("t.pt", &bytes);
+    let o = ptemu(&["dump", s(&pt), "--lastip"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let listing = text(&o.stdout);
+    assert!(listing.contains("# ip 0xffffffffffff2000"), "{listing}");
+    let txt = c.file("t.txt", &listing);
+    let back = c.dir.path().join("back.pt");
+    let o = ptemu(&["asm", s(&txt), "-o", s(&back)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(&back).unwrap(), bytes);
+    let o = ptemu(&["dump", s(&pt), "--json", "--lastip"]);
+    let lines: Vec<Value> = text(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), seq.len());
+    assert_eq!(lines[2]["packet"], "fup");
+    assert_eq!(lines[2]["ipc"], 3);
+    assert_eq!(lines[2]["ip"].as_u64(), Some(0xffff_ffff_ffff_1000));
+    assert_eq!(lines[5]["offset"], 16 + 2 + 7 + 2 + 1);
+}
+
+#[test]
+fn dump_shows_bad_bytes_with_their_offset_and_resyncs() {
+    let c = Case::new();
+    let mut bytes = vec![
+        0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+    ];
+    bytes.extend_from_slice(&[0x00, 0xc9, 0x00]);
+    bytes.extend_from_within(..16);
+    bytes.push(0x19); // truncated TSC
+    let pt = c.file("bad.pt", &bytes);
+    let o = ptemu(&["dump", s(&pt)]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("0000000000000011  [error at byte 0x11: unknown opcode]"),
+        "{out}"
+    );
+    assert!(out.contains("[resynced at 0000000000000013]"), "{out}");
+    assert!(
+        out.contains("0000000000000023  [error at byte 0x23: truncated packet"),
+        "{out}"
+    );
+    assert!(text(&o.stderr).contains("2 decode error(s)"));
+    let o = ptemu(&["dump", s(&c.file("none.pt", [0x00, 0x00])), "--no-sync"]);
+    assert!(o.status.success());
+    assert_eq!(text(&o.stdout).lines().count(), 2);
+}
+
+#[test]
+fn asm_errors_name_the_file_and_line() {
+    let c = Case::new();
+    let txt = c.file("bad.txt", "psb\npsbend\ntnt.8 !!!!!!!\n");
+    let o = ptemu(&["asm", s(&txt), "-o", s(&c.dir.path().join("x.pt"))]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("bad.txt:3:"), "{}", text(&o.stderr));
+    assert!(!c.dir.path().join("x.pt").exists());
+}

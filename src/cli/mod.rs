@@ -1,6 +1,7 @@
 //! Command-line front end: argument parsing and the subcommands.
 
 mod layout_cmd;
+mod packet_cmd;
 mod write_cmd;
 
 use clap::{Parser, Subcommand};
@@ -32,6 +33,29 @@ enum Command {
         /// Print nothing on success.
         #[arg(long, short)]
         quiet: bool,
+    },
+    /// Print the packets of a trace, one per line: offset, name, fields. Exits 1 if bytes fail to
+    /// decode (each error is shown with its offset, then decoding resyncs at the next PSB).
+    Dump {
+        /// Trace file ("-" for stdin).
+        file: PathBuf,
+        /// JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Show the IP each TIP/FUP/TIP.PGE/TIP.PGD stands for (last-IP reconstruction).
+        #[arg(long)]
+        lastip: bool,
+        /// Decode from byte 0 instead of from the first PSB.
+        #[arg(long)]
+        no_sync: bool,
+    },
+    /// Assemble the text form back into bytes.
+    Asm {
+        /// Text file (as `ptemu dump` writes it).
+        file: PathBuf,
+        /// Output trace file.
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Layout files.
     Layout {
@@ -86,6 +110,13 @@ pub fn run() -> ExitCode {
         Command::Layout {
             command: LayoutCommand::Check { layout },
         } => layout_cmd::check(&layout),
+        Command::Dump {
+            file,
+            json,
+            lastip,
+            no_sync,
+        } => packet_cmd::dump(&file, json, lastip, no_sync),
+        Command::Asm { file, output } => packet_cmd::asm(&file, &output),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -19,6 +19,12 @@ pub enum Ipc {
     Full = 6,
 }
 
+impl serde::Serialize for Ipc {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u8(*self as u8)
+    }
+}
+
 impl Ipc {
     /// Decodes the 3-bit field; 5 and 7 are reserved.
     pub fn from_bits(v: u8) -> Option<Self> {
@@ -56,7 +62,7 @@ impl Ipc {
 
 /// The IP field of an IP packet exactly as it sits in the packet: the compression and the payload
 /// bits (only the low `ipc.payload_len()` bytes are meaningful).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct IpPayload {
     /// IPBytes.
     pub ipc: Ipc,

@@ -1,1 +1,394 @@
-//! Text form (filled in below).
+//! The text form of packets, written by `ptemu dump` and read by `ptemu asm`.
+//!
+//! One packet per line: `name args`, optionally preceded by a 16-digit hex offset (ignored on
+//! input); `#` starts a comment. Numbers are written in hex (`0x…`); `asm` also takes decimal. Every
+//! field that reaches the bytes is in the text, so `dump` then `asm` reproduces a valid stream
+//! byte for byte. The grammar, per packet, is in `spec/packets.md`.
+
+use super::{IpPayload, Ipc, Packet, PtwSize, Tnt};
+use std::fmt::{self, Write};
+
+/// Writes the arguments of `p` (everything after the name).
+pub fn write_args(p: &Packet, out: &mut impl Write) -> fmt::Result {
+    let flag = |out: &mut dyn Write, on: bool, first: &mut bool, name: &str| -> fmt::Result {
+        if on {
+            if !*first {
+                out.write_str(", ")?;
+            }
+            *first = false;
+            out.write_str(name)?;
+        }
+        Ok(())
+    };
+    match *p {
+        Packet::Pad | Packet::Psb | Packet::PsbEnd | Packet::Ovf | Packet::TraceStop => Ok(()),
+        Packet::Tnt8(t) | Packet::Tnt64(t) => {
+            for i in 0..t.count {
+                out.write_char(if t.taken(i) { '!' } else { '.' })?;
+            }
+            Ok(())
+        }
+        Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => match ip.ipc {
+            Ipc::Suppressed => out.write_str("0"),
+            ipc => write!(out, "{}: {:#x}", ipc as u8, ip.raw),
+        },
+        Packet::Pip { cr3, nr } => write!(out, "{cr3:#x}{}", if nr { ", nr" } else { "" }),
+        Packet::ModeExec { csl, csd, if_ } => {
+            let mut first = true;
+            flag(out, csl, &mut first, "cs.l")?;
+            flag(out, csd, &mut first, "cs.d")?;
+            flag(out, if_, &mut first, "if")
+        }
+        Packet::ModeTsx { intx, abrt } => {
+            let mut first = true;
+            flag(out, intx, &mut first, "intx")?;
+            flag(out, abrt, &mut first, "abrt")
+        }
+        Packet::Cbr { ratio } => write!(out, "{ratio:#x}"),
+        Packet::Tsc { tsc } => write!(out, "{tsc:#x}"),
+        Packet::Mtc { ctc } => write!(out, "{ctc:#x}"),
+        Packet::Tma { ctc, fc } => write!(out, "{ctc:#x}, {fc:#x}"),
+        Packet::Cyc { value } => write!(out, "{value:#x}"),
+        Packet::Vmcs { base } => write!(out, "{base:#x}"),
+        Packet::Mnt { payload } => write!(out, "{payload:#x}"),
+        Packet::Ptw { size, payload, ip } => {
+            let n = if size == PtwSize::Four { 4 } else { 8 };
+            write!(out, "{n}: {payload:#x}{}", if ip { ", ip" } else { "" })
+        }
+        Packet::Exstop { ip } | Packet::Bep { ip } => out.write_str(if ip { "ip" } else { "" }),
+        Packet::Mwait { hints, ext } => write!(out, "{hints:#x}, {ext:#x}"),
+        Packet::Pwre { state, sub_state, hw } => {
+            write!(
+                out,
+                "c{}.{}{}",
+                (state + 1) & 0xf,
+                (sub_state + 1) & 0xf,
+                if hw { ", hw" } else { "" }
+            )
+        }
+        Packet::Pwrx { last, deepest, wake } => {
+            write!(
+                out,
+                "c{}, c{}, wake {wake:#x}",
+                (last + 1) & 0xf,
+                (deepest + 1) & 0xf
+            )
+        }
+        Packet::Bbp { sz4, ty } => write!(out, "{ty:#x}{}", if sz4 { ", sz4" } else { "" }),
+        Packet::Bip { id, payload, .. } => write!(out, "{id:#x}: {payload:#x}"),
+        Packet::Cfe { ty, vector, ip } => write!(out, "{ty:#x}: {vector:#x}{}", if ip { ", ip" } else { "" }),
+        Packet::Evd { ty, payload } => write!(out, "{ty:#x}: {payload:#x}"),
+        Packet::Trig { trbv, ip, mult, icnt } => {
+            write!(out, "{trbv:#x}")?;
+            if ip {
+                out.write_str(", ip")?;
+            }
+            if mult {
+                out.write_str(", mult")?;
+            }
+            if let Some(n) = icnt {
+                write!(out, ", icnt {n}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The whole line body: name, padding and arguments.
+pub fn to_text(p: &Packet) -> String {
+    let mut s = format!("{:<10} ", p.name());
+    write_args(p, &mut s).expect("writing to a String");
+    s.trim_end().to_string()
+}
+
+/// State the parser keeps between lines: whether a BBP block is open (and its item size).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ParseState {
+    block: Option<bool>,
+}
+
+fn num(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("`{s}` is not a number"))
+}
+
+fn small<T: TryFrom<u64>>(s: &str, what: &str) -> Result<T, String> {
+    let v = num(s)?;
+    T::try_from(v).map_err(|_| format!("{what} {v:#x} is too large"))
+}
+
+/// `a: b` → (a, b).
+fn pair(s: &str) -> Result<(&str, &str), String> {
+    s.split_once(':')
+        .map(|(a, b)| (a.trim(), b.trim()))
+        .ok_or_else(|| format!("expected `a: b`, got `{s}`"))
+}
+
+fn cstate(s: &str) -> Result<u8, String> {
+    let n: u8 = s
+        .trim()
+        .strip_prefix('c')
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("`{s}` is not a C-state (c0..c15)"))?;
+    if n > 15 {
+        return Err(format!("`{s}` is not a C-state (c0..c15)"));
+    }
+    Ok((n + 15) & 0xf)
+}
+
+fn ip_payload(args: &str) -> Result<IpPayload, String> {
+    if args.trim() == "0" {
+        return Ok(IpPayload::SUPPRESSED);
+    }
+    let (ipc, raw) = pair(args)?;
+    let ipc = Ipc::from_bits(small(ipc, "IPBytes")?).ok_or_else(|| format!("IPBytes {ipc} is reserved"))?;
+    let raw = num(raw)?;
+    if raw & !ipc.mask() != 0 {
+        return Err(format!("payload {raw:#x} does not fit IPBytes {}", ipc as u8));
+    }
+    Ok(IpPayload { ipc, raw })
+}
+
+/// Parses one line; `Ok(None)` for blank and comment lines (and dump's `[…]` annotations).
+pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, String> {
+    let line = line.split('#').next().unwrap_or("").trim();
+    if line.is_empty() || line.starts_with('[') {
+        return Ok(None);
+    }
+    let mut words = line.splitn(2, char::is_whitespace);
+    let mut name = words.next().unwrap_or("");
+    let mut rest = words.next().unwrap_or("").trim();
+    if name.len() == 16 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        // An offset column, as `dump` writes it.
+        let mut w = rest.splitn(2, char::is_whitespace);
+        name = w.next().unwrap_or("");
+        rest = w.next().unwrap_or("").trim();
+    }
+    let list: Vec<&str> = rest.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let flags = |allowed: &[&str], from: usize| -> Result<Vec<bool>, String> {
+        for f in &list[from.min(list.len())..] {
+            if !allowed.contains(f) {
+                return Err(format!("`{f}` is not one of {allowed:?}"));
+            }
+        }
+        Ok(allowed
+            .iter()
+            .map(|a| list[from.min(list.len())..].contains(a))
+            .collect())
+    };
+    let first = || {
+        list.first()
+            .copied()
+            .ok_or_else(|| format!("{name} needs arguments"))
+    };
+    let p = match name {
+        "pad" => Packet::Pad,
+        "psb" => Packet::Psb,
+        "psbend" => Packet::PsbEnd,
+        "ovf" => Packet::Ovf,
+        "stop" => Packet::TraceStop,
+        "tnt.8" | "tnt.64" => {
+            let mut taken = Vec::new();
+            for c in rest.chars().filter(|c| !c.is_whitespace()) {
+                match c {
+                    '!' => taken.push(true),
+                    '.' => taken.push(false),
+                    _ => return Err(format!("TNT bits are `!` (taken) and `.` (not taken), not `{c}`")),
+                }
+            }
+            if taken.len() > 64 {
+                return Err("too many TNT bits".into());
+            }
+            let t = Tnt::from_outcomes(&taken);
+            if name == "tnt.8" {
+                Packet::Tnt8(t)
+            } else {
+                Packet::Tnt64(t)
+            }
+        }
+        "tip" => Packet::Tip(ip_payload(rest)?),
+        "tip.pge" => Packet::TipPge(ip_payload(rest)?),
+        "tip.pgd" => Packet::TipPgd(ip_payload(rest)?),
+        "fup" => Packet::Fup(ip_payload(rest)?),
+        "pip" => Packet::Pip {
+            cr3: num(first()?)?,
+            nr: flags(&["nr"], 1)?[0],
+        },
+        "mode.exec" => {
+            let f = flags(&["cs.l", "cs.d", "if"], 0)?;
+            Packet::ModeExec {
+                csl: f[0],
+                csd: f[1],
+                if_: f[2],
+            }
+        }
+        "mode.tsx" => {
+            let f = flags(&["intx", "abrt"], 0)?;
+            Packet::ModeTsx {
+                intx: f[0],
+                abrt: f[1],
+            }
+        }
+        "cbr" => Packet::Cbr {
+            ratio: small(first()?, "ratio")?,
+        },
+        "tsc" => Packet::Tsc { tsc: num(first()?)? },
+        "mtc" => Packet::Mtc {
+            ctc: small(first()?, "ctc")?,
+        },
+        "tma" if list.len() == 2 => Packet::Tma {
+            ctc: small(list[0], "ctc")?,
+            fc: small(list[1], "fc")?,
+        },
+        "cyc" => Packet::Cyc {
+            value: num(first()?)?,
+        },
+        "vmcs" => Packet::Vmcs { base: num(first()?)? },
+        "mnt" => Packet::Mnt {
+            payload: num(first()?)?,
+        },
+        "ptw" => {
+            let (n, payload) = pair(first()?)?;
+            let size = match n {
+                "4" => PtwSize::Four,
+                "8" => PtwSize::Eight,
+                _ => return Err(format!("PTW size is 4 or 8, not {n}")),
+            };
+            Packet::Ptw {
+                size,
+                payload: num(payload)?,
+                ip: flags(&["ip"], 1)?[0],
+            }
+        }
+        "exstop" => Packet::Exstop {
+            ip: flags(&["ip"], 0)?[0],
+        },
+        "bep" => {
+            st.block = None;
+            Packet::Bep {
+                ip: flags(&["ip"], 0)?[0],
+            }
+        }
+        "mwait" if list.len() == 2 => Packet::Mwait {
+            hints: small(list[0], "hints")?,
+            ext: small(list[1], "ext")?,
+        },
+        "pwre" => {
+            let (state, sub) = first()?.split_once('.').ok_or("pwre takes cN.M")?;
+            let sub: u8 = small(sub, "sub C-state")?;
+            if sub > 15 {
+                return Err(format!("sub C-state {sub} is not 0..15"));
+            }
+            Packet::Pwre {
+                state: cstate(state)?,
+                sub_state: (sub + 15) & 0xf,
+                hw: flags(&["hw"], 1)?[0],
+            }
+        }
+        "pwrx" if list.len() == 3 => {
+            let wake = list[2].strip_prefix("wake").ok_or("pwrx takes cL, cD, wake N")?;
+            Packet::Pwrx {
+                last: cstate(list[0])?,
+                deepest: cstate(list[1])?,
+                wake: small(wake, "wake")?,
+            }
+        }
+        "bbp" => {
+            let sz4 = flags(&["sz4"], 1)?[0];
+            st.block = Some(sz4);
+            Packet::Bbp {
+                sz4,
+                ty: small(first()?, "type")?,
+            }
+        }
+        "bip" => {
+            let sz4 = st.block.ok_or("bip outside a bbp block")?;
+            let (id, payload) = pair(first()?)?;
+            Packet::Bip {
+                id: small(id, "id")?,
+                payload: num(payload)?,
+                sz4,
+            }
+        }
+        "cfe" => {
+            let (ty, vector) = pair(first()?)?;
+            Packet::Cfe {
+                ty: small(ty, "type")?,
+                vector: small(vector, "vector")?,
+                ip: flags(&["ip"], 1)?[0],
+            }
+        }
+        "evd" => {
+            let (ty, payload) = pair(first()?)?;
+            Packet::Evd {
+                ty: small(ty, "type")?,
+                payload: num(payload)?,
+            }
+        }
+        "trig" => {
+            let mut icnt = None;
+            let (mut ip, mut mult) = (false, false);
+            for w in &list[1.min(list.len())..] {
+                match *w {
+                    "ip" => ip = true,
+                    "mult" => mult = true,
+                    w if w.starts_with("icnt") => icnt = Some(small(&w[4..], "icnt")?),
+                    w => return Err(format!("`{w}` is not ip, mult or icnt N")),
+                }
+            }
+            Packet::Trig {
+                trbv: small(first()?, "trbv")?,
+                ip,
+                mult,
+                icnt,
+            }
+        }
+        "" => return Ok(None),
+        other => return Err(format!("unknown packet `{other}` (or wrong number of arguments)")),
+    };
+    // The encoder checks the field ranges; report them here with the line.
+    let mut buf = [0u8; super::MAX_PACKET_LEN];
+    p.encode_into(&mut buf).map_err(|e| e.to_string())?;
+    Ok(Some(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_round_trips_a_few_shapes() {
+        let mut st = ParseState::default();
+        for line in [
+            "psb",
+            "tnt.8      !...!",
+            "fup        3: 0xffffffff1000",
+            "tip.pgd    0",
+            "pip        0xafafa0, nr",
+            "mode.exec  cs.l, if",
+            "mode.tsx",
+            "ptw        4: 0x90abcdef, ip",
+            "pwre       c0.0, hw",
+            "pwrx       c1, c6, wake 0x1",
+            "cfe        0x3: 0xf0, ip",
+            "trig       0xa1, ip, mult, icnt 23",
+        ] {
+            let p = parse_line(line, &mut st).unwrap().unwrap();
+            assert_eq!(to_text(&p), line);
+        }
+        assert_eq!(
+            parse_line("0000000000000010  psbend  # comment", &mut st).unwrap(),
+            Some(Packet::PsbEnd)
+        );
+        assert!(
+            parse_line("tnt.8 !!!!!!!", &mut st).is_err(),
+            "seven bits do not fit TNT-8"
+        );
+        assert!(parse_line("bip 1: 2", &mut st).is_err());
+        assert!(parse_line("tip 5: 0x10", &mut st).is_err());
+    }
+}

@@ -1,0 +1,145 @@
+//! `ptemu dump` and `ptemu asm`.
+
+use super::Failure;
+use ptemu::packet::text::{parse_line, to_text, ParseState};
+use ptemu::packet::PacketDecoder;
+use ptemu::report::write_atomic;
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+/// The bytes of `path` (`-` = stdin); files are mapped, not read, so large traces cost no memory.
+enum Input {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Input {
+    fn open(path: &Path) -> Result<Self, Failure> {
+        let name = path.display();
+        if path == Path::new("-") {
+            let mut v = Vec::new();
+            io::stdin()
+                .read_to_end(&mut v)
+                .map_err(|e| Failure::input(format!("stdin: {e}")))?;
+            return Ok(Input::Owned(v));
+        }
+        let f = File::open(path).map_err(|e| Failure::input(format!("{name}: cannot open: {e}")))?;
+        let len = f
+            .metadata()
+            .map_err(|e| Failure::input(format!("{name}: {e}")))?
+            .len();
+        if len == 0 {
+            return Ok(Input::Owned(Vec::new()));
+        }
+        // SAFETY: the map is read-only and lives while we read it; a trace file truncated by another
+        // process during the dump would fault, as with any file mapping.
+        let map = unsafe { memmap2::Mmap::map(&f) }
+            .map_err(|e| Failure::input(format!("{name}: cannot map: {e}")))?;
+        Ok(Input::Mapped(map))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Input::Mapped(m) => m,
+            Input::Owned(v) => v,
+        }
+    }
+}
+
+/// `ptemu dump`.
+pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), Failure> {
+    let input = Input::open(path)?;
+    let data = input.bytes();
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let io_err = |e: io::Error| Failure::input(format!("writing: {e}"));
+    let mut d = PacketDecoder::new(data, 0);
+    let mut errors = 0u64;
+    if !no_sync && !d.sync_forward() {
+        writeln!(
+            out,
+            "[no PSB in {} bytes; use --no-sync to decode from byte 0]",
+            data.len()
+        )
+        .map_err(io_err)?;
+        return Ok(());
+    }
+    if !no_sync && d.offset() > 0 {
+        writeln!(out, "[{} bytes before the first PSB skipped]", d.offset()).map_err(io_err)?;
+    }
+    while let Some(r) = d.next_packet() {
+        match r {
+            Ok((offset, p)) => {
+                let ip = if lastip && p.ip_payload().is_some_and(|i| i.ipc as u8 != 0) {
+                    Some(d.last_ip().get())
+                } else {
+                    None
+                };
+                if json {
+                    let mut v = serde_json::to_value(p).expect("packets serialize");
+                    let obj = v.as_object_mut().expect("packets serialize as objects");
+                    obj.insert("offset".into(), offset.into());
+                    if let Some(ip) = ip {
+                        obj.insert("ip".into(), ip.into());
+                    }
+                    writeln!(out, "{v}").map_err(io_err)?;
+                } else {
+                    write!(out, "{offset:016x}  {}", to_text(&p)).map_err(io_err)?;
+                    match ip {
+                        Some(ip) => writeln!(out, "  # ip {ip:#018x}"),
+                        None => writeln!(out),
+                    }
+                    .map_err(io_err)?;
+                }
+            }
+            Err(e) => {
+                errors += 1;
+                if json {
+                    writeln!(
+                        out,
+                        "{}",
+                        serde_json::json!({"offset": e.offset, "error": e.to_string()})
+                    )
+                    .map_err(io_err)?;
+                } else {
+                    writeln!(out, "{:016x}  [error {e}]", e.offset).map_err(io_err)?;
+                }
+                if !d.resync() {
+                    break;
+                }
+                if !json {
+                    writeln!(out, "[resynced at {:016x}]", d.offset()).map_err(io_err)?;
+                }
+            }
+        }
+    }
+    out.flush().map_err(io_err)?;
+    if errors > 0 {
+        return Err(Failure::found(format!(
+            "{}: {errors} decode error(s)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `ptemu asm`.
+pub fn asm(path: &Path, output: &Path) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::input(format!("{}: cannot read: {e}", path.display())))?;
+    let mut bytes = Vec::new();
+    let mut st = ParseState::default();
+    for (i, line) in text.lines().enumerate() {
+        match parse_line(line, &mut st) {
+            Ok(Some(p)) => {
+                p.encode_to_vec(&mut bytes)
+                    .map_err(|e| Failure::input(format!("{}:{}: {e}", path.display(), i + 1)))?;
+            }
+            Ok(None) => {}
+            Err(e) => return Err(Failure::input(format!("{}:{}: {e}", path.display(), i + 1))),
+        }
+    }
+    write_atomic(output, |w| w.write_all(&bytes))
+        .map_err(|e| Failure::input(format!("{}: {e}", output.display())))
+}
