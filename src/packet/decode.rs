@@ -67,25 +67,107 @@ fn rsvd(ok: bool, why: &'static str) -> Result<(), DecodeErrorKind> {
     }
 }
 
+/// What the first byte of a packet says (pt-packets.md §1a: exact bytes first, then CYC, TNT, IP).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Pad,
+    Ext,
+    Tsc,
+    Mtc,
+    Mode,
+    Trig,
+    Cyc,
+    /// TNT-8, or a BIP inside a block (`xxxxx100`).
+    Tnt,
+    Ip,
+    Bad,
+}
+
+const fn class_of(b: u8) -> Class {
+    match b {
+        0x00 => Class::Pad,
+        0x02 => Class::Ext,
+        0x19 => Class::Tsc,
+        0x59 => Class::Mtc,
+        0x99 => Class::Mode,
+        0xd9 => Class::Trig,
+        _ if b & 0x03 == 0x03 => Class::Cyc,
+        _ if b & 0x01 == 0 => Class::Tnt,
+        _ if matches!(b & 0x1f, 0x0d | 0x11 | 0x01 | 0x1d) => Class::Ip,
+        _ => Class::Bad,
+    }
+}
+
+static CLASS: [Class; 256] = {
+    let mut t = [Class::Bad; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = class_of(i as u8);
+        i += 1;
+    }
+    t
+};
+
 impl Packet {
     /// Decodes the packet at the start of `buf`; returns it and its length.
     ///
     /// `block` is `Some(sz4)` inside a BBP…BEP block, where BIP packets replace TNT-shaped bytes.
-    #[inline]
+    #[inline(always)]
     pub fn decode(buf: &[u8], block: Option<bool>) -> R {
         let b0 = *buf.first().ok_or(DecodeErrorKind::Truncated { need: 1 })?;
-        match b0 {
-            0x00 => Ok((Packet::Pad, 1)),
-            0x02 => decode_ext(buf),
-            0x19 => {
+        match CLASS[usize::from(b0)] {
+            Class::Tnt => {
+                if let Some(sz4) = block {
+                    if b0 & 0x07 == 0x04 {
+                        let n = if sz4 { 4 } else { 8 };
+                        need(buf, 1 + n)?;
+                        return Ok((
+                            Packet::Bip {
+                                id: b0 >> 3,
+                                payload: le(buf, 1, n),
+                                sz4,
+                            },
+                            1 + n,
+                        ));
+                    }
+                }
+                // The highest set bit is the stop bit; the TNT bits sit below it, above bit 0.
+                let count = 6 - b0.leading_zeros() as u8;
+                let bits = u64::from(b0 >> 1) & ((1 << count) - 1);
+                Ok((Packet::Tnt8(Tnt { bits, count }), 1))
+            }
+            Class::Ip => {
+                let ipc = Ipc::from_bits(b0 >> 5).ok_or(DecodeErrorKind::BadPacket("reserved IPBytes"))?;
+                let n = ipc.payload_len();
+                let raw = match buf.get(1..9) {
+                    // One 8-byte load, masked to the payload.
+                    Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")) & ipc.mask(),
+                    None => {
+                        need(buf, 1 + n)?;
+                        le(buf, 1, n)
+                    }
+                };
+                let ip = IpPayload { ipc, raw };
+                let p = match b0 & 0x1f {
+                    0x0d => Packet::Tip(ip),
+                    0x11 => Packet::TipPge(ip),
+                    0x01 => Packet::TipPgd(ip),
+                    _ => Packet::Fup(ip),
+                };
+                Ok((p, 1 + n))
+            }
+            Class::Cyc => decode_cyc(buf),
+            Class::Pad => Ok((Packet::Pad, 1)),
+            Class::Ext => decode_ext(buf),
+            Class::Tsc => {
                 need(buf, 8)?;
                 Ok((Packet::Tsc { tsc: le(buf, 1, 7) }, 8))
             }
-            0x59 => {
+            Class::Mtc => {
                 need(buf, 2)?;
                 Ok((Packet::Mtc { ctc: buf[1] }, 2))
             }
-            0x99 => {
+            Class::Mode => {
                 need(buf, 2)?;
                 let b1 = buf[1];
                 match b1 >> 5 {
@@ -113,7 +195,7 @@ impl Packet {
                     _ => Err(DecodeErrorKind::BadPacket("MODE leaf")),
                 }
             }
-            0xd9 => {
+            Class::Trig => {
                 need(buf, 3)?;
                 let b1 = buf[1];
                 rsvd(b1 & 0x1f == 0, "TRIG reserved bits")?;
@@ -134,45 +216,7 @@ impl Packet {
                     if icntv { 5 } else { 3 },
                 ))
             }
-            _ if b0 & 0x03 == 0x03 => decode_cyc(buf),
-            _ if block.is_some() && b0 & 0x07 == 0x04 => {
-                let sz4 = block == Some(true);
-                let n = if sz4 { 4 } else { 8 };
-                need(buf, 1 + n)?;
-                Ok((
-                    Packet::Bip {
-                        id: b0 >> 3,
-                        payload: le(buf, 1, n),
-                        sz4,
-                    },
-                    1 + n,
-                ))
-            }
-            _ if b0 & 0x01 == 0 => {
-                // The highest set bit is the stop bit; the TNT bits sit below it, above bit 0.
-                let count = 6 - b0.leading_zeros() as u8;
-                let bits = u64::from(b0 >> 1) & ((1 << count) - 1);
-                Ok((Packet::Tnt8(Tnt { bits, count }), 1))
-            }
-            _ => {
-                let wrap: fn(IpPayload) -> Packet = match b0 & 0x1f {
-                    0x0d => Packet::Tip,
-                    0x11 => Packet::TipPge,
-                    0x01 => Packet::TipPgd,
-                    0x1d => Packet::Fup,
-                    _ => return Err(DecodeErrorKind::BadOpcode),
-                };
-                let ipc = Ipc::from_bits(b0 >> 5).ok_or(DecodeErrorKind::BadPacket("reserved IPBytes"))?;
-                let n = ipc.payload_len();
-                need(buf, 1 + n)?;
-                Ok((
-                    wrap(IpPayload {
-                        ipc,
-                        raw: le(buf, 1, n),
-                    }),
-                    1 + n,
-                ))
-            }
+            Class::Bad => Err(DecodeErrorKind::BadOpcode),
         }
     }
 }
@@ -341,6 +385,7 @@ fn decode_ext(buf: &[u8]) -> R {
     }
 }
 
+#[inline(always)]
 fn decode_cyc(buf: &[u8]) -> R {
     let b0 = buf[0];
     let mut value = u64::from(b0 >> 3);
@@ -442,7 +487,7 @@ impl<'a> PacketDecoder<'a> {
 
     /// Decodes the next packet: `None` at the end, else the offset and the packet or the error
     /// (the position stays at the failing packet; call [`PacketDecoder::resync`]).
-    #[inline]
+    #[inline(always)]
     pub fn next_packet(&mut self) -> Option<Result<(u64, Packet), DecodeError>> {
         if self.pos >= self.buf.len() {
             return None;

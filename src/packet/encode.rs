@@ -25,15 +25,21 @@ pub enum EncodeError {
     },
 }
 
-fn bad(packet: &'static str, field: &'static str, value: u64) -> EncodeError {
-    EncodeError::BadField { packet, field, value }
-}
-
-fn check(ok: bool, packet: &'static str, field: &'static str, value: u64) -> Result<(), EncodeError> {
+#[inline(always)]
+fn check(ok: bool, p: &Packet, field: &'static str, value: u64) -> Result<(), EncodeError> {
     if ok {
         Ok(())
     } else {
-        Err(bad(packet, field, value))
+        Err(bad_field(p, field, value))
+    }
+}
+
+#[cold]
+fn bad_field(p: &Packet, field: &'static str, value: u64) -> EncodeError {
+    EncodeError::BadField {
+        packet: p.name(),
+        field,
+        value,
     }
 }
 
@@ -46,21 +52,34 @@ fn put_le(buf: &mut [u8; MAX_PACKET_LEN], at: usize, v: u64, n: usize) {
 fn ip_packet(
     buf: &mut [u8; MAX_PACKET_LEN],
     opcode: u8,
-    p: IpPayload,
-    name: &'static str,
+    ip: IpPayload,
+    p: &Packet,
 ) -> Result<usize, EncodeError> {
-    check(p.raw & !p.ipc.mask() == 0, name, "ip payload", p.raw)?;
-    buf[0] = (p.ipc as u8) << 5 | opcode;
-    let n = p.ipc.payload_len();
-    put_le(buf, 1, p.raw, n);
-    Ok(1 + n)
+    check(ip.raw & !ip.ipc.mask() == 0, p, "ip payload", ip.raw)?;
+    buf[0] = (ip.ipc as u8) << 5 | opcode;
+    // One fixed 8-byte store; bytes past the payload are scratch (see `Packet::encode_into`).
+    buf[1..9].copy_from_slice(&ip.raw.to_le_bytes());
+    Ok(1 + ip.ipc.payload_len())
 }
 
 impl Packet {
-    /// Encodes into a fixed buffer; returns the packet's length.
-    #[inline]
+    /// Encodes into a fixed buffer; returns the packet's length `n`. Bytes of `buf` past `n` may be
+    /// overwritten with scratch values (fixed-size stores are faster than exact ones).
+    #[inline(always)]
     pub fn encode_into(&self, buf: &mut [u8; MAX_PACKET_LEN]) -> Result<usize, EncodeError> {
-        let name = self.name();
+        // A scratch last-IP: the compiler drops its updates.
+        self.encode_tracking(buf, &mut LastIp::new())
+    }
+
+    /// [`Packet::encode_into`] that also updates `last_ip` in the same dispatch: IP packets apply
+    /// their payload, PSB and OVF reset it.
+    #[inline(always)]
+    fn encode_tracking(
+        &self,
+        buf: &mut [u8; MAX_PACKET_LEN],
+        last_ip: &mut LastIp,
+    ) -> Result<usize, EncodeError> {
+        let name = self;
         Ok(match *self {
             Packet::Pad => {
                 buf[0] = 0;
@@ -80,10 +99,26 @@ impl Packet {
                 put_le(buf, 2, t.bits | 1 << t.count, 6);
                 8
             }
-            Packet::Tip(p) => ip_packet(buf, 0x0d, p, name)?,
-            Packet::TipPge(p) => ip_packet(buf, 0x11, p, name)?,
-            Packet::TipPgd(p) => ip_packet(buf, 0x01, p, name)?,
-            Packet::Fup(p) => ip_packet(buf, 0x1d, p, name)?,
+            Packet::Tip(p) => {
+                let n = ip_packet(buf, 0x0d, p, name)?;
+                last_ip.apply(p);
+                n
+            }
+            Packet::TipPge(p) => {
+                let n = ip_packet(buf, 0x11, p, name)?;
+                last_ip.apply(p);
+                n
+            }
+            Packet::TipPgd(p) => {
+                let n = ip_packet(buf, 0x01, p, name)?;
+                last_ip.apply(p);
+                n
+            }
+            Packet::Fup(p) => {
+                let n = ip_packet(buf, 0x1d, p, name)?;
+                last_ip.apply(p);
+                n
+            }
             Packet::Pip { cr3, nr } => {
                 check(cr3 & 0x1f == 0 && cr3 >> 52 == 0, name, "cr3", cr3)?;
                 buf[0] = 0x02;
@@ -131,8 +166,12 @@ impl Packet {
                 put_le(buf, 2, base >> 12, 5);
                 7
             }
-            Packet::Ovf => ext(buf, 0xf3),
+            Packet::Ovf => {
+                last_ip.reset();
+                ext(buf, 0xf3)
+            }
             Packet::Psb => {
+                last_ip.reset();
                 *buf = PSB_BYTES;
                 16
             }
@@ -213,9 +252,15 @@ impl Packet {
         })
     }
 
-    /// Encodes into `out`; returns the packet's length.
-    #[inline]
+    /// Encodes into `out`; returns the packet's length `n`. When `out` has room for the largest
+    /// packet (16 bytes), the packet is built in place and bytes `n..16` of `out` may be overwritten
+    /// with scratch values: a stream writer's next packet overwrites them. Shorter buffers get
+    /// exactly `n` bytes.
+    #[inline(always)]
     pub fn encode(&self, out: &mut [u8]) -> Result<usize, EncodeError> {
+        if let Some(room) = out.first_chunk_mut::<MAX_PACKET_LEN>() {
+            return self.encode_into(room);
+        }
         let mut buf = [0u8; MAX_PACKET_LEN];
         let n = self.encode_into(&mut buf)?;
         let dst = out.get_mut(..n).ok_or(EncodeError::BufferTooSmall { need: n })?;
@@ -278,9 +323,13 @@ impl PacketEncoder {
         ip.map_or(IpPayload::SUPPRESSED, |ip| self.last_ip.compress(ip))
     }
 
-    /// Encodes `p` into `out` and tracks last IP.
-    #[inline]
+    /// Encodes `p` into `out` and tracks last IP. Like [`Packet::encode`], bytes past the packet
+    /// (up to 16 in all) may be overwritten when `out` has room for 16.
+    #[inline(always)]
     pub fn encode(&mut self, p: &Packet, out: &mut [u8]) -> Result<usize, EncodeError> {
+        if let Some(room) = out.first_chunk_mut::<MAX_PACKET_LEN>() {
+            return p.encode_tracking(room, &mut self.last_ip);
+        }
         let n = p.encode(out)?;
         self.track(p);
         Ok(n)
@@ -293,14 +342,14 @@ impl PacketEncoder {
         Ok(n)
     }
 
+    #[inline(always)]
     fn track(&mut self, p: &Packet) {
-        match p {
-            Packet::Psb | Packet::Ovf => self.last_ip.reset(),
-            _ => {
-                if let Some(ip) = p.ip_payload() {
-                    self.last_ip.apply(ip);
-                }
+        match *p {
+            Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => {
+                self.last_ip.apply(ip);
             }
+            Packet::Psb | Packet::Ovf => self.last_ip.reset(),
+            _ => {}
         }
     }
 }

@@ -40,6 +40,7 @@ impl Ipc {
     }
 
     /// Payload bytes the packet carries.
+    #[inline(always)]
     pub const fn payload_len(self) -> usize {
         match self {
             Ipc::Suppressed => 0,
@@ -51,6 +52,7 @@ impl Ipc {
     }
 
     /// Mask of the payload bits.
+    #[inline(always)]
     pub const fn mask(self) -> u64 {
         match self.payload_len() {
             0 => 0,
@@ -110,6 +112,7 @@ impl LastIp {
     }
 
     /// The IP `p` stands for against the current last IP, without updating it; `None` if suppressed.
+    #[inline(always)]
     pub fn reconstruct(&self, p: IpPayload) -> Option<u64> {
         let raw = p.raw & p.ipc.mask();
         Some(match p.ipc {
@@ -123,6 +126,7 @@ impl LastIp {
     }
 
     /// Reconstructs `p` and makes it the last IP.
+    #[inline(always)]
     pub fn apply(&mut self, p: IpPayload) -> Option<u64> {
         let ip = self.reconstruct(p)?;
         self.ip = ip;

@@ -173,10 +173,14 @@ fn simulate(args: &[String]) -> Result<(), String> {
     run(cmd)
 }
 
+/// Every benchmark: the output unit against memcpy, the packet layer against libipt.
 fn bench(args: &[String]) -> Result<(), String> {
-    let mut cmd = cargo();
-    cmd.args(["bench", "--bench", "output", "--"]).args(args);
-    run(cmd)
+    for name in ["output", "packets"] {
+        let mut cmd = cargo();
+        cmd.args(["bench", "--bench", name, "--"]).args(args);
+        run(cmd)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
