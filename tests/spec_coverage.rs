@@ -88,3 +88,133 @@ fn every_rule_ptemu_reports_is_in_the_spec() {
     }
     assert_eq!(ids.len(), Rule::ALL.len(), "spec rows and Rule::ALL differ");
 }
+
+/// (packet name, tests cell) rows of spec/packets.md's `## Packets` table.
+fn packet_rows() -> Vec<(String, String)> {
+    let spec = std::fs::read_to_string(root().join("spec/packets.md")).unwrap();
+    let table = spec
+        .split("## Packets")
+        .nth(1)
+        .unwrap()
+        .split("\n## ")
+        .next()
+        .unwrap();
+    table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let name = l.split('`').nth(1).unwrap().to_string();
+            let tests = l
+                .trim_end()
+                .trim_end_matches("|")
+                .rsplit(" | ")
+                .next()
+                .unwrap()
+                .to_string();
+            (name, tests)
+        })
+        .collect()
+}
+
+#[test]
+fn every_packet_type_has_a_spec_row_and_its_tests_exist() {
+    use ptemu::packet::{IpPayload, Packet, PtwSize, Tnt};
+    let ip = IpPayload::SUPPRESSED;
+    let t = Tnt { bits: 1, count: 1 };
+    let every = [
+        Packet::Pad,
+        Packet::Tnt8(t),
+        Packet::Tnt64(t),
+        Packet::Tip(ip),
+        Packet::TipPge(ip),
+        Packet::TipPgd(ip),
+        Packet::Fup(ip),
+        Packet::Pip { cr3: 0, nr: false },
+        Packet::ModeExec {
+            csl: false,
+            csd: false,
+            if_: false,
+        },
+        Packet::ModeTsx {
+            intx: false,
+            abrt: false,
+        },
+        Packet::TraceStop,
+        Packet::Cbr { ratio: 0 },
+        Packet::Tsc { tsc: 0 },
+        Packet::Mtc { ctc: 0 },
+        Packet::Tma { ctc: 0, fc: 0 },
+        Packet::Cyc { value: 0 },
+        Packet::Vmcs { base: 0 },
+        Packet::Ovf,
+        Packet::Psb,
+        Packet::PsbEnd,
+        Packet::Mnt { payload: 0 },
+        Packet::Ptw {
+            size: PtwSize::Four,
+            payload: 0,
+            ip: false,
+        },
+        Packet::Exstop { ip: false },
+        Packet::Mwait { hints: 0, ext: 0 },
+        Packet::Pwre {
+            state: 0,
+            sub_state: 0,
+            hw: false,
+        },
+        Packet::Pwrx {
+            last: 0,
+            deepest: 0,
+            wake: 0,
+        },
+        Packet::Bbp { sz4: false, ty: 0 },
+        Packet::Bip {
+            id: 0,
+            payload: 0,
+            sz4: false,
+        },
+        Packet::Bep { ip: false },
+        Packet::Cfe {
+            ty: 0,
+            vector: 0,
+            ip: false,
+        },
+        Packet::Evd { ty: 0, payload: 0 },
+        Packet::Trig {
+            trbv: 0,
+            ip: false,
+            mult: false,
+            icnt: None,
+        },
+    ];
+    let rows = packet_rows();
+    let names: BTreeSet<String> = rows.iter().map(|(n, _)| n.clone()).collect();
+    for p in every {
+        assert!(
+            names.contains(p.name()),
+            "{} has no row in spec/packets.md",
+            p.name()
+        );
+    }
+    assert_eq!(names.len(), every.len());
+    let mut fns = test_fns();
+    for entry in std::fs::read_dir(root().join("src/packet")).unwrap() {
+        let src = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for part in src.split("fn ").skip(1) {
+            fns.insert(
+                part.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect(),
+            );
+        }
+    }
+    let files = ["golden", "oracle", "props", "unit"];
+    for (name, tests) in rows {
+        for t in tests.split(',').map(|t| t.trim().trim_matches('`')) {
+            assert!(
+                files.contains(&t) || fns.contains(t),
+                "{name}: test `{t}` does not exist"
+            );
+        }
+    }
+}
