@@ -9,19 +9,23 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The body rows of the table under `heading` in `spec/FILE` (header and rule lines dropped).
+fn table_rows(file: &str, heading: &str) -> Vec<String> {
+    let spec = std::fs::read_to_string(root().join("spec").join(file)).unwrap();
+    let section = spec.split(heading).nth(1).unwrap().split("\n## ").next().unwrap();
+    let mut rows: Vec<String> = section
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .map(str::to_string)
+        .collect();
+    rows.drain(..1.min(rows.len())); // the header row; the `|---|` line does not start with "| "
+    rows
+}
+
 /// (rule ID, backtick-quoted names in its Tests cell) for each row of the `## Rules` table.
 fn spec_rows() -> Vec<(String, Vec<String>)> {
-    let spec = std::fs::read_to_string(root().join("spec/output.md")).unwrap();
-    let table = spec
-        .split("## Rules")
-        .nth(1)
-        .unwrap()
-        .split("\n## ")
-        .next()
-        .unwrap();
-    table
-        .lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| ID") && !l.starts_with("|---"))
+    table_rows("output.md", "## Rules")
+        .iter()
         .map(|l| {
             let cells: Vec<&str> = l.split(" | ").collect();
             let id = cells[0].trim_start_matches("| ").trim().to_string();
@@ -91,17 +95,8 @@ fn every_rule_ptemu_reports_is_in_the_spec() {
 
 /// (packet name, tests cell) rows of spec/packets.md's `## Packets` table.
 fn packet_rows() -> Vec<(String, String)> {
-    let spec = std::fs::read_to_string(root().join("spec/packets.md")).unwrap();
-    let table = spec
-        .split("## Packets")
-        .nth(1)
-        .unwrap()
-        .split("\n## ")
-        .next()
-        .unwrap();
-    table
-        .lines()
-        .filter(|l| l.starts_with("| `"))
+    table_rows("packets.md", "## Packets")
+        .iter()
         .map(|l| {
             let name = l.split('`').nth(1).unwrap().to_string();
             let tests = l
