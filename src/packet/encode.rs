@@ -48,17 +48,20 @@ fn put_le(buf: &mut [u8; MAX_PACKET_LEN], at: usize, v: u64, n: usize) {
     buf[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
 }
 
+/// TIP, TIP.PGE, TIP.PGD, FUP: header, payload, and the last-IP update once the packet is valid.
 #[inline(always)]
 fn ip_packet(
     buf: &mut [u8; MAX_PACKET_LEN],
     opcode: u8,
     ip: IpPayload,
     p: &Packet,
+    last_ip: &mut LastIp,
 ) -> Result<usize, EncodeError> {
     check(ip.raw & !ip.ipc.mask() == 0, p, "ip payload", ip.raw)?;
     buf[0] = (ip.ipc as u8) << 5 | opcode;
     // One fixed 8-byte store; bytes past the payload are scratch (see `Packet::encode_into`).
     buf[1..9].copy_from_slice(&ip.raw.to_le_bytes());
+    last_ip.apply(ip);
     Ok(1 + ip.ipc.payload_len())
 }
 
@@ -79,48 +82,31 @@ impl Packet {
         buf: &mut [u8; MAX_PACKET_LEN],
         last_ip: &mut LastIp,
     ) -> Result<usize, EncodeError> {
-        let name = self;
         Ok(match *self {
             Packet::Pad => {
                 buf[0] = 0;
                 1
             }
             Packet::Tnt8(t) => {
-                check((1..=6).contains(&t.count), name, "count", t.count.into())?;
-                check(t.bits >> t.count == 0, name, "bits", t.bits)?;
+                check((1..=6).contains(&t.count), self, "count", t.count.into())?;
+                check(t.bits >> t.count == 0, self, "bits", t.bits)?;
                 buf[0] = ((t.bits << 1) | 1 << (t.count + 1)) as u8;
                 1
             }
             Packet::Tnt64(t) => {
-                check((1..=47).contains(&t.count), name, "count", t.count.into())?;
-                check(t.bits >> t.count == 0, name, "bits", t.bits)?;
+                check((1..=47).contains(&t.count), self, "count", t.count.into())?;
+                check(t.bits >> t.count == 0, self, "bits", t.bits)?;
                 buf[0] = 0x02;
                 buf[1] = 0xa3;
                 put_le(buf, 2, t.bits | 1 << t.count, 6);
                 8
             }
-            Packet::Tip(p) => {
-                let n = ip_packet(buf, 0x0d, p, name)?;
-                last_ip.apply(p);
-                n
-            }
-            Packet::TipPge(p) => {
-                let n = ip_packet(buf, 0x11, p, name)?;
-                last_ip.apply(p);
-                n
-            }
-            Packet::TipPgd(p) => {
-                let n = ip_packet(buf, 0x01, p, name)?;
-                last_ip.apply(p);
-                n
-            }
-            Packet::Fup(p) => {
-                let n = ip_packet(buf, 0x1d, p, name)?;
-                last_ip.apply(p);
-                n
-            }
+            Packet::Tip(ip) => ip_packet(buf, 0x0d, ip, self, last_ip)?,
+            Packet::TipPge(ip) => ip_packet(buf, 0x11, ip, self, last_ip)?,
+            Packet::TipPgd(ip) => ip_packet(buf, 0x01, ip, self, last_ip)?,
+            Packet::Fup(ip) => ip_packet(buf, 0x1d, ip, self, last_ip)?,
             Packet::Pip { cr3, nr } => {
-                check(cr3 & 0x1f == 0 && cr3 >> 52 == 0, name, "cr3", cr3)?;
+                check(cr3 & 0x1f == 0 && cr3 >> 52 == 0, self, "cr3", cr3)?;
                 buf[0] = 0x02;
                 buf[1] = 0x43;
                 put_le(buf, 2, (cr3 >> 5) << 1 | nr as u64, 6);
@@ -142,7 +128,7 @@ impl Packet {
                 4
             }
             Packet::Tsc { tsc } => {
-                check(tsc >> 56 == 0, name, "tsc", tsc)?;
+                check(tsc >> 56 == 0, self, "tsc", tsc)?;
                 buf[0] = 0x19;
                 put_le(buf, 1, tsc, 7);
                 8
@@ -153,14 +139,14 @@ impl Packet {
                 2
             }
             Packet::Tma { ctc, fc } => {
-                check(fc <= 0x1ff, name, "fc", fc.into())?;
+                check(fc <= 0x1ff, self, "fc", fc.into())?;
                 let [c0, c1] = ctc.to_le_bytes();
                 buf[..7].copy_from_slice(&[0x02, 0x73, c0, c1, 0, fc as u8, (fc >> 8) as u8]);
                 7
             }
             Packet::Cyc { value } => encode_cyc(buf, value),
             Packet::Vmcs { base } => {
-                check(base & 0xfff == 0 && base >> 52 == 0, name, "base", base)?;
+                check(base & 0xfff == 0 && base >> 52 == 0, self, "base", base)?;
                 buf[0] = 0x02;
                 buf[1] = 0xc8;
                 put_le(buf, 2, base >> 12, 5);
@@ -186,7 +172,7 @@ impl Packet {
                     PtwSize::Four => (0u8, 4),
                     PtwSize::Eight => (1, 8),
                 };
-                check(n == 8 || payload >> 32 == 0, name, "payload", payload)?;
+                check(n == 8 || payload >> 32 == 0, self, "payload", payload)?;
                 buf[0] = 0x02;
                 buf[1] = (ip as u8) << 7 | code << 5 | 0x12;
                 put_le(buf, 2, payload, n);
@@ -200,26 +186,26 @@ impl Packet {
                 10
             }
             Packet::Pwre { state, sub_state, hw } => {
-                check(state <= 15, name, "state", state.into())?;
-                check(sub_state <= 15, name, "sub_state", sub_state.into())?;
+                check(state <= 15, self, "state", state.into())?;
+                check(sub_state <= 15, self, "sub_state", sub_state.into())?;
                 buf[..4].copy_from_slice(&[0x02, 0x22, (hw as u8) << 7, state << 4 | sub_state]);
                 4
             }
             Packet::Pwrx { last, deepest, wake } => {
-                check(last <= 15, name, "last", last.into())?;
-                check(deepest <= 15, name, "deepest", deepest.into())?;
-                check(wake & !0x0d == 0, name, "wake", wake.into())?;
+                check(last <= 15, self, "last", last.into())?;
+                check(deepest <= 15, self, "deepest", deepest.into())?;
+                check(wake & !0x0d == 0, self, "wake", wake.into())?;
                 buf[..7].copy_from_slice(&[0x02, 0xa2, last << 4 | deepest, wake, 0, 0, 0]);
                 7
             }
             Packet::Bbp { sz4, ty } => {
-                check(ty <= 0x1f, name, "type", ty.into())?;
+                check(ty <= 0x1f, self, "type", ty.into())?;
                 buf[..3].copy_from_slice(&[0x02, 0x63, (sz4 as u8) << 7 | ty]);
                 3
             }
             Packet::Bip { id, payload, sz4 } => {
-                check(id <= 0x1f, name, "id", id.into())?;
-                check(!sz4 || payload >> 32 == 0, name, "payload", payload)?;
+                check(id <= 0x1f, self, "id", id.into())?;
+                check(!sz4 || payload >> 32 == 0, self, "payload", payload)?;
                 buf[0] = id << 3 | 0x04;
                 let n = if sz4 { 4 } else { 8 };
                 put_le(buf, 1, payload, n);
@@ -227,12 +213,12 @@ impl Packet {
             }
             Packet::Bep { ip } => ext(buf, 0x33 | (ip as u8) << 7),
             Packet::Cfe { ty, vector, ip } => {
-                check(ty <= 0x1f, name, "type", ty.into())?;
+                check(ty <= 0x1f, self, "type", ty.into())?;
                 buf[..4].copy_from_slice(&[0x02, 0x13, (ip as u8) << 7 | ty, vector]);
                 4
             }
             Packet::Evd { ty, payload } => {
-                check(ty <= 0x3f, name, "type", ty.into())?;
+                check(ty <= 0x3f, self, "type", ty.into())?;
                 buf[..3].copy_from_slice(&[0x02, 0x53, ty]);
                 put_le(buf, 3, payload, 8);
                 11
@@ -330,27 +316,27 @@ impl PacketEncoder {
         if let Some(room) = out.first_chunk_mut::<MAX_PACKET_LEN>() {
             return p.encode_tracking(room, &mut self.last_ip);
         }
-        let n = p.encode(out)?;
-        self.track(p);
+        let (buf, n, last_ip) = self.stage(p)?;
+        let dst = out.get_mut(..n).ok_or(EncodeError::BufferTooSmall { need: n })?;
+        dst.copy_from_slice(&buf[..n]);
+        self.last_ip = last_ip;
         Ok(n)
     }
 
     /// Encodes `p` at the end of `out` and tracks last IP.
     pub fn encode_to_vec(&mut self, p: &Packet, out: &mut Vec<u8>) -> Result<usize, EncodeError> {
-        let n = p.encode_to_vec(out)?;
-        self.track(p);
+        let (buf, n, last_ip) = self.stage(p)?;
+        out.extend_from_slice(&buf[..n]);
+        self.last_ip = last_ip;
         Ok(n)
     }
 
-    #[inline(always)]
-    fn track(&mut self, p: &Packet) {
-        match *p {
-            Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => {
-                self.last_ip.apply(ip);
-            }
-            Packet::Psb | Packet::Ovf => self.last_ip.reset(),
-            _ => {}
-        }
+    /// Encodes into a scratch buffer against a copy of last IP, so a failure changes nothing.
+    fn stage(&self, p: &Packet) -> Result<([u8; MAX_PACKET_LEN], usize, LastIp), EncodeError> {
+        let mut buf = [0u8; MAX_PACKET_LEN];
+        let mut last_ip = self.last_ip;
+        let n = p.encode_tracking(&mut buf, &mut last_ip)?;
+        Ok((buf, n, last_ip))
     }
 }
 
@@ -439,6 +425,23 @@ mod tests {
             }),
             [0x02, 0x22, 0x80, 0xff]
         );
+    }
+
+    #[test]
+    fn the_encoder_tracks_last_ip_on_every_path_and_a_failure_changes_nothing() {
+        let mut enc = PacketEncoder::new();
+        let tip = Packet::Tip(IpPayload::new(Ipc::Sext48, 0x7fff_0000_1000));
+        let mut short = [0u8; 7];
+        assert_eq!(enc.encode(&tip, &mut short), Ok(7));
+        assert_eq!(enc.last_ip().get(), 0x7fff_0000_1000);
+        let bad = Packet::Fup(IpPayload { ipc: Ipc::Update16, raw: 0x1_0000 });
+        assert!(enc.encode(&bad, &mut [0u8; 16]).is_err());
+        assert!(enc.encode_to_vec(&bad, &mut Vec::new()).is_err());
+        assert_eq!(enc.encode(&tip, &mut [0u8; 3]), Err(EncodeError::BufferTooSmall { need: 7 }));
+        assert_eq!(enc.last_ip().get(), 0x7fff_0000_1000, "failures leave last IP alone");
+        assert_eq!(enc.compress(Some(0x7fff_0000_2000)).ipc, Ipc::Update16);
+        enc.encode_to_vec(&Packet::Ovf, &mut Vec::new()).unwrap();
+        assert_eq!(enc.last_ip().get(), 0);
     }
 
     #[test]
