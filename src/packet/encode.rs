@@ -434,11 +434,21 @@ mod tests {
         let mut short = [0u8; 7];
         assert_eq!(enc.encode(&tip, &mut short), Ok(7));
         assert_eq!(enc.last_ip().get(), 0x7fff_0000_1000);
-        let bad = Packet::Fup(IpPayload { ipc: Ipc::Update16, raw: 0x1_0000 });
+        let bad = Packet::Fup(IpPayload {
+            ipc: Ipc::Update16,
+            raw: 0x1_0000,
+        });
         assert!(enc.encode(&bad, &mut [0u8; 16]).is_err());
         assert!(enc.encode_to_vec(&bad, &mut Vec::new()).is_err());
-        assert_eq!(enc.encode(&tip, &mut [0u8; 3]), Err(EncodeError::BufferTooSmall { need: 7 }));
-        assert_eq!(enc.last_ip().get(), 0x7fff_0000_1000, "failures leave last IP alone");
+        assert_eq!(
+            enc.encode(&tip, &mut [0u8; 3]),
+            Err(EncodeError::BufferTooSmall { need: 7 })
+        );
+        assert_eq!(
+            enc.last_ip().get(),
+            0x7fff_0000_1000,
+            "failures leave last IP alone"
+        );
         assert_eq!(enc.compress(Some(0x7fff_0000_2000)).ipc, Ipc::Update16);
         enc.encode_to_vec(&Packet::Ovf, &mut Vec::new()).unwrap();
         assert_eq!(enc.last_ip().get(), 0);
