@@ -1,7 +1,8 @@
 //! Static validation of a layout against its CPU profile (`ptemu layout check`).
 
 use super::{Layout, Scheme};
-use crate::output::{check_entry, check_range, TopaEntry, Violation, MAX_INDEX};
+use crate::memory::SparseMemory;
+use crate::output::{check_entry, check_range, current_entry, EntryError, TopaEntry, Violation, MAX_INDEX};
 use crate::regs::check::check_write;
 use crate::regs::{Errata, GpFault, MaskPtrs, Msr, OutputBase, RegisterFile};
 use crate::rules::Rule;
@@ -77,51 +78,67 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
         report.violations.push(Violation::in_msrs(Rule::T3, msg));
         return;
     }
-    // The walk, as the unit makes it: at most one visit per listed entry, plus the way out.
+    // The walk, with the unit's own step (`current_entry`) over the tables placed in memory: at
+    // most one visit per entry, plus the way out.
+    let mut mem = SparseMemory::new();
+    if layout.place_tables(&mut mem).is_err() {
+        return; // parse refuses tables past the top of the address space
+    }
+    let unlisted = |report: &mut CheckReport, table: u64, index: u32| {
+        if !entries.contains_key(&(table + 8 * u64::from(index))) {
+            report.warnings.push(format!(
+                "the walk reaches table {table:#x} entry {index}, which the layout does not list (memory reads as 0 there: a 4K region at 0x0)"
+            ));
+            return true;
+        }
+        false
+    };
     let (mut table, mut index) = (layout.base, ptrs.mask_or_table_offset());
     let mut offset = u64::from(ptrs.output_offset());
     let mut visited = BTreeSet::new();
     let mut regions: BTreeMap<u64, u64> = BTreeMap::new();
-    loop {
-        if !visited.insert((table, index)) {
-            break; // circular: the walk goes round for ever, which is fine
-        }
+    while visited.insert((table, index)) {
         report.walk.push((table, index));
-        let pa = table + 8 * u64::from(index);
-        let listed = entries.get(&pa).copied();
-        if listed.is_none() {
-            report.warnings.push(format!(
-                "the walk reaches table {table:#x} entry {index}, which the layout does not list (memory reads as 0 there: a 4K region at 0x0)"
-            ));
-        }
-        let raw = listed.unwrap_or(0);
-        let e = TopaEntry::from(raw);
-        if let Err(v) = check_entry(cpu, table, index, e) {
-            if !found.contains(&(table, index, v.rule)) {
-                report.violations.push(v);
+        let mut off_the_list = unlisted(report, table, index);
+        let c = match current_entry(cpu, &mem, table, index) {
+            Ok(c) => c,
+            Err(EntryError::Rule(v)) => {
+                if !found.contains(&(v.table.unwrap_or(0), v.index.unwrap_or(0), v.rule)) {
+                    report.violations.push(v);
+                }
+                break;
             }
-            break;
+            Err(EntryError::Mem(e)) => {
+                report.warnings.push(e.to_string());
+                break;
+            }
+        };
+        if c.hopped {
+            if !visited.insert((c.table, 0)) {
+                break;
+            }
+            report.walk.push((c.table, 0));
+            off_the_list = unlisted(report, c.table, 0);
+            offset = 0;
         }
-        if e.end() {
-            (table, index, offset) = (e.base(), 0, 0);
-            continue;
-        }
-        if offset >= e.region_size() {
-            let msg = format!(
-                "OutputOffset {offset:#x} is not below the region size {:#x}",
-                e.region_size()
-            );
-            report
-                .violations
-                .push(Violation::at_entry(Rule::E1c, table, index, raw, msg));
+        let size = c.entry.region_size();
+        if offset >= size {
+            let msg = format!("OutputOffset {offset:#x} is not below the region size {size:#x}");
+            report.violations.push(Violation::at_entry(
+                Rule::E1c,
+                c.table,
+                c.index,
+                c.entry.bits(),
+                msg,
+            ));
             break;
         }
         offset = 0;
-        regions.insert(e.base(), e.region_size());
-        if e.stop() || listed.is_none() {
+        regions.insert(c.entry.base(), size);
+        if c.entry.stop() || off_the_list {
             break; // STOP ends the walk; past unlisted memory every entry is a 4K region at 0
         }
-        index = if index == MAX_INDEX { 0 } else { index + 1 };
+        (table, index) = (c.table, if c.index == MAX_INDEX { 0 } else { c.index + 1 });
     }
     for (&pa, _) in entries.iter() {
         if let Some((&base, &size)) = regions.range(..=pa).next_back() {

@@ -4,9 +4,8 @@
 //! threshold, range end), so the cost per byte is one `memcpy` share.
 
 use super::event::EventKind;
-use super::topa::{check_entry, TopaEntry, MAX_INDEX};
+use super::topa::{current_entry, EntryError, TopaEntry, MAX_INDEX};
 use super::unit::Core;
-use super::violation::Violation;
 use crate::memory::{MemError, PhysMemory};
 use crate::rules::Rule;
 
@@ -19,31 +18,14 @@ pub(super) enum Flow {
     Halted,
 }
 
-/// Why an entry could not become current.
-pub(super) enum LoadError {
-    /// Reading the entry failed in host memory.
-    Mem(MemError),
-    /// The entry breaks a rule: an operational error.
-    Rule(Violation),
-}
-
-impl From<MemError> for LoadError {
-    fn from(e: MemError) -> Self {
-        LoadError::Mem(e)
-    }
-}
-
 /// The internal ToPA state: proc_trace_table_base, _table_offset and _output_offset (§6.1),
-/// plus the current entry's decoded fields.
+/// plus the current entry.
 #[derive(Clone, Debug)]
 pub(super) struct TopaCursor {
     pub table: u64,
     pub index: u32,
     pub offset: u64,
-    region: u64,
-    pub size: u64,
-    int: bool,
-    stop: bool,
+    pub entry: TopaEntry,
     /// Offset of the next boundary: the region size, or the early-PMI threshold (P4).
     limit: u64,
     /// The region's INT PMI has already fired early (P4).
@@ -52,28 +34,23 @@ pub(super) struct TopaCursor {
 }
 
 impl TopaCursor {
-    /// Makes `table[index]` current with `offset`, following an END entry at once (T1, W4, W6).
-    /// After an END hop the offset is 0. Every entry the walk reaches is checked (T9 policy).
+    /// Makes `table[index]` current with `offset` (see [`current_entry`]); after an END hop the
+    /// offset is 0.
     pub fn load<M: PhysMemory>(
         core: &Core,
         mem: &M,
         table: u64,
         index: u32,
         offset: u64,
-    ) -> Result<Self, LoadError> {
-        let read = |t: u64, i: u32| -> Result<TopaEntry, MemError> {
-            Ok(TopaEntry::from(mem.read_u64(t + 8 * u64::from(i))?))
-        };
-        let e = read(table, index)?;
-        check_entry(&core.cpu, table, index, e).map_err(LoadError::Rule)?;
-        if !e.end() {
-            return Ok(Self::at(core, table, index, e, offset));
-        }
-        let next = e.base();
-        let e0 = read(next, 0)?;
-        // T6: entry 0 of the new table cannot be END, so one hop always lands on a region.
-        check_entry(&core.cpu, next, 0, e0).map_err(LoadError::Rule)?;
-        Ok(Self::at(core, next, 0, e0, 0))
+    ) -> Result<Self, EntryError> {
+        let c = current_entry(&core.cpu, mem, table, index)?;
+        let offset = if c.hopped { 0 } else { offset };
+        Ok(Self::at(core, c.table, c.index, c.entry, offset))
+    }
+
+    /// Region size of the current entry.
+    pub fn size(&self) -> u64 {
+        self.entry.region_size()
     }
 
     fn at(core: &Core, table: u64, index: u32, e: TopaEntry, offset: u64) -> Self {
@@ -89,10 +66,7 @@ impl TopaCursor {
             table,
             index,
             offset,
-            region: e.base(),
-            size,
-            int: e.int(),
-            stop: e.stop(),
+            entry: e,
             limit,
             pmi_done: false,
             touched: false,
@@ -108,12 +82,12 @@ impl TopaCursor {
     ) -> Result<Flow, MemError> {
         while !data.is_empty() {
             let n = ((self.limit - self.offset) as usize).min(data.len());
-            let region = (self.region, self.size);
+            let (base, size) = (self.entry.base(), self.size());
             core.store(
                 mem,
-                self.region + self.offset,
+                base + self.offset,
                 &data[..n],
-                region,
+                (base, size),
                 &mut self.touched,
             )?;
             self.offset += n as u64;
@@ -128,15 +102,16 @@ impl TopaCursor {
 
     /// The early-PMI threshold (P4) or a full region (W3, S1, P1).
     fn boundary<M: PhysMemory>(&mut self, core: &mut Core, mem: &M) -> Result<Flow, MemError> {
-        if self.offset < self.size {
+        let size = self.size();
+        if self.offset < size {
             self.pmi_done = true;
-            self.limit = self.size;
+            self.limit = size;
             core.raise_pmi(Some(self.table), Some(self.index), Rule::P4);
             return Ok(Flow::Running);
         }
-        let pmi_due = self.int && !self.pmi_done;
-        if self.stop {
-            core.stop(Some((self.table, self.index, self.size)), Rule::S1);
+        let pmi_due = self.entry.int() && !self.pmi_done;
+        if self.entry.stop() {
+            core.stop(Some((self.table, self.index, size)), Rule::S1);
             if pmi_due {
                 core.raise_pmi(Some(self.table), Some(self.index), Rule::S5);
             }
@@ -156,8 +131,8 @@ impl TopaCursor {
                 *self = c;
                 Ok(Flow::Running)
             }
-            Err(LoadError::Mem(e)) => Err(e),
-            Err(LoadError::Rule(v)) => {
+            Err(EntryError::Mem(e)) => Err(e),
+            Err(EntryError::Rule(v)) => {
                 core.fail(v, true);
                 Ok(Flow::Halted)
             }

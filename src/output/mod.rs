@@ -12,6 +12,6 @@ mod violation;
 
 pub use event::{EventKind, OutputEvent};
 pub use range::{check_range, RangeConfig};
-pub use topa::{check_entry, TopaEntry, MAX_INDEX};
+pub use topa::{check_entry, current_entry, CurrentEntry, EntryError, TopaEntry, MAX_INDEX};
 pub use unit::{MsrError, OutputStats, OutputUnit, ResetKind};
 pub use violation::Violation;

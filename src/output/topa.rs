@@ -1,6 +1,7 @@
 //! The ToPA entry (pt-output.md §5.1) and the per-entry rules checked when the walk reaches it.
 
 use super::violation::Violation;
+use crate::memory::{MemError, PhysMemory};
 use crate::regs::CpuProfile;
 use crate::rules::Rule;
 use modular_bitfield::prelude::*;
@@ -114,6 +115,68 @@ pub fn check_entry(cpu: &CpuProfile, table: u64, index: u32, e: TopaEntry) -> Re
         }
     }
     Ok(())
+}
+
+/// Why an entry cannot become current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryError {
+    /// Reading the entry failed in host memory.
+    Mem(MemError),
+    /// The entry breaks a rule: an operational error.
+    Rule(Violation),
+}
+
+impl From<MemError> for EntryError {
+    fn from(e: MemError) -> Self {
+        EntryError::Mem(e)
+    }
+}
+
+/// The output entry the walk makes current.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CurrentEntry {
+    /// Table holding it.
+    pub table: u64,
+    /// Its index.
+    pub index: u32,
+    /// The entry (never END).
+    pub entry: TopaEntry,
+    /// It was reached through an END entry, so the output offset restarts at 0 (W4).
+    pub hopped: bool,
+}
+
+/// Makes `table[index]` current, as the unit and `layout check` both do: the entry is read from
+/// memory (T1) and checked (T9 policy); an END entry is followed at once to entry 0 of the next
+/// table, which is checked too (W4, W6). T6 forbids END in entry 0, so one hop always lands on a
+/// region or an error and the walk cannot loop.
+pub fn current_entry<M: PhysMemory>(
+    cpu: &CpuProfile,
+    mem: &M,
+    table: u64,
+    index: u32,
+) -> Result<CurrentEntry, EntryError> {
+    let read = |t: u64, i: u32| -> Result<TopaEntry, MemError> {
+        Ok(TopaEntry::from(mem.read_u64(t + 8 * u64::from(i))?))
+    };
+    let entry = read(table, index)?;
+    check_entry(cpu, table, index, entry).map_err(EntryError::Rule)?;
+    if !entry.end() {
+        return Ok(CurrentEntry {
+            table,
+            index,
+            entry,
+            hopped: false,
+        });
+    }
+    let next = entry.base();
+    let entry = read(next, 0)?;
+    check_entry(cpu, next, 0, entry).map_err(EntryError::Rule)?;
+    Ok(CurrentEntry {
+        table: next,
+        index: 0,
+        entry,
+        hopped: true,
+    })
 }
 
 /// Human size of a region: `4K`, `2M`, `128M`.

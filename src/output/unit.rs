@@ -1,8 +1,9 @@
 //! [`OutputUnit`]: the MSR interface and the byte sink of one logical processor's trace output.
 
-use super::cursor::{Flow, LoadError, RangeCursor, TopaCursor};
+use super::cursor::{Flow, RangeCursor, TopaCursor};
 use super::event::{EventKind, OutputEvent};
 use super::range::check_range;
+use super::topa::EntryError;
 use super::violation::Violation;
 use crate::memory::{MemError, PhysMemory};
 use crate::regs::check::{check_present, check_write};
@@ -346,7 +347,11 @@ impl OutputUnit {
         let sink = if ctl.fabric_en() {
             Ok(Sink::Transport)
         } else if ctl.topa() {
-            Self::enable_topa(core, mem)?
+            match Self::enable_topa(core, mem) {
+                Err(EntryError::Mem(e)) => return Err(e),
+                Err(EntryError::Rule(v)) => Err(v),
+                Ok(sink) => Ok(sink),
+            }
         } else {
             check_range(core.regs.output_base, core.regs.mask_ptrs).map(|r| {
                 let alias = core.cpu.has(Errata::TGL052) && r.mask >= 0x1000;
@@ -363,28 +368,30 @@ impl OutputUnit {
         Ok(())
     }
 
-    fn enable_topa<M: PhysMemory>(core: &Core, mem: &M) -> Result<Result<Sink, Violation>, MemError> {
+    fn enable_topa<M: PhysMemory>(core: &Core, mem: &M) -> Result<Sink, EntryError> {
         let base = core.regs.output_base.address();
         if base & 0xfff != 0 {
             let msg = format!("OUTPUT_BASE {base:#x} is not 4 KiB aligned");
-            return Ok(Err(Violation::in_msrs(Rule::T3, msg)));
+            return Err(EntryError::Rule(Violation::in_msrs(Rule::T3, msg)));
         }
         let ptrs = core.regs.mask_ptrs;
         let (index, offset) = (ptrs.mask_or_table_offset(), u64::from(ptrs.output_offset()));
-        let c = match TopaCursor::load(core, mem, base, index, offset) {
-            Ok(c) => c,
-            Err(LoadError::Mem(e)) => return Err(e),
-            Err(LoadError::Rule(v)) => return Ok(Err(v)),
-        };
-        if c.offset >= c.size {
+        let c = TopaCursor::load(core, mem, base, index, offset)?;
+        if c.offset >= c.size() {
             let msg = format!(
                 "OutputOffset {:#x} is not below the region size {:#x}",
-                c.offset, c.size
+                c.offset,
+                c.size()
             );
-            let entry = mem.read_u64(c.table + 8 * u64::from(c.index))?;
-            return Ok(Err(Violation::at_entry(Rule::E1c, c.table, c.index, entry, msg)));
+            return Err(EntryError::Rule(Violation::at_entry(
+                Rule::E1c,
+                c.table,
+                c.index,
+                c.entry.bits(),
+                msg,
+            )));
         }
-        Ok(Ok(Sink::Topa(c)))
+        Ok(Sink::Topa(c))
     }
 
     /// TraceEn 1->0 (EN3): writes the output position back and clears TriggerEn.
