@@ -369,3 +369,32 @@ fn asm_errors_name_the_file_and_line() {
     assert!(text(&o.stderr).contains("bad.txt:3:"), "{}", text(&o.stderr));
     assert!(!c.dir.path().join("x.pt").exists());
 }
+
+#[test]
+fn layout_errata_key_adds_an_erratum_and_refuses_unknown_ones() {
+    let c = Case::new();
+    let l = c.file(
+        "tgl.toml",
+        "cpu = \"alderlake\"\nerrata = [\"TGL052\"]\n[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0x1fff\n",
+    );
+    let o = ptemu(&["layout", "check", s(&l)]);
+    assert!(o.status.success());
+    assert!(
+        text(&o.stdout).contains("warning: [TGL052]"),
+        "{}",
+        text(&o.stdout)
+    );
+    let st = c.file("s.bin", stream(0, 5000));
+    let o = c.write(&l, &st);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(c.out().join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["events"][0]["kind"], "erratum");
+    let bad = c.file(
+        "bad.toml",
+        "errata = [\"XYZ1\"]\n[output]\nscheme = \"topa\"\nbase = 0\n",
+    );
+    assert_bad_input(
+        &ptemu(&["layout", "check", s(&bad)]),
+        &["bad.toml:1", "unknown erratum"],
+    );
+}

@@ -664,3 +664,57 @@ fn m7_reads_while_tracing_are_exact() {
     assert_eq!(r.rdmsr(IA32_RTIT_OUTPUT_BASE), T);
     assert_eq!(r.rdmsr(IA32_RTIT_STATUS) & 0b111, 0b100, "TriggerEn");
 }
+
+#[test]
+fn policy_fabric_en_output_goes_to_the_transport_not_memory() {
+    let mut r = Rig::new("generic-max"); // CPUID.14H.0:ECX[3]: trace transport
+    r.ctl = RtitCtl::new()
+        .with_trace_en(true)
+        .with_branch_en(true)
+        .with_fabric_en(true);
+    r.enable().write(5000);
+    let s = r.unit.stats();
+    assert_eq!((s.bytes_written, s.bytes_lost), (5000, 0));
+    assert_eq!(r.mem.page_count(), 0, "nothing stored in memory");
+    assert!(r.events().is_empty());
+}
+
+#[test]
+fn policy_host_memory_errors_return_to_the_caller_and_keep_the_position() {
+    use ptemu::{MemError, MmapMemory};
+    let dir = tempfile::tempdir().unwrap();
+    // Memory backs only the table and the first region; the second region is unbacked.
+    let mut mem = MmapMemory::create(&dir.path().join("phys"), 0x10_0000, 0x2000).unwrap();
+    mem.write_u64(0x10_0000, region(0x10_1000, 0)).unwrap();
+    mem.write_u64(0x10_0008, region(0x40_0000, 0)).unwrap();
+    let mut unit = OutputUnit::new(CpuProfile::named("skylake").unwrap());
+    unit.wrmsr(&mut mem, IA32_RTIT_OUTPUT_BASE, 0x10_0000).unwrap();
+    let ctl = RtitCtl::new()
+        .with_trace_en(true)
+        .with_topa(true)
+        .with_branch_en(true);
+    unit.wrmsr(&mut mem, IA32_RTIT_CTL, ctl.bits()).unwrap();
+    let err = unit.write(&mut mem, &stream(0, 5000)).unwrap_err();
+    assert_eq!(
+        err,
+        MemError::Unmapped {
+            pa: 0x40_0000,
+            len: 5000 - 4096
+        }
+    );
+    let s = unit.stats();
+    assert_eq!(
+        (s.bytes_in, s.bytes_written, s.bytes_lost),
+        (5000, 4096, 5000 - 4096)
+    );
+    let ptrs = unit.rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap();
+    assert_eq!(
+        (ptrs >> 7 & 0x1ff_ffff, ptrs >> 32),
+        (1, 0),
+        "the position stays at the failed store"
+    );
+    assert!(
+        !unit.registers().status.error(),
+        "a host failure is not an operational error"
+    );
+}
