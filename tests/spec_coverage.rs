@@ -190,6 +190,8 @@ fn every_packet_type_has_a_spec_row_and_its_tests_exist() {
             "{} has no row in spec/packets.md",
             p.name()
         );
+        // The JSON tag (`ptemu dump --json`) is the same name as the text form's.
+        assert_eq!(serde_json::to_value(p).unwrap()["packet"], p.name());
     }
     assert_eq!(names.len(), every.len());
     let mut fns = test_fns();
