@@ -14,11 +14,13 @@ pub mod packet;
 pub mod regs;
 pub mod report;
 pub mod rules;
+pub mod tracer;
 
 pub use memory::{MemError, MmapMemory, PhysMemory, SparseMemory};
 pub use output::{EventKind, MsrError, OutputEvent, OutputUnit};
 pub use regs::{CpuProfile, RtitCtl};
 pub use rules::Rule;
+pub use tracer::{Event, Tracer, TracerConfig};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

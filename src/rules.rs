@@ -3,32 +3,41 @@
 //! Every behaviour of the output unit that can be observed (a #GP, an operational error, an event)
 //! carries the [`Rule`] that mandates it, so a user can look the rule up in `spec/output.md`.
 
-use std::fmt;
-
-macro_rules! rules {
-    ($($(#[$doc:meta])* $id:ident,)*) => {
-        /// A rule ID of `spec/output.md`.
+/// Declares a rule-ID enum with `ALL` and `id()`; used for [`Rule`] and the tracer's generation
+/// rules.
+macro_rules! rule_ids {
+    ($(#[$edoc:meta])* $name:ident, $spec:literal; $($(#[$doc:meta])* $id:ident,)*) => {
+        $(#[$edoc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[non_exhaustive]
-        pub enum Rule {
+        pub enum $name {
             $($(#[$doc])* $id,)*
         }
 
-        impl Rule {
+        impl $name {
             /// Every rule, in spec order.
-            pub const ALL: &'static [Rule] = &[$(Rule::$id,)*];
+            pub const ALL: &'static [$name] = &[$($name::$id,)*];
 
-            /// The rule ID as written in `spec/output.md`, e.g. `"T6"`.
+            #[doc = concat!("The rule ID as written in `", $spec, "`.")]
             pub fn id(self) -> &'static str {
                 match self {
-                    $(Rule::$id => stringify!($id),)*
+                    $($name::$id => stringify!($id),)*
                 }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.id())
             }
         }
     };
 }
+pub(crate) use rule_ids;
 
-rules! {
+rule_ids! {
+    /// A rule ID of `spec/output.md`.
+    Rule, "spec/output.md";
     /// No PT support: every RTIT MSR access #GPs.
     M1,
     /// Reserved bit or reserved encoding in a WRMSR: #GP.
@@ -145,10 +154,4 @@ rules! {
     BDM106,
     /// Tiger Lake class erratum TGL052: single range larger than 4 KiB corrupts data.
     TGL052,
-}
-
-impl fmt::Display for Rule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.id())
-    }
 }

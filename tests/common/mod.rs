@@ -3,6 +3,8 @@
 
 pub mod libipt;
 pub mod packets;
+pub mod query;
+pub mod trace;
 
 use ptemu::output::TopaEntry;
 use ptemu::regs::msr::*;

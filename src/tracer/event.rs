@@ -1,0 +1,237 @@
+//! The tracer's input: architectural events, independent of any trace format.
+//!
+//! Every instruction event carries the IP of the instruction itself; the tracer derives the
+//! current IP from it, so a FUP or TIP.PGE can name the right address.
+
+use crate::packet::PtwSize;
+
+/// The execution mode a MODE.Exec packet reports (CS.L, CS.D).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecMode {
+    /// 16-bit code: CS.L = 0, CS.D = 0.
+    Bits16,
+    /// 32-bit code (or compatibility mode): CS.L = 0, CS.D = 1.
+    Bits32,
+    /// 64-bit code: CS.L = 1, CS.D = 0.
+    #[default]
+    Bits64,
+}
+
+impl ExecMode {
+    /// (CS.L, CS.D).
+    pub fn csl_csd(self) -> (bool, bool) {
+        match self {
+            ExecMode::Bits16 => (false, false),
+            ExecMode::Bits32 => (false, true),
+            ExecMode::Bits64 => (true, false),
+        }
+    }
+}
+
+/// What kind of far transfer (SDM Table 36-50 cases 10–13; pt-packets.md §5.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FarKind {
+    /// External interrupt, NMI, trap: asynchronous, FUP(next IP) + TIP.
+    Interrupt {
+        /// Vector (for Event Trace's CFE).
+        vector: u8,
+    },
+    /// Fault-class exception: FUP(faulting IP) + TIP; `cr2` for #PF (Event Trace's EVD).
+    Exception {
+        /// Vector.
+        vector: u8,
+        /// The faulting linear address of a #PF.
+        cr2: Option<u64>,
+    },
+    /// INT n / INT3 / INTO: FUP(the INT's IP) + TIP.
+    SoftwareInterrupt {
+        /// Vector.
+        vector: u8,
+    },
+    /// SYSCALL / SYSENTER: a far branch, TIP only.
+    Syscall,
+    /// SYSRET / SYSEXIT: TIP only.
+    Sysret,
+    /// IRET: TIP only.
+    Iret,
+    /// Far CALL, JMP or RET: TIP only.
+    FarBranch,
+    /// VM exit: asynchronous, FUP + TIP.
+    VmExit,
+    /// VM entry (VMLAUNCH/VMRESUME) into the guest whose VMCS is at `vmcs`: VMCS + TIP.
+    VmEntry {
+        /// Physical address of the VMCS (4 KiB aligned).
+        vmcs: u64,
+    },
+}
+
+impl FarKind {
+    /// Asynchronous kinds get a FUP with their source IP before the TIP (SDM 36-36 Table 36-15).
+    pub fn is_async(self) -> bool {
+        matches!(
+            self,
+            FarKind::Interrupt { .. }
+                | FarKind::Exception { .. }
+                | FarKind::SoftwareInterrupt { .. }
+                | FarKind::VmExit
+        )
+    }
+}
+
+/// One architectural event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Event {
+    /// An instruction that does not branch retired; the IP moves to `ip + len`.
+    Retire {
+        /// The instruction's IP.
+        ip: u64,
+        /// Its length in bytes.
+        len: u8,
+    },
+    /// A conditional branch (Jcc, JCXZ, LOOP) retired.
+    CondBranch {
+        /// The branch's IP.
+        ip: u64,
+        /// Its length (the fall-through is `ip + len`).
+        len: u8,
+        /// The taken target.
+        target: u64,
+        /// Taken or not.
+        taken: bool,
+    },
+    /// A direct near JMP.
+    Jump {
+        /// The jump's IP.
+        ip: u64,
+        /// Target.
+        target: u64,
+    },
+    /// A direct near CALL; pushes `ip + len` on the return-compression stack unless it is a
+    /// zero-length call (`target == ip + len`).
+    Call {
+        /// The call's IP.
+        ip: u64,
+        /// Its length.
+        len: u8,
+        /// Target.
+        target: u64,
+    },
+    /// An indirect near JMP.
+    IndirectJump {
+        /// The jump's IP.
+        ip: u64,
+        /// Target.
+        target: u64,
+    },
+    /// An indirect near CALL; pushes `ip + len`.
+    IndirectCall {
+        /// The call's IP.
+        ip: u64,
+        /// Its length.
+        len: u8,
+        /// Target.
+        target: u64,
+    },
+    /// A near RET.
+    Return {
+        /// The RET's IP.
+        ip: u64,
+        /// Where it returned to.
+        target: u64,
+    },
+    /// A far transfer: interrupt, exception, SYSCALL/SYSRET, IRET, far branch, VM exit/entry.
+    Far {
+        /// Which.
+        kind: FarKind,
+        /// The FUP IP for asynchronous kinds (next IP for interrupts and traps, the faulting or INT
+        /// instruction for faults and software interrupts), else the branching instruction's IP.
+        from: u64,
+        /// The target.
+        to: u64,
+        /// CPL after the transfer.
+        cpl: u8,
+        /// Execution mode after the transfer.
+        mode: ExecMode,
+        /// CR3 after the transfer, when it changes (task switch, VM exit/entry).
+        cr3: Option<u64>,
+    },
+    /// STI, CLI, POPF: RFLAGS.IF changes (reported by MODE.Exec when Event Trace is on).
+    SetIf {
+        /// The instruction's IP.
+        ip: u64,
+        /// Its length.
+        len: u8,
+        /// New IF.
+        value: bool,
+    },
+    /// MOV to CR3.
+    Cr3Write {
+        /// The MOV's IP.
+        ip: u64,
+        /// Its length.
+        len: u8,
+        /// The new CR3.
+        cr3: u64,
+    },
+    /// PTWRITE.
+    Ptwrite {
+        /// The PTWRITE's IP.
+        ip: u64,
+        /// Its length.
+        len: u8,
+        /// Operand.
+        payload: u64,
+        /// Operand size.
+        size: PtwSize,
+    },
+    /// A successful MWAIT (before the C-state entry).
+    Mwait {
+        /// The MWAIT's IP.
+        ip: u64,
+        /// Its length.
+        len: u8,
+        /// EAX hints.
+        hints: u8,
+        /// ECX extensions (bits 1:0).
+        ext: u8,
+    },
+    /// Entry into a C-state deeper than C0.0 at `ip` (the next instruction to execute).
+    Sleep {
+        /// IP at which execution stopped.
+        ip: u64,
+        /// Target C-state (PWRE.Resolved state).
+        state: u8,
+        /// Target sub-state.
+        sub_state: u8,
+        /// Hardware-initiated (PWRE.HW).
+        hw: bool,
+    },
+    /// Wake-up back to C0 after `cycles` core cycles asleep.
+    Wake {
+        /// Last core C-state.
+        last: u8,
+        /// Deepest core C-state.
+        deepest: u8,
+        /// Wake reason bits (PWRX byte 3).
+        wake: u8,
+        /// Cycles spent asleep (the clock advances, no CYC covers it).
+        cycles: u64,
+    },
+    /// Core cycles elapse (beyond one per instruction event).
+    Cycles(u64),
+    /// The core:bus ratio changes (CBR).
+    CoreRatio(u8),
+}
+
+impl Event {
+    /// Whether the event retires an instruction (advances the clock by `cycles_per_instruction`).
+    pub fn is_instruction(&self) -> bool {
+        !matches!(
+            self,
+            Event::Sleep { .. } | Event::Wake { .. } | Event::Cycles(_) | Event::CoreRatio(_)
+        )
+    }
+}

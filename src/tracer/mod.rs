@@ -1,0 +1,954 @@
+//! The trace unit: architectural [`Event`]s become PT packets the way hardware emits them, and the
+//! bytes go through the [`OutputUnit`] into memory (pt-packets.md §5; rules in
+//! `spec/generation.md`, IDs in [`GenRule`]).
+//!
+//! The tracer owns the output unit; the caller keeps its memory and passes it to each call (like
+//! the unit itself). MSR writes go through [`Tracer::wrmsr`] so that TraceEn edges produce their
+//! packets (PSB+, TIP.PGE, FUP + TIP.PGD) around the unit's own enable and flush.
+
+mod clock;
+mod config;
+mod event;
+mod overflow;
+mod retstack;
+mod rules;
+mod stats;
+
+pub use clock::{Clock, ClockConfig};
+pub use config::{Backpressure, TracerConfig};
+pub use event::{Event, ExecMode, FarKind};
+pub use overflow::OverflowSpan;
+pub use retstack::{RetStack, RET_STACK_DEPTH};
+pub use rules::GenRule;
+pub use stats::TracerStats;
+
+use crate::memory::{MemError, PhysMemory};
+use crate::output::{MsrError, OutputUnit};
+use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
+use crate::regs::{Msr, RtitCtl};
+use overflow::Overflow;
+
+/// How a control transfer is reported while tracing stays on, and how it leaves tracing.
+#[derive(Clone, Copy, Debug)]
+enum Cofi {
+    /// Straight-line flow (or a non-branch that changes context): only PGE/PGD.
+    Linear,
+    /// Jcc: a TNT bit.
+    Cond(bool),
+    /// Direct JMP/CALL: nothing; a call pushes its return address (RET1).
+    Direct { push: Option<u64> },
+    /// Indirect JMP/CALL: TIP (TIP1).
+    Indirect { push: Option<u64> },
+    /// RET: TNT 1 when compressible, else TIP (RET2).
+    Return,
+    /// Far transfer (TIP2, TIP3).
+    Far {
+        kind: FarKind,
+        from: u64,
+        cr3_changed: bool,
+    },
+}
+
+/// Snapshot at an event's start, to drop the event whole under back-pressure (OVF1).
+struct Mark {
+    len: usize,
+    psb_bytes: u64,
+    last_cyc: u64,
+    mode_sent: Option<(ExecMode, bool)>,
+    kinds: usize,
+    /// The first event whose packets are lost if this one is dropped: the oldest with a TNT bit
+    /// still pending, else this one.
+    first_lost: u64,
+}
+
+/// The tracer: packet generation for one logical processor, feeding its output unit.
+pub struct Tracer {
+    unit: OutputUnit,
+    cfg: TracerConfig,
+    ctl: RtitCtl,
+    /// ADDRn ranges with CFG = 1 (filter) and 2 (TraceStop), inclusive.
+    filter_ranges: Vec<(u64, u64)>,
+    stop_ranges: Vec<(u64, u64)>,
+    cr3_match: u64,
+    buf: Box<[u8]>,
+    len: usize,
+    enc: PacketEncoder,
+    tnt: Tnt,
+    tnt_first_event: u64,
+    ret: RetStack,
+    ip: u64,
+    cpl: u8,
+    cr3: u64,
+    mode: ExecMode,
+    if_flag: bool,
+    vmcs: Option<u64>,
+    triggered: bool,
+    packet_en: bool,
+    /// The MODE.Exec (mode, IF) sent since the last PSB.
+    mode_sent: Option<(ExecMode, bool)>,
+    psb_bytes: u64,
+    clock: Clock,
+    overflow: Option<Overflow>,
+    stop_pending: bool,
+    /// Kind indices of the packets of the current event, committed to the stats at its end.
+    kinds: [u8; 64],
+    nkinds: usize,
+    stats: TracerStats,
+}
+
+const CFE_INTR: u8 = 1;
+const CFE_IRET: u8 = 2;
+const EVD_CR2: u8 = 0;
+const PF_VECTOR: u8 = 14;
+
+impl Tracer {
+    /// A tracer around `unit` (whose MSRs the caller programs through [`Tracer::wrmsr`]).
+    pub fn new(unit: OutputUnit, cfg: TracerConfig) -> Self {
+        let cap = cfg.flush_bytes.max(64) + 4096;
+        Tracer {
+            clock: Clock::new(cfg.clock),
+            overflow: cfg.overflow.map(Overflow::new),
+            unit,
+            ctl: RtitCtl::default(),
+            filter_ranges: Vec::new(),
+            stop_ranges: Vec::new(),
+            cr3_match: 0,
+            buf: vec![0; cap].into_boxed_slice(),
+            len: 0,
+            enc: PacketEncoder::new(),
+            tnt: Tnt { bits: 0, count: 0 },
+            tnt_first_event: 0,
+            ret: RetStack::default(),
+            ip: 0,
+            cpl: 3,
+            cr3: 0,
+            mode: ExecMode::Bits64,
+            if_flag: true,
+            vmcs: None,
+            triggered: false,
+            packet_en: false,
+            mode_sent: None,
+            psb_bytes: 0,
+            stop_pending: false,
+            kinds: [0; 64],
+            nkinds: 0,
+            stats: TracerStats::default(),
+            cfg,
+        }
+    }
+
+    /// The output unit (registers, events, statistics).
+    pub fn unit(&self) -> &OutputUnit {
+        &self.unit
+    }
+
+    /// Takes the output unit back, after a [`Tracer::flush`].
+    pub fn into_unit(self) -> OutputUnit {
+        self.unit
+    }
+
+    /// Generation statistics.
+    pub fn stats(&self) -> &TracerStats {
+        &self.stats
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Overflows so far, as spans of event indices (OVF1, OVF2).
+    pub fn overflows(&self) -> &[OverflowSpan] {
+        self.overflow.as_ref().map_or(&[], |o| o.spans.as_slice())
+    }
+
+    /// Whether packets are generated for control flow now (PacketEn).
+    pub fn packet_en(&self) -> bool {
+        self.packet_en
+    }
+
+    /// Sets the architectural state before tracing starts: IP, CPL, CR3, mode.
+    pub fn set_state(&mut self, ip: u64, cpl: u8, cr3: u64, mode: ExecMode) {
+        self.ip = ip;
+        self.cpl = cpl;
+        self.cr3 = cr3;
+        self.mode = mode;
+    }
+
+    /// RDMSR, through the unit.
+    pub fn rdmsr(&self, msr: u32) -> Result<u64, MsrError> {
+        self.unit.rdmsr(msr)
+    }
+
+    /// WRMSR by the instruction at `ip` (length `len`). A CTL write that sets TraceEn enables the
+    /// unit, then sends PSB+ (PSB3) or TSC/TMA/CBR, then MODE.Exec and TIP.PGE(next IP) when
+    /// PacketEn (PGE1); one that clears it sends FUP(ip), TIP.PGD() while PacketEn (PGD3) and
+    /// flushes every buffered byte before the unit writes its state back (OUT1).
+    pub fn wrmsr<M: PhysMemory>(
+        &mut self,
+        mem: &mut M,
+        msr: u32,
+        value: u64,
+        ip: u64,
+        len: u8,
+    ) -> Result<(), MsrError> {
+        let was_on = self.unit.registers().ctl.trace_en();
+        let ctl_write = Msr::from_address(msr) == Some(Msr::Ctl);
+        if ctl_write && was_on && value & 1 == 0 {
+            self.ip = ip;
+            if self.triggered {
+                self.disable_packets();
+            }
+            self.drain(mem)?;
+            self.triggered = false;
+            self.packet_en = false;
+        }
+        self.unit.wrmsr(mem, msr, value)?;
+        if ctl_write && !was_on && value & 1 == 1 {
+            self.ip = ip.wrapping_add(u64::from(len));
+            self.on_enable();
+            self.drain(mem)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every buffered packet byte to the output unit now (OUT1).
+    pub fn flush<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
+        self.flush_tnt();
+        self.drain(mem)
+    }
+
+    /// Handles one event: updates the architectural state and generates its packets.
+    pub fn event<M: PhysMemory>(&mut self, mem: &mut M, ev: &Event) -> Result<(), MemError> {
+        self.stats.events += 1;
+        if !self.triggered {
+            self.track_only(ev);
+            return Ok(());
+        }
+        let mark = self.mark();
+        self.resolve_overflow();
+        if ev.is_instruction() {
+            self.stats.instructions += 1;
+            self.tick(u64::from(self.cfg.cycles_per_instruction));
+        }
+        self.generate(ev);
+        if self.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
+            self.psb_plus(); // PSB2
+        }
+        self.end_event(mark);
+        if self.stop_pending {
+            self.stop_pending = false;
+            self.drain(mem)?;
+            self.unit.trace_stop(); // FLT3
+            self.lose_output();
+        } else if self.len >= self.cfg.flush_bytes {
+            self.drain(mem)?;
+        }
+        Ok(())
+    }
+
+    /// The architectural effect of an event while TriggerEn = 0.
+    fn track_only(&mut self, ev: &Event) {
+        match *ev {
+            Event::Retire { ip, len }
+            | Event::SetIf { ip, len, .. }
+            | Event::Ptwrite { ip, len, .. }
+            | Event::Mwait { ip, len, .. } => self.ip = ip.wrapping_add(u64::from(len)),
+            Event::CondBranch {
+                ip,
+                len,
+                target,
+                taken,
+            } => {
+                self.ip = if taken {
+                    target
+                } else {
+                    ip.wrapping_add(u64::from(len))
+                }
+            }
+            Event::Jump { target, .. }
+            | Event::Call { target, .. }
+            | Event::IndirectJump { target, .. }
+            | Event::IndirectCall { target, .. }
+            | Event::Return { target, .. } => self.ip = target,
+            Event::Far {
+                kind,
+                to,
+                cpl,
+                mode,
+                cr3,
+                ..
+            } => {
+                self.ip = to;
+                self.cpl = cpl;
+                self.mode = mode;
+                self.cr3 = cr3.unwrap_or(self.cr3);
+                if let FarKind::VmEntry { vmcs } = kind {
+                    self.vmcs = Some(vmcs);
+                }
+            }
+            Event::Cr3Write { ip, len, cr3 } => {
+                self.ip = ip.wrapping_add(u64::from(len));
+                self.cr3 = cr3;
+            }
+            Event::Sleep { ip, .. } => self.ip = ip,
+            Event::Wake { cycles, .. } => self.clock.advance(cycles),
+            Event::Cycles(n) => self.clock.advance(n),
+            Event::CoreRatio(r) => self.clock.set_core_ratio(r),
+        }
+        if let Event::SetIf { value, .. } = *ev {
+            self.if_flag = value;
+        }
+    }
+
+    fn generate(&mut self, ev: &Event) {
+        match *ev {
+            Event::Retire { ip, len } => {
+                self.ip = ip.wrapping_add(u64::from(len));
+                if !self.filter_ranges.is_empty() || !self.stop_ranges.is_empty() {
+                    self.transfer(self.ip, Cofi::Linear);
+                }
+            }
+            Event::CondBranch {
+                ip,
+                len,
+                target,
+                taken,
+            } => {
+                let to = if taken {
+                    target
+                } else {
+                    ip.wrapping_add(u64::from(len))
+                };
+                self.transfer(to, Cofi::Cond(taken));
+            }
+            Event::Jump { target, .. } => self.transfer(target, Cofi::Direct { push: None }),
+            Event::Call { ip, len, target } => {
+                let next = ip.wrapping_add(u64::from(len));
+                let push = (target != next).then_some(next); // RET1: zero-length calls
+                self.transfer(target, Cofi::Direct { push });
+            }
+            Event::IndirectJump { target, .. } => self.transfer(target, Cofi::Indirect { push: None }),
+            Event::IndirectCall { ip, len, target } => {
+                let push = Some(ip.wrapping_add(u64::from(len)));
+                self.transfer(target, Cofi::Indirect { push });
+            }
+            Event::Return { target, .. } => self.transfer(target, Cofi::Return),
+            Event::Far {
+                kind,
+                from,
+                to,
+                cpl,
+                mode,
+                cr3,
+            } => {
+                let cr3_changed = cr3.is_some_and(|c| c != self.cr3);
+                self.cpl = cpl;
+                self.mode = mode;
+                self.cr3 = cr3.unwrap_or(self.cr3);
+                if let FarKind::VmEntry { vmcs } = kind {
+                    self.vmcs = Some(vmcs);
+                }
+                self.transfer(
+                    to,
+                    Cofi::Far {
+                        kind,
+                        from,
+                        cr3_changed,
+                    },
+                );
+            }
+            Event::SetIf { ip, len, value } => {
+                self.if_flag = value;
+                self.ip = ip.wrapping_add(u64::from(len));
+            }
+            Event::Cr3Write { ip, len, cr3 } => {
+                self.cr3 = cr3;
+                let next = ip.wrapping_add(u64::from(len));
+                // PIP1: with OS = 1, while tracing before or after the write.
+                if self.ctl.os() && (self.packet_en || self.packet_en_at(next)) {
+                    self.flush_tnt();
+                    self.put_pip();
+                }
+                self.transfer(next, Cofi::Linear);
+            }
+            Event::Ptwrite {
+                ip,
+                len,
+                payload,
+                size,
+            } => {
+                if self.ctl.ptw_en() && self.context_en() && self.filter_en(ip) {
+                    let fup = self.ctl.fup_on_ptw(); // PTW1
+                    self.flush_tnt();
+                    self.cyc();
+                    let payload = match size {
+                        crate::packet::PtwSize::Four => payload & 0xffff_ffff,
+                        crate::packet::PtwSize::Eight => payload,
+                    };
+                    self.put(Packet::Ptw {
+                        size,
+                        payload,
+                        ip: fup,
+                    });
+                    if fup {
+                        self.put_ip(Packet::Fup, ip);
+                    }
+                }
+                self.ip = ip.wrapping_add(u64::from(len));
+            }
+            Event::Mwait { ip, len, hints, ext } => {
+                if self.ctl.pwr_evt_en() && self.context_en() {
+                    self.flush_tnt();
+                    self.cyc();
+                    self.put(Packet::Mwait {
+                        hints: u32::from(hints),
+                        ext: u32::from(ext & 3),
+                    });
+                }
+                self.ip = ip.wrapping_add(u64::from(len));
+            }
+            Event::Sleep {
+                ip,
+                state,
+                sub_state,
+                hw,
+            } => {
+                self.ip = ip;
+                if self.ctl.pwr_evt_en() && self.context_en() {
+                    self.flush_tnt();
+                    self.cyc();
+                    self.put(Packet::Pwre {
+                        state: state & 0xf,
+                        sub_state: sub_state & 0xf,
+                        hw,
+                    });
+                    let with_ip = self.packet_en;
+                    self.put(Packet::Exstop { ip: with_ip });
+                    if with_ip {
+                        self.put_ip(Packet::Fup, ip);
+                    }
+                }
+            }
+            Event::Wake {
+                last,
+                deepest,
+                wake,
+                cycles,
+            } => {
+                // The core clock stops while asleep: no CYC counts these cycles.
+                self.tick(cycles);
+                self.clock.last_cyc = self.clock.last_cyc.wrapping_add(cycles);
+                if self.ctl.pwr_evt_en() && self.context_en() {
+                    self.flush_tnt();
+                    self.put(Packet::Pwrx {
+                        last: last & 0xf,
+                        deepest: deepest & 0xf,
+                        wake: wake & 0x0d,
+                    });
+                }
+                if self.ctl.tsc_en() {
+                    self.put_tsc(); // TIM5
+                }
+            }
+            Event::Cycles(n) => self.tick(n),
+            Event::CoreRatio(r) => {
+                if r != 0 && r != self.clock.core_ratio() {
+                    self.clock.set_core_ratio(r);
+                    self.put(Packet::Cbr { ratio: r }); // TIM4
+                }
+            }
+        }
+    }
+
+    /// The common path of every control transfer: PacketEn before and after, and the packets of
+    /// each combination (TIP1–TIP3, RET2, PGE1, PGD1, PGD2, FLT3).
+    fn transfer(&mut self, to: u64, cofi: Cofi) {
+        let pe0 = self.packet_en;
+        self.ip = to;
+        let stop = !self.stop_ranges.is_empty() && self.context_en() && in_any(&self.stop_ranges, to);
+        let pe1 = !stop && self.packet_en_at(to);
+        let compress = matches!(cofi, Cofi::Return)
+            && !self.ctl.dis_retc()
+            && !self.ctl.dis_tnt()
+            && self.ret.peek() == Some(to);
+        match (pe0, pe1) {
+            (true, true) => match cofi {
+                Cofi::Linear => {}
+                Cofi::Cond(taken) => self.tnt_bit(taken),
+                Cofi::Direct { push } => self.push(push),
+                Cofi::Indirect { push } => {
+                    self.push(push);
+                    self.flush_tnt();
+                    self.cyc();
+                    self.put_ip(Packet::Tip, to);
+                }
+                Cofi::Return if compress => {
+                    self.ret.pop();
+                    self.stats.compressed_returns += 1;
+                    self.tnt_bit(true);
+                }
+                Cofi::Return => {
+                    self.flush_tnt();
+                    self.cyc();
+                    self.put_ip(Packet::Tip, to);
+                }
+                Cofi::Far {
+                    kind,
+                    from,
+                    cr3_changed,
+                } => {
+                    self.flush_tnt();
+                    self.event_trace(kind);
+                    self.cyc();
+                    if kind.is_async() {
+                        self.put_ip(Packet::Fup, from);
+                    }
+                    if cr3_changed && self.ctl.os() {
+                        self.put_pip();
+                    }
+                    if let (FarKind::VmEntry { .. }, Some(base)) = (kind, self.vmcs) {
+                        self.put(Packet::Vmcs {
+                            base: base & 0x000f_ffff_ffff_f000,
+                        });
+                    }
+                    self.mode_exec_if_changed(); // MODE1
+                    self.put_ip(Packet::Tip, to);
+                }
+            },
+            (true, false) => {
+                // PGD1 / PGD2: the IP is suppressed when the context is left, or after a TNT bit.
+                let mut with_ip = self.context_en();
+                match cofi {
+                    Cofi::Cond(taken) => {
+                        self.tnt_bit(taken);
+                        with_ip = false;
+                    }
+                    Cofi::Return if compress => {
+                        self.ret.pop();
+                        self.stats.compressed_returns += 1;
+                        self.tnt_bit(true);
+                        with_ip = false;
+                    }
+                    _ => {}
+                }
+                self.flush_tnt();
+                if let Cofi::Far { kind, from, .. } = cofi {
+                    self.event_trace(kind);
+                    self.cyc();
+                    if kind.is_async() {
+                        self.put_ip(Packet::Fup, from);
+                    }
+                } else {
+                    self.cyc();
+                }
+                if with_ip || stop {
+                    self.put_ip(Packet::TipPgd, to);
+                } else {
+                    self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
+                }
+                self.ret.clear(); // RET3: the decoder may or may not have pushed a leaving call
+            }
+            (false, true) => {
+                if let Cofi::Far {
+                    cr3_changed: true, ..
+                } = cofi
+                {
+                    if self.ctl.os() {
+                        self.put_pip();
+                    }
+                }
+                self.enable_packets(to);
+            }
+            (false, false) => {}
+        }
+        self.packet_en = pe1;
+        if stop {
+            self.flush_tnt();
+            self.put(Packet::TraceStop);
+            self.stop_pending = true;
+        }
+    }
+
+    /// PGE1, PGE2: [MODE.Exec] TIP.PGE(ip).
+    fn enable_packets(&mut self, ip: u64) {
+        self.cyc();
+        let now = (self.mode, self.if_flag && self.ctl.event_en());
+        if self.mode_sent != Some(now) {
+            self.put_mode_exec();
+        }
+        self.put_ip(Packet::TipPge, ip);
+    }
+
+    /// PGD3: FUP(CLIP), TIP.PGD() while PacketEn, for a WRMSR that clears TraceEn.
+    fn disable_packets(&mut self) {
+        let mark = self.mark();
+        self.resolve_overflow();
+        if self.overflow.as_ref().is_some_and(|o| o.active) {
+            // The overflow ends with the disable: OVF alone tells the decoder tracing stopped.
+            self.put(Packet::Ovf);
+            if let Some(o) = self.overflow.as_mut() {
+                o.finish(self.stats.events + 1);
+            }
+            self.stats.overflows += 1;
+        } else if self.packet_en {
+            self.flush_tnt();
+            self.cyc();
+            self.put_ip(Packet::Fup, self.ip);
+            self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
+        } else {
+            self.flush_tnt();
+        }
+        self.commit(mark);
+    }
+
+    /// TraceEn 0->1 with TriggerEn: PSB+ or TSC/TMA/CBR (PSB3, TIM1, TIM4), then PGE1.
+    fn on_enable(&mut self) {
+        let regs = self.unit.registers();
+        self.ctl = regs.ctl;
+        self.filter_ranges.clear();
+        self.stop_ranges.clear();
+        for n in 0..self.unit.cpu().range_count().min(4) {
+            let range = (regs.addr[n][0], regs.addr[n][1]);
+            match self.ctl.addr_cfg(n) {
+                1 => self.filter_ranges.push(range),
+                2 => self.stop_ranges.push(range),
+                _ => {}
+            }
+        }
+        self.cr3_match = u64::from(regs.cr3_match) & !0x1f;
+        self.triggered = regs.status.trigger_en();
+        self.packet_en = false;
+        if !self.triggered {
+            return;
+        }
+        self.tnt = Tnt { bits: 0, count: 0 };
+        self.ret.clear();
+        self.clock.last_cyc = self.clock.cycles();
+        self.clock.last_mtc = self.clock.art() >> self.ctl.mtc_freq();
+        let mark = self.mark();
+        if self.unit.psb_due_on_enable() {
+            self.psb_plus();
+        } else {
+            self.psb_bytes = u64::from(regs.status.packet_byte_cnt());
+            if self.ctl.tsc_en() {
+                self.put_tsc();
+            }
+            self.put(Packet::Cbr {
+                ratio: self.clock.core_ratio(),
+            });
+        }
+        if self.packet_en_at(self.ip) {
+            self.packet_en = true;
+            self.enable_packets(self.ip);
+        }
+        self.commit(mark);
+    }
+
+    /// PSB1, PSB4: the PSB+ for the current settings and state.
+    fn psb_plus(&mut self) {
+        self.flush_tnt();
+        self.psb_bytes = 0;
+        self.put(Packet::Psb);
+        self.ret.clear();
+        self.mode_sent = None;
+        self.stats.psbs += 1;
+        if self.ctl.tsc_en() {
+            self.put_tsc();
+        }
+        self.put(Packet::Cbr {
+            ratio: self.clock.core_ratio(),
+        });
+        let context = self.context_en();
+        if context && self.ctl.os() {
+            self.put_pip();
+            if let Some(base) = self.vmcs {
+                self.put(Packet::Vmcs {
+                    base: base & 0x000f_ffff_ffff_f000,
+                });
+            }
+        }
+        if context && self.ctl.branch_en() && self.cfg.tsx {
+            self.put(Packet::ModeTsx {
+                intx: false,
+                abrt: false,
+            });
+        }
+        if self.packet_en {
+            self.put_mode_exec();
+            self.put_ip(Packet::Fup, self.ip);
+        }
+        self.put(Packet::PsbEnd);
+    }
+
+    fn put_mode_exec(&mut self) {
+        let if_ = self.if_flag && self.ctl.event_en();
+        let (csl, csd) = self.mode.csl_csd();
+        self.put(Packet::ModeExec { csl, csd, if_ });
+        self.mode_sent = Some((self.mode, if_));
+    }
+
+    fn mode_exec_if_changed(&mut self) {
+        if self.mode_sent != Some((self.mode, self.if_flag && self.ctl.event_en())) {
+            self.put_mode_exec();
+        }
+    }
+
+    fn put_pip(&mut self) {
+        self.put(Packet::Pip {
+            cr3: self.cr3 & 0x000f_ffff_ffff_ffe0,
+            nr: false,
+        });
+    }
+
+    /// TSC, and TMA right after it with MTCEn (TIM1).
+    fn put_tsc(&mut self) {
+        self.put(Packet::Tsc {
+            tsc: self.clock.tsc() & ((1 << 56) - 1),
+        });
+        if self.ctl.mtc_en() {
+            let (ctc, fc) = self.clock.tma();
+            self.put(Packet::Tma { ctc, fc: fc & 0x1ff });
+        }
+    }
+
+    /// EVT1: EVD(CR2) and CFE before the FUP of an interrupt or exception; CFE(IRET).
+    fn event_trace(&mut self, kind: FarKind) {
+        if !self.ctl.event_en() {
+            return;
+        }
+        let (ty, vector) = match kind {
+            FarKind::Exception { vector, cr2 } => {
+                if let (PF_VECTOR, Some(addr)) = (vector, cr2) {
+                    self.put(Packet::Evd {
+                        ty: EVD_CR2,
+                        payload: addr,
+                    });
+                }
+                (CFE_INTR, vector)
+            }
+            FarKind::Interrupt { vector } | FarKind::SoftwareInterrupt { vector } => (CFE_INTR, vector),
+            FarKind::Iret => (CFE_IRET, 0),
+            _ => return,
+        };
+        self.put(Packet::Cfe {
+            ty,
+            vector,
+            ip: false,
+        });
+    }
+
+    fn push(&mut self, push: Option<u64>) {
+        if let Some(ret) = push {
+            self.ret.push(ret);
+        }
+    }
+
+    /// TNT1, TNT2, TNT4.
+    #[inline]
+    fn tnt_bit(&mut self, taken: bool) {
+        if self.ctl.dis_tnt() {
+            return;
+        }
+        if self.tnt.count == 0 {
+            self.tnt_first_event = self.stats.events;
+        }
+        self.tnt.bits = self.tnt.bits << 1 | taken as u64;
+        self.tnt.count += 1;
+        self.stats.tnt_bits += 1;
+        if self.tnt.count == if self.cfg.long_tnt { 47 } else { 6 } {
+            self.flush_tnt();
+        }
+    }
+
+    /// TNT3: the partial TNT goes out (CYC first: the CYC before a TNT times its first branch).
+    #[inline]
+    fn flush_tnt(&mut self) {
+        if self.tnt.count == 0 {
+            return;
+        }
+        let t = self.tnt;
+        self.tnt = Tnt { bits: 0, count: 0 };
+        self.cyc();
+        self.put(if t.count <= 6 {
+            Packet::Tnt8(t)
+        } else {
+            Packet::Tnt64(t)
+        });
+    }
+
+    /// TIM3: CYC before an eligible packet.
+    #[inline]
+    fn cyc(&mut self) {
+        if !self.ctl.cyc_en() {
+            return;
+        }
+        let elapsed = self.clock.cycles().wrapping_sub(self.clock.last_cyc);
+        let thresh = match self.ctl.cyc_thresh() {
+            0 => 1,
+            n => 1u64 << (n - 1),
+        };
+        if elapsed >= thresh {
+            self.clock.last_cyc = self.clock.cycles();
+            self.put(Packet::Cyc { value: elapsed });
+        }
+    }
+
+    /// Advances the clock; MTC when ART[N+7:N] changed (TIM2); back-pressure drains (OVF1).
+    #[inline]
+    fn tick(&mut self, n: u64) {
+        self.clock.advance(n);
+        if let Some(o) = self.overflow.as_mut() {
+            o.drain(n);
+        }
+        if self.ctl.mtc_en() {
+            let v = self.clock.art() >> self.ctl.mtc_freq();
+            if v != self.clock.last_mtc {
+                self.clock.last_mtc = v;
+                self.put(Packet::Mtc { ctc: v as u8 });
+            }
+        }
+    }
+
+    fn context_en(&self) -> bool {
+        let level = if self.cpl == 0 {
+            self.ctl.os()
+        } else {
+            self.ctl.user()
+        };
+        level && (!self.ctl.cr3_filter() || self.cr3 & !0x1f == self.cr3_match)
+    }
+
+    fn filter_en(&self, ip: u64) -> bool {
+        self.filter_ranges.is_empty() || in_any(&self.filter_ranges, ip)
+    }
+
+    /// PacketEn at `ip` in the current context (FLT1, FLT2).
+    fn packet_en_at(&self, ip: u64) -> bool {
+        self.triggered && self.ctl.branch_en() && self.context_en() && self.filter_en(ip)
+    }
+
+    #[inline]
+    fn put_ip(&mut self, make: fn(IpPayload) -> Packet, ip: u64) {
+        let payload = self.enc.compress(Some(ip)); // TIP4
+        self.put(make(payload));
+    }
+
+    #[inline]
+    fn put(&mut self, p: Packet) {
+        let Some(room) = self.buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
+            // Unreachable with the headroom `new` reserves; never panic on it.
+            self.stats.packets_lost += 1;
+            return;
+        };
+        match self.enc.encode(&p, room) {
+            Ok(n) => {
+                self.len += n;
+                self.psb_bytes += n as u64;
+                if let Some(k) = self.kinds.get_mut(self.nkinds) {
+                    *k = p.kind_index() as u8;
+                    self.nkinds += 1;
+                } else {
+                    self.stats.packets[p.kind_index()] += 1;
+                }
+            }
+            Err(_) => self.stats.packets_lost += 1,
+        }
+    }
+
+    fn mark(&mut self) -> Mark {
+        self.commit_kinds();
+        Mark {
+            len: self.len,
+            psb_bytes: self.psb_bytes,
+            last_cyc: self.clock.last_cyc,
+            mode_sent: self.mode_sent,
+            kinds: self.nkinds,
+            first_lost: if self.tnt.count > 0 {
+                self.tnt_first_event
+            } else {
+                self.stats.events
+            },
+        }
+    }
+
+    fn commit_kinds(&mut self) {
+        for &k in &self.kinds[..self.nkinds] {
+            self.stats.packets[usize::from(k)] += 1;
+        }
+        self.nkinds = 0;
+    }
+
+    /// Keeps the event's packets.
+    fn commit(&mut self, _mark: Mark) {
+        self.commit_kinds();
+    }
+
+    /// OVF1: keeps the event's packets if they fit the back-pressure budget; else drops them.
+    fn end_event(&mut self, mark: Mark) {
+        let Some(o) = self.overflow.as_mut() else {
+            return self.commit(mark);
+        };
+        let n = (self.len - mark.len) as u64;
+        if o.admit(n, mark.first_lost) {
+            return self.commit(mark);
+        }
+        self.stats.dropped_events += 1;
+        self.stats.bytes_dropped += n;
+        self.len = mark.len;
+        self.psb_bytes = mark.psb_bytes;
+        self.clock.last_cyc = mark.last_cyc;
+        self.mode_sent = mark.mode_sent;
+        self.nkinds = mark.kinds;
+    }
+
+    /// OVF2, OVF3: at the first event after the buffer drained, OVF [CYC] [FUP(IP)].
+    fn resolve_overflow(&mut self) {
+        let Some(o) = self.overflow.as_mut() else {
+            return;
+        };
+        if !o.ready() {
+            return;
+        }
+        o.finish(self.stats.events);
+        self.stats.overflows += 1;
+        self.tnt = Tnt { bits: 0, count: 0 };
+        self.ret.clear();
+        self.put(Packet::Ovf);
+        if self.ctl.cyc_en() {
+            let elapsed = self.clock.cycles().wrapping_sub(self.clock.last_cyc);
+            self.clock.last_cyc = self.clock.cycles();
+            self.put(Packet::Cyc { value: elapsed });
+        }
+        if self.packet_en {
+            self.put_ip(Packet::Fup, self.ip);
+        }
+    }
+
+    /// Hands the buffered bytes to the output unit; a STOP or error there ends generation (OUT2).
+    fn drain<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let n = self.len;
+        self.len = 0;
+        self.stats.bytes += n as u64;
+        let r = self.unit.write(mem, &self.buf[..n]);
+        if self.triggered && !self.unit.output_enabled() {
+            self.lose_output();
+        }
+        r
+    }
+
+    /// TriggerEn went to 0 (STOP, error): nothing more is generated until the next enable.
+    fn lose_output(&mut self) {
+        self.triggered = false;
+        self.packet_en = false;
+        self.len = 0;
+        self.tnt = Tnt { bits: 0, count: 0 };
+    }
+}
+
+fn in_any(ranges: &[(u64, u64)], ip: u64) -> bool {
+    ranges.iter().any(|&(a, b)| a <= ip && ip <= b)
+}

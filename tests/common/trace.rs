@@ -1,0 +1,112 @@
+//! A tracer on single-range output into sparse memory, for the generation tests.
+
+use ptemu::packet::{Packet, PacketDecoder};
+use ptemu::regs::RtitCtl;
+use ptemu::tracer::{Event, ExecMode, Tracer, TracerConfig};
+use ptemu::{CpuProfile, OutputUnit, PhysMemory, SparseMemory};
+
+pub const CTL: u32 = 0x570;
+pub const STATUS: u32 = 0x571;
+pub const OUTPUT_BASE: u32 = 0x560;
+pub const MASK_PTRS: u32 = 0x561;
+pub const CR3_MATCH: u32 = 0x572;
+pub const ADDR0_A: u32 = 0x580;
+pub const ADDR0_B: u32 = 0x581;
+pub const ADDR1_A: u32 = 0x582;
+pub const ADDR1_B: u32 = 0x583;
+
+/// Output buffer: 16 MiB single range at 256 MiB.
+pub const BASE: u64 = 0x1000_0000;
+pub const SIZE: u64 = 16 << 20;
+/// The IP of the WRMSR that enables tracing, and its length.
+pub const WRMSR_IP: u64 = 0x40_0ff0;
+pub const WRMSR_LEN: u8 = 2;
+
+pub struct TraceRig {
+    pub tracer: Tracer,
+    pub mem: SparseMemory,
+    pub ctl: RtitCtl,
+}
+
+impl TraceRig {
+    pub fn new(cfg: TracerConfig) -> Self {
+        Self::with_cpu("generic-max", cfg)
+    }
+
+    pub fn with_cpu(cpu: &str, cfg: TracerConfig) -> Self {
+        let unit = OutputUnit::new(CpuProfile::named(cpu).unwrap());
+        let mut tracer = Tracer::new(unit, cfg);
+        tracer.set_state(WRMSR_IP, 3, 0x1000, ExecMode::Bits64);
+        TraceRig {
+            tracer,
+            mem: SparseMemory::new(),
+            ctl: RtitCtl::new(),
+        }
+    }
+
+    pub fn wrmsr(&mut self, msr: u32, value: u64) {
+        self.tracer
+            .wrmsr(&mut self.mem, msr, value, WRMSR_IP, WRMSR_LEN)
+            .unwrap_or_else(|e| panic!("wrmsr {msr:#x} = {value:#x}: {e}"));
+    }
+
+    /// Programs single-range output and writes CTL = `ctl` | TraceEn.
+    pub fn start(&mut self, ctl: RtitCtl) -> &mut Self {
+        self.wrmsr(OUTPUT_BASE, BASE);
+        self.wrmsr(MASK_PTRS, SIZE - 1);
+        self.ctl = ctl.with_trace_en(true);
+        self.wrmsr(CTL, self.ctl.bits());
+        self
+    }
+
+    pub fn ev(&mut self, e: Event) -> &mut Self {
+        self.tracer.event(&mut self.mem, &e).unwrap();
+        self
+    }
+
+    pub fn evs(&mut self, es: &[Event]) -> &mut Self {
+        for e in es {
+            self.ev(*e);
+        }
+        self
+    }
+
+    /// Clears TraceEn (the WRMSR at `ip`).
+    pub fn stop_at(&mut self, ip: u64) -> &mut Self {
+        self.tracer
+            .wrmsr(
+                &mut self.mem,
+                CTL,
+                self.ctl.with_trace_en(false).bits(),
+                ip,
+                WRMSR_LEN,
+            )
+            .unwrap();
+        self
+    }
+
+    /// Every byte the unit stored (single range: base .. offset).
+    pub fn bytes(&self) -> Vec<u8> {
+        let offset = self.tracer.rdmsr(MASK_PTRS).unwrap() >> 32;
+        let mut v = vec![0u8; offset as usize];
+        self.mem.read(BASE, &mut v).unwrap();
+        v
+    }
+
+    /// ptemu's decode of the stored bytes (this is for layout assertions; the oracle tests use
+    /// libipt).
+    pub fn packets(&self) -> Vec<Packet> {
+        let bytes = self.bytes();
+        let mut d = PacketDecoder::new(&bytes, 0);
+        let mut out = Vec::new();
+        while let Some(r) = d.next_packet() {
+            out.push(r.expect("valid stream").1);
+        }
+        out
+    }
+
+    /// Packet names, for shape assertions.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.packets().iter().map(|p| p.name()).collect()
+    }
+}
