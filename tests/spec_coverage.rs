@@ -24,7 +24,12 @@ fn table_rows(file: &str, heading: &str) -> Vec<String> {
 
 /// (rule ID, backtick-quoted names in its Tests cell) for each row of the `## Rules` table.
 fn spec_rows() -> Vec<(String, Vec<String>)> {
-    table_rows("output.md", "## Rules")
+    rule_rows("output.md")
+}
+
+/// (rule ID, test names) rows of the `## Rules` table of `spec/FILE`.
+fn rule_rows(file: &str) -> Vec<(String, Vec<String>)> {
+    table_rows(file, "## Rules")
         .iter()
         .map(|l| {
             let cells: Vec<&str> = l.split(" | ").collect();
@@ -212,6 +217,26 @@ fn every_packet_type_has_a_spec_row_and_its_tests_exist() {
                 files.contains(&t) || fns.contains(t),
                 "{name}: test `{t}` does not exist"
             );
+        }
+    }
+}
+
+#[test]
+fn every_generation_rule_is_in_the_spec_and_named_by_a_test_that_exists() {
+    use ptemu::tracer::GenRule;
+    let rows = rule_rows("generation.md");
+    let ids: Vec<&str> = rows.iter().map(|(id, _)| id.as_str()).collect();
+    let all: Vec<&str> = GenRule::ALL.iter().map(|r| r.id()).collect();
+    assert_eq!(ids, all, "spec/generation.md rows and GenRule::ALL differ");
+    let fns = test_fns();
+    for (id, names) in &rows {
+        let token = id.to_ascii_lowercase();
+        assert!(
+            fns.iter().any(|f| f.split('_').any(|t| t == token)),
+            "{id}: no test names it"
+        );
+        for n in names {
+            assert!(fns.contains(n), "{id}: listed test {n} does not exist");
         }
     }
 }

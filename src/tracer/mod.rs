@@ -624,6 +624,7 @@ impl Tracer {
         }
         self.tnt = Tnt { bits: 0, count: 0 };
         self.ret.clear();
+        self.mode_sent = None; // Table 36-50 case 2d: MODE.Exec with every enable's TIP.PGE
         self.clock.last_cyc = self.clock.cycles();
         self.clock.last_mtc = self.clock.art() >> self.ctl.mtc_freq();
         let mark = self.mark();

@@ -59,6 +59,22 @@ impl TraceRig {
         self
     }
 
+    /// Programs ToPA output (one 1 MiB region at BASE, then END back to the table) and writes
+    /// CTL = `ctl` | ToPA | TraceEn.
+    pub fn start_topa(&mut self, ctl: RtitCtl) -> &mut Self {
+        let table = BASE - 0x1000;
+        let region = ptemu::output::TopaEntry::region(BASE, 8).bits();
+        self.mem.write_u64(table, region).unwrap();
+        self.mem
+            .write_u64(table + 8, ptemu::output::TopaEntry::end_to(table).bits())
+            .unwrap();
+        self.wrmsr(OUTPUT_BASE, table);
+        self.wrmsr(MASK_PTRS, 0x7f);
+        self.ctl = ctl.with_topa(true).with_trace_en(true);
+        self.wrmsr(CTL, self.ctl.bits());
+        self
+    }
+
     pub fn ev(&mut self, e: Event) -> &mut Self {
         self.tracer.event(&mut self.mem, &e).unwrap();
         self
@@ -85,7 +101,7 @@ impl TraceRig {
         self
     }
 
-    /// Every byte the unit stored (single range: base .. offset).
+    /// Every byte the unit stored (single range, or the first ToPA region: base .. offset).
     pub fn bytes(&self) -> Vec<u8> {
         let offset = self.tracer.rdmsr(MASK_PTRS).unwrap() >> 32;
         let mut v = vec![0u8; offset as usize];
