@@ -225,8 +225,12 @@ impl Tracer {
             self.track_only(ev);
             return Ok(());
         }
-        let mark = self.mark();
-        self.resolve_overflow();
+        // Without back-pressure nothing is ever dropped: no snapshot, packets count at once.
+        let mark = self.overflow.is_some().then(|| {
+            let m = self.mark();
+            self.resolve_overflow();
+            m
+        });
         if ev.is_instruction() {
             self.stats.instructions += 1;
             self.tick(u64::from(self.cfg.cycles_per_instruction));
@@ -235,7 +239,9 @@ impl Tracer {
         if self.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
             self.psb_plus(); // PSB2
         }
-        self.end_event(mark);
+        if let Some(mark) = mark {
+            self.end_event(mark);
+        }
         if self.stop_pending {
             self.stop_pending = false;
             self.drain(mem)?;
@@ -301,6 +307,7 @@ impl Tracer {
         }
     }
 
+    #[inline]
     fn generate(&mut self, ev: &Event) {
         match *ev {
             Event::Retire { ip, len } => {
@@ -463,6 +470,7 @@ impl Tracer {
 
     /// The common path of every control transfer: PacketEn before and after, and the packets of
     /// each combination (TIP1–TIP3, RET2, PGE1, PGD1, PGD2, FLT3).
+    #[inline]
     fn transfer(&mut self, to: u64, cofi: Cofi) {
         let pe0 = self.packet_en;
         self.ip = to;
@@ -811,6 +819,7 @@ impl Tracer {
         }
     }
 
+    #[inline]
     fn context_en(&self) -> bool {
         let level = if self.cpl == 0 {
             self.ctl.os()
@@ -820,11 +829,13 @@ impl Tracer {
         level && (!self.ctl.cr3_filter() || self.cr3 & !0x1f == self.cr3_match)
     }
 
+    #[inline]
     fn filter_en(&self, ip: u64) -> bool {
         self.filter_ranges.is_empty() || in_any(&self.filter_ranges, ip)
     }
 
     /// PacketEn at `ip` in the current context (FLT1, FLT2).
+    #[inline]
     fn packet_en_at(&self, ip: u64) -> bool {
         self.triggered && self.ctl.branch_en() && self.context_en() && self.filter_en(ip)
     }
@@ -846,11 +857,12 @@ impl Tracer {
             Ok(n) => {
                 self.len += n;
                 self.psb_bytes += n as u64;
-                if let Some(k) = self.kinds.get_mut(self.nkinds) {
-                    *k = p.kind_index() as u8;
-                    self.nkinds += 1;
-                } else {
-                    self.stats.packets[p.kind_index()] += 1;
+                match self.kinds.get_mut(self.nkinds) {
+                    Some(k) if self.overflow.is_some() => {
+                        *k = p.kind_index() as u8;
+                        self.nkinds += 1;
+                    }
+                    _ => self.stats.packets[p.kind_index()] += 1,
                 }
             }
             Err(_) => self.stats.packets_lost += 1,

@@ -175,7 +175,7 @@ fn simulate(args: &[String]) -> Result<(), String> {
 
 /// Every benchmark: the output unit against memcpy, the packet layer against libipt.
 fn bench(args: &[String]) -> Result<(), String> {
-    for name in ["output", "packets"] {
+    for name in ["output", "packets", "tracer"] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);
         run(cmd)?;
