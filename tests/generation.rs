@@ -35,17 +35,6 @@ fn cond(ip: u64, taken: bool) -> Event {
     }
 }
 
-fn far(kind: FarKind, from: u64, to: u64, cpl: u8) -> Event {
-    Event::Far {
-        kind,
-        from,
-        to,
-        cpl,
-        mode: ExecMode::Bits64,
-        cr3: None,
-    }
-}
-
 /// libipt's packet decoder reads the whole stream without an error.
 fn assert_libipt_reads(r: &TraceRig) {
     common::libipt::decode(&r.bytes()).expect("libipt decodes the stream");

@@ -10,7 +10,7 @@ use common::trace::*;
 use proptest::prelude::*;
 use ptemu::packet::PtwSize;
 use ptemu::regs::RtitCtl;
-use ptemu::tracer::{Backpressure, Event, ExecMode, FarKind, TracerConfig};
+use ptemu::tracer::{Backpressure, Event, FarKind, TracerConfig};
 
 const USER: u64 = 0x40_0000;
 const KERNEL: u64 = 0xffff_ffff_8100_0000;
@@ -75,34 +75,9 @@ impl Program {
 
     /// The IP after the last event.
     fn end_ip(events: &[Event]) -> u64 {
-        let mut d = WRMSR_IP + u64::from(WRMSR_LEN);
-        for e in events {
-            d = match *e {
-                Event::Far { to, .. } => to,
-                Event::CondBranch {
-                    ip,
-                    len,
-                    target,
-                    taken,
-                } => {
-                    if taken {
-                        target
-                    } else {
-                        ip + u64::from(len)
-                    }
-                }
-                Event::Call { target, .. }
-                | Event::IndirectCall { target, .. }
-                | Event::IndirectJump { target, .. }
-                | Event::Return { target, .. }
-                | Event::Jump { target, .. } => target,
-                Event::Retire { ip, len }
-                | Event::Cr3Write { ip, len, .. }
-                | Event::Ptwrite { ip, len, .. } => ip + u64::from(len),
-                _ => d,
-            };
-        }
-        d
+        events
+            .iter()
+            .fold(WRMSR_IP + u64::from(WRMSR_LEN), |ip, e| e.next_ip(ip))
     }
 
     fn push(&mut self, e: Event, next: u64) {
@@ -179,14 +154,6 @@ impl Program {
             Op::Retire(len) => self.push(Event::Retire { ip, len }, ip + u64::from(len)),
             Op::Interrupt(vector, n) => {
                 let handler = KERNEL + u64::from(vector) * 0x100;
-                let far = |kind, from, to, cpl| Event::Far {
-                    kind,
-                    from,
-                    to,
-                    cpl,
-                    mode: ExecMode::Bits64,
-                    cr3: None,
-                };
                 self.push(far(FarKind::Interrupt { vector }, ip, handler, 0), handler);
                 self.kernel_branches(n);
                 let k = self.ip;
@@ -194,14 +161,6 @@ impl Program {
             }
             Op::Syscall(cr3) => {
                 let entry = KERNEL + 0x10_0000;
-                let far = |kind, from, to, cpl| Event::Far {
-                    kind,
-                    from,
-                    to,
-                    cpl,
-                    mode: ExecMode::Bits64,
-                    cr3: None,
-                };
                 self.push(far(FarKind::Syscall, ip, entry, 0), entry);
                 self.kernel_branches(1);
                 let k = self.ip;
@@ -308,23 +267,10 @@ impl Driver {
     }
 
     fn step(&mut self, m: &Model, e: &Event) -> Result<(), String> {
-        let (to, cpl) = match *e {
-            Event::Far { to, cpl, .. } => (to, cpl),
-            Event::CondBranch {
-                ip,
-                len,
-                target,
-                taken,
-            } => (if taken { target } else { ip + u64::from(len) }, self.cpl),
-            Event::Call { target, .. }
-            | Event::IndirectCall { target, .. }
-            | Event::IndirectJump { target, .. }
-            | Event::Return { target, .. }
-            | Event::Jump { target, .. } => (target, self.cpl),
-            Event::Retire { ip, len } | Event::Cr3Write { ip, len, .. } | Event::Ptwrite { ip, len, .. } => {
-                (ip + u64::from(len), self.cpl)
-            }
-            _ => (self.ip, self.cpl),
+        let to = e.next_ip(self.ip);
+        let cpl = match *e {
+            Event::Far { cpl, .. } => cpl,
+            _ => self.cpl,
         };
         let pe0 = self.enabled;
         let pe1 = m.traced(to, cpl);
@@ -580,7 +526,7 @@ fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
         {
             // Lost to the overflow: only the state moves on.
             let _ = span;
-            d.silent_step(&model, e);
+            d.silent_step(e);
             continue;
         }
         if spans.iter().any(|s| s.resumed_at == index) {
@@ -614,27 +560,10 @@ impl Driver {
         m.traced(self.ip, self.cpl)
     }
 
-    fn silent_step(&mut self, _m: &Model, e: &Event) {
-        match *e {
-            Event::Far { to, cpl, .. } => {
-                self.ip = to;
-                self.cpl = cpl;
-            }
-            Event::CondBranch {
-                ip,
-                len,
-                target,
-                taken,
-            } => self.ip = if taken { target } else { ip + u64::from(len) },
-            Event::Call { target, .. }
-            | Event::IndirectCall { target, .. }
-            | Event::IndirectJump { target, .. }
-            | Event::Return { target, .. }
-            | Event::Jump { target, .. } => self.ip = target,
-            Event::Retire { ip, len } | Event::Cr3Write { ip, len, .. } | Event::Ptwrite { ip, len, .. } => {
-                self.ip = ip + u64::from(len)
-            }
-            _ => {}
+    fn silent_step(&mut self, e: &Event) {
+        self.ip = e.next_ip(self.ip);
+        if let Event::Far { cpl, .. } = *e {
+            self.cpl = cpl;
         }
     }
 }

@@ -227,6 +227,38 @@ pub enum Event {
 }
 
 impl Event {
+    /// The IP after the event; `current` for events that do not move it (cycles, ratio, wake).
+    pub fn next_ip(&self, current: u64) -> u64 {
+        let after = |ip: u64, len: u8| ip.wrapping_add(u64::from(len));
+        match *self {
+            Event::Retire { ip, len }
+            | Event::SetIf { ip, len, .. }
+            | Event::Cr3Write { ip, len, .. }
+            | Event::Ptwrite { ip, len, .. }
+            | Event::Mwait { ip, len, .. } => after(ip, len),
+            Event::CondBranch {
+                ip,
+                len,
+                target,
+                taken,
+            } => {
+                if taken {
+                    target
+                } else {
+                    after(ip, len)
+                }
+            }
+            Event::Jump { target, .. }
+            | Event::Call { target, .. }
+            | Event::IndirectJump { target, .. }
+            | Event::IndirectCall { target, .. }
+            | Event::Return { target, .. } => target,
+            Event::Far { to, .. } => to,
+            Event::Sleep { ip, .. } => ip,
+            Event::Wake { .. } | Event::Cycles(_) | Event::CoreRatio(_) => current,
+        }
+    }
+
     /// Whether the event retires an instruction (advances the clock by `cycles_per_instruction`).
     pub fn is_instruction(&self) -> bool {
         !matches!(

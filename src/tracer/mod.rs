@@ -255,37 +255,11 @@ impl Tracer {
 
     /// The architectural effect of an event while TriggerEn = 0.
     fn track_only(&mut self, ev: &Event) {
+        self.ip = ev.next_ip(self.ip);
         match *ev {
-            Event::Retire { ip, len }
-            | Event::SetIf { ip, len, .. }
-            | Event::Ptwrite { ip, len, .. }
-            | Event::Mwait { ip, len, .. } => self.ip = ip.wrapping_add(u64::from(len)),
-            Event::CondBranch {
-                ip,
-                len,
-                target,
-                taken,
-            } => {
-                self.ip = if taken {
-                    target
-                } else {
-                    ip.wrapping_add(u64::from(len))
-                }
-            }
-            Event::Jump { target, .. }
-            | Event::Call { target, .. }
-            | Event::IndirectJump { target, .. }
-            | Event::IndirectCall { target, .. }
-            | Event::Return { target, .. } => self.ip = target,
             Event::Far {
-                kind,
-                to,
-                cpl,
-                mode,
-                cr3,
-                ..
+                kind, cpl, mode, cr3, ..
             } => {
-                self.ip = to;
                 self.cpl = cpl;
                 self.mode = mode;
                 self.cr3 = cr3.unwrap_or(self.cr3);
@@ -293,17 +267,11 @@ impl Tracer {
                     self.vmcs = Some(vmcs);
                 }
             }
-            Event::Cr3Write { ip, len, cr3 } => {
-                self.ip = ip.wrapping_add(u64::from(len));
-                self.cr3 = cr3;
-            }
-            Event::Sleep { ip, .. } => self.ip = ip,
-            Event::Wake { cycles, .. } => self.clock.advance(cycles),
-            Event::Cycles(n) => self.clock.advance(n),
+            Event::Cr3Write { cr3, .. } => self.cr3 = cr3,
+            Event::SetIf { value, .. } => self.if_flag = value,
+            Event::Wake { cycles, .. } | Event::Cycles(cycles) => self.clock.advance(cycles),
             Event::CoreRatio(r) => self.clock.set_core_ratio(r),
-        }
-        if let Event::SetIf { value, .. } = *ev {
-            self.if_flag = value;
+            _ => {}
         }
     }
 
@@ -316,19 +284,7 @@ impl Tracer {
                     self.transfer(self.ip, Cofi::Linear);
                 }
             }
-            Event::CondBranch {
-                ip,
-                len,
-                target,
-                taken,
-            } => {
-                let to = if taken {
-                    target
-                } else {
-                    ip.wrapping_add(u64::from(len))
-                };
-                self.transfer(to, Cofi::Cond(taken));
-            }
+            Event::CondBranch { taken, .. } => self.transfer(ev.next_ip(self.ip), Cofi::Cond(taken)),
             Event::Jump { target, .. } => self.transfer(target, Cofi::Direct { push: None }),
             Event::Call { ip, len, target } => {
                 let next = ip.wrapping_add(u64::from(len));

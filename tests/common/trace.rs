@@ -2,7 +2,7 @@
 
 use ptemu::packet::{Packet, PacketDecoder};
 use ptemu::regs::RtitCtl;
-use ptemu::tracer::{Event, ExecMode, Tracer, TracerConfig};
+use ptemu::tracer::{Event, ExecMode, FarKind, Tracer, TracerConfig};
 use ptemu::{CpuProfile, OutputUnit, PhysMemory, SparseMemory};
 
 pub const CTL: u32 = 0x570;
@@ -124,5 +124,17 @@ impl TraceRig {
     /// Packet names, for shape assertions.
     pub fn names(&self) -> Vec<&'static str> {
         self.packets().iter().map(|p| p.name()).collect()
+    }
+}
+
+/// A 64-bit far transfer without a CR3 change.
+pub fn far(kind: FarKind, from: u64, to: u64, cpl: u8) -> Event {
+    Event::Far {
+        kind,
+        from,
+        to,
+        cpl,
+        mode: ExecMode::Bits64,
+        cr3: None,
     }
 }
