@@ -102,40 +102,28 @@ impl Program {
         }
     }
 
+    /// A 2-byte Jcc at the current IP to IP + `d`.
+    fn cond(&mut self, taken: bool, d: u64) {
+        let ip = self.ip;
+        let e = Event::CondBranch {
+            ip,
+            len: 2,
+            target: ip + d,
+            taken,
+        };
+        self.push(e, e.next_ip(ip));
+    }
+
     fn kernel_branches(&mut self, n: u8) {
         for i in 0..n {
-            let ip = self.ip;
-            let taken = i % 2 == 0;
-            let target = ip + 0x40;
-            let next = if taken { target } else { ip + 2 };
-            self.push(
-                Event::CondBranch {
-                    ip,
-                    len: 2,
-                    target,
-                    taken,
-                },
-                next,
-            );
+            self.cond(i % 2 == 0, 0x40);
         }
     }
 
     fn op(&mut self, op: &Op) {
         let ip = self.ip;
         match *op {
-            Op::Cond(taken, d) => {
-                let target = ip + u64::from(d);
-                let next = if taken { target } else { ip + 2 };
-                self.push(
-                    Event::CondBranch {
-                        ip,
-                        len: 2,
-                        target,
-                        taken,
-                    },
-                    next,
-                );
-            }
+            Op::Cond(taken, d) => self.cond(taken, u64::from(d)),
             Op::Call(d) => self.call(d),
             Op::Ret => self.ret(),
             Op::WildRet(d) => {
@@ -272,6 +260,16 @@ impl Driver {
             Event::Far { cpl, .. } => cpl,
             _ => self.cpl,
         };
+        // PTW1: the PTW (and its FUP) comes before any disable the PTWRITE's own IP step causes.
+        if let Event::Ptwrite { ip, payload, .. } = *e {
+            if m.ptw && m.traced(ip, self.cpl) {
+                let want_ip = m.fup_on_ptw.then_some(ip);
+                self.expect_event(
+                    |q| *q == QEvent::Ptwrite { ip: want_ip, payload },
+                    &format!("ptwrite {payload:#x}"),
+                )?;
+            }
+        }
         let pe0 = self.enabled;
         let pe1 = m.traced(to, cpl);
         match (pe0, pe1) {
@@ -323,20 +321,6 @@ impl Driver {
                 self.enabled = true;
             }
             (false, false) => {}
-        }
-        // Events that are not control flow, traced or not.
-        match *e {
-            Event::Cr3Write { cr3, .. } if m.os && (pe0 || pe1) => {
-                let _ = cr3;
-            }
-            Event::Ptwrite { ip, payload, .. } if m.ptw && m.traced(ip, self.cpl) && m.user => {
-                let want_ip = m.fup_on_ptw.then_some(ip);
-                self.expect_event(
-                    |q| *q == QEvent::Ptwrite { ip: want_ip, payload },
-                    &format!("ptwrite {payload:#x}"),
-                )?;
-            }
-            _ => {}
         }
         self.ip = to;
         self.cpl = cpl;

@@ -278,12 +278,7 @@ impl Tracer {
     #[inline]
     fn generate(&mut self, ev: &Event) {
         match *ev {
-            Event::Retire { ip, len } => {
-                self.ip = ip.wrapping_add(u64::from(len));
-                if !self.filter_ranges.is_empty() || !self.stop_ranges.is_empty() {
-                    self.transfer(self.ip, Cofi::Linear);
-                }
-            }
+            Event::Retire { ip, len } => self.linear(ip, len),
             Event::CondBranch { taken, .. } => self.transfer(ev.next_ip(self.ip), Cofi::Cond(taken)),
             Event::Jump { target, .. } => self.transfer(target, Cofi::Direct { push: None }),
             Event::Call { ip, len, target } => {
@@ -323,7 +318,7 @@ impl Tracer {
             }
             Event::SetIf { ip, len, value } => {
                 self.if_flag = value;
-                self.ip = ip.wrapping_add(u64::from(len));
+                self.linear(ip, len);
             }
             Event::Cr3Write { ip, len, cr3 } => {
                 self.cr3 = cr3;
@@ -358,7 +353,7 @@ impl Tracer {
                         self.put_ip(Packet::Fup, ip);
                     }
                 }
-                self.ip = ip.wrapping_add(u64::from(len));
+                self.linear(ip, len);
             }
             Event::Mwait { ip, len, hints, ext } => {
                 if self.ctl.pwr_evt_en() && self.context_en() {
@@ -369,7 +364,7 @@ impl Tracer {
                         ext: u32::from(ext & 3),
                     });
                 }
-                self.ip = ip.wrapping_add(u64::from(len));
+                self.linear(ip, len);
             }
             Event::Sleep {
                 ip,
@@ -421,6 +416,16 @@ impl Tracer {
                     self.put(Packet::Cbr { ratio: r }); // TIM4
                 }
             }
+        }
+    }
+
+    /// Straight-line flow past the instruction at `ip`: FilterEn and TraceStop are checked at the
+    /// next IP when ranges are set (FLT2, FLT3).
+    #[inline]
+    fn linear(&mut self, ip: u64, len: u8) {
+        self.ip = ip.wrapping_add(u64::from(len));
+        if !self.filter_ranges.is_empty() || !self.stop_ranges.is_empty() {
+            self.transfer(self.ip, Cofi::Linear);
         }
     }
 
