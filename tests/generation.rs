@@ -890,3 +890,40 @@ fn ovf1_ovf2_ovf3_backpressure_drops_whole_events_then_ovf_fup() {
         "{ev:?}"
     );
 }
+
+#[test]
+fn pgd3_m2_a_faulting_disable_write_changes_nothing() {
+    let mut r = rig(user());
+    r.ev(cond(START, true));
+    // Clearing TraceEn together with a reserved bit (18) #GPs: no FUP/TIP.PGD, tracing goes on.
+    let bad = r.ctl.with_trace_en(false).bits() | 1 << 18;
+    let err = r.tracer.wrmsr(&mut r.mem, CTL, bad, START + 0x20, 3);
+    assert!(err.is_err());
+    assert!(r.tracer.packet_en());
+    r.ev(Event::IndirectJump {
+        ip: START + 0x20,
+        target: 0x40_3000,
+    });
+    r.stop_at(0x40_3000);
+    assert_eq!(
+        body(&r),
+        ["mode.exec", "tip.pge", "tnt.8", "tip", "fup", "tip.pgd"]
+    );
+}
+
+#[test]
+fn tim3_the_clock_runs_while_trigger_en_is_off() {
+    let mut r = TraceRig::new(TracerConfig::default());
+    r.tracer
+        .event(
+            &mut r.mem,
+            &Event::Retire {
+                ip: WRMSR_IP - 4,
+                len: 4,
+            },
+        )
+        .unwrap();
+    r.tracer.event(&mut r.mem, &Event::Cycles(99)).unwrap();
+    assert_eq!(r.tracer.clock().cycles(), 100, "1 per instruction + 99");
+    assert_eq!(r.tracer.stats().instructions, 1);
+}

@@ -25,6 +25,7 @@ pub use stats::TracerStats;
 use crate::memory::{MemError, PhysMemory};
 use crate::output::{MsrError, OutputUnit};
 use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
+use crate::regs::check::check_write;
 use crate::regs::{Msr, RtitCtl};
 use overflow::Overflow;
 
@@ -195,6 +196,8 @@ impl Tracer {
         let was_on = self.unit.registers().ctl.trace_en();
         let ctl_write = Msr::from_address(msr) == Some(Msr::Ctl);
         if ctl_write && was_on && value & 1 == 0 {
+            // A write that faults (M2) changes nothing: check it before any disable packet.
+            check_write(self.unit.cpu(), &self.unit.registers(), Msr::Ctl, value)?;
             self.ip = ip;
             if self.triggered {
                 self.disable_packets();
@@ -221,7 +224,15 @@ impl Tracer {
     /// Handles one event: updates the architectural state and generates its packets.
     pub fn event<M: PhysMemory>(&mut self, mem: &mut M, ev: &Event) -> Result<(), MemError> {
         self.stats.events += 1;
+        let cycles = if ev.is_instruction() {
+            self.stats.instructions += 1;
+            u64::from(self.cfg.cycles_per_instruction)
+        } else {
+            0
+        };
         if !self.triggered {
+            // Time passes and the state moves on while nothing is generated.
+            self.clock.advance(cycles);
             self.track_only(ev);
             return Ok(());
         }
@@ -231,9 +242,8 @@ impl Tracer {
             self.resolve_overflow();
             m
         });
-        if ev.is_instruction() {
-            self.stats.instructions += 1;
-            self.tick(u64::from(self.cfg.cycles_per_instruction));
+        if cycles > 0 {
+            self.tick(cycles);
         }
         self.generate(ev);
         if self.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
@@ -551,7 +561,6 @@ impl Tracer {
 
     /// PGD3: FUP(CLIP), TIP.PGD() while PacketEn, for a WRMSR that clears TraceEn.
     fn disable_packets(&mut self) {
-        let mark = self.mark();
         self.resolve_overflow();
         if self.overflow.as_ref().is_some_and(|o| o.active) {
             // The overflow ends with the disable: OVF alone tells the decoder tracing stopped.
@@ -568,7 +577,7 @@ impl Tracer {
         } else {
             self.flush_tnt();
         }
-        self.commit(mark);
+        self.commit_kinds();
     }
 
     /// TraceEn 0->1 with TriggerEn: PSB+ or TSC/TMA/CBR (PSB3, TIM1, TIM4), then PGE1.
@@ -596,7 +605,6 @@ impl Tracer {
         self.mode_sent = None; // Table 36-50 case 2d: MODE.Exec with every enable's TIP.PGE
         self.clock.last_cyc = self.clock.cycles();
         self.clock.last_mtc = self.clock.art() >> self.ctl.mtc_freq();
-        let mark = self.mark();
         if self.unit.psb_due_on_enable() {
             self.psb_plus();
         } else {
@@ -612,7 +620,7 @@ impl Tracer {
             self.packet_en = true;
             self.enable_packets(self.ip);
         }
-        self.commit(mark);
+        self.commit_kinds();
     }
 
     /// PSB1, PSB4: the PSB+ for the current settings and state.
@@ -853,19 +861,14 @@ impl Tracer {
         self.nkinds = 0;
     }
 
-    /// Keeps the event's packets.
-    fn commit(&mut self, _mark: Mark) {
-        self.commit_kinds();
-    }
-
     /// OVF1: keeps the event's packets if they fit the back-pressure budget; else drops them.
     fn end_event(&mut self, mark: Mark) {
         let Some(o) = self.overflow.as_mut() else {
-            return self.commit(mark);
+            return self.commit_kinds();
         };
         let n = (self.len - mark.len) as u64;
         if o.admit(n, mark.first_lost) {
-            return self.commit(mark);
+            return self.commit_kinds();
         }
         self.stats.dropped_events += 1;
         self.stats.bytes_dropped += n;

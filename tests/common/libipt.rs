@@ -14,18 +14,27 @@ pub struct LibiptError {
     pub code: i32,
 }
 
+/// A `pt_config` over all of `buf` (which must outlive any decoder made from it).
+pub fn config_for(buf: &mut [u8]) -> pt_config {
+    // SAFETY: pt_config is a plain C struct; zero is its documented initial state (pt_config_init,
+    // a static inline the bindings lack, does exactly this plus `size`); `end` is one past `buf`.
+    unsafe {
+        let mut config: pt_config = std::mem::zeroed();
+        config.size = std::mem::size_of::<pt_config>();
+        config.begin = buf.as_mut_ptr();
+        config.end = buf.as_mut_ptr().add(buf.len());
+        config
+    }
+}
+
 /// Decodes `bytes` from offset 0 with `pt_pkt_next`; returns (packet, size) pairs.
 pub fn decode(bytes: &[u8]) -> Result<Vec<(Packet, usize)>, LibiptError> {
     let mut buf = bytes.to_vec();
     buf.push(0); // libipt needs a non-empty buffer; the extra PAD is dropped below
     let mut out = Vec::new();
-    // SAFETY: pt_config is a plain C struct; zero is its documented initial state (pt_config_init,
-    // a static inline the bindings lack, does exactly this plus `size`). `buf` outlives the decoder.
+    let config = config_for(&mut buf);
+    // SAFETY: `buf` outlives the decoder.
     unsafe {
-        let mut config: pt_config = std::mem::zeroed();
-        config.size = std::mem::size_of::<pt_config>();
-        config.begin = buf.as_mut_ptr();
-        config.end = buf.as_mut_ptr().add(bytes.len() + 1);
         let dec = pt_pkt_alloc_decoder(&config);
         assert!(!dec.is_null());
         let rc = pt_pkt_sync_set(dec, 0);

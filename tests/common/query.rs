@@ -47,12 +47,10 @@ impl Query {
     pub fn new(bytes: &[u8], t: Timing) -> Result<Self, i32> {
         let mut buf = bytes.to_vec();
         buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
-                     // SAFETY: zeroed pt_config is its initial state; `buf` lives as long as the decoder.
+        let mut c = super::libipt::config_for(&mut buf);
+        // SAFETY: `buf` moves into the Query and lives as long as the decoder (its heap block
+        // does not move with the Vec).
         unsafe {
-            let mut c: pt_config = std::mem::zeroed();
-            c.size = std::mem::size_of::<pt_config>();
-            c.begin = buf.as_mut_ptr();
-            c.end = buf.as_mut_ptr().add(buf.len());
             c.mtc_freq = t.mtc_freq;
             c.nom_freq = t.nom_freq;
             c.cpuid_0x15_eax = t.art_eax;
