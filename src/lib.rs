@@ -14,6 +14,7 @@ pub mod packet;
 pub mod regs;
 pub mod report;
 pub mod rules;
+pub mod sources;
 pub mod tracer;
 
 pub use memory::{MemError, MmapMemory, PhysMemory, SparseMemory};

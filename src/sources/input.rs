@@ -1,0 +1,185 @@
+//! Opening a trace: a file or stdin (`-`), gzip detected by its magic bytes (`1f 8b`), never by
+//! the file name. Compressed input is inflated on a second thread so parsing and decompression
+//! overlap; the reader sees plain bytes either way.
+
+use super::error::{Result, SourceError};
+use flate2::read::MultiGzDecoder;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread;
+
+/// Bytes per read from the file and per inflated chunk.
+const CHUNK: usize = 1 << 20;
+/// Inflated chunks in flight between the inflating thread and the parser.
+const CHUNKS_IN_FLIGHT: usize = 4;
+/// The gzip magic (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// A trace input: plain bytes, whatever the file holds on disk.
+pub struct Input {
+    name: String,
+    gzip: bool,
+    inner: Box<dyn BufRead + Send>,
+}
+
+impl std::fmt::Debug for Input {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Input")
+            .field("name", &self.name)
+            .field("gzip", &self.gzip)
+            .finish()
+    }
+}
+
+impl Input {
+    /// Opens `path`, or stdin when `path` is `-`.
+    pub fn open(path: &Path) -> Result<Input> {
+        let name = path.display().to_string();
+        if path.as_os_str() == "-" {
+            return Input::from_reader(name, io::stdin());
+        }
+        let file = File::open(path).map_err(|e| SourceError::io(&name, None, e))?;
+        Input::from_reader(name, file)
+    }
+
+    /// Wraps any byte source; `name` is what errors call it.
+    pub fn from_reader(name: impl Into<String>, mut reader: impl Read + Send + 'static) -> Result<Input> {
+        let name = name.into();
+        let mut head = [0u8; 2];
+        let mut got = 0;
+        while got < head.len() {
+            match reader.read(&mut head[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(SourceError::io(&name, None, e)),
+            }
+        }
+        let whole = io::Cursor::new(head[..got].to_vec()).chain(reader);
+        let gzip = head[..got] == GZIP_MAGIC;
+        let inner: Box<dyn BufRead + Send> = if gzip {
+            Box::new(Inflater::spawn(whole))
+        } else {
+            Box::new(BufReader::with_capacity(CHUNK, whole))
+        };
+        Ok(Input { name, gzip, inner })
+    }
+
+    /// Wraps bytes already in memory (tests, fuzzing).
+    pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Result<Input> {
+        Input::from_reader(name, io::Cursor::new(bytes))
+    }
+
+    /// The name errors use.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the file was gzip-compressed.
+    pub fn is_gzip(&self) -> bool {
+        self.gzip
+    }
+}
+
+impl Read for Input {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.read(buf)
+    }
+}
+
+impl BufRead for Input {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+    fn consume(&mut self, amt: usize) {
+        self.inner.consume(amt)
+    }
+}
+
+/// Reads inflated chunks produced by a background thread; spent buffers go back to it.
+struct Inflater {
+    chunks: Receiver<io::Result<Vec<u8>>>,
+    spent: SyncSender<Vec<u8>>,
+    current: Vec<u8>,
+    pos: usize,
+    done: bool,
+}
+
+impl Inflater {
+    fn spawn(raw: impl Read + Send + 'static) -> Inflater {
+        let (chunk_tx, chunks) = sync_channel::<io::Result<Vec<u8>>>(CHUNKS_IN_FLIGHT);
+        let (spent, spent_rx) = sync_channel::<Vec<u8>>(CHUNKS_IN_FLIGHT + 2);
+        thread::spawn(move || {
+            let mut gz = MultiGzDecoder::new(BufReader::with_capacity(CHUNK, raw));
+            loop {
+                let mut buf = spent_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(CHUNK));
+                buf.resize(CHUNK, 0);
+                let mut filled = 0;
+                let result = loop {
+                    if filled == buf.len() {
+                        break Ok(());
+                    }
+                    match gz.read(&mut buf[filled..]) {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
+                    }
+                };
+                buf.truncate(filled);
+                let last = filled == 0 || result.is_err();
+                if filled > 0 && chunk_tx.send(Ok(buf)).is_err() {
+                    return;
+                }
+                if let Err(e) = result {
+                    let _ = chunk_tx.send(Err(e));
+                }
+                if last {
+                    return;
+                }
+            }
+        });
+        Inflater {
+            chunks,
+            spent,
+            current: Vec::new(),
+            pos: 0,
+            done: false,
+        }
+    }
+}
+
+impl Read for Inflater {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let avail = self.fill_buf()?;
+        let n = avail.len().min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for Inflater {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        while self.pos == self.current.len() && !self.done {
+            match self.chunks.recv() {
+                Ok(Ok(next)) => {
+                    let old = std::mem::replace(&mut self.current, next);
+                    self.pos = 0;
+                    let _ = self.spent.try_send(old);
+                }
+                Ok(Err(e)) => {
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(_) => self.done = true,
+            }
+        }
+        Ok(&self.current[self.pos..])
+    }
+    fn consume(&mut self, amt: usize) {
+        self.pos = (self.pos + amt).min(self.current.len());
+    }
+}

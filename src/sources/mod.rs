@@ -1,0 +1,142 @@
+//! Trace readers and writers for the seed formats, and their mapping to tracer events.
+//!
+//! One folder per format, read and write side by side: the record type, a streaming reader
+//! (bounded memory, no allocation per record), a writer, a generator of synthetic files, and the
+//! mapping of records to [`crate::tracer::Event`]s documented in `spec/mapping.md`.
+//! Every reader takes an [`Input`]: a file or stdin, gzip detected by magic.
+
+pub mod error;
+pub mod input;
+pub mod rng;
+
+pub use error::{ErrorKind, Position, SourceError};
+pub use input::Input;
+
+use crate::tracer::{Event, ExecMode};
+use std::fmt;
+use std::str::FromStr;
+
+/// The input format names: a contract used by `ptemu simulate --format` and `ptemu gen --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Format {
+    /// BYU address trace, spec V1.0: 6-byte records, big-endian physical address.
+    #[value(name = "byu")]
+    #[serde(rename = "byu")]
+    Byu,
+    /// BYU `p2AddrTr`: 12-byte records, little-endian.
+    #[value(name = "byu-p2")]
+    #[serde(rename = "byu-p2")]
+    ByuP2,
+    /// Penn CIS 501 x86 micro-op text trace.
+    #[value(name = "penn")]
+    #[serde(rename = "penn")]
+    Penn,
+    /// Kaplan LRU page-image trace.
+    #[value(name = "kaplan")]
+    #[serde(rename = "kaplan")]
+    Kaplan,
+    /// gem5 elastic data trace or instruction-fetch trace (told apart by the header).
+    #[value(name = "gem5")]
+    #[serde(rename = "gem5")]
+    Gem5,
+}
+
+impl Format {
+    /// Every format.
+    pub const ALL: [Format; 5] = [
+        Format::Byu,
+        Format::ByuP2,
+        Format::Penn,
+        Format::Kaplan,
+        Format::Gem5,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Byu => "byu",
+            Format::ByuP2 => "byu-p2",
+            Format::Penn => "penn",
+            Format::Kaplan => "kaplan",
+            Format::Gem5 => "gem5",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                let names: Vec<_> = Format::ALL.iter().map(|f| f.name()).collect();
+                format!("unknown format {s:?} (expected one of {})", names.join(", "))
+            })
+    }
+}
+
+/// Options every reader takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Skip bad records (those whose error [`SourceError::is_skippable`]) and count them, instead
+    /// of stopping at the first.
+    pub lenient: bool,
+}
+
+/// What a reader counted, for the report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SourceStats {
+    /// The format.
+    pub format: &'static str,
+    /// Records read (lines for text formats, messages for gem5), bad ones included.
+    pub records: u64,
+    /// Bad records skipped under `--lenient`.
+    pub skipped: u64,
+    /// Format-specific counts (branches by kind, loads, stores, faults, ...), in a fixed order.
+    pub counts: Vec<(&'static str, u64)>,
+    /// Where the mapping to PT is approximate, one sentence each (also in `spec/mapping.md`).
+    pub approximations: Vec<&'static str>,
+}
+
+impl SourceStats {
+    /// The count named `name`, or 0.
+    pub fn count(&self, name: &str) -> u64 {
+        self.counts
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |&(_, v)| v)
+    }
+}
+
+/// The architectural state a trace starts in, for [`crate::Tracer::set_state`] before TraceEn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartState {
+    /// Execution mode of the traced code.
+    pub mode: ExecMode,
+    /// CPL of the traced code.
+    pub cpl: u8,
+    /// CR3 of the traced address space.
+    pub cr3: u64,
+}
+
+/// A trace mapped to tracer events: the reader's side of `ptemu simulate`.
+pub trait EventSource {
+    /// Appends the events of the next record or records to `out` and returns `Ok(true)`, or
+    /// returns `Ok(false)` at the end of the input. May append nothing for a record that maps
+    /// to no event. Never allocates per record once `out` has grown.
+    fn next_events(&mut self, out: &mut Vec<Event>) -> error::Result<bool>;
+
+    /// The state the traced code runs in.
+    fn start_state(&self) -> StartState;
+
+    /// Counts so far.
+    fn stats(&self) -> SourceStats;
+}
