@@ -41,6 +41,24 @@ impl Input {
             return Input::from_reader(name, io::stdin());
         }
         let file = File::open(path).map_err(|e| SourceError::io(&name, None, e))?;
+        let regular = file
+            .metadata()
+            .map(|m| m.is_file() && m.len() > 0)
+            .unwrap_or(false);
+        if regular {
+            // SAFETY: the map is read-only and private to this reader. A file truncated by another
+            // process while mapped would fault; trace files are not rewritten while ptemu reads.
+            if let Ok(map) = unsafe { memmap2::MmapOptions::new().populate().map(&file) } {
+                if map[..map.len().min(2)] != GZIP_MAGIC {
+                    let _ = map.advise(memmap2::Advice::Sequential);
+                    return Ok(Input {
+                        name,
+                        gzip: false,
+                        inner: Box::new(Mapped { map, pos: 0 }),
+                    });
+                }
+            }
+        }
         Input::from_reader(name, file)
     }
 
@@ -95,6 +113,29 @@ impl BufRead for Input {
     }
     fn consume(&mut self, amt: usize) {
         self.inner.consume(amt)
+    }
+}
+
+/// A plain file read through a memory map: no copy into a buffer.
+struct Mapped {
+    map: memmap2::Mmap,
+    pos: usize,
+}
+
+impl Read for Mapped {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = (&self.map[self.pos..]).read(out)?;
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl BufRead for Mapped {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        Ok(&self.map[self.pos..])
+    }
+    fn consume(&mut self, amt: usize) {
+        self.pos = (self.pos + amt).min(self.map.len());
     }
 }
 

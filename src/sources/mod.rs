@@ -7,6 +7,7 @@
 
 pub mod error;
 pub mod input;
+pub mod penn;
 pub mod rng;
 
 pub use error::{ErrorKind, Position, SourceError};

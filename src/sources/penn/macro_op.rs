@@ -1,0 +1,264 @@
+//! Grouping micro-ops into x86 macro-ops and telling branch kinds apart (`trace-formats.md` §3.2).
+
+use super::{BranchOutcome, FlagsUse, MemAccess, Mnemonic, Uop, UopReader};
+use crate::sources::error::Result;
+use crate::sources::{ErrorKind, Position, SourceError};
+
+/// What kind of control transfer a macro-op is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BranchKind {
+    /// Not a branch.
+    None,
+    /// A conditional direct branch (Jcc, LOOP, JCXZ): a TNT bit.
+    Conditional,
+    /// An unconditional direct JMP.
+    Jump,
+    /// A direct CALL.
+    Call,
+    /// An indirect JMP.
+    IndirectJump,
+    /// An indirect CALL.
+    IndirectCall,
+    /// A RET.
+    Return,
+}
+
+/// One x86 instruction: its micro-ops folded together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MacroOp {
+    /// The line of its first micro-op.
+    pub line: u64,
+    /// Its PC.
+    pub pc: u64,
+    /// Its length: fallthrough − PC (1..=15).
+    pub len: u8,
+    /// The next instruction in memory.
+    pub fallthrough: u64,
+    /// Micro-ops in it.
+    pub uops: u32,
+    /// Branch kind.
+    pub kind: BranchKind,
+    /// Taken (always true for unconditional kinds; false for non-branches).
+    pub taken: bool,
+    /// Branch target (for a conditional branch, also when not taken); 0 for non-branches.
+    pub target: u64,
+    /// Load micro-ops.
+    pub loads: u32,
+    /// Store micro-ops.
+    pub stores: u32,
+    /// The address of its first load or store.
+    pub mem_addr: Option<u64>,
+    /// The macro opcode (field 13).
+    pub name: Mnemonic,
+}
+
+impl MacroOp {
+    /// The PC of the instruction that executes next.
+    pub fn next_pc(&self) -> u64 {
+        if self.taken {
+            self.target
+        } else {
+            self.fallthrough
+        }
+    }
+
+    /// Whether the mapping reports it as a PTWRITE (its first data address as an 8-byte payload):
+    /// a non-branch with a memory access, long enough for the 64-bit PTWRITE encoding
+    /// (`F3 REX.W 0F AE /4`, at least 5 bytes). See `spec/mapping.md`.
+    pub fn is_ptwrite_site(&self) -> bool {
+        self.kind == BranchKind::None && self.mem_addr.is_some() && self.len >= 5
+    }
+}
+
+/// Reads macro-ops: micro-ops grouped by their uop counter (index 1 starts an instruction).
+#[derive(Debug)]
+pub struct MacroOpReader {
+    uops: UopReader,
+    pending: Option<(u64, Uop)>,
+    uop_count: u64,
+}
+
+/// A macro-op being assembled.
+struct Partial {
+    op: MacroOp,
+    last_index: u32,
+    branch: Option<(u64, Uop)>,
+}
+
+impl MacroOpReader {
+    /// Groups the micro-ops `uops` reads.
+    pub fn new(uops: UopReader) -> Self {
+        MacroOpReader {
+            uops,
+            pending: None,
+            uop_count: 0,
+        }
+    }
+
+    /// The underlying line reader.
+    pub fn uops(&self) -> &UopReader {
+        &self.uops
+    }
+
+    /// Micro-ops grouped so far.
+    pub fn uop_count(&self) -> u64 {
+        self.uop_count
+    }
+
+    fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
+        if let Some(p) = self.pending.take() {
+            return Ok(Some(p));
+        }
+        let next = self.uops.next_uop()?;
+        if next.is_some() {
+            self.uop_count += 1;
+        }
+        Ok(next)
+    }
+
+    fn error(&self, line: u64, kind: ErrorKind, message: String) -> SourceError {
+        SourceError::at(self.uops.name(), Position::Line(line), kind, message)
+    }
+
+    /// The next macro-op, `None` at the end of the input. Under `lenient`, a macro-op that cannot
+    /// be classified, or a micro-op that does not belong to its macro-op, is skipped and counted.
+    pub fn next_macro_op(&mut self) -> Result<Option<MacroOp>> {
+        loop {
+            match self.assemble() {
+                Ok(op) => return Ok(op),
+                Err(e) if self.uops.lenient() && e.is_skippable() => self.uops.count_skipped(),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn assemble(&mut self) -> Result<Option<MacroOp>> {
+        let Some((line, first)) = self.next_uop()? else {
+            return Ok(None);
+        };
+        let len = first.fallthrough.wrapping_sub(first.pc);
+        if !(1..=15).contains(&len) {
+            return Err(self.error(
+                line,
+                ErrorKind::BadField,
+                format!(
+                    "field 11 (fallthrough PC): {:x} - PC {:x} is not an x86 instruction length (1..15)",
+                    first.fallthrough, first.pc
+                ),
+            ));
+        }
+        let mut part = Partial {
+            op: MacroOp {
+                line,
+                pc: first.pc,
+                len: len as u8,
+                fallthrough: first.fallthrough,
+                uops: 0,
+                kind: BranchKind::None,
+                taken: false,
+                target: 0,
+                loads: 0,
+                stores: 0,
+                mem_addr: None,
+                name: first.macro_name,
+            },
+            last_index: first.index.wrapping_sub(1),
+            branch: None,
+        };
+        let mut next = Some((line, first));
+        while let Some((l, u)) = next {
+            self.add(&mut part, l, u)?;
+            next = match self.next_uop()? {
+                Some((l, u)) if u.index == 1 => {
+                    self.pending = Some((l, u));
+                    None
+                }
+                other => other,
+            };
+        }
+        self.classify(&mut part)?;
+        Ok(Some(part.op))
+    }
+
+    fn add(&mut self, part: &mut Partial, line: u64, u: Uop) -> Result<()> {
+        let op = &mut part.op;
+        if u.pc != op.pc || u.fallthrough != op.fallthrough || u.index != part.last_index.wrapping_add(1) {
+            return Err(self.error(
+                line,
+                ErrorKind::Inconsistent,
+                format!(
+                    "micro-op {} at PC {:x} (fallthrough {:x}) does not continue the macro-op at line {} \
+                     (micro-op {} at PC {:x}, fallthrough {:x})",
+                    u.index, u.pc, u.fallthrough, op.line, part.last_index, op.pc, op.fallthrough
+                ),
+            ));
+        }
+        part.last_index = u.index;
+        op.uops += 1;
+        match u.mem {
+            MemAccess::Load => op.loads += 1,
+            MemAccess::Store => op.stores += 1,
+            MemAccess::None => {}
+        }
+        if u.mem != MemAccess::None && op.mem_addr.is_none() {
+            op.mem_addr = Some(u.mem_addr);
+        }
+        if u.branch != BranchOutcome::None {
+            if let Some((first, _)) = part.branch {
+                return Err(self.error(
+                    line,
+                    ErrorKind::Inconsistent,
+                    format!(
+                        "a second branch micro-op in the macro-op at line {} (first at line {first})",
+                        op.line
+                    ),
+                ));
+            }
+            part.branch = Some((line, u));
+        }
+        Ok(())
+    }
+
+    fn classify(&self, part: &mut Partial) -> Result<()> {
+        let Some((line, b)) = part.branch else {
+            return Ok(());
+        };
+        let op = &mut part.op;
+        let name = op.name.as_bytes();
+        let taken = b.branch == BranchOutcome::Taken;
+        let kind = if b.micro_name.as_bytes() == b"JMP_REG" {
+            match name {
+                b"RET" => BranchKind::Return,
+                b"CALL" => BranchKind::IndirectCall,
+                _ => BranchKind::IndirectJump,
+            }
+        } else if b.flags == FlagsUse::Read
+            || name == b"J"
+            || name.starts_with(b"LOOP")
+            || matches!(name, b"JCXZ" | b"JECXZ" | b"JRCXZ")
+            || (!taken && !matches!(name, b"JMP" | b"CALL" | b"RET"))
+        {
+            BranchKind::Conditional
+        } else {
+            match name {
+                b"CALL" => BranchKind::Call,
+                b"RET" => BranchKind::Return,
+                _ => BranchKind::Jump,
+            }
+        };
+        if kind != BranchKind::Conditional && !taken {
+            return Err(self.error(
+                line,
+                ErrorKind::BadField,
+                format!(
+                    "field 7 (branch): an unconditional {} marked N (not taken)",
+                    op.name
+                ),
+            ));
+        }
+        op.kind = kind;
+        op.taken = taken;
+        op.target = b.target;
+        Ok(())
+    }
+}

@@ -1,0 +1,184 @@
+//! Streaming lines to [`Uop`]s: lines are split with `memchr` inside the input's buffer and parsed
+//! in place; only a line that straddles two buffer fills is copied (into one reused buffer).
+
+use super::parse::{is_blank, parse_line, LineError, MAX_LINE};
+use super::Uop;
+use crate::sources::error::Result;
+use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
+use std::io::BufRead;
+
+/// Reads a Penn trace one micro-op at a time.
+#[derive(Debug)]
+pub struct UopReader {
+    input: Input,
+    options: ReadOptions,
+    /// Lines read so far (the number of the line last returned or rejected).
+    line: u64,
+    /// Part of a line that straddles buffer fills.
+    spill: Vec<u8>,
+    skipped: u64,
+}
+
+/// One step of the line splitter.
+enum Step {
+    /// A parsed line (or `None` for a blank line).
+    Line(std::result::Result<Option<Uop>, LineError>),
+    /// End of input.
+    End,
+    /// Bytes were moved to the spill buffer; read on.
+    More,
+}
+
+impl UopReader {
+    /// A reader over `input`.
+    pub fn new(input: Input, options: ReadOptions) -> Self {
+        UopReader {
+            input,
+            options,
+            line: 0,
+            spill: Vec::with_capacity(MAX_LINE + 1),
+            skipped: 0,
+        }
+    }
+
+    /// The input's name.
+    pub fn name(&self) -> &str {
+        self.input.name()
+    }
+
+    /// The 1-based number of the line last read.
+    pub fn line(&self) -> u64 {
+        self.line
+    }
+
+    /// Bad lines skipped under `lenient`.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Counts one skipped record (used by the grouping layer for records it rejects).
+    pub(crate) fn count_skipped(&mut self) {
+        self.skipped += 1;
+    }
+
+    /// Whether bad records are skipped.
+    pub fn lenient(&self) -> bool {
+        self.options.lenient
+    }
+
+    /// The next micro-op and its line number, `None` at the end of the input.
+    pub fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
+        loop {
+            match self.step()? {
+                Step::More => {}
+                Step::End => return Ok(None),
+                Step::Line(Ok(None)) => {}
+                Step::Line(Ok(Some(uop))) => return Ok(Some((self.line, uop))),
+                Step::Line(Err(e)) => {
+                    let err =
+                        SourceError::at(self.input.name(), Position::Line(self.line), e.kind, e.message);
+                    if self.options.lenient && err.is_skippable() {
+                        self.skipped += 1;
+                    } else {
+                        return Err(err);
+                    }
+                }
+            }
+        }
+    }
+
+    fn io_error(&self, e: std::io::Error) -> SourceError {
+        SourceError::io(self.input.name(), Some(Position::Line(self.line + 1)), e)
+    }
+
+    fn step(&mut self) -> Result<Step> {
+        let buf = match self.input.fill_buf() {
+            Ok(b) => b,
+            Err(e) => return Err(self.io_error(e)),
+        };
+        if buf.is_empty() {
+            if self.spill.is_empty() {
+                return Ok(Step::End);
+            }
+            // A last line without its newline.
+            self.line += 1;
+            let parsed = parse_or_blank(&self.spill);
+            self.spill.clear();
+            return Ok(Step::Line(parsed));
+        }
+        match memchr::memchr(b'\n', buf) {
+            Some(nl) if self.spill.is_empty() => {
+                let parsed = if nl > MAX_LINE {
+                    Err(too_long())
+                } else {
+                    parse_or_blank(&buf[..nl])
+                };
+                self.input.consume(nl + 1);
+                self.line += 1;
+                Ok(Step::Line(parsed))
+            }
+            Some(nl) => {
+                let fits = self.spill.len() + nl <= MAX_LINE;
+                if fits {
+                    self.spill.extend_from_slice(&buf[..nl]);
+                }
+                self.input.consume(nl + 1);
+                self.line += 1;
+                let parsed = if fits {
+                    parse_or_blank(&self.spill)
+                } else {
+                    Err(too_long())
+                };
+                self.spill.clear();
+                Ok(Step::Line(parsed))
+            }
+            None => {
+                let n = buf.len();
+                if self.spill.len() + n > MAX_LINE {
+                    self.input.consume(n);
+                    self.line += 1;
+                    self.skip_rest_of_line()?;
+                    self.spill.clear();
+                    return Ok(Step::Line(Err(too_long())));
+                }
+                self.spill.extend_from_slice(buf);
+                self.input.consume(n);
+                Ok(Step::More)
+            }
+        }
+    }
+
+    /// Discards input up to and including the next newline (after an over-long line).
+    fn skip_rest_of_line(&mut self) -> Result<()> {
+        loop {
+            let buf = match self.input.fill_buf() {
+                Ok(b) => b,
+                Err(e) => return Err(self.io_error(e)),
+            };
+            if buf.is_empty() {
+                return Ok(());
+            }
+            if let Some(nl) = memchr::memchr(b'\n', buf) {
+                self.input.consume(nl + 1);
+                return Ok(());
+            }
+            let n = buf.len();
+            self.input.consume(n);
+        }
+    }
+}
+
+fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
+    match parse_line(line) {
+        Ok(u) => Ok(Some(u)),
+        Err(_) if is_blank(line) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn too_long() -> LineError {
+    LineError {
+        kind: ErrorKind::LineTooLong,
+        message: format!("line longer than {MAX_LINE} bytes"),
+    }
+}
