@@ -101,7 +101,11 @@ impl Reader {
         }
         r.offset = 4;
         let Some(start) = r.frame()? else {
-            return Err(r.error(4, ErrorKind::Truncated, "the trace ends before its header message"));
+            return Err(r.error(
+                4,
+                ErrorKind::Truncated,
+                "the trace ends before its header message",
+            ));
         };
         let body = &r.body[..];
         let Some(scan) = scan_fields(body) else {
@@ -111,10 +115,17 @@ impl Reader {
             let h = InstDepRecordHeader::decode(body).map(Header::Dep);
             (h, required_tags::DEP_HEADER)
         } else {
-            (PacketHeader::decode(body).map(Header::Fetch), required_tags::PACKET_HEADER)
+            (
+                PacketHeader::decode(body).map(Header::Fetch),
+                required_tags::PACKET_HEADER,
+            )
         };
         let header = header.map_err(|e| {
-            r.error(start, ErrorKind::BadField, format!("the header message does not decode: {e}"))
+            r.error(
+                start,
+                ErrorKind::BadField,
+                format!("the header message does not decode: {e}"),
+            )
         })?;
         if scan.present & required != required {
             return Err(r.error(
@@ -186,12 +197,22 @@ impl Reader {
             TraceKind::Fetch => "Packet",
         };
         let (Ok(()), Some(scan)) = (decoded.as_ref(), scan) else {
-            let why = decoded.err().map_or_else(|| "broken wire format".to_owned(), |e| e.to_string());
-            return Err(self.error(start, ErrorKind::BadField, format!("{name} does not decode: {why}")));
+            let why = decoded
+                .err()
+                .map_or_else(|| "broken wire format".to_owned(), |e| e.to_string());
+            return Err(self.error(
+                start,
+                ErrorKind::BadField,
+                format!("{name} does not decode: {why}"),
+            ));
         };
         let (required, other, other_name) = match kind {
             TraceKind::Dep => (required_tags::DEP_RECORD, required_tags::PACKET, "a Packet"),
-            TraceKind::Fetch => (required_tags::PACKET, required_tags::DEP_RECORD, "an InstDepRecord"),
+            TraceKind::Fetch => (
+                required_tags::PACKET,
+                required_tags::DEP_RECORD,
+                "an InstDepRecord",
+            ),
         };
         if scan.present & required != required {
             let hint = if scan.present & other == other {

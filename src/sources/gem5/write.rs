@@ -52,7 +52,8 @@ impl<W: Write> Writer<W> {
 
     fn message(&mut self, m: &impl Message) -> io::Result<()> {
         self.buf.clear();
-        m.encode_length_delimited(&mut self.buf).map_err(io::Error::other)?;
+        m.encode_length_delimited(&mut self.buf)
+            .map_err(io::Error::other)?;
         self.out.write_all(&self.buf)
     }
 }
