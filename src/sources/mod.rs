@@ -6,6 +6,7 @@
 //! Every reader takes an [`Input`]: a file or stdin, gzip detected by magic.
 
 pub mod error;
+pub mod gem5;
 pub mod input;
 pub mod penn;
 pub mod rng;

@@ -1,0 +1,15 @@
+//! gem5 elastic traces (`--elastic-trace-en`): the data-dependency trace (InstDepRecord) and the
+//! instruction-fetch trace (Packet), protobuf messages behind the magic `gem5`, usually gzip'd.
+//! `spec/mapping.md` (section gem5) documents the format and the mapping to tracer events.
+
+pub mod events;
+pub mod gen;
+pub mod messages;
+pub mod read;
+pub mod write;
+
+pub use events::Gem5Events;
+pub use gen::generate;
+pub use messages::{IdStringEntry, InstDepRecord, InstDepRecordHeader, Packet, PacketHeader, RecordType};
+pub use read::{Header, Reader, Record, TraceKind, MAGIC, MAX_MESSAGE};
+pub use write::Writer;

@@ -1,0 +1,352 @@
+//! Streaming reader: the magic `gem5`, then varint32-length-delimited protobuf messages, the
+//! header first. One body buffer and one decoded record of each kind are reused for every message.
+
+use super::messages::{
+    required_tags, scan_fields, InstDepRecord, InstDepRecordHeader, Packet, PacketHeader, RecordType,
+};
+use crate::sources::error::{ErrorKind, Position, Result, SourceError};
+use crate::sources::Input;
+use prost::Message;
+use std::io::{self, BufRead, Read};
+
+/// The 4 bytes every gem5 proto stream starts with (inside the gzip stream): LE u32 0x356d6567.
+pub const MAGIC: [u8; 4] = *b"gem5";
+
+/// The longest message the reader accepts; a longer length prefix means the framing is lost.
+pub const MAX_MESSAGE: u64 = 1 << 20;
+
+/// Which of the two gem5 trace kinds a file holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceKind {
+    /// Elastic data-dependency trace: [`InstDepRecordHeader`] + [`InstDepRecord`]s.
+    Dep,
+    /// Packet (instruction-fetch) trace: [`PacketHeader`] + [`Packet`]s.
+    Fetch,
+}
+
+/// A trace's header message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Header {
+    /// Elastic data-dependency trace.
+    Dep(InstDepRecordHeader),
+    /// Packet (fetch) trace.
+    Fetch(PacketHeader),
+}
+
+impl Header {
+    /// The trace kind.
+    pub fn kind(&self) -> TraceKind {
+        match self {
+            Header::Dep(_) => TraceKind::Dep,
+            Header::Fetch(_) => TraceKind::Fetch,
+        }
+    }
+
+    /// Simulator ticks per second.
+    pub fn tick_freq(&self) -> u64 {
+        match self {
+            Header::Dep(h) => h.tick_freq,
+            Header::Fetch(h) => h.tick_freq,
+        }
+    }
+}
+
+/// One decoded record, borrowed from the reader until the next call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Record<'a> {
+    /// A dependency-trace node.
+    Dep(&'a InstDepRecord),
+    /// A packet-trace request.
+    Fetch(&'a Packet),
+}
+
+/// Reads a gem5 proto trace of either kind.
+#[derive(Debug)]
+pub struct Reader {
+    input: Input,
+    header: Header,
+    body: Vec<u8>,
+    dep: InstDepRecord,
+    packet: Packet,
+    offset: u64,
+    records: u64,
+    done: bool,
+}
+
+impl Reader {
+    /// Reads the magic and the header; the header tells the kind (field 4 a varint: the dep
+    /// header's window_size; field 4 length-delimited or absent: the packet header's id_strings).
+    pub fn new(input: Input) -> Result<Reader> {
+        let mut r = Reader {
+            input,
+            header: Header::Fetch(PacketHeader::default()),
+            body: Vec::new(),
+            dep: InstDepRecord::default(),
+            packet: Packet::default(),
+            offset: 0,
+            records: 0,
+            done: false,
+        };
+        let mut magic = [0u8; 4];
+        let got = r.fill(&mut magic)?;
+        if got < 4 || magic != MAGIC {
+            return Err(r.error(
+                0,
+                ErrorKind::BadMagic,
+                format!(
+                    "not a gem5 proto trace: expected the magic \"gem5\" (67 65 6d 35), found {:02x?}",
+                    &magic[..got]
+                ),
+            ));
+        }
+        r.offset = 4;
+        let Some(start) = r.frame()? else {
+            return Err(r.error(
+                4,
+                ErrorKind::Truncated,
+                "the trace ends before its header message",
+            ));
+        };
+        let body = &r.body[..];
+        let Some(scan) = scan_fields(body) else {
+            return Err(r.error(start, ErrorKind::BadField, "the header message does not decode"));
+        };
+        let (header, required) = if scan.field4_wire == Some(0) {
+            let h = InstDepRecordHeader::decode(body).map(Header::Dep);
+            (h, required_tags::DEP_HEADER)
+        } else {
+            (
+                PacketHeader::decode(body).map(Header::Fetch),
+                required_tags::PACKET_HEADER,
+            )
+        };
+        let header = header.map_err(|e| {
+            r.error(
+                start,
+                ErrorKind::BadField,
+                format!("the header message does not decode: {e}"),
+            )
+        })?;
+        if scan.present & required != required {
+            return Err(r.error(
+                start,
+                ErrorKind::BadField,
+                format!(
+                    "the header lacks required field(s) {}",
+                    missing(scan.present, required)
+                ),
+            ));
+        }
+        r.header = header;
+        Ok(r)
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// The trace kind.
+    pub fn kind(&self) -> TraceKind {
+        self.header.kind()
+    }
+
+    /// The input's name, as errors give it.
+    pub fn name(&self) -> &str {
+        self.input.name()
+    }
+
+    /// Bytes consumed so far (uncompressed, magic included).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Record messages read so far (bad ones included, the header not).
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// The next record, or `None` at a clean end (at a message boundary). A [`ErrorKind::BadField`]
+    /// error leaves the reader at the next message, so a lenient caller may go on; after any other
+    /// error the reader returns `None`.
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>> {
+        let start = match self.frame() {
+            Ok(Some(start)) => start,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                self.done = true;
+                return Err(e);
+            }
+        };
+        self.records += 1;
+        let body = &self.body[..];
+        let scan = scan_fields(body);
+        let kind = self.header.kind();
+        let decoded = match kind {
+            TraceKind::Dep => {
+                self.dep.clear();
+                self.dep.merge(body)
+            }
+            TraceKind::Fetch => {
+                self.packet.clear();
+                self.packet.merge(body)
+            }
+        };
+        let name = match kind {
+            TraceKind::Dep => "InstDepRecord",
+            TraceKind::Fetch => "Packet",
+        };
+        let (Ok(()), Some(scan)) = (decoded.as_ref(), scan) else {
+            let why = decoded
+                .err()
+                .map_or_else(|| "broken wire format".to_owned(), |e| e.to_string());
+            return Err(self.error(
+                start,
+                ErrorKind::BadField,
+                format!("{name} does not decode: {why}"),
+            ));
+        };
+        let (required, other, other_name) = match kind {
+            TraceKind::Dep => (required_tags::DEP_RECORD, required_tags::PACKET, "a Packet"),
+            TraceKind::Fetch => (
+                required_tags::PACKET,
+                required_tags::DEP_RECORD,
+                "an InstDepRecord",
+            ),
+        };
+        if scan.present & required != required {
+            let hint = if scan.present & other == other {
+                format!(" (it looks like {other_name}: the header and the records disagree)")
+            } else {
+                String::new()
+            };
+            let msg = format!(
+                "{name} lacks required field(s) {}{hint}",
+                missing(scan.present, required)
+            );
+            return Err(self.error(start, ErrorKind::BadField, msg));
+        }
+        match kind {
+            TraceKind::Dep => {
+                if RecordType::try_from(self.dep.r#type).is_err() {
+                    let msg = format!(
+                        "InstDepRecord type {} is not a RecordType (0 INVALID, 1 LOAD, 2 STORE, 3 COMP)",
+                        self.dep.r#type
+                    );
+                    return Err(self.error(start, ErrorKind::BadField, msg));
+                }
+                Ok(Some(Record::Dep(&self.dep)))
+            }
+            TraceKind::Fetch => Ok(Some(Record::Fetch(&self.packet))),
+        }
+    }
+
+    /// Reads one length prefix and the body into `self.body`; returns the prefix's offset, or
+    /// `None` at EOF before the prefix.
+    fn frame(&mut self) -> Result<Option<u64>> {
+        if self.done {
+            return Ok(None);
+        }
+        let start = self.offset;
+        let mut len = 0u64;
+        let mut i = 0;
+        loop {
+            let byte = match self.byte() {
+                Ok(Some(b)) => b,
+                Ok(None) if i == 0 => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                Ok(None) => {
+                    return Err(self.error(
+                        start,
+                        ErrorKind::Truncated,
+                        "the input ends inside a message length prefix",
+                    ))
+                }
+                Err(e) => return Err(SourceError::io(self.name(), Some(Position::Byte(self.offset)), e)),
+            };
+            len |= u64::from(byte & 0x7f) << (7 * i);
+            i += 1;
+            if byte < 0x80 {
+                break;
+            }
+            if i == 5 {
+                return Err(self.error(
+                    start,
+                    ErrorKind::LostFraming,
+                    "the message length prefix is longer than a varint32",
+                ));
+            }
+        }
+        if len > MAX_MESSAGE {
+            return Err(self.error(
+                start,
+                ErrorKind::LostFraming,
+                format!("message length {len} exceeds the {MAX_MESSAGE}-byte limit"),
+            ));
+        }
+        let len = len as usize;
+        let mut body = std::mem::take(&mut self.body);
+        body.resize(len, 0);
+        let got = self.fill(&mut body);
+        self.body = body;
+        let got = got?;
+        if got < len {
+            return Err(self.error(
+                start,
+                ErrorKind::Truncated,
+                format!("a {len}-byte message runs past the end of the input ({got} bytes left)"),
+            ));
+        }
+        Ok(Some(start))
+    }
+
+    /// One byte, or `None` at EOF.
+    fn byte(&mut self) -> io::Result<Option<u8>> {
+        loop {
+            match self.input.fill_buf() {
+                Ok([]) => return Ok(None),
+                Ok(buf) => {
+                    let b = buf[0];
+                    self.input.consume(1);
+                    self.offset += 1;
+                    return Ok(Some(b));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Fills `buf` as far as the input goes; returns the bytes read.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.input.read(&mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    got += n;
+                    self.offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(SourceError::io(self.name(), Some(Position::Byte(self.offset)), e)),
+            }
+        }
+        Ok(got)
+    }
+
+    fn error(&self, at: u64, kind: ErrorKind, msg: impl Into<String>) -> SourceError {
+        SourceError::at(self.name(), Position::Byte(at), kind, msg)
+    }
+}
+
+/// The field numbers in `required` missing from `present`, e.g. "1, 7".
+fn missing(present: u32, required: u32) -> String {
+    let gone = required & !present;
+    (0..32)
+        .filter(|n| gone & (1 << n) != 0)
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,729 @@
+//! gem5 elastic traces: the reader on the real samples, round trips, the generator, bad input,
+//! and the mapping to tracer events (checked through the tracer and libipt's packet decoder).
+
+mod common;
+
+use common::trace::{TraceRig, WRMSR_IP};
+use flate2::write::GzEncoder;
+use proptest::prelude::*;
+use prost::Message;
+use ptemu::regs::RtitCtl;
+use ptemu::sources::gem5::{
+    generate, Gem5Events, Header, InstDepRecord, InstDepRecordHeader, Packet, Reader, Record, RecordType,
+    TraceKind, Writer, MAX_MESSAGE,
+};
+use ptemu::sources::{ErrorKind, EventSource, Input, ReadOptions, SourceError};
+use ptemu::tracer::{Event, ExecMode, TracerConfig};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const DEP: &str = "tests/data/gem5/system.cpu.traceListener.deptrace.proto.gz";
+const FETCH: &str = "tests/data/gem5/system.cpu.traceListener.fetchtrace.proto.gz";
+
+fn open(path: &str) -> Reader {
+    Reader::new(Input::open(Path::new(path)).unwrap()).unwrap()
+}
+
+fn reader_of(name: &str, bytes: Vec<u8>) -> Result<Reader, SourceError> {
+    Reader::new(Input::from_bytes(name, bytes)?)
+}
+
+/// Every record of `r`, owned.
+fn dep_records(r: &mut Reader) -> Vec<InstDepRecord> {
+    let mut v = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        let Record::Dep(d) = rec else {
+            panic!("a packet in a dep trace")
+        };
+        v.push(d.clone());
+    }
+    v
+}
+
+fn packets(r: &mut Reader) -> Vec<Packet> {
+    let mut v = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        let Record::Fetch(p) = rec else {
+            panic!("a dep record in a fetch trace")
+        };
+        v.push(p.clone());
+    }
+    v
+}
+
+// The sample figures below were derived independently of this crate: a 30-line Python script
+// using only the standard library (gzip + a hand-written varint/protobuf field walker) counted the
+// messages, the `type` values (field 2), the records holding field 9 (weight) and field 10 (pc),
+// the fetch packets' (cmd, size, flags) triples and whether their ticks are monotonic. They agree
+// with trace-formats.md §5.3 and the sample's SOURCE.txt. The same script grouped consecutive equal
+// pcs (107 926 instructions), counted the groups whose next pc is not 1..=15 bytes ahead (12 578)
+// and summed the weights (19 855).
+
+#[test]
+fn dep_sample_counts() {
+    let mut r = open(DEP);
+    assert_eq!(r.kind(), TraceKind::Dep);
+    let Header::Dep(h) = r.header().clone() else {
+        unreachable!()
+    };
+    assert_eq!(
+        (h.obj_id.as_str(), h.tick_freq, h.window_size, h.ver),
+        ("system.cpu.traceListener", 1_000_000_000_000, 576, None)
+    );
+    let mut types: HashMap<i32, u64> = HashMap::new();
+    let (mut n, mut weight, mut pc) = (0u64, 0u64, 0u64);
+    while let Some(Record::Dep(d)) = r.next_record().unwrap() {
+        n += 1;
+        *types.entry(d.r#type).or_default() += 1;
+        weight += u64::from(d.weight.is_some());
+        pc += u64::from(d.pc.is_some());
+    }
+    assert_eq!(n, 183_286);
+    assert_eq!(r.records(), 183_286);
+    assert_eq!(types[&(RecordType::Comp as i32)], 137_110);
+    assert_eq!(types[&(RecordType::Load as i32)], 35_247);
+    assert_eq!(types[&(RecordType::Store as i32)], 10_929);
+    assert_eq!(types.len(), 3);
+    assert_eq!((weight, pc), (19_540, 183_286));
+    assert_eq!(r.offset(), 4_866_914, "the uncompressed size in SOURCE.md");
+}
+
+#[test]
+fn fetch_sample_counts() {
+    let mut r = open(FETCH);
+    assert_eq!(r.kind(), TraceKind::Fetch);
+    let Header::Fetch(h) = r.header().clone() else {
+        unreachable!()
+    };
+    assert_eq!(
+        (h.obj_id.as_str(), h.tick_freq),
+        ("system.cpu.traceListener", 1_000_000_000_000)
+    );
+    assert!(h.id_strings.is_empty());
+    let ps = packets(&mut r);
+    assert_eq!(ps.len(), 25_471);
+    assert!(ps
+        .iter()
+        .all(|p| p.cmd == 1 && p.size == 64 && p.flags == Some(0x100) && p.pc.is_some()));
+    assert!(ps.windows(2).all(|w| w[0].tick <= w[1].tick), "ticks monotonic");
+    assert_eq!(r.offset(), 636_276);
+}
+
+#[test]
+fn first_records_decode_as_documented() {
+    let d = dep_records(&mut open(DEP));
+    let brief = |r: &InstDepRecord| {
+        (
+            r.seq_num,
+            r.pc.unwrap(),
+            r.r#type,
+            r.comp_delay,
+            r.rob_dep.clone(),
+            r.reg_dep.clone(),
+        )
+    };
+    let (comp, store) = (RecordType::Comp as i32, RecordType::Store as i32);
+    assert_eq!(brief(&d[0]), (1, 0x7fff_f7dd_7c30, comp, 16000, vec![], vec![]));
+    assert_eq!(brief(&d[1]), (2, 0x7fff_f7dd_7c33, comp, 0, vec![1], vec![]));
+    assert_eq!(brief(&d[3]), (4, 0x7fff_f7dd_7c33, store, 1500, vec![], vec![3]));
+    assert_eq!(
+        (d[3].p_addr, d[3].size, d[3].flags),
+        (Some(0x2de58), Some(8), Some(2))
+    );
+    assert_eq!(d[0].weight, None);
+
+    let f = packets(&mut open(FETCH));
+    let brief = |p: &Packet| (p.tick, p.addr, p.size, p.pc.unwrap());
+    assert_eq!(brief(&f[0]), (0, 0x4c00, 64, 0x7fff_f7dd_7c30));
+    assert_eq!(brief(&f[2]), (13500, 0x4c40, 64, 0x7fff_f7dd_7c3b));
+    assert_eq!(brief(&f[3]), (18000, 0x5980, 64, 0x7fff_f7dd_89b0));
+}
+
+/// Copies every record of `r` through a [`Writer`].
+fn rewrite(r: &mut Reader) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new(), r.header()).unwrap();
+    while let Some(rec) = r.next_record().unwrap() {
+        w.write_record(rec).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// Reads `a` and `b` in lockstep; returns the number of records, asserting they are equal.
+fn assert_same_records(mut a: Reader, mut b: Reader) -> u64 {
+    assert_eq!(a.header(), b.header());
+    let mut n = 0;
+    loop {
+        let x = a.next_record().unwrap().map(owned);
+        let y = b.next_record().unwrap().map(owned);
+        assert_eq!(x, y, "record {}", n + 1);
+        if x.is_none() {
+            return n;
+        }
+        n += 1;
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Owned {
+    Dep(InstDepRecord),
+    Fetch(Packet),
+}
+
+fn owned(r: Record<'_>) -> Owned {
+    match r {
+        Record::Dep(d) => Owned::Dep(d.clone()),
+        Record::Fetch(p) => Owned::Fetch(p.clone()),
+    }
+}
+
+#[test]
+fn samples_round_trip() {
+    for (path, records) in [(DEP, 183_286), (FETCH, 25_471)] {
+        let bytes = rewrite(&mut open(path));
+        let again = reader_of("rewritten", bytes.clone()).unwrap();
+        assert_eq!(assert_same_records(open(path), again), records, "{path}");
+        // gem5 wrote exactly what prost writes: the re-encoding is byte-identical.
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut Input::open(Path::new(path)).unwrap(), &mut raw).unwrap();
+        assert_eq!(bytes, raw, "{path}");
+    }
+}
+
+fn gen_bytes(records: u64, seed: u64) -> (Vec<u8>, Vec<u8>) {
+    let (mut dep, mut fetch) = (Vec::new(), Vec::new());
+    generate(records, seed, &mut dep, Some(&mut fetch)).unwrap();
+    (dep, fetch)
+}
+
+#[test]
+fn generated_traces_read_back_and_round_trip() {
+    let (dep, fetch) = gen_bytes(20_000, 7);
+    let mut r = reader_of("gen.dep", dep.clone()).unwrap();
+    assert_eq!(r.kind(), TraceKind::Dep);
+    let recs = dep_records(&mut r);
+    assert_eq!(recs.len(), 20_000);
+    assert!(recs.windows(2).all(|w| w[0].seq_num < w[1].seq_num));
+    assert!(recs.iter().all(|d| d
+        .rob_dep
+        .iter()
+        .chain(&d.reg_dep)
+        .all(|&s| s >= 1 && s < d.seq_num)));
+    let count = |t: RecordType| recs.iter().filter(|d| d.r#type == t as i32).count();
+    assert!(
+        count(RecordType::Load) > 1000 && count(RecordType::Store) > 1000 && count(RecordType::Comp) > 5000
+    );
+    assert!(recs.iter().any(|d| d.weight.is_some()));
+    let mut f = reader_of("gen.fetch", fetch.clone()).unwrap();
+    assert_eq!(f.kind(), TraceKind::Fetch);
+    let ps = packets(&mut f);
+    assert!(ps.len() > 1000);
+    assert!(ps.windows(2).all(|w| w[0].tick <= w[1].tick));
+    assert!(ps.iter().all(|p| p.size == 64 && p.addr % 64 == 0 && p.cmd == 1));
+
+    for bytes in [dep, fetch] {
+        let copy = rewrite(&mut reader_of("gen", bytes.clone()).unwrap());
+        assert_eq!(copy, bytes);
+        assert_same_records(reader_of("a", bytes).unwrap(), reader_of("b", copy).unwrap());
+    }
+}
+
+#[test]
+fn generator_is_reproducible_and_seeded() {
+    assert_eq!(gen_bytes(3000, 42), gen_bytes(3000, 42));
+    let (a, fa) = gen_bytes(3000, 42);
+    let (b, fb) = gen_bytes(3000, 43);
+    assert_ne!(a, b);
+    assert_ne!(fa, fb);
+    let mut only = Vec::new();
+    generate(3000, 42, &mut only, None).unwrap();
+    assert_eq!(only, a, "the fetch trace does not change the dep trace");
+}
+
+#[test]
+fn generated_calls_nest_deeper_than_64() {
+    // Each call or recursion pushes with a STORE at a falling stack address; the lowest address
+    // tells the deepest nesting (8 bytes a frame below 0x7fff_ffff_e000).
+    let (dep, _) = gen_bytes(100_000, 3);
+    let recs = dep_records(&mut reader_of("gen", dep).unwrap());
+    let lowest = recs
+        .iter()
+        .filter(|d| d.r#type == RecordType::Store as i32)
+        .filter_map(|d| d.v_addr)
+        .filter(|&v| v > 0x7fff_0000_0000)
+        .min()
+        .unwrap();
+    assert!(
+        (0x7fff_ffff_e000 - lowest) / 8 > 64,
+        "deepest frame at {lowest:#x}"
+    );
+}
+
+// ---- bad input ----
+
+fn dep_header() -> Header {
+    Header::Dep(InstDepRecordHeader {
+        obj_id: "t".into(),
+        ver: None,
+        tick_freq: 1_000_000_000_000,
+        window_size: 576,
+    })
+}
+
+fn comp(seq: u64, pc: u64) -> InstDepRecord {
+    InstDepRecord {
+        seq_num: seq,
+        r#type: RecordType::Comp as i32,
+        comp_delay: 500,
+        pc: Some(pc),
+        ..Default::default()
+    }
+}
+
+/// A dep trace of `records`; also returns the byte offset each record's length prefix sits at.
+fn dep_trace(records: &[InstDepRecord]) -> (Vec<u8>, Vec<u64>) {
+    let mut w = Writer::new(Vec::new(), &dep_header()).unwrap();
+    for r in records {
+        w.write_dep(r).unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    let Header::Dep(h) = dep_header() else {
+        unreachable!()
+    };
+    let mut at = 4 + delimited(h.encoded_len());
+    let offsets = records
+        .iter()
+        .map(|r| {
+            let here = at;
+            at += delimited(r.encoded_len());
+            here
+        })
+        .collect();
+    assert_eq!(at, bytes.len() as u64);
+    (bytes, offsets)
+}
+
+/// A message of `n` bytes with its varint length prefix.
+fn delimited(n: usize) -> u64 {
+    (prost::length_delimiter_len(n) + n) as u64
+}
+
+/// The first error of reading everything.
+fn read_all_err(name: &str, bytes: Vec<u8>) -> SourceError {
+    let mut r = match reader_of(name, bytes) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    loop {
+        match r.next_record() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("no error"),
+            Err(e) => return e,
+        }
+    }
+}
+
+fn assert_error(e: &SourceError, kind: fn(&ErrorKind) -> bool, name: &str, position: &str) {
+    let text = e.to_string();
+    assert!(kind(&e.kind), "{text}: {:?}", e.kind);
+    assert!(text.starts_with(&format!("{name}: {position}: ")), "{text}");
+}
+
+#[test]
+fn wrong_magic() {
+    let (mut bytes, _) = dep_trace(&[comp(1, 0x1000)]);
+    bytes[3] = b'6';
+    let e = read_all_err("m.trace", bytes);
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::BadMagic),
+        "m.trace",
+        "byte offset 0",
+    );
+    let e = read_all_err("short.trace", b"ge".to_vec());
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::BadMagic),
+        "short.trace",
+        "byte offset 0",
+    );
+}
+
+#[test]
+fn truncated_varint_and_body() {
+    let (mut bytes, _) = dep_trace(&[comp(1, 0x1000)]);
+    let end = bytes.len();
+    bytes.push(0x85); // a length prefix cut after its first byte
+    let e = read_all_err("v.trace", bytes.clone());
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::Truncated),
+        "v.trace",
+        &format!("byte offset {end}"),
+    );
+    assert!(!e.is_skippable());
+
+    bytes.pop();
+    bytes.extend([0x05, 0x08, 0x02]); // 5 bytes announced, 2 present
+    let e = read_all_err("b.trace", bytes);
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::Truncated),
+        "b.trace",
+        &format!("byte offset {end}"),
+    );
+    assert!(e.message.contains("5-byte message"), "{e}");
+}
+
+#[test]
+fn bad_enum_and_missing_field_are_skippable() {
+    let mut bad = comp(2, 0x1004);
+    bad.r#type = 7;
+    let (bytes, at) = dep_trace(&[comp(1, 0x1000), bad, comp(3, 0x1008)]);
+    let e = read_all_err("e.trace", bytes.clone());
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::BadField),
+        "e.trace",
+        &format!("byte offset {}", at[1]),
+    );
+    assert!(e.message.contains("type 7"), "{e}");
+    assert!(e.is_skippable());
+
+    // A record without comp_delay (field 7): hand-built, seq 2 / COMP only.
+    let (mut bytes, at) = dep_trace(&[comp(1, 0x1000)]);
+    let end = bytes.len() as u64;
+    bytes.extend([0x04, 0x08, 0x02, 0x10, 0x03]);
+    let e = read_all_err("f.trace", bytes);
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::BadField),
+        "f.trace",
+        &format!("byte offset {end}"),
+    );
+    assert!(e.message.contains("required field(s) 7"), "{e}");
+    assert!(at[0] < end);
+}
+
+#[test]
+fn overlong_length_loses_framing() {
+    let (mut bytes, _) = dep_trace(&[comp(1, 0x1000)]);
+    let end = bytes.len();
+    let mut len = MAX_MESSAGE + 1;
+    while len >= 0x80 {
+        bytes.push(len as u8 | 0x80);
+        len >>= 7;
+    }
+    bytes.push(len as u8);
+    let e = read_all_err("l.trace", bytes.clone());
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::LostFraming),
+        "l.trace",
+        &format!("byte offset {end}"),
+    );
+    assert!(!e.is_skippable());
+    // Even lenient mapping stops there.
+    let mut ev = Gem5Events::new(Input::from_bytes("l.trace", bytes).unwrap(), None, lenient()).unwrap();
+    let err = drain(&mut ev).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with(&format!("l.trace: byte offset {end}: ")),
+        "{err}"
+    );
+}
+
+#[test]
+fn gzip_by_magic_and_plain_files() {
+    let (bytes, _) = dep_trace(&[comp(1, 0x1000), comp(2, 0x1003)]);
+    let dir = tempfile::tempdir().unwrap();
+    let plain: PathBuf = dir.path().join("trace.gz"); // the name lies: it is not gzip
+    std::fs::write(&plain, &bytes).unwrap();
+    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&bytes).unwrap();
+    let zipped: PathBuf = dir.path().join("x.txt");
+    std::fs::write(&zipped, gz.finish().unwrap()).unwrap();
+    for (path, gzip) in [(&plain, false), (&zipped, true)] {
+        let input = Input::open(path).unwrap();
+        assert_eq!(input.is_gzip(), gzip);
+        let recs = dep_records(&mut Reader::new(input).unwrap());
+        assert_eq!(recs, vec![comp(1, 0x1000), comp(2, 0x1003)]);
+    }
+}
+
+fn lenient() -> ReadOptions {
+    ReadOptions { lenient: true }
+}
+
+/// All events of a source.
+fn drain(src: &mut dyn EventSource) -> Result<Vec<Event>, SourceError> {
+    let mut all = Vec::new();
+    let mut out = Vec::new();
+    while src.next_events(&mut out)? {
+        all.append(&mut out);
+    }
+    Ok(all)
+}
+
+#[test]
+fn lenient_skips_a_bad_message() {
+    let mut bad = comp(2, 0x1004);
+    bad.r#type = 9;
+    let (bytes, at) = dep_trace(&[comp(1, 0x1000), bad, comp(3, 0x1004)]);
+    let strict = |b: Vec<u8>| {
+        Gem5Events::new(
+            Input::from_bytes("s.trace", b).unwrap(),
+            None,
+            ReadOptions::default(),
+        )
+    };
+    let err = drain(&mut strict(bytes.clone()).unwrap()).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with(&format!("s.trace: byte offset {}: ", at[1])),
+        "{err}"
+    );
+
+    let mut ev = Gem5Events::new(Input::from_bytes("s.trace", bytes).unwrap(), None, lenient()).unwrap();
+    let events = drain(&mut ev).unwrap();
+    let stats = ev.stats();
+    assert_eq!((stats.records, stats.skipped, stats.count("comp")), (3, 1, 2));
+    let instructions: Vec<_> = events.iter().filter(|e| e.is_instruction()).collect();
+    assert_eq!(
+        instructions,
+        [
+            &Event::Retire { ip: 0x1000, len: 4 },
+            &Event::Retire { ip: 0x1004, len: 4 }
+        ]
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn arbitrary_bytes_after_magic_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..400), lenient_mode: bool) {
+        let mut bytes = b"gem5".to_vec();
+        bytes.extend(&tail);
+        if let Ok(mut r) = reader_of("p", bytes.clone()) {
+            for _ in 0..=tail.len() {
+                match r.next_record() {
+                    Ok(None) => break,
+                    Ok(Some(_)) => {}
+                    Err(e) if e.is_skippable() => {}
+                    Err(_) => { prop_assert!(r.next_record().unwrap().is_none()); break; }
+                }
+            }
+            prop_assert!(matches!(r.next_record(), Ok(None) | Err(_)));
+        }
+        if let Ok(mut ev) = Gem5Events::new(Input::from_bytes("p", bytes).unwrap(), None, ReadOptions { lenient: lenient_mode }) {
+            let mut out = Vec::new();
+            let mut calls = 0;
+            while let Ok(true) = ev.next_events(&mut out) {
+                calls += 1;
+                prop_assert!(calls <= tail.len() + 2, "does not terminate");
+            }
+        }
+    }
+}
+
+// ---- the mapping ----
+
+/// Checks the mapping's invariants; returns (ptwrites, discontinuities, instructions). Every
+/// instruction starts where the previous one left the IP (`flow`); the Ptwrites of one instruction
+/// and its jump all carry the instruction's IP (`start`).
+fn check_invariants(events: &[Event], strict_flow: bool) -> (u64, u64, u64) {
+    let (mut ptw, mut jumps, mut instr) = (0, 0, 0);
+    let mut flow: Option<u64> = None;
+    let mut start = 0;
+    let mut after_ptwrite = false;
+    let mut new_instruction = |ip: u64, flow: Option<u64>, start: &mut u64| {
+        assert!(
+            !strict_flow || flow.is_none_or(|f| f == ip),
+            "flow {flow:x?} vs instruction at {ip:#x}"
+        );
+        *start = ip;
+        instr += 1;
+    };
+    for e in events {
+        match *e {
+            Event::Ptwrite { ip, len, .. } => {
+                if !(after_ptwrite && ip == start) {
+                    new_instruction(ip, flow, &mut start);
+                }
+                assert_eq!(ip, start, "Ptwrite IP is the instruction's IP");
+                assert!((1..=15).contains(&len));
+                ptw += 1;
+                after_ptwrite = true;
+                flow = Some(ip + u64::from(len));
+            }
+            Event::IndirectJump { ip, target } => {
+                if !(after_ptwrite && ip == start) {
+                    new_instruction(ip, flow, &mut start);
+                }
+                assert!(
+                    !(1..=15).contains(&target.wrapping_sub(ip)),
+                    "a jump is a discontinuity"
+                );
+                jumps += 1;
+                after_ptwrite = false;
+                flow = Some(target);
+            }
+            Event::Retire { ip, len } => {
+                new_instruction(ip, flow, &mut start);
+                assert!((1..=15).contains(&len));
+                after_ptwrite = false;
+                flow = Some(ip + u64::from(len));
+            }
+            Event::Cycles(n) => assert!(n > 0),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    (ptw, jumps, instr)
+}
+
+#[test]
+fn dep_sample_maps_to_consistent_events() {
+    let input = Input::open(Path::new(DEP)).unwrap();
+    let fetch = Input::open(Path::new(FETCH)).unwrap();
+    let mut ev = Gem5Events::new(input, Some(fetch), ReadOptions::default()).unwrap();
+    let start = ev.start_state();
+    assert_eq!((start.mode, start.cpl), (ExecMode::Bits64, 3));
+    let events = drain(&mut ev).unwrap();
+    let (ptw, jumps, instr) = check_invariants(&events, true);
+    let s = ev.stats();
+    assert_eq!(s.records, 183_286 + 25_471);
+    assert_eq!(s.skipped, 0);
+    assert_eq!(
+        (
+            s.count("comp"),
+            s.count("load"),
+            s.count("store"),
+            s.count("fetch")
+        ),
+        (137_110, 35_247, 10_929, 25_471)
+    );
+    assert_eq!(ptw, 35_247 + 10_929, "one Ptwrite per load and store");
+    // From the independent Python walk (see the comment above dep_sample_counts).
+    assert_eq!((s.count("instructions"), instr), (107_926, 107_926));
+    assert_eq!((s.count("discontinuities"), jumps), (12_578, 12_578));
+    assert_eq!(s.count("filtered_weight"), 19_855);
+    assert_eq!(s.approximations.len(), 4);
+    // Ticks → cycles at 2 GHz: the sum of comp_delay / 500 ps.
+    let mut total_delay = 0u64;
+    let mut r = open(DEP);
+    while let Some(Record::Dep(d)) = r.next_record().unwrap() {
+        total_delay += d.comp_delay;
+    }
+    let cycles: u64 = events
+        .iter()
+        .map(|e| if let Event::Cycles(n) = e { *n } else { 0 })
+        .sum();
+    assert_eq!(cycles, total_delay / 500);
+}
+
+#[test]
+fn indirect_jump_targets_are_the_next_pc() {
+    let recs = dep_records(&mut open(DEP));
+    let mut ev = Gem5Events::new(Input::open(Path::new(DEP)).unwrap(), None, ReadOptions::default()).unwrap();
+    let events = drain(&mut ev).unwrap();
+    // The distinct pcs in order, and the jumps' (from, to) pairs.
+    let mut pcs: Vec<u64> = recs.iter().map(|d| d.pc.unwrap()).collect();
+    pcs.dedup();
+    let expected: Vec<(u64, u64)> = pcs
+        .windows(2)
+        .filter(|w| !(1..=15).contains(&w[1].wrapping_sub(w[0])))
+        .map(|w| (w[0], w[1]))
+        .collect();
+    let jumps: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match *e {
+            Event::IndirectJump { ip, target } => Some((ip, target)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(jumps, expected);
+}
+
+#[test]
+fn fetch_trace_alone_maps() {
+    let mut ev = Gem5Events::new(
+        Input::open(Path::new(FETCH)).unwrap(),
+        None,
+        ReadOptions::default(),
+    )
+    .unwrap();
+    let events = drain(&mut ev).unwrap();
+    // Not strict: a sequential fetch more than 15 bytes on gets the default length (documented).
+    let (ptw, jumps, instr) = check_invariants(&events, false);
+    let s = ev.stats();
+    assert_eq!((s.records, s.count("fetch"), ptw), (25_471, 25_471, 0));
+    assert_eq!(s.count("discontinuities"), jumps);
+    assert_eq!(s.count("instructions"), instr);
+    assert!(jumps > 0 && jumps < instr);
+    // The last fetch tick at 2 GHz.
+    let last = packets(&mut open(FETCH)).last().unwrap().tick;
+    let cycles: u64 = events
+        .iter()
+        .map(|e| if let Event::Cycles(n) = e { *n } else { 0 })
+        .sum();
+    assert_eq!(cycles, last / 500);
+}
+
+/// The first `limit` events through the tracer (user tracing, PTWRITE and CYC on); libipt's
+/// packet decoder must read the result without an error.
+fn trace_through_libipt(src: &mut dyn EventSource, limit: usize) -> usize {
+    let start = src.start_state();
+    let mut r = TraceRig::new(TracerConfig::default());
+    r.tracer.set_state(WRMSR_IP, start.cpl, start.cr3, start.mode);
+    r.start(
+        RtitCtl::new()
+            .with_branch_en(true)
+            .with_user(true)
+            .with_ptw_en(true)
+            .with_fup_on_ptw(true)
+            .with_cyc_en(true),
+    );
+    let mut out = Vec::new();
+    let mut n = 0;
+    let mut last_ip = WRMSR_IP;
+    while n < limit && src.next_events(&mut out).unwrap() {
+        for e in out.drain(..) {
+            r.ev(e);
+            last_ip = e.next_ip(last_ip);
+            n += 1;
+        }
+    }
+    r.stop_at(last_ip);
+    let packets = common::libipt::decode(&r.bytes()).expect("libipt decodes the stream");
+    assert!(packets.len() > n / 10, "{} packets for {n} events", packets.len());
+    n
+}
+
+#[test]
+fn dep_sample_events_trace_to_a_stream_libipt_reads() {
+    let mut ev = Gem5Events::new(Input::open(Path::new(DEP)).unwrap(), None, ReadOptions::default()).unwrap();
+    assert!(trace_through_libipt(&mut ev, 20_000) >= 20_000);
+}
+
+#[test]
+fn generated_events_trace_to_a_stream_libipt_reads() {
+    let (dep, fetch) = gen_bytes(10_000, 11);
+    let mut ev = Gem5Events::new(
+        Input::from_bytes("gen.dep", dep).unwrap(),
+        Some(Input::from_bytes("gen.fetch", fetch.clone()).unwrap()),
+        ReadOptions::default(),
+    )
+    .unwrap();
+    let n = trace_through_libipt(&mut ev, usize::MAX);
+    assert!(n > 10_000);
+    let s = ev.stats();
+    assert_eq!(s.count("load") + s.count("store") + s.count("comp"), 10_000);
+    assert!(s.count("discontinuities") > 100 && s.count("filtered_weight") > 100);
+    let mut only_fetch = Gem5Events::new(
+        Input::from_bytes("gen.fetch", fetch).unwrap(),
+        None,
+        ReadOptions::default(),
+    )
+    .unwrap();
+    trace_through_libipt(&mut only_fetch, usize::MAX);
+}
