@@ -1,0 +1,415 @@
+//! The Penn CIS 501 reader, writer, generator and mapping (`spec/mapping.md`, section Penn).
+
+mod common;
+
+use common::query::{error_name, Query, Timing};
+use common::trace::{TraceRig, WRMSR_IP};
+use flate2::{write::GzEncoder, Compression};
+use proptest::prelude::*;
+use ptemu::sources::penn::{self, BranchKind, MacroOp, MacroOpReader, PennEvents, Uop, UopReader, UopWriter};
+use ptemu::sources::{ErrorKind, EventSource, Input, ReadOptions, SourceError};
+use ptemu::{Event, RtitCtl, TracerConfig};
+use std::io::Write;
+
+const SJENG: &str = "tests/data/penn/sjeng-1K.trace";
+const GCC: &str = "tests/data/penn/gcc-1K.trace";
+const HANDEDITED: &str = "tests/data/penn/CSC656-test-handedited.trace";
+
+fn input(path: &str) -> Input {
+    Input::open(std::path::Path::new(path)).unwrap()
+}
+
+fn bytes_input(name: &str, bytes: &[u8]) -> Input {
+    Input::from_bytes(name, bytes.to_vec()).unwrap()
+}
+
+fn uops(mut r: UopReader) -> Result<Vec<Uop>, SourceError> {
+    let mut v = Vec::new();
+    while let Some((_, u)) = r.next_uop()? {
+        v.push(u);
+    }
+    Ok(v)
+}
+
+fn macro_ops(i: Input, options: ReadOptions) -> Result<Vec<MacroOp>, SourceError> {
+    let mut r = MacroOpReader::new(UopReader::new(i, options));
+    let mut v = Vec::new();
+    while let Some(m) = r.next_macro_op()? {
+        v.push(m);
+    }
+    Ok(v)
+}
+
+fn drain(src: &mut PennEvents) -> Result<Vec<Event>, SourceError> {
+    let mut out = Vec::new();
+    while src.next_events(&mut out)? {}
+    Ok(out)
+}
+
+fn generated(records: u64, seed: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    penn::generate(records, seed, &mut out).unwrap();
+    out
+}
+
+/// Figures derived independently of ptemu with awk over the sample files:
+/// `awk '{u++} $1==1{m++} $13=="J"&&$7=="T"{ct++} $13=="J"&&$7=="N"{cn++}
+///  $13=="JMP"&&$14=="JMP_IMM"{j++} $13=="CALL"&&$14=="JMP_IMM"{c++} $13=="JMP"&&$14=="JMP_REG"{ij++}
+///  $13=="CALL"&&$14=="JMP_REG"{ic++} $13=="RET"&&$14=="JMP_REG"{r++} $8=="L"{l++} $8=="S"{s++}
+///  END{print u, m, ct, cn, j, c, ij, ic, r, l, s}'`
+/// sjeng-1K: 1000 750 56 92 20 9 2 0 8 166 78; gcc-1K: 1000 754 73 84 17 9 0 1 9 232 108.
+#[test]
+fn sample_counts_match_independent_figures() {
+    for (path, expect) in [
+        (SJENG, [1000, 750, 56, 92, 20, 9, 2, 0, 8, 166, 78]),
+        (GCC, [1000, 754, 73, 84, 17, 9, 0, 1, 9, 232, 108]),
+    ] {
+        let mut ev = PennEvents::new(input(path), ReadOptions::default());
+        drain(&mut ev).unwrap();
+        let s = ev.stats();
+        let got = [
+            "uops",
+            "macro_ops",
+            "cond_taken",
+            "cond_not_taken",
+            "jump",
+            "call",
+            "indirect_jump",
+            "indirect_call",
+            "return",
+            "loads",
+            "stores",
+        ]
+        .map(|k| s.count(k));
+        assert_eq!(got, expect, "{path}");
+        assert_eq!(
+            (s.records, s.skipped, s.count("discontinuities")),
+            (1000, 0, 0),
+            "{path}"
+        );
+    }
+}
+
+/// The course page's example: the first 14 lines of gcc-1K.
+#[test]
+fn gcc_sample_starts_with_the_documented_example() {
+    let ops = macro_ops(input(GCC), ReadOptions::default()).unwrap();
+    let first: Vec<(u64, u8, u32, BranchKind)> =
+        ops[..10].iter().map(|m| (m.pc, m.len, m.uops, m.kind)).collect();
+    assert_eq!(
+        first,
+        [
+            (0x48d1de, 4, 2, BranchKind::None),
+            (0x48d1e2, 7, 2, BranchKind::None),
+            (0x48d1e9, 7, 1, BranchKind::None),
+            (0x48d1f0, 3, 2, BranchKind::None),
+            (0x48d1f3, 3, 1, BranchKind::None),
+            (0x48d1f6, 3, 1, BranchKind::None),
+            (0x48d1f9, 2, 1, BranchKind::Jump),
+            (0x48d231, 3, 1, BranchKind::None),
+            (0x48d234, 3, 1, BranchKind::None),
+            (0x48d237, 2, 1, BranchKind::Conditional),
+        ]
+    );
+    assert_eq!((ops[6].target, ops[6].taken), (0x48d231, true));
+    assert_eq!(
+        (ops[9].target, ops[9].taken, ops[9].next_pc()),
+        (0x48d220, false, 0x48d239)
+    );
+    assert_eq!(ops[1].mem_addr, Some(0x7fffe7ff048));
+    assert_eq!(ops[1].name.as_str(), "CMP");
+}
+
+#[test]
+fn samples_and_generated_files_round_trip() {
+    let gen = generated(20_000, 3);
+    for (name, bytes) in [
+        (SJENG, std::fs::read(SJENG).unwrap()),
+        (GCC, std::fs::read(GCC).unwrap()),
+        ("gen", gen),
+    ] {
+        let a = uops(UopReader::new(bytes_input(name, &bytes), ReadOptions::default())).unwrap();
+        let mut w = UopWriter::new(Vec::new());
+        for u in &a {
+            w.write_uop(u).unwrap();
+        }
+        let text = w.finish().unwrap();
+        let b = uops(UopReader::new(
+            bytes_input("rewritten", &text),
+            ReadOptions::default(),
+        ))
+        .unwrap();
+        assert_eq!(a, b, "{name}");
+        assert!(a.len() >= 1000);
+    }
+}
+
+#[test]
+fn generator_is_reproducible_seeded_and_consistent() {
+    assert_eq!(generated(5000, 9), generated(5000, 9));
+    assert_ne!(generated(5000, 9), generated(5000, 10));
+    let text = generated(200_000, 4);
+    assert_eq!(text.iter().filter(|&&b| b == b'\n').count(), 200_000);
+    // Strict reading checks the flow: every instruction continues at its target or fallthrough.
+    let mut ev = PennEvents::new(bytes_input("gen", &text), ReadOptions::default());
+    let events = drain(&mut ev).unwrap();
+    let s = ev.stats();
+    for k in [
+        "cond_taken",
+        "cond_not_taken",
+        "jump",
+        "call",
+        "indirect_jump",
+        "indirect_call",
+        "return",
+        "ptwrite",
+    ] {
+        assert!(s.count(k) > 100, "{k}: {}", s.count(k));
+    }
+    // One shape per PC, and calls nest deeper than the 64-entry return stack.
+    let mut shapes = std::collections::HashMap::new();
+    for m in macro_ops(bytes_input("gen", &text), ReadOptions::default()).unwrap() {
+        let shape = (m.len, m.kind, m.uops);
+        assert_eq!(*shapes.entry(m.pc).or_insert(shape), shape, "PC {:x}", m.pc);
+    }
+    let (mut depth, mut deepest) = (0i64, 0i64);
+    for e in &events {
+        match e {
+            Event::Call { .. } | Event::IndirectCall { .. } => depth += 1,
+            Event::Return { .. } => depth -= 1,
+            _ => {}
+        }
+        deepest = deepest.max(depth);
+    }
+    assert!(deepest > 64, "deepest call nesting {deepest}");
+}
+
+fn read_err(name: &str, text: &[u8], options: ReadOptions) -> SourceError {
+    let mut ev = PennEvents::new(bytes_input(name, text), options);
+    drain(&mut ev).expect_err("the input is bad")
+}
+
+fn assert_error(e: &SourceError, kind: fn(&ErrorKind) -> bool, expect: &str) {
+    assert!(kind(&e.kind), "{e} ({:?})", e.kind);
+    assert!(e.to_string().contains(expect), "{e:?} should contain {expect:?}");
+}
+
+const GOOD: &str = "1 400000 -1 -1 1 - - - 0 0 400003 0 ADD ADD\n";
+
+#[test]
+fn the_handedited_sample_is_rejected_at_line_6() {
+    let e = read_err(
+        HANDEDITED,
+        &std::fs::read(HANDEDITED).unwrap(),
+        ReadOptions::default(),
+    );
+    assert_error(
+        &e,
+        |k| matches!(k, ErrorKind::BadField),
+        "CSC656-test-handedited.trace: line 6: field 7 (branch)",
+    );
+    // Leniently, the bad line and the JMP marked N are skipped and counted; its rewritten loop is
+    // an unrecorded transfer, reported as a discontinuity.
+    let mut ev = PennEvents::new(input(HANDEDITED), ReadOptions { lenient: true });
+    drain(&mut ev).unwrap();
+    let s = ev.stats();
+    assert_eq!((s.records, s.skipped), (26, 3));
+    assert!(s.count("discontinuities") >= 1);
+}
+
+#[test]
+fn bad_input_names_file_and_line() {
+    let cases: [(&str, String, fn(&ErrorKind) -> bool, &str); 7] = [
+        (
+            "truncated.trace",
+            format!("{GOOD}1 400003 -1 -1 1 - - - 0 0 400006"),
+            |k| matches!(k, ErrorKind::BadField),
+            "truncated.trace: line 2: expected 14 fields, found 11",
+        ),
+        (
+            "long.trace",
+            format!("{GOOD}{GOOD}1 {}\n", "f".repeat(5000)),
+            |k| matches!(k, ErrorKind::LineTooLong),
+            "long.trace: line 3: line longer than 1024 bytes",
+        ),
+        (
+            "hex.trace",
+            "1 40000z -1 -1 1 - - - 0 0 400003 0 ADD ADD\n".into(),
+            |k| matches!(k, ErrorKind::BadField),
+            "hex.trace: line 1: field 2 (PC)",
+        ),
+        (
+            "jmpn.trace",
+            format!("{GOOD}1 400003 -1 -1 -1 - N - 2 0 400005 400007 JMP JMP_IMM\n"),
+            |k| matches!(k, ErrorKind::BadField),
+            "jmpn.trace: line 2: field 7 (branch): an unconditional JMP marked N",
+        ),
+        (
+            "len.trace",
+            "1 400000 -1 -1 1 - - - 0 0 400000 0 ADD ADD\n".into(),
+            |k| matches!(k, ErrorKind::BadField),
+            "len.trace: line 1: field 11 (fallthrough PC)",
+        ),
+        (
+            "uop.trace",
+            format!("{GOOD}2 400004 -1 -1 1 - - - 0 0 400007 0 ADD ADD\n"),
+            |k| matches!(k, ErrorKind::Inconsistent),
+            "uop.trace: line 2: micro-op 2 at PC 400004",
+        ),
+        (
+            "flow.trace",
+            format!("{GOOD}1 400010 -1 -1 1 - - - 0 0 400013 0 ADD ADD\n"),
+            |k| matches!(k, ErrorKind::Inconsistent),
+            "flow.trace: line 2: PC 400010, but the instruction at line 1 (PC 400000) continues at 400003",
+        ),
+    ];
+    for (name, text, kind, expect) in cases {
+        let e = read_err(name, text.as_bytes(), ReadOptions::default());
+        assert_error(&e, kind, expect);
+    }
+}
+
+#[test]
+fn lenient_skips_and_counts_bad_lines() {
+    let text = format!(
+        "{GOOD}1 400003 -1 -1 1 - ? - 0 0 400006 0 ADD ADD\n1 400003 -1 -1 1 - - - 0 0 400006 0 ADD ADD\n1 {}\n\
+         1 400006 -1 -1 1 - - - 0 0 400009 0 ADD ADD\n",
+        "f".repeat(3000)
+    );
+    let mut ev = PennEvents::new(
+        bytes_input("l.trace", text.as_bytes()),
+        ReadOptions { lenient: true },
+    );
+    let events = drain(&mut ev).unwrap();
+    assert_eq!(events.len(), 3);
+    let s = ev.stats();
+    assert_eq!((s.records, s.skipped, s.count("macro_ops")), (5, 2, 3));
+}
+
+#[test]
+fn gzip_is_recognised_by_magic_not_name() {
+    let plain = std::fs::read(SJENG).unwrap();
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    gz.write_all(&plain).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("looks-plain.txt");
+    std::fs::write(&path, gz.finish().unwrap()).unwrap();
+    let i = Input::open(&path).unwrap();
+    assert!(i.is_gzip());
+    let a = uops(UopReader::new(i, ReadOptions::default())).unwrap();
+    let b = uops(UopReader::new(input(SJENG), ReadOptions::default())).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.len(), 1000);
+    // A truncated gzip member is an error, not a silent end.
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    gz.write_all(&plain).unwrap();
+    let mut z = gz.finish().unwrap();
+    z.truncate(z.len() / 2);
+    let e = uops(UopReader::new(bytes_input("cut.gz", &z), ReadOptions::default())).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::Io(_)), "{e}");
+    assert!(e.to_string().starts_with("cut.gz: line "), "{e}");
+}
+
+#[test]
+fn crlf_tabs_blank_lines_and_no_final_newline() {
+    let text = "1\t400000\t-1\t-1\t1\t-\t-\t-\t0\t0\t400003\t0\tADD\tADD\r\n\n   \n1 400003 -1 -1 1 - - - 0 0 400006 0 ADD ADD";
+    let ops = macro_ops(bytes_input("x", text.as_bytes()), ReadOptions::default()).unwrap();
+    assert_eq!(
+        ops.iter().map(|m| (m.pc, m.line)).collect::<Vec<_>>(),
+        [(0x400000, 1), (0x400003, 4)]
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary bytes (and arbitrary edits of a real line) never panic and always end.
+    #[test]
+    fn arbitrary_input_never_panics(
+        junk in proptest::collection::vec(any::<u8>(), 0..600),
+        cut in 0usize..90,
+        lenient: bool,
+    ) {
+        let mut text = std::fs::read(GCC).unwrap()[..900].to_vec();
+        text.truncate(cut * 10);
+        text.extend_from_slice(&junk);
+        let mut ev = PennEvents::new(bytes_input("fuzz", &text), ReadOptions { lenient });
+        let mut out = Vec::new();
+        let mut steps = 0;
+        while let Ok(true) = ev.next_events(&mut out) {
+            steps += 1;
+            prop_assert!(steps <= text.len() + 1);
+        }
+    }
+}
+
+/// The mapping through the tracer, checked by libipt's query decoder: every conditional branch's
+/// outcome and every indirect target (returns included: DisRETC) comes back as the trace says.
+fn replay_with_query_decoder(text: &[u8]) -> usize {
+    let mut ev = PennEvents::new(bytes_input("q", text), ReadOptions::default());
+    let start = ev.start_state();
+    let mut r = TraceRig::new(TracerConfig::default());
+    r.tracer.set_state(WRMSR_IP, start.cpl, start.cr3, start.mode);
+    r.start(
+        RtitCtl::new()
+            .with_branch_en(true)
+            .with_user(true)
+            .with_dis_retc(true)
+            .with_psb_freq(1),
+    );
+    let mut ops = Vec::new();
+    let mut last_ip = WRMSR_IP;
+    while let Some((op, before, event)) = ev.next_macro_op().unwrap() {
+        assert!(before.is_none());
+        r.ev(event);
+        last_ip = event.next_ip(last_ip);
+        ops.push(op);
+    }
+    r.stop_at(last_ip);
+    let bytes = r.bytes();
+    let clock = TracerConfig::default().clock;
+    let timing = Timing {
+        mtc_freq: 3,
+        nom_freq: clock.nominal_ratio,
+        art_eax: 1,
+        art_ebx: clock.tsc_per_art,
+    };
+    let mut q = Query::new(&bytes, timing).unwrap_or_else(|c| panic!("sync: {}", error_name(c)));
+    let mut checked = 0;
+    for op in &ops {
+        while q.pending() {
+            q.next_event().unwrap();
+        }
+        match op.kind {
+            BranchKind::Conditional => {
+                let taken = q
+                    .cond()
+                    .unwrap_or_else(|c| panic!("line {}: {}", op.line, error_name(c)));
+                assert_eq!(taken, op.taken, "line {}", op.line);
+                checked += 1;
+            }
+            BranchKind::IndirectJump | BranchKind::IndirectCall | BranchKind::Return => {
+                let to = q
+                    .indirect()
+                    .unwrap_or_else(|c| panic!("line {}: {}", op.line, error_name(c)));
+                assert_eq!(to, Some(op.target), "line {}", op.line);
+                checked += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(common::libipt::decode(&bytes).is_ok());
+    checked
+}
+
+#[test]
+fn samples_replay_through_libipts_query_decoder() {
+    // sjeng: 148 conditional + 2 indirect + 8 returns; gcc: 157 + 1 + 9.
+    assert_eq!(replay_with_query_decoder(&std::fs::read(SJENG).unwrap()), 158);
+    assert_eq!(replay_with_query_decoder(&std::fs::read(GCC).unwrap()), 167);
+}
+
+#[test]
+fn generated_trace_replays_through_libipts_query_decoder() {
+    assert!(replay_with_query_decoder(&generated(30_000, 21)) > 3000);
+}
