@@ -5,8 +5,11 @@
 //! mapping of records to [`crate::tracer::Event`]s documented in `spec/mapping.md`.
 //! Every reader takes an [`Input`]: a file or stdin, gzip detected by magic.
 
+pub mod byu;
+pub mod byu_p2;
 pub mod error;
 pub mod input;
+pub mod kaplan;
 pub mod rng;
 
 pub use error::{ErrorKind, Position, SourceError};

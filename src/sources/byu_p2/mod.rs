@@ -1,0 +1,1 @@
+//! BYU p2AddrTr.
