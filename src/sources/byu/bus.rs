@@ -133,6 +133,11 @@ impl Machine {
         }
     }
 
+    /// Calls in progress (the nesting depth of the code fetched last).
+    pub fn depth(&self) -> usize {
+        self.stack.len()
+    }
+
     /// The next bus cycle.
     pub fn next_op(&mut self) -> BusOp {
         if let Some(op) = self.queue.pop_front() {
