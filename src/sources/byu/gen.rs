@@ -1,4 +1,4 @@
-//! Synthetic 6-byte BYU traces from the shared [`Machine`](super::bus::Machine).
+//! Synthetic 6-byte BYU traces from the shared `Machine` bus model.
 
 use super::bus::{BusOp, DataKind, Machine};
 use super::record::{CycleType, Record};
