@@ -219,7 +219,8 @@ fn the_handedited_sample_is_rejected_at_line_6() {
 
 #[test]
 fn bad_input_names_file_and_line() {
-    let cases: [(&str, String, fn(&ErrorKind) -> bool, &str); 7] = [
+    type Case = (&'static str, String, fn(&ErrorKind) -> bool, &'static str);
+    let cases: [Case; 7] = [
         (
             "truncated.trace",
             format!("{GOOD}1 400003 -1 -1 1 - - - 0 0 400006"),

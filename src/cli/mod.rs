@@ -2,9 +2,11 @@
 
 mod layout_cmd;
 mod packet_cmd;
+mod source_cmd;
 mod write_cmd;
 
 use clap::{Parser, Subcommand};
+use ptemu::sources::Format;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -56,6 +58,45 @@ enum Command {
         /// Output trace file.
         #[arg(short, long)]
         output: PathBuf,
+    },
+    /// Write a synthetic trace in one of the input formats (same seed, same bytes).
+    Gen {
+        /// Format: byu, byu-p2, penn, kaplan, gem5.
+        #[arg(long, value_enum)]
+        format: Format,
+        /// Records to write (micro-op lines for penn, dep records for gem5).
+        #[arg(long)]
+        records: u64,
+        /// Seed of the generator.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// gzip the output.
+        #[arg(long)]
+        gzip: bool,
+        /// gem5 only: also write the matching instruction-fetch trace here.
+        #[arg(long)]
+        fetch_trace: Option<PathBuf>,
+    },
+    /// Read a trace through its mapping to PT events and print the counts (records, branches by
+    /// kind, loads, stores, ...). Exits 2 with the file and position on bad input.
+    Stats {
+        /// Trace file ("-" for stdin; gzip is detected by magic).
+        input: PathBuf,
+        /// Format: byu, byu-p2, penn, kaplan, gem5.
+        #[arg(long, value_enum)]
+        format: Format,
+        /// gem5 only: the instruction-fetch trace that goes with an elastic data trace.
+        #[arg(long)]
+        fetch_trace: Option<PathBuf>,
+        /// Skip bad records and count them instead of stopping at the first.
+        #[arg(long)]
+        lenient: bool,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Layout files.
     Layout {
@@ -117,6 +158,21 @@ pub fn run() -> ExitCode {
             no_sync,
         } => packet_cmd::dump(&file, json, lastip, no_sync),
         Command::Asm { file, output } => packet_cmd::asm(&file, &output),
+        Command::Gen {
+            format,
+            records,
+            seed,
+            output,
+            gzip,
+            fetch_trace,
+        } => source_cmd::gen(format, records, seed, &output, gzip, fetch_trace.as_deref()),
+        Command::Stats {
+            input,
+            format,
+            fetch_trace,
+            lenient,
+            json,
+        } => source_cmd::stats(format, &input, fetch_trace.as_deref(), lenient, json),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,9 +5,12 @@
 //! mapping of records to [`crate::tracer::Event`]s documented in `spec/mapping.md`.
 //! Every reader takes an [`Input`]: a file or stdin, gzip detected by magic.
 
+pub mod byu;
+pub mod byu_p2;
 pub mod error;
 pub mod gem5;
 pub mod input;
+pub mod kaplan;
 pub mod penn;
 pub mod rng;
 
@@ -141,4 +144,54 @@ pub trait EventSource {
 
     /// Counts so far.
     fn stats(&self) -> SourceStats;
+}
+
+/// Opens `input` as `format` and maps it to events. `fetch` is the other file of a gem5 pair
+/// (an instruction-fetch trace next to an elastic data trace); other formats refuse it.
+pub fn open_events(
+    format: Format,
+    input: Input,
+    fetch: Option<Input>,
+    options: ReadOptions,
+) -> error::Result<Box<dyn EventSource + Send>> {
+    if let (Some(f), false) = (&fetch, format == Format::Gem5) {
+        return Err(SourceError {
+            file: f.name().to_owned(),
+            position: None,
+            kind: ErrorKind::BadField,
+            message: format!("a fetch trace goes with --format gem5 only, not {format}"),
+        });
+    }
+    Ok(match format {
+        Format::Byu => Box::new(byu::ByuEvents::new(input, options)?),
+        Format::ByuP2 => Box::new(byu_p2::ByuP2Events::new(input, options)?),
+        Format::Penn => Box::new(penn::PennEvents::new(input, options)),
+        Format::Kaplan => Box::new(kaplan::KaplanEvents::new(input, options)?),
+        Format::Gem5 => Box::new(gem5::Gem5Events::new(input, fetch, options)?),
+    })
+}
+
+/// Writes a synthetic `format` trace of `records` records (micro-op lines for Penn, messages for
+/// gem5) for `seed`; for gem5, `fetch_out` receives the matching instruction-fetch trace. The
+/// same arguments give the same bytes.
+pub fn generate(
+    format: Format,
+    records: u64,
+    seed: u64,
+    out: &mut dyn std::io::Write,
+    fetch_out: Option<&mut dyn std::io::Write>,
+) -> std::io::Result<()> {
+    if fetch_out.is_some() && format != Format::Gem5 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a fetch trace is generated with --format gem5 only, not {format}"),
+        ));
+    }
+    match format {
+        Format::Byu => byu::generate(records, seed, out),
+        Format::ByuP2 => byu_p2::generate(records, seed, out),
+        Format::Penn => penn::generate(records, seed, out),
+        Format::Kaplan => kaplan::generate(records, seed, out),
+        Format::Gem5 => gem5::generate(records, seed, out, fetch_out),
+    }
 }

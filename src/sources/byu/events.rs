@@ -1,0 +1,158 @@
+//! BYU V1.0 records as tracer events (spec/mapping.md, "BYU V1.0").
+
+use super::bus::{BusOp, DataKind};
+use super::flow::{Flow, FlowCounts};
+use super::read::Reader;
+use super::record::{CycleType, Record};
+use crate::sources::error::{ErrorKind, Result, SourceError};
+use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
+use crate::tracer::{Event, ExecMode};
+
+/// Where the BYU mappings are approximate (both formats).
+pub const APPROXIMATIONS: [&str; 6] = [
+    "IPs are physical addresses (linear = physical assumed); no paging or segment information exists",
+    "a fetch unit is one pseudo-instruction: a sequential fetch is a Retire covering the fetched bytes, \
+     a redirected one ends in an indirect jump (TIP); branch directions and direct branches are unknowable",
+    "prefetch is not execution: fetches past a taken branch and refetches of cached code distort the flow",
+    "data and I/O addresses go to PTWRITE payloads at the IP of the fetch unit in progress, not of the \
+     accessing instruction",
+    "an INTA becomes an interrupt with vector 0x20 (the real vector was on the data bus) from the end \
+     of the last fetch unit to the next fetch; a return to the interrupted IP becomes an IRET",
+    "HLT is a C1 sleep until the next bus cycle; the other special cycles have no PT equivalent",
+];
+
+/// Names of the per-cycle-type counts, by type value.
+const TYPE_NAMES: [&str; 16] = [
+    "type_0", "type_1", "type_2", "type_3", "type_4", "type_5", "type_6", "type_7", "type_8", "type_9",
+    "type_10", "type_11", "type_12", "type_13", "type_14", "type_15",
+];
+
+/// The counts shared by both BYU formats, in report order.
+pub(crate) fn flow_counts(c: &FlowCounts, invalid: u64) -> Vec<(&'static str, u64)> {
+    vec![
+        ("fetch", c.fetch),
+        ("data_read", c.data_read),
+        ("data_write", c.data_write),
+        ("io", c.io),
+        ("int_ack", c.int_ack),
+        ("special", c.special),
+        ("halt", c.halt),
+        ("other", c.other),
+        ("invalid", invalid),
+        ("discontinuities", c.discontinuities),
+        ("interrupts", c.interrupts),
+        ("irets", c.irets),
+    ]
+}
+
+/// The start state of a BYU trace: 32-bit protected mode, CPL 0 (whole-system trace), CR3 0.
+pub(crate) const START: StartState = StartState {
+    mode: ExecMode::Bits32,
+    cpl: 0,
+    cr3: 0,
+};
+
+/// The bus operation of a valid record; `None` for an invalid cycle type.
+pub fn bus_op(r: &Record) -> Option<BusOp> {
+    let data = |kind| BusOp::Data {
+        kind,
+        addr: r.byte_addr(),
+        len: r.byte_len(),
+    };
+    Some(match r.cycle_type() {
+        CycleType::IntAck => BusOp::IntAck,
+        CycleType::Special => BusOp::Special(r.special()?),
+        CycleType::IoRead => data(DataKind::IoRead),
+        CycleType::IoWrite => data(DataKind::IoWrite),
+        CycleType::Fetch | CycleType::FetchNc => BusOp::Fetch {
+            addr: r.byte_addr(),
+            len: r.byte_len(),
+        },
+        CycleType::DataRead | CycleType::DataReadNc => data(DataKind::Read),
+        CycleType::Writeback => data(DataKind::Writeback),
+        CycleType::DataWrite => data(DataKind::Write),
+        _ => return None,
+    })
+}
+
+/// Bytes per fetch unit: the 8-byte bus quantum of a complete (L1-disabled) trace.
+pub const QUANTUM: u64 = 8;
+
+/// A 6-byte BYU trace as tracer events: fetch units of 8 bytes (the bus quantum).
+#[derive(Debug)]
+pub struct ByuEvents {
+    reader: Reader,
+    options: ReadOptions,
+    flow: Flow,
+    by_type: [u64; 16],
+    invalid: u64,
+    skipped: u64,
+    done: bool,
+}
+
+impl ByuEvents {
+    /// The events of `input`.
+    pub fn new(input: Input, options: ReadOptions) -> Result<Self> {
+        Ok(ByuEvents {
+            reader: Reader::new(input),
+            options,
+            flow: Flow::new(QUANTUM),
+            by_type: [0; 16],
+            invalid: 0,
+            skipped: 0,
+            done: false,
+        })
+    }
+}
+
+impl EventSource for ByuEvents {
+    fn next_events(&mut self, out: &mut Vec<Event>) -> Result<bool> {
+        if self.done {
+            return Ok(false);
+        }
+        let Some(r) = self.reader.next_record()? else {
+            self.flow.finish(out);
+            self.done = true;
+            return Ok(true);
+        };
+        let t = r.cycle_type();
+        self.by_type[usize::from(t.value())] += 1;
+        match bus_op(&r) {
+            Some(op) => self.flow.op(op, 0, out),
+            None => {
+                self.invalid += 1;
+                let err = SourceError::at(
+                    self.reader.name(),
+                    self.reader.position(),
+                    ErrorKind::BadField,
+                    format!(
+                        "invalid cycle type {} (control byte {:#04x}); the spec defines 1, 3, 5, 7, 8, 9, 12..15",
+                        t.value(),
+                        r.control
+                    ),
+                );
+                if !self.options.lenient {
+                    return Err(err);
+                }
+                self.skipped += 1;
+            }
+        }
+        Ok(true)
+    }
+
+    fn start_state(&self) -> StartState {
+        START
+    }
+
+    fn stats(&self) -> SourceStats {
+        let mut counts = flow_counts(&self.flow.counts, self.invalid);
+        counts.extend(TYPE_NAMES.iter().zip(self.by_type).map(|(&n, v)| (n, v)));
+        SourceStats {
+            format: "byu",
+            records: self.reader.records(),
+            skipped: self.skipped,
+            counts,
+            approximations: APPROXIMATIONS.to_vec(),
+        }
+    }
+}

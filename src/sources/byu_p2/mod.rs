@@ -1,0 +1,13 @@
+//! BYU `p2AddrTr` traces: 12-byte little-endian records of Pentium II/III bus requests with
+//! time deltas (`byutr.h`). The mapping to events is the BYU one ([`super::byu`]) with 32-byte
+//! fetch lines and time.
+
+pub mod events;
+pub mod gen;
+pub mod read;
+pub mod record;
+
+pub use events::{core_cycles, ByuP2Events, CORE_PER_BUS_CLOCK};
+pub use gen::generate;
+pub use read::{Reader, Writer};
+pub use record::{Record, ReqType, RECORD_LEN, TIME_SENTINEL};

@@ -1,0 +1,12 @@
+//! Scott Kaplan's page-image traces (1999): LRU behaviour sequences, one record per miss of an
+//! M-page LRU memory, each with the fetched page's image and the evicted page's.
+
+pub mod events;
+pub mod gen;
+pub mod read;
+pub mod record;
+
+pub use events::{evict_payload, KaplanEvents, FAULT_IP, HANDLER_IP, PF_VECTOR};
+pub use gen::{generate, generate_with, references, GEN_MEMORY_PAGES};
+pub use read::{Reader, Writer};
+pub use record::{Evicted, Record, LONG_RECORD_LEN, PAGE_SIZE, SHORT_RECORD_LEN};
