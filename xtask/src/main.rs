@@ -32,8 +32,9 @@ fn main() {
         "test" => test(),
         "simulate" => simulate(rest),
         "bench" => bench(rest),
+        "fuzz" => fuzz(rest),
         _ => {
-            eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...]>");
+            eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...] | fuzz [SECONDS] [TARGET...]>");
             exit(if task == "help" { 0 } else { 2 });
         }
     };
@@ -175,11 +176,90 @@ fn simulate(args: &[String]) -> Result<(), String> {
 
 /// Every benchmark: the output unit against memcpy, the packet layer against libipt.
 fn bench(args: &[String]) -> Result<(), String> {
-    for name in ["output", "packets", "tracer"] {
+    for name in ["output", "packets", "tracer", "sources"] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);
         run(cmd)?;
     }
+    Ok(())
+}
+
+/// The fuzz targets, one per reader, and the test files that seed each corpus.
+const FUZZ_TARGETS: &[(&str, &[&str])] = &[
+    (
+        "penn",
+        &[
+            "tests/data/penn/sjeng-1K.trace",
+            "tests/data/penn/CSC656-test-handedited.trace",
+        ],
+    ),
+    ("byu", &[]),
+    ("byu_p2", &["tests/data/byu-p2/trace_small.tr"]),
+    ("kaplan", &[]),
+    (
+        "gem5",
+        &["tests/data/gem5/system.cpu.traceListener.fetchtrace.proto.gz"],
+    ),
+];
+
+/// Runs every fuzz target (or the named ones) for SECONDS each (default 60) with cargo-fuzz,
+/// installing it when missing. The stable toolchain runs it with RUSTC_BOOTSTRAP=1 (cargo-fuzz
+/// needs `-Zsanitizer`). Corpora start from the test samples and persist in fuzz/corpus/.
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let (seconds, names) = match args.first().map(|a| a.parse::<u64>()) {
+        Some(Ok(n)) => (n, &args[1..]),
+        _ => (60, args),
+    };
+    let has_fuzz = Command::new("sh")
+        .args(["-c", "cargo fuzz --version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_fuzz {
+        let mut c = cargo();
+        c.args(["install", "cargo-fuzz", "--locked"]);
+        run(c)?;
+    }
+    let fuzz_dir = root().join("fuzz");
+    let mut summary = Vec::new();
+    for (target, seeds) in FUZZ_TARGETS {
+        if !names.is_empty() && !names.iter().any(|n| n == target) {
+            continue;
+        }
+        let corpus = fuzz_dir.join("corpus").join(target);
+        std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
+        for (i, seed) in seeds.iter().enumerate() {
+            // The first byte picks strict (0) or lenient (1) reading; seed both.
+            let body = std::fs::read(root().join(seed)).map_err(|e| format!("{seed}: {e}"))?;
+            for mode in [0u8, 1] {
+                let mut data = vec![mode];
+                data.extend_from_slice(&body);
+                let path = corpus.join(format!("seed-{i}-{mode}"));
+                std::fs::write(&path, data).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+        }
+        let mut c = cargo();
+        c.current_dir(&fuzz_dir).env("RUSTC_BOOTSTRAP", "1").args([
+            "fuzz",
+            "run",
+            target,
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-max_len=65536",
+        ]);
+        let started = std::time::Instant::now();
+        let result = run(c);
+        summary.push(format!(
+            "{target}: {} after {:.0} s",
+            if result.is_ok() {
+                "no crash, no hang"
+            } else {
+                "FAILED"
+            },
+            started.elapsed().as_secs_f64()
+        ));
+        result.map_err(|e| format!("{}\n{e}", summary.join("\n")))?;
+    }
+    eprintln!("xtask fuzz:\n  {}", summary.join("\n  "));
     Ok(())
 }
 

@@ -3,7 +3,7 @@
 use super::record::{Record, RECORD_LEN};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::Input;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 
 /// Reads up to `buf.len()` bytes: fewer only at the end of the input.
 pub(crate) fn fill(input: &mut Input, buf: &mut [u8]) -> io::Result<usize> {
@@ -48,6 +48,24 @@ impl Framer {
 
     /// Fills `buf` with the next record; `Ok(false)` at a clean end of input.
     pub(crate) fn next(&mut self, buf: &mut [u8]) -> Result<bool> {
+        // Fast path: the whole record is in the input's buffer (always, for a mapped file).
+        match self.input.fill_buf() {
+            Ok(avail) if avail.len() >= buf.len() => {
+                buf.copy_from_slice(&avail[..buf.len()]);
+                self.input.consume(buf.len());
+                self.index += 1;
+                self.offset += buf.len() as u64;
+                return Ok(true);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let pos = Position::Record {
+                    index: self.index + 1,
+                    offset: self.offset,
+                };
+                return Err(SourceError::io(self.input.name(), Some(pos), e));
+            }
+        }
         let pos = Position::Record {
             index: self.index + 1,
             offset: self.offset,

@@ -1,0 +1,251 @@
+//! `cargo xtask bench` (sources): parse rates of every trace reader on generated files, in MB/s
+//! and records/s, against baselines run in the same process. Targets (issue 5): Penn text at
+//! 500 MB/s or more per core; binary formats bound by memory bandwidth (reported as a ratio to
+//! memcpy of the same bytes); .gz input <= 1.25x the time of `zcat` alone on the same file.
+//!
+//! Files are generated once into target/bench-data/ (10M Penn micro-ops, about 840 MB, and files
+//! of a few hundred MB for the binary formats) and reused by later runs. Set
+//! PTEMU_BENCH_SCALE=0.1 for a quick run on files a tenth the size.
+
+use flate2::{write::GzEncoder, Compression};
+use ptemu::sources::{self, byu, byu_p2, gem5, kaplan, penn, EventSource, Format, Input, ReadOptions};
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn data_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn scale() -> f64 {
+    std::env::var("PTEMU_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0)
+}
+
+/// A generated file, made once.
+fn file(format: Format, records: u64) -> PathBuf {
+    let path = data_dir().join(format!("{format}-{records}.trace"));
+    if !path.exists() {
+        eprintln!("generating {} ...", path.display());
+        let tmp = path.with_extension("tmp");
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).unwrap());
+        sources::generate(format, records, 1, &mut out, None).unwrap();
+        drop(out);
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+fn gzipped(path: &Path) -> PathBuf {
+    let gz = path.with_extension("trace.gz");
+    if !gz.exists() {
+        eprintln!("compressing {} ...", gz.display());
+        let tmp = gz.with_extension("tmp");
+        let mut enc = GzEncoder::new(std::fs::File::create(&tmp).unwrap(), Compression::new(6));
+        std::io::copy(&mut std::fs::File::open(path).unwrap(), &mut enc).unwrap();
+        enc.finish().unwrap();
+        std::fs::rename(&tmp, &gz).unwrap();
+    }
+    gz
+}
+
+fn open(path: &Path) -> Input {
+    Input::open(path).unwrap()
+}
+
+/// The best of `runs` timings of `f`, which returns the records it read.
+fn best(runs: usize, mut f: impl FnMut() -> u64) -> (Duration, u64) {
+    let mut best = (Duration::MAX, 0);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let n = black_box(f());
+        let d = t.elapsed();
+        if d < best.0 {
+            best = (d, n);
+        }
+    }
+    best
+}
+
+fn mbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn report(what: &str, bytes: u64, (d, records): (Duration, u64)) -> f64 {
+    let rate = mbps(bytes, d);
+    println!(
+        "{what:<34} {:>8.1} MB/s {:>8.2} M records/s  ({records} records, {:.1} MB in {:.3} s)",
+        rate,
+        records as f64 / 1e6 / d.as_secs_f64(),
+        bytes as f64 / 1e6,
+        d.as_secs_f64()
+    );
+    rate
+}
+
+/// memcpy of `bytes` bytes in 64 MiB blocks: the memory-bandwidth baseline.
+fn memcpy_rate(bytes: u64) -> f64 {
+    let block = 64usize << 20;
+    let src = vec![0x5au8; block];
+    let mut dst = vec![0u8; block];
+    let (d, _) = best(3, || {
+        let mut left = bytes as usize;
+        while left > 0 {
+            let n = left.min(block);
+            dst[..n].copy_from_slice(&src[..n]);
+            black_box(&mut dst);
+            left -= n;
+        }
+        0
+    });
+    mbps(bytes, d)
+}
+
+fn drain(src: &mut dyn EventSource) -> u64 {
+    let mut events = Vec::with_capacity(64);
+    let mut n = 0;
+    while src.next_events(&mut events).unwrap() {
+        n += events.len() as u64;
+        events.clear();
+    }
+    n
+}
+
+fn penn(uops: u64) {
+    let path = file(Format::Penn, uops);
+    let bytes = std::fs::metadata(&path).unwrap().len();
+    println!(
+        "\n== Penn text: {uops} micro-ops, {:.0} MB ==",
+        bytes as f64 / 1e6
+    );
+    let parse = report(
+        "parse (UopReader)",
+        bytes,
+        best(3, || {
+            let mut r = penn::UopReader::new(open(&path), ReadOptions::default());
+            let mut n = 0;
+            while let Some((_, u)) = r.next_uop().unwrap() {
+                black_box(&u);
+                n += 1;
+            }
+            n
+        }),
+    );
+    report(
+        "parse + group + map to events",
+        bytes,
+        best(3, || {
+            drain(&mut penn::PennEvents::new(open(&path), ReadOptions::default()))
+        }),
+    );
+    println!("penn parse: {parse:.0} MB/s (target >= 500 MB/s per core)");
+
+    let gz = gzipped(&path);
+    let (ours, _) = best(3, || {
+        let mut r = penn::UopReader::new(open(&gz), ReadOptions::default());
+        let mut n = 0;
+        while let Some((_, u)) = r.next_uop().unwrap() {
+            black_box(&u);
+            n += 1;
+        }
+        n
+    });
+    let (zcat, _) = best(3, || {
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(format!("zcat '{}' > /dev/null", gz.display()))
+            .status()
+            .expect("zcat runs");
+        assert!(status.success());
+        0
+    });
+    println!(
+        "penn .gz: parse {:.3} s, zcat alone {:.3} s: ratio {:.2} (target <= 1.25)",
+        ours.as_secs_f64(),
+        zcat.as_secs_f64(),
+        ours.as_secs_f64() / zcat.as_secs_f64()
+    );
+}
+
+fn binary(memcpy: f64) {
+    let s = scale();
+    let sized = |n: f64| ((n * s) as u64).max(1000);
+    let cases: [(Format, u64); 4] = [
+        (Format::Byu, sized(50e6)),
+        (Format::ByuP2, sized(25e6)),
+        (Format::Kaplan, sized(40e3)),
+        (Format::Gem5, sized(5e6)),
+    ];
+    for (format, records) in cases {
+        let path = file(format, records);
+        let bytes = std::fs::metadata(&path).unwrap().len();
+        println!(
+            "\n== {format}: {records} records, {:.0} MB ==",
+            bytes as f64 / 1e6
+        );
+        let (d, n) = best(3, || match format {
+            Format::Byu => {
+                let mut r = byu::Reader::new(open(&path));
+                let mut n = 0;
+                while let Some(rec) = r.next_record().unwrap() {
+                    black_box(&rec);
+                    n += 1;
+                }
+                n
+            }
+            Format::ByuP2 => {
+                let mut r = byu_p2::Reader::new(open(&path));
+                let mut n = 0;
+                while let Some(rec) = r.next_record().unwrap() {
+                    black_box(&rec);
+                    n += 1;
+                }
+                n
+            }
+            Format::Kaplan => {
+                let mut r = kaplan::Reader::new(open(&path));
+                let mut n = 0;
+                while let Some(rec) = r.next_record().unwrap() {
+                    black_box(&rec);
+                    n += 1;
+                }
+                n
+            }
+            _ => {
+                let mut r = gem5::Reader::new(open(&path)).unwrap();
+                let mut n = 0;
+                while let Some(rec) = r.next_record().unwrap() {
+                    black_box(&rec);
+                    n += 1;
+                }
+                n
+            }
+        });
+        let rate = report("read records", bytes, (d, n));
+        println!("{format} read: {:.2}x memcpy ({memcpy:.0} MB/s)", rate / memcpy);
+        report(
+            "read + map to events",
+            bytes,
+            best(3, || {
+                drain(
+                    sources::open_events(format, open(&path), None, ReadOptions::default())
+                        .unwrap()
+                        .as_mut(),
+                )
+            }),
+        );
+    }
+}
+
+fn main() {
+    let s = scale();
+    let memcpy = memcpy_rate(1 << 30);
+    println!("memcpy baseline: {memcpy:.0} MB/s");
+    penn(((10e6 * s) as u64).max(1000));
+    binary(memcpy);
+}
