@@ -140,8 +140,10 @@ impl BufRead for Mapped {
 }
 
 /// Reads inflated chunks produced by a background thread; spent buffers go back to it.
+/// Dropping it stops and joins the thread, so no thread outlives its reader.
 struct Inflater {
-    chunks: Receiver<io::Result<Vec<u8>>>,
+    chunks: Option<Receiver<io::Result<Vec<u8>>>>,
+    worker: Option<thread::JoinHandle<()>>,
     spent: SyncSender<Vec<u8>>,
     current: Vec<u8>,
     pos: usize,
@@ -152,7 +154,7 @@ impl Inflater {
     fn spawn(raw: impl Read + Send + 'static) -> Inflater {
         let (chunk_tx, chunks) = sync_channel::<io::Result<Vec<u8>>>(CHUNKS_IN_FLIGHT);
         let (spent, spent_rx) = sync_channel::<Vec<u8>>(CHUNKS_IN_FLIGHT + 2);
-        thread::spawn(move || {
+        let worker = thread::spawn(move || {
             let mut gz = MultiGzDecoder::new(BufReader::with_capacity(CHUNK, raw));
             loop {
                 let mut buf = spent_rx.try_recv().unwrap_or_else(|_| Vec::with_capacity(CHUNK));
@@ -183,11 +185,22 @@ impl Inflater {
             }
         });
         Inflater {
-            chunks,
+            chunks: Some(chunks),
+            worker: Some(worker),
             spent,
             current: Vec::new(),
             pos: 0,
             done: false,
+        }
+    }
+}
+
+impl Drop for Inflater {
+    fn drop(&mut self) {
+        // Closing the channel makes the thread's next send fail, and it returns.
+        self.chunks = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
         }
     }
 }
@@ -205,7 +218,10 @@ impl Read for Inflater {
 impl BufRead for Inflater {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         while self.pos == self.current.len() && !self.done {
-            match self.chunks.recv() {
+            let Some(chunks) = &self.chunks else {
+                break;
+            };
+            match chunks.recv() {
                 Ok(Ok(next)) => {
                     let old = std::mem::replace(&mut self.current, next);
                     self.pos = 0;
