@@ -2,6 +2,7 @@
 //! a user-mode loop runs, the emulator feeds each retired instruction to a [`Tracer`], and every
 //! ToPA PMI is delivered to the guest's handler, which follows the SDM algorithm (P7): clear
 //! TraceEn, read where output stopped, consume the filled regions, re-arm, restore IA32_RTIT_CTL.
+//! (PMI preservation, CTL[56] and P6, is off: this is the handler the SDM gives for that case.)
 //!
 //! Run with `cargo run --example embed`; it exits non-zero if a check fails. `tests/embed_example.rs`
 //! runs [`run`] too.
@@ -121,6 +122,10 @@ fn consume(t: &Tracer, mem: &SparseMemory, out: &mut Vec<u8>) -> Res<()> {
     let base = t.rdmsr(IA32_RTIT_OUTPUT_BASE)?;
     let ptrs = t.rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS)?;
     let (index, offset) = ((ptrs >> 7) & 0x1ff_ffff, ptrs >> 32);
+    if RtitStatus::from(t.rdmsr(IA32_RTIT_STATUS)?).error() {
+        let why = t.unit().last_violation().map(|v| v.to_string());
+        return Err(format!("operational error (E3): {}", why.unwrap_or_default()).into());
+    }
     let (mut table, mut i) = (TABLE, 0);
     for _ in 0..8 {
         let e = TopaEntry::from(mem.read_u64(table + 8 * i)?);
