@@ -10,6 +10,7 @@ use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 use proptest::prelude::*;
 use ptemu::image::encode::{self, Shape};
 use ptemu::image::{CodeImage, ImageBuilder, ImageError, PtxedTiming, GAP_BYTE};
+use ptemu::packet::Packet;
 use ptemu::sources::penn::{self, BranchKind, MacroOp, MacroOpReader, PennEvents, UopReader};
 use ptemu::sources::{EventSource, Input, ReadOptions};
 use ptemu::{Event, RtitCtl, TracerConfig};
@@ -338,12 +339,16 @@ fn timing() -> Timing {
 /// A trace of `text` with `ctl` (plus TraceEn, enabled by a WRMSR just before the first PC,
 /// disabled by one at the IP after the last instruction), and its events.
 fn trace(text: &[u8], ctl: RtitCtl) -> (Vec<u8>, Vec<Event>) {
+    trace_with(text, ctl, TracerConfig::default())
+}
+
+fn trace_with(text: &[u8], ctl: RtitCtl, cfg: TracerConfig) -> (Vec<u8>, Vec<Event>) {
     let mut ev = PennEvents::new(
         Input::from_bytes("t", text.to_vec()).unwrap(),
         ReadOptions::default(),
     );
     let start = ev.start_state();
-    let mut r = TraceRig::new(TracerConfig::default());
+    let mut r = TraceRig::new(cfg);
     r.wrmsr(OUTPUT_BASE, common::trace::BASE);
     r.wrmsr(MASK_PTRS, SIZE - 1);
     let mut events = Vec::new();
@@ -406,44 +411,166 @@ fn decoded_ptwrites(flow: &Flow) -> Vec<(usize, u64, u64)> {
     v
 }
 
-/// Replays `text` with `ctl`: the decoded IPs must be the trace's PCs, the PTWRITEs (with
-/// PTWEn) the traced ones. Returns (instructions, ptwrites).
-fn replay(text: &[u8], ctl: RtitCtl) -> (usize, usize) {
-    let ops = macro_ops(text);
-    let pcs = expected_pcs(&ops);
-    let img = image_of(&ops);
-    let (bytes, events) = trace(text, ctl);
-    assert_eq!(events.len(), pcs.len());
-    let flow = decode(&bytes, &img);
-    assert_eq!(
-        flow.error,
-        None,
-        "libipt error after {} instructions",
-        flow.ips.len()
-    );
+/// What a replay went through.
+#[derive(Debug)]
+struct Replay {
+    /// Instructions decoded (= traced).
+    insns: usize,
+    /// PTWRITEs traced and decoded.
+    ptwrites: usize,
+    /// Trace bytes, PSBs, TNT bits and TIPs in them (libipt's packet decoder).
+    bytes: usize,
+    psbs: usize,
+    tnt_bits: usize,
+    tips: usize,
+}
+
+/// Checks libipt's instruction flow over `img` against the trace: the decoded IPs must be `pcs`,
+/// the PTWRITEs (with PTWEn) the traced `events`' ones.
+fn check(
+    pcs: &[u64],
+    img: &CodeImage,
+    bytes: &[u8],
+    events: &[Event],
+    ctl: RtitCtl,
+) -> Result<Replay, String> {
+    let flow = decode(bytes, img);
     if let Some(n) = (0..pcs.len().min(flow.ips.len())).find(|&n| pcs[n] != flow.ips[n]) {
-        panic!("instruction {n}: decoded {:x}, traced {:x}", flow.ips[n], pcs[n]);
+        return Err(format!(
+            "instruction {n}: decoded {:x}, traced {:x}",
+            flow.ips[n], pcs[n]
+        ));
     }
-    assert_eq!(flow.ips.len(), pcs.len(), "instruction count");
+    if let Some(code) = flow.error {
+        return Err(format!(
+            "libipt error {code} after {} instructions",
+            flow.ips.len()
+        ));
+    }
+    if flow.ips.len() != pcs.len() {
+        return Err(format!(
+            "{} instructions decoded, {} traced",
+            flow.ips.len(),
+            pcs.len()
+        ));
+    }
     // (Syncing on the enable's PSB+, which has no FUP, libipt first reports tracing disabled.)
     let enabled = flow
         .events
         .iter()
         .find(|(_, e)| matches!(e, IEvent::Enabled { .. }));
-    assert_eq!(enabled, Some(&(0, IEvent::Enabled { ip: pcs[0] })));
-    let last = ops.last().unwrap().next_pc();
-    assert!(
-        flow.events
-            .contains(&(pcs.len(), IEvent::AsyncDisabled { at: last })),
-        "disabled at {last:x}"
-    );
-    let ptw = expected_ptwrites(&events);
-    if ctl.ptw_en() {
-        assert_eq!(decoded_ptwrites(&flow), ptw);
-    } else {
-        assert!(decoded_ptwrites(&flow).is_empty());
+    if enabled != Some(&(0, IEvent::Enabled { ip: pcs[0] })) {
+        return Err(format!("first enable {enabled:?}"));
     }
-    (flow.ips.len(), ptw.len())
+    let last = match events.last() {
+        Some(e) => e.next_ip(0),
+        None => return Err("no events".into()),
+    };
+    if !flow
+        .events
+        .contains(&(pcs.len(), IEvent::AsyncDisabled { at: last }))
+    {
+        return Err(format!("not disabled at {last:x}: {:?}", flow.events.last()));
+    }
+    let ptw = expected_ptwrites(events);
+    let got = decoded_ptwrites(&flow);
+    if ctl.ptw_en() && got != ptw || !ctl.ptw_en() && !got.is_empty() {
+        return Err(format!(
+            "{} ptwrites decoded, {} traced, first difference {:?}",
+            got.len(),
+            ptw.len(),
+            got.iter().zip(&ptw).find(|(a, b)| a != b)
+        ));
+    }
+    let packets = common::libipt::decode(bytes).map_err(|e| format!("{e:?}"))?;
+    let count = |f: &dyn Fn(&Packet) -> usize| packets.iter().map(|(p, _)| f(p)).sum::<usize>();
+    Ok(Replay {
+        insns: flow.ips.len(),
+        ptwrites: got.len(),
+        bytes: bytes.len(),
+        psbs: count(&|p| usize::from(*p == Packet::Psb)),
+        tnt_bits: count(&|p| match p {
+            Packet::Tnt8(t) | Packet::Tnt64(t) => usize::from(t.count),
+            _ => 0,
+        }),
+        tips: count(&|p| usize::from(matches!(p, Packet::Tip(_)))),
+    })
+}
+
+/// Traces `text` with `ctl`, synthesizes its image and checks the replay; panics on a mismatch.
+fn replay(text: &[u8], ctl: RtitCtl) -> Replay {
+    replay_with(text, ctl, TracerConfig::default())
+}
+
+fn replay_with(text: &[u8], ctl: RtitCtl, cfg: TracerConfig) -> Replay {
+    let ops = macro_ops(text);
+    let pcs = expected_pcs(&ops);
+    let img = image_of(&ops);
+    let (bytes, events) = trace_with(text, ctl, cfg);
+    assert_eq!(events.len(), pcs.len());
+    check(&pcs, &img, &bytes, &events, ctl).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_replay_check_catches_a_flipped_tnt_bit_a_missing_instruction_and_a_wrong_target() {
+    let text = sample(SJENG);
+    let ops = macro_ops(&text);
+    let pcs = expected_pcs(&ops);
+    let img = image_of(&ops);
+    let ctl = base_ctl().with_ptw_en(true);
+    let (bytes, events) = trace(&text, ctl);
+    check(&pcs, &img, &bytes, &events, ctl).unwrap();
+
+    // The last outcome of the first TNT-8 packet flipped (bit 1 sits just below the stop bit
+    // of a one-bit TNT, and is the last outcome of longer ones).
+    let mut offset = 0;
+    let mut flipped = bytes.clone();
+    for (p, size) in common::libipt::decode(&bytes).unwrap() {
+        if matches!(p, Packet::Tnt8(t) if t.count >= 1) {
+            flipped[offset] ^= 0x02;
+            break;
+        }
+        offset += size;
+    }
+    assert_ne!(flipped, bytes);
+    let e = check(&pcs, &img, &flipped, &events, ctl).unwrap_err();
+    assert!(e.contains("instruction") || e.contains("libipt error"), "{e}");
+
+    // One instruction missing from the expectation.
+    let mut fewer = pcs.clone();
+    fewer.remove(pcs.len() / 2);
+    assert!(check(&fewer, &img, &bytes, &events, ctl)
+        .unwrap_err()
+        .contains("instruction"));
+
+    // One PTWRITE payload changed.
+    let mut other = events.clone();
+    let n = other
+        .iter()
+        .position(|e| matches!(e, Event::Ptwrite { .. }))
+        .unwrap();
+    if let Event::Ptwrite { payload, .. } = &mut other[n] {
+        *payload ^= 8;
+    }
+    assert!(check(&pcs, &img, &bytes, &other, ctl)
+        .unwrap_err()
+        .contains("ptwrites"));
+
+    // A conditional branch's target moved in the image (the taken path goes elsewhere).
+    let op = ops
+        .iter()
+        .find(|o| o.kind == BranchKind::Conditional && o.taken)
+        .unwrap();
+    let mut b = ImageBuilder::new();
+    for o in &ops {
+        let mut o = *o;
+        if o.pc == op.pc {
+            o.target = op.fallthrough;
+        }
+        b.add(&o);
+    }
+    let wrong = b.build().unwrap();
+    assert!(check(&pcs, &wrong, &bytes, &events, ctl).is_err());
 }
 
 fn base_ctl() -> RtitCtl {
@@ -460,22 +587,46 @@ fn sample(path: &str) -> Vec<u8> {
 #[test]
 fn samples_replay_with_ret_compression() {
     // sjeng: 750 macro-ops, gcc: 754; neither has REP repeats.
-    assert_eq!(replay(&sample(SJENG), base_ctl()).0, 750);
-    assert_eq!(replay(&sample(GCC), base_ctl()).0, 754);
+    let (sjeng, gcc) = (
+        replay(&sample(SJENG), base_ctl()),
+        replay(&sample(GCC), base_ctl()),
+    );
+    assert_eq!((sjeng.insns, gcc.insns), (750, 754));
+    // Some returns are compressed: fewer TIPs than indirect branches + returns (sjeng 2 + 8,
+    // gcc 1 + 9), one TNT bit per conditional branch (148, 157) plus one per compressed RET.
+    assert!(sjeng.tips < 10 && sjeng.tnt_bits > 148, "{sjeng:?}");
+    assert!(gcc.tips < 10 && gcc.tnt_bits > 157, "{gcc:?}");
 }
 
 #[test]
 fn samples_replay_without_ret_compression() {
-    for s in [SJENG, GCC] {
-        replay(&sample(s), base_ctl().with_dis_retc(true));
-    }
+    let sjeng = replay(&sample(SJENG), base_ctl().with_dis_retc(true));
+    let gcc = replay(&sample(GCC), base_ctl().with_dis_retc(true));
+    assert_eq!((sjeng.tips, sjeng.tnt_bits), (10, 148), "{sjeng:?}");
+    assert_eq!((gcc.tips, gcc.tnt_bits), (10, 157), "{gcc:?}");
 }
 
 #[test]
-fn samples_replay_with_psb_every_2k() {
+fn samples_and_a_generated_trace_replay_with_psb_every_2k() {
+    // The samples' branch traces are ~100 bytes; with PTWRITEs and timing at 20 cycles per
+    // instruction (MTCs) they pass 2 KiB.
+    let cfg = TracerConfig {
+        cycles_per_instruction: 20,
+        ..TracerConfig::default()
+    };
     for s in [SJENG, GCC] {
-        replay(&sample(s), base_ctl().with_psb_freq(0));
+        let ctl = timing_ctl()
+            .with_psb_freq(0)
+            .with_ptw_en(true)
+            .with_fup_on_ptw(true);
+        let r = replay_with(&sample(s), ctl, cfg.clone());
+        assert!(r.bytes > 2048 && r.psbs >= 2, "{r:?}");
     }
+    let r = replay(
+        &generated(30_000, 5),
+        base_ctl().with_psb_freq(0).with_dis_retc(true),
+    );
+    assert!(r.bytes > 2 * 2048 && r.psbs > r.bytes / 2048, "{r:?}");
 }
 
 fn timing_ctl() -> RtitCtl {
@@ -496,8 +647,8 @@ fn samples_replay_with_timing_packets() {
 #[test]
 fn samples_replay_with_ptwrite() {
     let ctl = base_ctl().with_ptw_en(true).with_fup_on_ptw(true);
-    let (_, sjeng) = replay(&sample(SJENG), ctl);
-    let (_, gcc) = replay(&sample(GCC), ctl);
+    let sjeng = replay(&sample(SJENG), ctl).ptwrites;
+    let gcc = replay(&sample(GCC), ctl).ptwrites;
     assert!(sjeng > 50 && gcc > 50, "{sjeng} {gcc}");
     // Without FUPonPTW the decoder binds each PTW to the PTWRITE it reaches.
     replay(&sample(SJENG), base_ctl().with_ptw_en(true));
@@ -532,8 +683,11 @@ proptest! {
             3 => timing_ctl(),
             _ => base_ctl().with_ptw_en(true).with_fup_on_ptw(true),
         };
-        let (n, _) = replay(&text, ctl);
-        prop_assert!(n > 5_000);
+        let r = replay(&text, ctl);
+        prop_assert!(r.insns > 5_000);
+        if variant == 2 {
+            prop_assert!(r.psbs > r.bytes / 2048 / 2, "{:?}", r);
+        }
     }
 }
 

@@ -74,8 +74,8 @@ pub enum Shape {
 }
 
 impl Shape {
-    /// The instruction's length.
-    pub fn len(&self) -> u8 {
+    /// The instruction's length in bytes.
+    pub fn size(&self) -> u8 {
         match *self {
             Shape::Nop { len }
             | Shape::Ptwrite { len }
@@ -116,7 +116,7 @@ impl Shape {
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} of {} bytes", self.name(), self.len())?;
+        write!(f, "{} of {} bytes", self.name(), self.size())?;
         match self {
             Shape::Cond { target, .. } | Shape::Jump { target, .. } | Shape::Call { target, .. } => {
                 write!(f, " to {target:#x}")
@@ -170,9 +170,9 @@ impl fmt::Display for EncodeError {
 
 impl std::error::Error for EncodeError {}
 
-/// Encodes `shape` at `pc`: exactly `shape.len()` bytes, checked by decoding them back.
+/// Encodes `shape` at `pc`: exactly `shape.size()` bytes, checked by decoding them back.
 pub fn encode(shape: Shape, pc: u64) -> Result<Vec<u8>, EncodeError> {
-    let len = shape.len();
+    let len = shape.size();
     if !shape.lengths().contains(&len) {
         return Err(EncodeError::Length { shape });
     }
@@ -342,7 +342,7 @@ pub fn call(pc: u64, len: u8, target: u64) -> Result<Vec<u8>, EncodeError> {
 /// A direct branch `code` (base form of `base` bytes) at `pc` to `target`, padded to the shape's
 /// length; `Reach` if the displacement does not fit.
 fn direct(shape: Shape, pc: u64, target: u64, code: Code, base: u8) -> Result<Vec<u8>, EncodeError> {
-    let len = shape.len();
+    let len = shape.size();
     let disp = target.wrapping_sub(pc.wrapping_add(u64::from(len))) as i64;
     let disp_bytes = if base == 2 { 1 } else { 4 };
     let fits = if disp_bytes == 1 {
@@ -373,7 +373,7 @@ pub fn verify(shape: Shape, pc: u64, bytes: &[u8]) -> Result<(), EncodeError> {
     if i.is_invalid() {
         return bad("do not decode");
     }
-    if i.len() != usize::from(shape.len()) || bytes.len() != usize::from(shape.len()) {
+    if i.len() != usize::from(shape.size()) || bytes.len() != usize::from(shape.size()) {
         return bad(&format!("decode to {} bytes", i.len()));
     }
     let (flow, target) = match shape {

@@ -168,11 +168,11 @@ impl ImageBuilder {
         };
         for w in sites.windows(2) {
             let ((pc, a), (other_pc, b)) = (w[0], w[1]);
-            if pc + u64::from(a.shape.len()) > other_pc {
+            if pc + u64::from(a.shape.size()) > other_pc {
                 errors.push(ImageError::Overlap {
                     pc,
                     line: a.line,
-                    len: a.shape.len(),
+                    len: a.shape.size(),
                     other_pc,
                     other_line: b.line,
                 });
@@ -182,7 +182,7 @@ impl ImageBuilder {
             return Err(errors);
         }
         // Sorted and without overlaps: the last instruction ends the image.
-        let high = last_pc.saturating_add(u64::from(last.shape.len()));
+        let high = last_pc.saturating_add(u64::from(last.shape.size()));
         if high - low > limit {
             errors.push(ImageError::TooLarge {
                 low,
