@@ -7,6 +7,7 @@
 //! `spec/output.md`.
 #![warn(missing_docs)]
 
+pub mod image;
 pub mod layout;
 pub mod memory;
 pub mod output;

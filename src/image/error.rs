@@ -1,0 +1,138 @@
+//! Why a code image cannot be made: each problem names the trace lines involved.
+
+use super::encode::{EncodeError, Shape};
+use std::fmt;
+
+/// One problem found while building a code image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// One PC executed as two different instructions.
+    Conflict {
+        /// The PC.
+        pc: u64,
+        /// The line that first showed it, and its shape there.
+        first_line: u64,
+        /// The shape at `first_line`.
+        first: Shape,
+        /// The line with the other shape.
+        line: u64,
+        /// The other shape.
+        other: Shape,
+    },
+    /// Two executed instructions share bytes.
+    Overlap {
+        /// The lower instruction's PC and its line.
+        pc: u64,
+        /// Its line.
+        line: u64,
+        /// Its length.
+        len: u8,
+        /// The instruction starting inside it.
+        other_pc: u64,
+        /// Its line.
+        other_line: u64,
+    },
+    /// The instruction cannot be encoded in its traced length.
+    Encode {
+        /// Its PC.
+        pc: u64,
+        /// The line that first showed it.
+        line: u64,
+        /// Why.
+        error: EncodeError,
+    },
+    /// The executed code spans more bytes than the limit.
+    TooLarge {
+        /// The lowest PC.
+        low: u64,
+        /// One past the last instruction byte.
+        high: u64,
+        /// The limit in bytes.
+        limit: u64,
+        /// The lines of the lowest and of the highest instruction.
+        lines: (u64, u64),
+    },
+    /// No instruction at all.
+    Empty,
+}
+
+impl fmt::Display for ImageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImageError::Conflict {
+                pc,
+                first_line,
+                first,
+                line,
+                other,
+            } => write!(
+                f,
+                "line {line}: PC {pc:x} is a {other}, but line {first_line} made it a {first}"
+            ),
+            ImageError::Overlap {
+                pc,
+                line,
+                len,
+                other_pc,
+                other_line,
+            } => write!(
+                f,
+                "line {other_line}: PC {other_pc:x} is inside the {len}-byte instruction at {pc:x} \
+                 (line {line})"
+            ),
+            ImageError::Encode { pc, line, error } => write!(f, "line {line}: PC {pc:x}: {error}"),
+            ImageError::TooLarge {
+                low,
+                high,
+                limit,
+                lines,
+            } => write!(
+                f,
+                "the code spans {:#x} bytes ({low:x}, line {}, to {high:x}, line {}), over the limit of {limit:#x}",
+                high - low,
+                lines.0,
+                lines.1
+            ),
+            ImageError::Empty => f.write_str("no instruction to put in the image"),
+        }
+    }
+}
+
+impl std::error::Error for ImageError {}
+
+/// Every problem found (the first [`ImageErrors::KEPT`] of them), and how many there were.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageErrors {
+    /// The problems kept, in the order found.
+    pub errors: Vec<ImageError>,
+    /// How many were found in all.
+    pub total: u64,
+}
+
+impl ImageErrors {
+    /// How many problems are kept.
+    pub const KEPT: usize = 100;
+
+    pub(crate) fn push(&mut self, e: ImageError) {
+        self.total += 1;
+        if self.errors.len() < Self::KEPT {
+            self.errors.push(e);
+        }
+    }
+}
+
+impl fmt::Display for ImageErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} problem(s) making the code image", self.total)?;
+        for e in self.errors.iter().take(10) {
+            write!(f, "\n  {e}")?;
+        }
+        if self.total > 10 {
+            write!(f, "\n  ... and {} more", self.total - 10)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ImageErrors {}

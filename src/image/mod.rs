@@ -1,0 +1,214 @@
+//! Code-image synthesis (`spec/image.md`): from the executed instructions of a trace that has
+//! every PC, length, branch kind and direct target (Penn CIS 501), a flat image of real x86-64
+//! instructions of exactly the traced lengths, so that an instruction-flow decoder (libipt,
+//! `ptxed`) can follow ptemu's PT output and give back the traced PC sequence.
+//!
+//! - [`ImageBuilder`] collects [`MacroOp`]s, checks that each PC keeps one [`Shape`] and that no
+//!   two instructions overlap, then encodes them ([`encode`]) into a [`CodeImage`];
+//! - [`CodeImage::ptxed_command`] gives the command line that replays a trace over the image.
+
+pub mod encode;
+mod error;
+mod ptxed;
+
+pub use encode::{EncodeError, Shape};
+pub use error::{ImageError, ImageErrors};
+pub use ptxed::PtxedTiming;
+
+use crate::sources::penn::{BranchKind, MacroOp};
+use std::collections::HashMap;
+
+/// The byte between executed instructions: `INT3` (`CC`), so a decoder that strays off the
+/// traced path stops at a trap instead of running through NOPs.
+pub const GAP_BYTE: u8 = 0xCC;
+
+/// The default largest image: 256 MiB.
+pub const DEFAULT_LIMIT: u64 = 256 << 20;
+
+/// A flat code image: `bytes` loaded at linear address `base`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeImage {
+    /// The address of `bytes[0]`.
+    pub base: u64,
+    /// The code, gaps filled with [`GAP_BYTE`].
+    pub bytes: Vec<u8>,
+}
+
+impl CodeImage {
+    /// One past the last byte.
+    pub fn end(&self) -> u64 {
+        self.base + self.bytes.len() as u64
+    }
+
+    /// The bytes of the instruction of `len` bytes at `pc`, if inside the image.
+    pub fn at(&self, pc: u64, len: u8) -> Option<&[u8]> {
+        let start = usize::try_from(pc.checked_sub(self.base)?).ok()?;
+        self.bytes.get(start..start + usize::from(len))
+    }
+}
+
+/// Where a PC's shape was first seen.
+#[derive(Clone, Copy, Debug)]
+struct Site {
+    line: u64,
+    shape: Shape,
+}
+
+/// Collects executed instructions and builds their [`CodeImage`].
+#[derive(Debug)]
+pub struct ImageBuilder {
+    sites: HashMap<u64, Site>,
+    errors: ImageErrors,
+    limit: u64,
+}
+
+impl Default for ImageBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The shape a Penn macro-op needs at its PC.
+pub fn penn_shape(op: &MacroOp) -> Shape {
+    let len = op.len;
+    let target = op.target;
+    match op.kind {
+        BranchKind::None if op.is_ptwrite_site() => Shape::Ptwrite { len },
+        BranchKind::None => Shape::Nop { len },
+        BranchKind::Conditional => Shape::Cond { len, target },
+        BranchKind::Jump => Shape::Jump { len, target },
+        BranchKind::Call => Shape::Call { len, target },
+        BranchKind::IndirectJump => Shape::IndirectJump { len },
+        BranchKind::IndirectCall => Shape::IndirectCall { len },
+        BranchKind::Return => Shape::Return { len },
+    }
+}
+
+/// `a` and `b` at one PC as one shape: equal, or a NOP and a PTWRITE of the same length (a
+/// PTWRITE, since the mapping traces only some executions of it as PTWRITE).
+fn merge(a: Shape, b: Shape) -> Option<Shape> {
+    match (a, b) {
+        _ if a == b => Some(a),
+        (Shape::Nop { len: x }, Shape::Ptwrite { len: y })
+        | (Shape::Ptwrite { len: x }, Shape::Nop { len: y })
+            if x == y =>
+        {
+            Some(Shape::Ptwrite { len: x })
+        }
+        _ => None,
+    }
+}
+
+impl ImageBuilder {
+    /// An empty builder with the [`DEFAULT_LIMIT`].
+    pub fn new() -> Self {
+        Self::with_limit(DEFAULT_LIMIT)
+    }
+
+    /// An empty builder refusing images larger than `limit` bytes.
+    pub fn with_limit(limit: u64) -> Self {
+        ImageBuilder {
+            sites: HashMap::new(),
+            errors: ImageErrors {
+                errors: Vec::new(),
+                total: 0,
+            },
+            limit,
+        }
+    }
+
+    /// Adds one executed Penn macro-op.
+    pub fn add(&mut self, op: &MacroOp) {
+        self.add_shape(op.line, op.pc, penn_shape(op));
+    }
+
+    /// Adds an instruction of `shape` at `pc`, seen at trace line `line`. A different shape at
+    /// the same PC is recorded as a [`ImageError::Conflict`] (reported by [`ImageBuilder::build`]).
+    pub fn add_shape(&mut self, line: u64, pc: u64, shape: Shape) {
+        match self.sites.get_mut(&pc) {
+            None => {
+                self.sites.insert(pc, Site { line, shape });
+            }
+            Some(site) => match merge(site.shape, shape) {
+                Some(s) => site.shape = s,
+                None => self.errors.push(ImageError::Conflict {
+                    pc,
+                    first_line: site.line,
+                    first: site.shape,
+                    line,
+                    other: shape,
+                }),
+            },
+        }
+    }
+
+    /// Distinct PCs so far.
+    pub fn len(&self) -> usize {
+        self.sites.len()
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.sites.is_empty()
+    }
+
+    /// The image, or every problem found: conflicts, overlaps, instructions that cannot be
+    /// encoded in their length, a span over the limit.
+    pub fn build(self) -> Result<CodeImage, ImageErrors> {
+        let ImageBuilder {
+            sites,
+            mut errors,
+            limit,
+        } = self;
+        let mut sites: Vec<(u64, Site)> = sites.into_iter().collect();
+        sites.sort_unstable_by_key(|(pc, _)| *pc);
+        let (Some(&(low, first)), Some(&(last_pc, last))) = (sites.first(), sites.last()) else {
+            errors.push(ImageError::Empty);
+            return Err(errors);
+        };
+        for w in sites.windows(2) {
+            let ((pc, a), (other_pc, b)) = (w[0], w[1]);
+            if pc + u64::from(a.shape.size()) > other_pc {
+                errors.push(ImageError::Overlap {
+                    pc,
+                    line: a.line,
+                    len: a.shape.size(),
+                    other_pc,
+                    other_line: b.line,
+                });
+            }
+        }
+        if errors.total > 0 {
+            return Err(errors);
+        }
+        // Sorted and without overlaps: the last instruction ends the image.
+        let high = last_pc.saturating_add(u64::from(last.shape.size()));
+        if high - low > limit {
+            errors.push(ImageError::TooLarge {
+                low,
+                high,
+                limit,
+                lines: (first.line, last.line),
+            });
+            return Err(errors);
+        }
+        let mut bytes = vec![GAP_BYTE; (high - low) as usize];
+        for (pc, s) in &sites {
+            match encode::encode(s.shape, *pc) {
+                Ok(b) => {
+                    let at = (pc - low) as usize;
+                    bytes[at..at + b.len()].copy_from_slice(&b);
+                }
+                Err(error) => errors.push(ImageError::Encode {
+                    pc: *pc,
+                    line: s.line,
+                    error,
+                }),
+            }
+        }
+        if errors.total > 0 {
+            return Err(errors);
+        }
+        Ok(CodeImage { base: low, bytes })
+    }
+}

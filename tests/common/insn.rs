@@ -1,0 +1,114 @@
+//! libipt's instruction-flow decoder (`pt_insn_*`, raw FFI through libipt-sys) over a trace and
+//! a raw code image file: the instruction IPs it follows and the events it reports.
+
+#![allow(non_upper_case_globals)]
+
+use super::query::Timing;
+use libipt_sys::*;
+use std::ffi::CString;
+use std::path::Path;
+
+/// An event from `pt_insn_event`, reduced to what the tests compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IEvent {
+    Enabled {
+        ip: u64,
+    },
+    Disabled {
+        ip: Option<u64>,
+    },
+    AsyncDisabled {
+        at: u64,
+    },
+    Ptwrite {
+        ip: Option<u64>,
+        payload: u64,
+    },
+    /// Timing and status events (tick, CBR, exec mode, ...): only their type.
+    Other(u32),
+}
+
+/// What the decoder produced before its end of stream or first error.
+#[derive(Debug, Default)]
+pub struct Flow {
+    /// The IP of every instruction, in order.
+    pub ips: Vec<u64>,
+    /// Every event, with the index in `ips` of the instruction it came before.
+    pub events: Vec<(usize, IEvent)>,
+    /// libipt's error code, if decoding stopped on one (not at the end of the stream).
+    pub error: Option<i32>,
+}
+
+fn event(ev: &pt_event) -> IEvent {
+    // SAFETY: each union member read is the one libipt fills for `type_`.
+    unsafe {
+        let v = &ev.variant;
+        let suppressed = ev.ip_suppressed() != 0;
+        match ev.type_ {
+            pt_event_type_ptev_enabled => IEvent::Enabled { ip: v.enabled.ip },
+            pt_event_type_ptev_disabled => IEvent::Disabled {
+                ip: (!suppressed).then_some(v.disabled.ip),
+            },
+            pt_event_type_ptev_async_disabled => IEvent::AsyncDisabled {
+                at: v.async_disabled.at,
+            },
+            pt_event_type_ptev_ptwrite => IEvent::Ptwrite {
+                ip: (!suppressed).then_some(v.ptwrite.ip),
+                payload: v.ptwrite.payload,
+            },
+            other => IEvent::Other(other),
+        }
+    }
+}
+
+/// Decodes `trace` with the instruction-flow decoder over the raw image file `image` loaded at
+/// `base`, from the first PSB to the end.
+pub fn decode(trace: &[u8], image: &Path, base: u64, t: Timing) -> Flow {
+    let mut buf = trace.to_vec();
+    buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
+    let mut c = super::libipt::config_for(&mut buf);
+    c.mtc_freq = t.mtc_freq;
+    c.nom_freq = t.nom_freq;
+    c.cpuid_0x15_eax = t.art_eax;
+    c.cpuid_0x15_ebx = t.art_ebx;
+    let name = CString::new(image.to_str().unwrap()).unwrap();
+    let mut flow = Flow::default();
+    let eos = -(pt_error_code_pte_eos as i32);
+    // SAFETY: `buf` and `name` outlive the decoder; every out-pointer is a local of the size
+    // passed.
+    unsafe {
+        let dec = pt_insn_alloc_decoder(&c);
+        assert!(!dec.is_null());
+        let img = pt_insn_get_image(dec);
+        // A size of 0 would load nothing (libipt only ever shortens the size to the file's).
+        let size = std::fs::metadata(image).unwrap().len();
+        let rc = pt_image_add_file(img, name.as_ptr(), 0, size, std::ptr::null(), base);
+        assert!(rc >= 0, "pt_image_add_file: {rc}");
+        let mut status = pt_insn_sync_forward(dec);
+        'run: while status >= 0 {
+            while status & pt_status_flag_pts_event_pending as i32 != 0 {
+                let mut ev: pt_event = std::mem::zeroed();
+                status = pt_insn_event(dec, &mut ev, std::mem::size_of::<pt_event>());
+                if status < 0 {
+                    break 'run;
+                }
+                flow.events.push((flow.ips.len(), event(&ev)));
+            }
+            if status & pt_status_flag_pts_eos as i32 != 0 {
+                status = eos;
+                break;
+            }
+            let mut insn: pt_insn = std::mem::zeroed();
+            status = pt_insn_next(dec, &mut insn, std::mem::size_of::<pt_insn>());
+            if status < 0 {
+                break;
+            }
+            flow.ips.push(insn.ip);
+        }
+        if status < 0 && status != eos {
+            flow.error = Some(-status);
+        }
+        pt_insn_free_decoder(dec);
+    }
+    flow
+}
