@@ -261,14 +261,12 @@ impl<W: Write> Emitter<'_, W> {
         page + self.rng.below(512) * 8
     }
 
-    /// Writes one macro-op's micro-ops; false once the record budget is spent.
+    /// Writes one macro-op's micro-ops, all of them (a trace ends on an instruction boundary);
+    /// false once the record budget is spent.
     fn emit(&mut self, insn: &Insn, uops: &[UopSpec<'_>]) -> io::Result<bool> {
         let fallthrough = insn.pc + u64::from(insn.len);
         for (i, s) in uops.iter().enumerate() {
-            if self.left == 0 {
-                return Ok(false);
-            }
-            self.left -= 1;
+            self.left = self.left.saturating_sub(1);
             self.out.write_uop(&Uop {
                 index: i as u32 + 1,
                 pc: insn.pc,
@@ -298,8 +296,9 @@ struct Frame {
     depth_left: u32,
 }
 
-/// Writes `records` micro-op lines of a synthetic trace for `seed`. The same seed gives the same
-/// bytes.
+/// Writes a synthetic trace of `records` micro-op lines for `seed`, rounded up to the end of the
+/// instruction in progress (at most 3 more lines), so the last instruction is whole. The same
+/// seed gives the same bytes.
 pub fn generate(records: u64, seed: u64, out: &mut dyn Write) -> io::Result<()> {
     let mut rng = GenRng::new(seed);
     let program = Program::new(&mut rng);
