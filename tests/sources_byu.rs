@@ -521,3 +521,56 @@ proptest! {
         }
     }
 }
+
+/// `read_batch` gives the same records and the same truncation error as `next_record`, also from
+/// gzip input whose inflated chunks split records.
+#[test]
+fn batch_reading_matches_record_reading() {
+    let gz = |b: &[u8]| {
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    // BYU: 400,001 records (2.4 MB, so inflated 1 MiB chunks end inside records), then a torn tail.
+    let mut six = gen_byu(400_001, 3);
+    six.extend_from_slice(&[1, 2, 3]);
+    let mut p2 = gen_p2(200_001, 3);
+    p2.extend_from_slice(&[1, 2, 3, 4, 5]);
+    for bytes in [six.clone(), gz(&six)] {
+        let one = byu_records("b", bytes.clone()).unwrap_err();
+        let mut r = byu::Reader::new(Input::from_bytes("b", bytes).unwrap());
+        let (mut batch, mut all) = (Vec::new(), Vec::new());
+        let err = loop {
+            match r.read_batch(&mut batch, 1000) {
+                Ok(0) => panic!("a torn tail must be an error"),
+                Ok(_) => all.extend_from_slice(&batch),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(all.len(), 400_001);
+        assert_eq!(all, byu_records("b", six[..six.len() - 3].to_vec()).unwrap());
+        assert_eq!(err.to_string(), one.to_string());
+    }
+    for bytes in [p2.clone(), gz(&p2)] {
+        let mut r = byu_p2::Reader::new(Input::from_bytes("p", bytes).unwrap());
+        let mut one = byu_p2::Reader::new(Input::from_bytes("p", p2.clone()).unwrap());
+        let (mut batch, mut n) = (Vec::new(), 0);
+        let err = loop {
+            match r.read_batch(&mut batch, 777) {
+                Ok(0) => panic!("a torn tail must be an error"),
+                Ok(_) => {
+                    for rec in &batch {
+                        assert_eq!(Some(*rec), one.next_record().unwrap());
+                        n += 1;
+                    }
+                }
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(n, 200_001);
+        assert!(
+            err.to_string().contains("record 200002 (byte offset 2400012)"),
+            "{err}"
+        );
+    }
+}

@@ -30,6 +30,15 @@ impl Reader {
         Ok(Some(Record::from_bytes(&self.buf)))
     }
 
+    /// Replaces `out` with up to `max` records (fewer at the end of a buffer fill; 0 at the end
+    /// of the input): the same records and errors as [`Reader::next_record`], decoded in a tight
+    /// loop straight from the input's buffer.
+    pub fn read_batch(&mut self, out: &mut Vec<Record>, max: usize) -> Result<usize> {
+        self.framer.batch(max, out, &mut self.buf, |b| {
+            Record::from_bytes(b.try_into().expect("chunks are one record long"))
+        })
+    }
+
     /// The input's name.
     pub fn name(&self) -> &str {
         self.framer.input.name()
