@@ -195,3 +195,26 @@ pub fn generate(
         Format::Gem5 => gem5::generate(records, seed, out, fetch_out),
     }
 }
+
+/// Reads arbitrary bytes as `format` through its mapping to the end or the first error; the
+/// first byte picks strict (even) or lenient (odd) reading. The body of every fuzz target
+/// (`fuzz/`, `cargo xtask fuzz`): whatever the bytes, this must return, never panic or hang.
+pub fn read_arbitrary(format: Format, data: &[u8]) {
+    let Some((&mode, body)) = data.split_first() else {
+        return;
+    };
+    let Ok(input) = Input::from_bytes("fuzz", body.to_vec()) else {
+        return;
+    };
+    let options = ReadOptions {
+        lenient: mode & 1 == 1,
+    };
+    let Ok(mut source) = open_events(format, input, None, options) else {
+        return;
+    };
+    let mut events = Vec::new();
+    while let Ok(true) = source.next_events(&mut events) {
+        events.clear();
+    }
+    let _ = source.stats();
+}
