@@ -130,37 +130,52 @@ impl Framer {
     }
 }
 
-/// Streams 6-byte records from an [`Input`] through one reused buffer.
-#[derive(Debug)]
-pub struct Reader {
-    framer: Framer,
-    buf: [u8; RECORD_LEN],
+/// A record of fixed size, stored as bytes on disk (the BYU formats).
+pub trait FixedRecord: Copy {
+    /// Bytes per record (at most [`MAX_RECORD_LEN`]).
+    const LEN: usize;
+    /// Decodes `bytes` (exactly `LEN` long).
+    fn decode(bytes: &[u8]) -> Self;
+    /// Encodes into `out` (exactly `LEN` long).
+    fn encode(&self, out: &mut [u8]);
 }
 
-impl Reader {
+/// The largest fixed record length a [`FixedReader`] supports.
+pub const MAX_RECORD_LEN: usize = 16;
+
+/// Streams fixed-size records from an [`Input`] through one reused buffer.
+#[derive(Debug)]
+pub struct FixedReader<R> {
+    framer: Framer,
+    buf: [u8; MAX_RECORD_LEN],
+    record: std::marker::PhantomData<R>,
+}
+
+impl<R: FixedRecord> FixedReader<R> {
     /// A reader at the start of `input`.
-    pub fn new(input: Input) -> Reader {
-        Reader {
+    pub fn new(input: Input) -> Self {
+        const { assert!(R::LEN <= MAX_RECORD_LEN) };
+        FixedReader {
             framer: Framer::new(input),
-            buf: [0; RECORD_LEN],
+            buf: [0; MAX_RECORD_LEN],
+            record: std::marker::PhantomData,
         }
     }
 
     /// The next record, or `None` at the end. A short tail is a [`ErrorKind::Truncated`] error.
-    pub fn next_record(&mut self) -> Result<Option<Record>> {
-        if !self.framer.next(&mut self.buf)? {
+    pub fn next_record(&mut self) -> Result<Option<R>> {
+        let buf = &mut self.buf[..R::LEN];
+        if !self.framer.next(buf)? {
             return Ok(None);
         }
-        Ok(Some(Record::from_bytes(&self.buf)))
+        Ok(Some(R::decode(buf)))
     }
 
     /// Replaces `out` with up to `max` records (fewer at the end of a buffer fill; 0 at the end
     /// of the input): the fast way through a large file, the same records as
-    /// [`Reader::next_record`] and the same errors.
-    pub fn read_batch(&mut self, out: &mut Vec<Record>, max: usize) -> Result<usize> {
-        self.framer.batch(max, out, &mut self.buf, |b| {
-            Record::from_bytes(b.try_into().expect("chunks are one record long"))
-        })
+    /// [`FixedReader::next_record`] and the same errors.
+    pub fn read_batch(&mut self, out: &mut Vec<R>, max: usize) -> Result<usize> {
+        self.framer.batch(max, out, &mut self.buf[..R::LEN], R::decode)
     }
 
     /// The input's name.
@@ -170,7 +185,7 @@ impl Reader {
 
     /// The position of the record returned last.
     pub fn position(&self) -> Position {
-        self.framer.position(RECORD_LEN)
+        self.framer.position(R::LEN)
     }
 
     /// Records read so far (including a truncated one).
@@ -179,21 +194,27 @@ impl Reader {
     }
 }
 
-/// Writes 6-byte records, the same bytes the reader reads.
+/// Writes fixed-size records, the same bytes the reader reads.
 #[derive(Debug)]
-pub struct Writer<W: Write> {
+pub struct FixedWriter<W: Write, R> {
     out: W,
+    record: std::marker::PhantomData<R>,
 }
 
-impl<W: Write> Writer<W> {
+impl<W: Write, R: FixedRecord> FixedWriter<W, R> {
     /// A writer into `out`.
     pub fn new(out: W) -> Self {
-        Writer { out }
+        FixedWriter {
+            out,
+            record: std::marker::PhantomData,
+        }
     }
 
     /// Appends one record.
-    pub fn write(&mut self, r: &Record) -> io::Result<()> {
-        self.out.write_all(&r.to_bytes())
+    pub fn write(&mut self, r: &R) -> io::Result<()> {
+        let mut buf = [0u8; MAX_RECORD_LEN];
+        r.encode(&mut buf[..R::LEN]);
+        self.out.write_all(&buf[..R::LEN])
     }
 
     /// The underlying writer.
@@ -201,3 +222,19 @@ impl<W: Write> Writer<W> {
         self.out
     }
 }
+
+impl FixedRecord for Record {
+    const LEN: usize = RECORD_LEN;
+    fn decode(bytes: &[u8]) -> Self {
+        Record::from_bytes(bytes.try_into().expect("one record long"))
+    }
+    fn encode(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.to_bytes())
+    }
+}
+
+/// Streams 6-byte records from an [`Input`].
+pub type Reader = FixedReader<Record>;
+
+/// Writes 6-byte records, the same bytes the reader reads.
+pub type Writer<W> = FixedWriter<W, Record>;
