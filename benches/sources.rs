@@ -107,13 +107,10 @@ fn memcpy_rate(bytes: u64) -> f64 {
 }
 
 fn drain(src: &mut dyn EventSource) -> u64 {
-    let mut events = Vec::with_capacity(64);
-    let mut n = 0;
-    while src.next_events(&mut events).unwrap() {
-        n += events.len() as u64;
-        events.clear();
-    }
-    n
+    src.for_each_event(&mut |e| {
+        black_box(e);
+    })
+    .unwrap()
 }
 
 fn penn(uops: u64) {

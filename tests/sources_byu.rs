@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::sources::drain;
+
 use common::trace::*;
 use flate2::write::GzEncoder;
 use proptest::prelude::*;
@@ -51,13 +53,6 @@ fn gen_p2(records: u64, seed: u64) -> Vec<u8> {
     v
 }
 
-/// Every event of a source, and its final stats.
-fn drain(mut src: impl EventSource) -> Result<(Vec<Event>, ptemu::sources::SourceStats), SourceError> {
-    let mut out = Vec::new();
-    while src.next_events(&mut out)? {}
-    Ok((out, src.stats()))
-}
-
 #[test]
 fn p2_sample_has_the_documented_record_counts() {
     // Re-derived with stdlib Python, independent of this crate:
@@ -88,7 +83,8 @@ fn p2_sample_has_the_documented_record_counts() {
     );
     // The mapping's counts agree.
     let (_, stats) =
-        drain(byu_p2::ByuP2Events::new(input("s", std::fs::read(SAMPLE).unwrap()), STRICT).unwrap()).unwrap();
+        drain(&mut byu_p2::ByuP2Events::new(input("s", std::fs::read(SAMPLE).unwrap()), STRICT).unwrap())
+            .unwrap();
     assert_eq!(stats.records, 1000);
     assert_eq!(stats.count("MEMWRITE"), 579);
     assert_eq!(stats.count("fetch"), 165);
@@ -174,7 +170,8 @@ fn generators_are_seeded_and_realistic() {
     assert!(n(CycleType::FetchNc) > 8000 && n(CycleType::DataWrite) > 1000);
     assert!(n(CycleType::IntAck) > 0 && n(CycleType::IoRead) > 0 && n(CycleType::Special) > 0);
     assert!(recs.iter().all(|r| r.cycle_type().is_valid()));
-    let (_, stats) = drain(byu::ByuEvents::new(input("g", gen_byu(20_000, 3)), STRICT).unwrap()).unwrap();
+    let (_, stats) =
+        drain(&mut byu::ByuEvents::new(input("g", gen_byu(20_000, 3)), STRICT).unwrap()).unwrap();
     assert!(stats.count("halt") > 0 && stats.count("interrupts") > 0 && stats.count("irets") > 0);
     let p2 = p2_records("g", gen_p2(5000, 3)).unwrap();
     assert_eq!(p2[0].time, byu_p2::TIME_SENTINEL);
@@ -234,7 +231,7 @@ fn truncated_records_name_the_file_record_and_offset() {
         "{text}"
     );
     // Truncation is not skippable, even leniently.
-    let e = drain(byu_p2::ByuP2Events::new(input("twelve.tr", b), LENIENT).unwrap()).unwrap_err();
+    let e = drain(&mut byu_p2::ByuP2Events::new(input("twelve.tr", b), LENIENT).unwrap()).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::Truncated));
 }
 
@@ -242,7 +239,7 @@ fn truncated_records_name_the_file_record_and_offset() {
 fn bad_fields_fail_strictly_and_are_skipped_leniently() {
     let mut b = gen_byu(20, 1);
     b[6 * 4 + 5] = 0xa3; // record 5: cycle type 10 (a code write)
-    let e = drain(byu::ByuEvents::new(input("bad.tr", b.clone()), STRICT).unwrap()).unwrap_err();
+    let e = drain(&mut byu::ByuEvents::new(input("bad.tr", b.clone()), STRICT).unwrap()).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::BadField));
     let text = e.to_string();
     assert!(
@@ -250,19 +247,19 @@ fn bad_fields_fail_strictly_and_are_skipped_leniently() {
         "{text}"
     );
     assert!(text.contains("invalid cycle type 10"), "{text}");
-    let (_, stats) = drain(byu::ByuEvents::new(input("bad.tr", b), LENIENT).unwrap()).unwrap();
+    let (_, stats) = drain(&mut byu::ByuEvents::new(input("bad.tr", b), LENIENT).unwrap()).unwrap();
     assert_eq!((stats.records, stats.skipped, stats.count("invalid")), (20, 1, 1));
 
     let mut b = gen_p2(20, 1);
     b[12 * 2 + 4] = 0x42;
-    let e = drain(byu_p2::ByuP2Events::new(input("bad12.tr", b.clone()), STRICT).unwrap()).unwrap_err();
+    let e = drain(&mut byu_p2::ByuP2Events::new(input("bad12.tr", b.clone()), STRICT).unwrap()).unwrap_err();
     let text = e.to_string();
     assert!(
         text.contains("bad12.tr") && text.contains("record 3 (byte offset 24)"),
         "{text}"
     );
     assert!(text.contains("0x42"), "{text}");
-    let (_, stats) = drain(byu_p2::ByuP2Events::new(input("bad12.tr", b), LENIENT).unwrap()).unwrap();
+    let (_, stats) = drain(&mut byu_p2::ByuP2Events::new(input("bad12.tr", b), LENIENT).unwrap()).unwrap();
     assert_eq!((stats.records, stats.skipped), (20, 1));
 }
 
@@ -362,12 +359,13 @@ fn check_flow(events: &[Event], fetches: &[u64], data: usize, stats: &ptemu::sou
 fn mapping_invariants_hold_on_generated_and_real_traces() {
     for seed in 0..4 {
         let b = gen_byu(4000, seed);
-        let (events, stats) = drain(byu::ByuEvents::new(input("g", b.clone()), STRICT).unwrap()).unwrap();
+        let (events, stats) =
+            drain(&mut byu::ByuEvents::new(input("g", b.clone()), STRICT).unwrap()).unwrap();
         let (fetches, data) = byu_fetches(&b);
         check_flow(&events, &fetches, data, &stats);
         let b = gen_p2(4000, seed);
         let (events, stats) =
-            drain(byu_p2::ByuP2Events::new(input("g", b.clone()), STRICT).unwrap()).unwrap();
+            drain(&mut byu_p2::ByuP2Events::new(input("g", b.clone()), STRICT).unwrap()).unwrap();
         let (fetches, data) = p2_fetches(&b);
         check_flow(&events, &fetches, data, &stats);
         let cycles: u64 = events
@@ -392,7 +390,8 @@ fn mapping_invariants_hold_on_generated_and_real_traces() {
         assert_eq!(cycles + wake, want, "every delta becomes core cycles once");
     }
     let b = std::fs::read(SAMPLE).unwrap();
-    let (events, stats) = drain(byu_p2::ByuP2Events::new(input("s", b.clone()), STRICT).unwrap()).unwrap();
+    let (events, stats) =
+        drain(&mut byu_p2::ByuP2Events::new(input("s", b.clone()), STRICT).unwrap()).unwrap();
     let (fetches, data) = p2_fetches(&b);
     check_flow(&events, &fetches, data, &stats);
     assert!(stats.count("discontinuities") > 0);
@@ -412,7 +411,7 @@ fn interrupts_and_halts_map_to_far_and_power_events() {
         Record::new(0x1018, 0x00, CycleType::FetchNc),
     ];
     let bytes: Vec<u8> = recs.iter().flat_map(|r| r.to_bytes()).collect();
-    let (events, _) = drain(byu::ByuEvents::new(input("h", bytes), STRICT).unwrap()).unwrap();
+    let (events, _) = drain(&mut byu::ByuEvents::new(input("h", bytes), STRICT).unwrap()).unwrap();
     let far = |kind, from, to| Event::Far {
         kind,
         from,
@@ -484,7 +483,7 @@ fn trace(events: &[Event]) -> Vec<u8> {
 #[test]
 fn traced_events_decode_with_libipt() {
     let b = gen_byu(3000, 9);
-    let (events, _) = drain(byu::ByuEvents::new(input("g", b), STRICT).unwrap()).unwrap();
+    let (events, _) = drain(&mut byu::ByuEvents::new(input("g", b), STRICT).unwrap()).unwrap();
     let packets = common::libipt::decode(&trace(&events)).expect("libipt decodes the BYU stream");
     let tips = packets.iter().filter(|(p, _)| p.name() == "tip").count();
     let redirects = events
@@ -495,7 +494,8 @@ fn traced_events_decode_with_libipt() {
     assert!(packets.iter().any(|(p, _)| p.name() == "ptw"));
     assert!(packets.iter().any(|(p, _)| p.name() == "pwre"));
     let (events, _) =
-        drain(byu_p2::ByuP2Events::new(input("s", std::fs::read(SAMPLE).unwrap()), STRICT).unwrap()).unwrap();
+        drain(&mut byu_p2::ByuP2Events::new(input("s", std::fs::read(SAMPLE).unwrap()), STRICT).unwrap())
+            .unwrap();
     let packets = common::libipt::decode(&trace(&events)).expect("libipt decodes the p2 stream");
     assert!(packets.iter().any(|(p, _)| p.name() == "cyc"));
 }

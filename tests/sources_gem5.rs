@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::sources::drain;
+
 use common::trace::{TraceRig, WRMSR_IP};
 use flate2::write::GzEncoder;
 use proptest::prelude::*;
@@ -455,16 +457,6 @@ fn lenient() -> ReadOptions {
     ReadOptions { lenient: true }
 }
 
-/// All events of a source.
-fn drain(src: &mut dyn EventSource) -> Result<Vec<Event>, SourceError> {
-    let mut all = Vec::new();
-    let mut out = Vec::new();
-    while src.next_events(&mut out)? {
-        all.append(&mut out);
-    }
-    Ok(all)
-}
-
 #[test]
 fn lenient_skips_a_bad_message() {
     let mut bad = comp(2, 0x1004);
@@ -485,7 +477,7 @@ fn lenient_skips_a_bad_message() {
     );
 
     let mut ev = Gem5Events::new(Input::from_bytes("s.trace", bytes).unwrap(), None, lenient()).unwrap();
-    let events = drain(&mut ev).unwrap();
+    let (events, _) = drain(&mut ev).unwrap();
     let stats = ev.stats();
     assert_eq!((stats.records, stats.skipped, stats.count("comp")), (3, 1, 2));
     let instructions: Vec<_> = events.iter().filter(|e| e.is_instruction()).collect();
@@ -588,7 +580,7 @@ fn dep_sample_maps_to_consistent_events() {
     let mut ev = Gem5Events::new(input, Some(fetch), ReadOptions::default()).unwrap();
     let start = ev.start_state();
     assert_eq!((start.mode, start.cpl), (ExecMode::Bits64, 3));
-    let events = drain(&mut ev).unwrap();
+    let (events, _) = drain(&mut ev).unwrap();
     let (ptw, jumps, instr) = check_invariants(&events, true);
     let s = ev.stats();
     assert_eq!(s.records, 183_286 + 25_471);
@@ -625,7 +617,7 @@ fn dep_sample_maps_to_consistent_events() {
 fn indirect_jump_targets_are_the_next_pc() {
     let recs = dep_records(&mut open(DEP));
     let mut ev = Gem5Events::new(Input::open(Path::new(DEP)).unwrap(), None, ReadOptions::default()).unwrap();
-    let events = drain(&mut ev).unwrap();
+    let (events, _) = drain(&mut ev).unwrap();
     // The distinct pcs in order, and the jumps' (from, to) pairs.
     let mut pcs: Vec<u64> = recs.iter().map(|d| d.pc.unwrap()).collect();
     pcs.dedup();
@@ -652,7 +644,7 @@ fn fetch_trace_alone_maps() {
         ReadOptions::default(),
     )
     .unwrap();
-    let events = drain(&mut ev).unwrap();
+    let (events, _) = drain(&mut ev).unwrap();
     // Not strict: a sequential fetch more than 15 bytes on gets the default length (documented).
     let (ptw, jumps, instr) = check_invariants(&events, false);
     let s = ev.stats();

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::sources::drain;
+
 use common::trace::*;
 use flate2::write::GzEncoder;
 use proptest::prelude::*;
@@ -77,12 +79,6 @@ fn hand() -> Vec<u8> {
     v.extend_from_slice(b"W00ab");
     v.extend_from_slice(&[0x44; PAGE_SIZE]);
     v
-}
-
-fn drain(mut src: impl EventSource) -> Result<(Vec<Event>, ptemu::sources::SourceStats), SourceError> {
-    let mut out = Vec::new();
-    while src.next_events(&mut out)? {}
-    Ok((out, src.stats()))
 }
 
 #[test]
@@ -232,7 +228,7 @@ fn bad_input_names_file_record_and_offset() {
         "{t}"
     );
     // Leniently the record is skipped and the next one read.
-    let (events, stats) = drain(kaplan::KaplanEvents::new(input("n.kt", b), LENIENT).unwrap()).unwrap();
+    let (events, stats) = drain(&mut kaplan::KaplanEvents::new(input("n.kt", b), LENIENT).unwrap()).unwrap();
     assert_eq!(
         (stats.records, stats.skipped),
         (3, 2),
@@ -255,13 +251,13 @@ fn inconsistent_sequences_fail_strictly_and_skip_leniently() {
     let mut b = hand();
     b[2 * 4106] = b'C'; // already C; make record 3 re-fault page 0001 tagged C
     b[2 * 4106 + 1..2 * 4106 + 5].copy_from_slice(b"0001");
-    let e = drain(kaplan::KaplanEvents::new(input("inc.kt", b.clone()), STRICT).unwrap()).unwrap_err();
+    let e = drain(&mut kaplan::KaplanEvents::new(input("inc.kt", b.clone()), STRICT).unwrap()).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::Inconsistent));
     assert!(
         e.to_string().contains("inc.kt") && e.to_string().contains("record 3"),
         "{e}"
     );
-    let (_, stats) = drain(kaplan::KaplanEvents::new(input("inc.kt", b), LENIENT).unwrap()).unwrap();
+    let (_, stats) = drain(&mut kaplan::KaplanEvents::new(input("inc.kt", b), LENIENT).unwrap()).unwrap();
     assert_eq!((stats.skipped, stats.count("inconsistent")), (1, 1));
 }
 
@@ -269,7 +265,7 @@ fn inconsistent_sequences_fail_strictly_and_skip_leniently() {
 fn every_record_is_one_page_fault_with_cr2() {
     let bytes = gen(400, 6);
     let recs = records("g", bytes.clone()).unwrap();
-    let (events, stats) = drain(kaplan::KaplanEvents::new(input("g", bytes), STRICT).unwrap()).unwrap();
+    let (events, stats) = drain(&mut kaplan::KaplanEvents::new(input("g", bytes), STRICT).unwrap()).unwrap();
     let faults: Vec<u64> = events
         .iter()
         .filter_map(|e| match *e {
@@ -326,7 +322,8 @@ fn every_record_is_one_page_fault_with_cr2() {
 
 #[test]
 fn traced_events_decode_with_libipt() {
-    let (events, _) = drain(kaplan::KaplanEvents::new(input("g", gen(150, 8)), STRICT).unwrap()).unwrap();
+    let (events, _) =
+        drain(&mut kaplan::KaplanEvents::new(input("g", gen(150, 8)), STRICT).unwrap()).unwrap();
     let mut r = TraceRig::new(TracerConfig::default());
     r.tracer.set_state(WRMSR_IP, 3, 0, ExecMode::Bits32);
     r.start(

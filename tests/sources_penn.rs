@@ -2,6 +2,8 @@
 
 mod common;
 
+use common::sources::drain;
+
 use common::query::{error_name, Query, Timing};
 use common::trace::{TraceRig, WRMSR_IP};
 use flate2::{write::GzEncoder, Compression};
@@ -38,12 +40,6 @@ fn macro_ops(i: Input, options: ReadOptions) -> Result<Vec<MacroOp>, SourceError
         v.push(m);
     }
     Ok(v)
-}
-
-fn drain(src: &mut PennEvents) -> Result<Vec<Event>, SourceError> {
-    let mut out = Vec::new();
-    while src.next_events(&mut out)? {}
-    Ok(out)
 }
 
 fn generated(records: u64, seed: u64) -> Vec<u8> {
@@ -153,7 +149,7 @@ fn generator_is_reproducible_seeded_and_consistent() {
     assert!((200_000..=200_003).contains(&lines), "{lines} lines");
     // Strict reading checks the flow: every instruction continues at its target or fallthrough.
     let mut ev = PennEvents::new(bytes_input("gen", &text), ReadOptions::default());
-    let events = drain(&mut ev).unwrap();
+    let (events, _) = drain(&mut ev).unwrap();
     let s = ev.stats();
     for k in [
         "cond_taken",
@@ -282,7 +278,7 @@ fn lenient_skips_and_counts_bad_lines() {
         bytes_input("l.trace", text.as_bytes()),
         ReadOptions { lenient: true },
     );
-    let events = drain(&mut ev).unwrap();
+    let (events, _) = drain(&mut ev).unwrap();
     assert_eq!(events.len(), 3);
     let s = ev.stats();
     assert_eq!((s.records, s.skipped, s.count("macro_ops")), (5, 2, 3));

@@ -65,15 +65,7 @@ pub fn stats(
     let main = Input::open(input).map_err(err)?;
     let fetch = fetch_trace.map(Input::open).transpose().map_err(err)?;
     let mut src = sources::open_events(format, main, fetch, ReadOptions { lenient }).map_err(err)?;
-    let mut events = Vec::with_capacity(64);
-    let mut total = 0u64;
-    loop {
-        events.clear();
-        if !src.next_events(&mut events).map_err(err)? {
-            break;
-        }
-        total += events.len() as u64;
-    }
+    let total = src.for_each_event(&mut |_| {}).map_err(err)?;
     print_stats(src.as_ref(), total, json);
     Ok(())
 }

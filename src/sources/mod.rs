@@ -144,6 +144,19 @@ pub trait EventSource {
 
     /// Counts so far.
     fn stats(&self) -> SourceStats;
+
+    /// Runs `f` on every remaining event, through one reused buffer (bounded memory), to the end
+    /// of the input or the first error; returns how many events there were.
+    fn for_each_event(&mut self, f: &mut dyn FnMut(&Event)) -> error::Result<u64> {
+        let mut events = Vec::with_capacity(64);
+        let mut n = 0;
+        while self.next_events(&mut events)? {
+            n += events.len() as u64;
+            events.iter().for_each(&mut *f);
+            events.clear();
+        }
+        Ok(n)
+    }
 }
 
 /// Opens `input` as `format` and maps it to events. `fetch` is the other file of a gem5 pair
@@ -212,9 +225,6 @@ pub fn read_arbitrary(format: Format, data: &[u8]) {
     let Ok(mut source) = open_events(format, input, None, options) else {
         return;
     };
-    let mut events = Vec::new();
-    while let Ok(true) = source.next_events(&mut events) {
-        events.clear();
-    }
+    let _ = source.for_each_event(&mut |_| {});
     let _ = source.stats();
 }

@@ -5,6 +5,7 @@ pub mod insn;
 pub mod libipt;
 pub mod packets;
 pub mod query;
+pub mod sources;
 pub mod trace;
 
 use ptemu::output::TopaEntry;
