@@ -15,6 +15,7 @@ pub mod packet;
 pub mod regs;
 pub mod report;
 pub mod rules;
+pub mod simulate;
 pub mod sources;
 pub mod tracer;
 

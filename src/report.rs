@@ -22,6 +22,20 @@ pub struct MsrSnapshot {
     pub perf_global_status: u64,
 }
 
+impl MsrSnapshot {
+    /// The unit's MSRs now.
+    pub fn of(unit: &OutputUnit) -> Self {
+        let r = unit.registers();
+        MsrSnapshot {
+            rtit_ctl: r.ctl.bits(),
+            rtit_status: r.status.bits(),
+            output_base: u64::from(r.output_base),
+            output_mask_ptrs: r.mask_ptrs.bits(),
+            perf_global_status: r.global_status.bits(),
+        }
+    }
+}
+
 /// The whole `report.json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -36,15 +50,8 @@ pub struct Report {
 impl Report {
     /// Snapshot of `unit` now.
     pub fn of(unit: &OutputUnit) -> Self {
-        let r = unit.registers();
         Report {
-            msr: MsrSnapshot {
-                rtit_ctl: r.ctl.bits(),
-                rtit_status: r.status.bits(),
-                output_base: u64::from(r.output_base),
-                output_mask_ptrs: r.mask_ptrs.bits(),
-                perf_global_status: r.global_status.bits(),
-            },
+            msr: MsrSnapshot::of(unit),
             events: unit.events().to_vec(),
             stats: unit.stats(),
         }
@@ -92,9 +99,20 @@ pub fn copy_region<M: PhysMemory>(mem: &M, base: u64, size: u64, out: &mut dyn W
     Ok(())
 }
 
-/// Writes `dir/report.json` and `dir/regions/` (one file per region that received bytes),
-/// replacing an earlier `regions/` only once the new one is complete.
+/// Writes `dir/report.json` ([`Report::of`] the unit) and `dir/regions/`; see
+/// [`write_outputs_with`].
 pub fn write_outputs<M: PhysMemory>(dir: &Path, unit: &OutputUnit, mem: &M) -> io::Result<()> {
+    write_outputs_with(dir, unit, mem, &Report::of(unit))
+}
+
+/// Writes `dir/report.json` (`report`) and `dir/regions/` (one file per region that received
+/// bytes), replacing an earlier `regions/` only once the new one is complete.
+pub fn write_outputs_with<M: PhysMemory, R: Serialize>(
+    dir: &Path,
+    unit: &OutputUnit,
+    mem: &M,
+    report: &R,
+) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     let regions = dir.join("regions");
     let staging = tmp_sibling(&regions);
@@ -110,9 +128,8 @@ pub fn write_outputs<M: PhysMemory>(dir: &Path, unit: &OutputUnit, mem: &M) -> i
         fs::remove_dir_all(&regions)?;
     }
     fs::rename(&staging, &regions)?;
-    let report = Report::of(unit);
     write_atomic(&dir.join("report.json"), |w| {
-        serde_json::to_writer_pretty(&mut *w, &report)?;
+        serde_json::to_writer_pretty(&mut *w, report)?;
         w.write_all(b"\n")
     })
 }

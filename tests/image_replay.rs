@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::insn::{self, Flow, IEvent};
+use common::insn::{self, expected_pcs, macro_ops, Flow, IEvent};
 use common::query::Timing;
 use common::trace::{TraceRig, CTL, MASK_PTRS, OUTPUT_BASE, SIZE, WRMSR_LEN};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use ptemu::image::encode::{self, Shape};
 use ptemu::image::{CodeImage, ImageBuilder, ImageError, PtxedTiming, GAP_BYTE};
 use ptemu::packet::Packet;
-use ptemu::sources::penn::{self, BranchKind, MacroOp, MacroOpReader, PennEvents, UopReader};
+use ptemu::sources::penn::{self, BranchKind, MacroOp, PennEvents};
 use ptemu::sources::{EventSource, Input, ReadOptions};
 use ptemu::{Event, RtitCtl, TracerConfig};
 
@@ -301,30 +301,6 @@ fn the_ptxed_command_loads_the_image_at_its_base() {
 
 // ---------------------------------------------------------------------------------------------
 // Replay through libipt's instruction-flow decoder
-
-fn macro_ops(text: &[u8]) -> Vec<MacroOp> {
-    let input = Input::from_bytes("t", text.to_vec()).unwrap();
-    let mut r = MacroOpReader::new(UopReader::new(input, ReadOptions::default()));
-    let mut v = Vec::new();
-    while let Some(m) = r.next_macro_op().unwrap() {
-        v.push(m);
-    }
-    v
-}
-
-/// The PCs a decoder must report: every macro-op, a REP instruction's repeats (the same
-/// non-branch PC again) once.
-fn expected_pcs(ops: &[MacroOp]) -> Vec<u64> {
-    let mut v: Vec<u64> = Vec::new();
-    let mut prev: Option<&MacroOp> = None;
-    for op in ops {
-        if !prev.is_some_and(|p| p.pc == op.pc && p.kind == BranchKind::None) {
-            v.push(op.pc);
-        }
-        prev = Some(op);
-    }
-    v
-}
 
 fn timing() -> Timing {
     let clock = TracerConfig::default().clock;

@@ -2,6 +2,7 @@
 
 mod layout_cmd;
 mod packet_cmd;
+mod simulate_cmd;
 mod source_cmd;
 mod write_cmd;
 
@@ -16,10 +17,60 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More log output on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Simulate a trace: reader -> tracer -> packets -> output unit -> memory. Writes DIR/trace.pt
+    /// (every byte the output unit accepted), DIR/regions/, DIR/report.json and, for Penn input,
+    /// DIR/image.bin and DIR/image.json with the ptxed command that replays the trace.
+    Simulate {
+        /// Trace file ("-" for stdin; gzip is detected by magic). Without it: the bundled
+        /// sjeng-1K Penn sample.
+        input: Option<PathBuf>,
+        /// Format of INPUT: byu, byu-p2, penn, kaplan, gem5.
+        #[arg(long, value_enum)]
+        format: Option<Format>,
+        /// gem5 only: the other file of the pair (an instruction-fetch trace next to an elastic
+        /// data trace).
+        #[arg(long)]
+        fetch_trace: Option<PathBuf>,
+        /// Output layout (TOML, as `ptemu write` takes). Default: four 1 MiB ToPA regions with
+        /// INT, END back to the table (`ptemu layout default` prints it).
+        #[arg(long)]
+        layout: Option<PathBuf>,
+        /// CPU profile, replacing the layout's: broadwell, skylake, goldmont, icelake, alderlake,
+        /// sapphirerapids, generic-max.
+        #[arg(long)]
+        cpu: Option<String>,
+        /// IA32_RTIT_CTL field by its SDM name (any case), e.g. DisRETC=1, PSBFreq=1, MTCEn=1;
+        /// raw=0x... sets the whole MSR. Repeatable, applied in order on top of the default
+        /// TraceEn BranchEn User TSCEn (+ ToPA for a ToPA layout).
+        #[arg(long, value_name = "KEY=VALUE")]
+        ctl: Vec<String>,
+        /// Another configuration MSR written before CTL: CR3_MATCH, ADDR0_A ... ADDR3_B.
+        #[arg(long, value_name = "NAME=VALUE")]
+        msr: Vec<String>,
+        /// Tracer settings (TOML): clock, cycles_per_instruction, long_tnt, tsx, overflow,
+        /// flush_bytes (spec/generation.md).
+        #[arg(long, value_name = "FILE")]
+        tracer_config: Option<PathBuf>,
+        /// Skip bad records and count them instead of stopping at the first.
+        #[arg(long)]
+        lenient: bool,
+        /// Penn: do not synthesize the code image.
+        #[arg(long)]
+        no_image: bool,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Print nothing on success.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Program the MSRs from a layout, write a byte stream through the output unit, disable tracing,
     /// and write DIR/report.json and DIR/regions/.
     Write {
@@ -112,6 +163,8 @@ enum LayoutCommand {
         /// Layout file (TOML).
         layout: PathBuf,
     },
+    /// Print the layout `ptemu simulate` uses without --layout.
+    Default,
 }
 
 /// A failure the user must see: the message, and the exit code.
@@ -138,10 +191,60 @@ impl Failure {
     }
 }
 
+/// Logs through `tracing` to stderr: RUST_LOG when set, else warnings, or more with `-v`.
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 /// Parses the arguments, runs the command, and maps failures to exit codes.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.verbose);
     let result = match cli.command {
+        Command::Simulate {
+            input,
+            format,
+            fetch_trace,
+            layout,
+            cpu,
+            ctl,
+            msr,
+            tracer_config,
+            lenient,
+            no_image,
+            out,
+            quiet,
+        } => simulate_cmd::run(simulate_cmd::Args {
+            input,
+            format,
+            fetch_trace,
+            layout,
+            cpu,
+            ctl,
+            msr,
+            tracer_config,
+            lenient,
+            no_image,
+            out,
+            quiet,
+        }),
+        Command::Layout {
+            command: LayoutCommand::Default,
+        } => {
+            print!("{}", ptemu::simulate::DEFAULT_LAYOUT);
+            Ok(())
+        }
         Command::Write {
             layout,
             stream,

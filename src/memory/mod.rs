@@ -7,9 +7,11 @@
 
 mod mmap;
 mod sparse;
+mod tee;
 
 pub use mmap::MmapMemory;
 pub use sparse::SparseMemory;
+pub use tee::Tee;
 
 /// A failed physical memory access.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod cpu;
 pub mod ctl;
+pub mod ctl_text;
 pub mod fault;
 pub mod msr;
 pub mod output;

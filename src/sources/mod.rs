@@ -67,6 +67,15 @@ impl Format {
             Format::Gem5 => "gem5",
         }
     }
+
+    /// The CPL the format's traced code runs at ([`EventSource::start_state`]): 0 for the BYU
+    /// whole-system bus traces, 3 for the others.
+    pub fn start_cpl(self) -> u8 {
+        match self {
+            Format::Byu | Format::ByuP2 => 0,
+            Format::Penn | Format::Kaplan | Format::Gem5 => 3,
+        }
+    }
 }
 
 impl fmt::Display for Format {

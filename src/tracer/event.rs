@@ -259,6 +259,27 @@ impl Event {
         }
     }
 
+    /// The IP the event happens at (the instruction's IP; a far transfer's `from`); `None` for
+    /// events that are not tied to an IP (cycles, ratio, wake).
+    pub fn ip(&self) -> Option<u64> {
+        match *self {
+            Event::Retire { ip, .. }
+            | Event::SetIf { ip, .. }
+            | Event::Cr3Write { ip, .. }
+            | Event::Ptwrite { ip, .. }
+            | Event::Mwait { ip, .. }
+            | Event::CondBranch { ip, .. }
+            | Event::Jump { ip, .. }
+            | Event::Call { ip, .. }
+            | Event::IndirectJump { ip, .. }
+            | Event::IndirectCall { ip, .. }
+            | Event::Return { ip, .. }
+            | Event::Sleep { ip, .. } => Some(ip),
+            Event::Far { from, .. } => Some(from),
+            Event::Wake { .. } | Event::Cycles(_) | Event::CoreRatio(_) => None,
+        }
+    }
+
     /// Whether the event retires an instruction (advances the clock by `cycles_per_instruction`).
     pub fn is_instruction(&self) -> bool {
         !matches!(

@@ -5,6 +5,8 @@
 
 use super::query::Timing;
 use libipt_sys::*;
+use ptemu::sources::penn::{BranchKind, MacroOp, MacroOpReader, UopReader};
+use ptemu::sources::{Input, ReadOptions};
 use std::ffi::CString;
 use std::path::Path;
 
@@ -111,4 +113,29 @@ pub fn decode(trace: &[u8], image: &Path, base: u64, t: Timing) -> Flow {
         pt_insn_free_decoder(dec);
     }
     flow
+}
+
+/// The macro-ops of a Penn trace.
+pub fn macro_ops(text: &[u8]) -> Vec<MacroOp> {
+    let input = Input::from_bytes("t", text.to_vec()).unwrap();
+    let mut r = MacroOpReader::new(UopReader::new(input, ReadOptions::default()));
+    let mut v = Vec::new();
+    while let Some(m) = r.next_macro_op().unwrap() {
+        v.push(m);
+    }
+    v
+}
+
+/// The PCs a decoder must report: every macro-op, a REP instruction's repeats (the same
+/// non-branch PC again) once.
+pub fn expected_pcs(ops: &[MacroOp]) -> Vec<u64> {
+    let mut v: Vec<u64> = Vec::new();
+    let mut prev: Option<&MacroOp> = None;
+    for op in ops {
+        if !prev.is_some_and(|p| p.pc == op.pc && p.kind == BranchKind::None) {
+            v.push(op.pc);
+        }
+        prev = Some(op);
+    }
+    v
 }

@@ -144,32 +144,18 @@ fn test() -> Result<(), String> {
     run(doc)
 }
 
-/// The demo stream: 100 KiB of 8-byte little-endian words, each holding its own stream offset,
-/// so every region dump shows which stream bytes landed where.
-fn demo_stream(len: usize) -> Vec<u8> {
-    (0..len as u64 / 8).flat_map(|i| (i * 8).to_le_bytes()).collect()
-}
-
+/// `ptemu simulate ARGS…` (release build); without `--out`, into `target/ptemu-simulate/`. With
+/// no arguments: the bundled sjeng-1K Penn sample through the default ToPA layout. Relative paths
+/// are taken from the directory `cargo xtask` runs in.
 fn simulate(args: &[String]) -> Result<(), String> {
-    let mut cmd = cargo();
-    cmd.args(["run", "--quiet", "--release", "--bin", "ptemu", "--"]);
-    if args.is_empty() {
-        let dir = root().join("target/ptemu-demo");
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let stream = dir.join("stream.bin");
-        std::fs::write(&stream, demo_stream(100 << 10)).map_err(|e| format!("{}: {e}", stream.display()))?;
-        eprintln!(
-            "xtask: demo: a 100 KiB stream (each 8-byte word = its stream offset) through examples/demo-layout.toml"
-        );
-        cmd.arg("write")
-            .arg("--layout")
-            .arg(root().join("examples/demo-layout.toml"))
-            .arg("--stream")
-            .arg(&stream)
-            .arg("--out")
-            .arg(dir.join("out"));
-    } else {
-        cmd.args(args);
+    let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.arg("run")
+        .arg("--manifest-path")
+        .arg(root().join("Cargo.toml"))
+        .args(["--quiet", "--release", "--bin", "ptemu", "--", "simulate"])
+        .args(args);
+    if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {
+        cmd.arg("--out").arg(root().join("target/ptemu-simulate"));
     }
     run(cmd)
 }
@@ -281,12 +267,5 @@ mod tests {
         ];
         assert_eq!(missing_packages(&pkgs, |p| p == "cmake"), vec!["libclang-dev"]);
         assert!(missing_packages(&pkgs, |_| true).is_empty());
-    }
-
-    #[test]
-    fn demo_stream_words_hold_their_offsets() {
-        let s = demo_stream(64);
-        assert_eq!(s.len(), 64);
-        assert_eq!(u64::from_le_bytes(s[40..48].try_into().unwrap()), 40);
     }
 }

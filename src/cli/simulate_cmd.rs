@@ -1,0 +1,291 @@
+//! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
+
+use super::Failure;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ptemu::layout::Layout;
+use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
+use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
+use ptemu::simulate::{self, Options, Outcome, SimReport};
+use ptemu::sources::{Format, Input, ReadOptions};
+use ptemu::{CpuProfile, EventKind, TracerConfig};
+use std::fs;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The Penn sample `ptemu simulate` runs without an input: the first 1,000 micro-ops of sjeng
+/// (tests/data/penn/SOURCE.md).
+const BUNDLED: &[u8] = include_bytes!("../../tests/data/penn/sjeng-1K.trace");
+const BUNDLED_NAME: &str = "sjeng-1K.trace (bundled)";
+
+/// The arguments of `ptemu simulate`.
+pub struct Args {
+    pub input: Option<PathBuf>,
+    pub format: Option<Format>,
+    pub fetch_trace: Option<PathBuf>,
+    pub layout: Option<PathBuf>,
+    pub cpu: Option<String>,
+    pub ctl: Vec<String>,
+    pub msr: Vec<String>,
+    pub tracer_config: Option<PathBuf>,
+    pub lenient: bool,
+    pub no_image: bool,
+    pub out: PathBuf,
+    pub quiet: bool,
+}
+
+pub fn run(a: Args) -> Result<(), Failure> {
+    let opts = options(&a)?;
+    let (input, fetch) = inputs(&a)?;
+    let name = input.name().to_owned();
+
+    let created = !a.out.exists();
+    fs::create_dir_all(&a.out).map_err(|e| Failure::input(format!("{}: {e}", a.out.display())))?;
+    let trace_path = a.out.join("trace.pt");
+    let tmp = a.out.join(format!("trace.pt.tmp-{}", std::process::id()));
+    let cleanup = || {
+        let _ = fs::remove_file(&tmp);
+        if created {
+            let _ = fs::remove_dir(&a.out);
+        }
+    };
+    let sink = fs::File::create(&tmp)
+        .map(|f| BufWriter::with_capacity(1 << 20, f))
+        .map_err(|e| Failure::input(format!("{}: {e}", tmp.display())))?;
+
+    let bar = progress_bar(a.quiet);
+    let result = simulate::run(&opts, input, fetch, sink, &mut |records| {
+        bar.set_position(records)
+    });
+    bar.finish_and_clear();
+    let (outcome, sink) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            cleanup();
+            return Err(Failure::input(e.to_string()));
+        }
+    };
+    let written = finish(&a.out, &opts, &outcome, sink, &tmp, &trace_path);
+    let ptxed = match written {
+        Ok(p) => p,
+        Err(e) => {
+            cleanup();
+            return Err(Failure::input(format!(
+                "{}: writing outputs: {e}",
+                a.out.display()
+            )));
+        }
+    };
+    if !a.quiet {
+        print_summary(&name, &a, &opts, &outcome, ptxed.as_deref());
+    }
+    Ok(())
+}
+
+/// Resolves the layout, CPU, CTL, other MSRs and tracer settings; every mistake is reported before
+/// any input is read.
+fn options(a: &Args) -> Result<Options, Failure> {
+    let format = match (&a.input, a.format) {
+        (_, Some(f)) => f,
+        (None, None) => Format::Penn,
+        (Some(_), None) => {
+            return Err(Failure::input(
+                "--format is required with an INPUT (byu, byu-p2, penn, kaplan, gem5)",
+            ))
+        }
+    };
+    if a.input.is_none() && format != Format::Penn {
+        return Err(Failure::input(
+            "without an INPUT the bundled sample is Penn: --format penn",
+        ));
+    }
+    let mut layout = match &a.layout {
+        Some(p) => Layout::load(p).map_err(|e| Failure::input(e.to_string()))?,
+        None => simulate::default_layout(),
+    };
+    if let Some(name) = &a.cpu {
+        // SIM5: --cpu replaces the layout's profile (and its maxphyaddr/errata overrides).
+        layout.cpu = CpuProfile::named(name).map_err(|e| {
+            Failure::input(format!("--cpu: {e} (profiles: {})", CpuProfile::NAMES.join(", ")))
+        })?;
+    }
+    let mut opts = Options::new(format, layout);
+    for text in &a.ctl {
+        opts.ctl = apply_assignment(opts.ctl, text).map_err(|e| Failure::input(format!("--ctl {e}")))?;
+    }
+    for text in &a.msr {
+        opts.msrs.push(msr_assignment(text)?);
+    }
+    if let Some(p) = &a.tracer_config {
+        let text = fs::read_to_string(p).map_err(|e| Failure::input(format!("{}: {e}", p.display())))?;
+        opts.tracer = toml::from_str::<TracerConfig>(&text)
+            .map_err(|e| Failure::input(format!("{}: {}", p.display(), e.message())))?;
+    }
+    opts.read = ReadOptions { lenient: a.lenient };
+    opts.image = format == Format::Penn && !a.no_image;
+    Ok(opts)
+}
+
+fn msr_assignment(text: &str) -> Result<(u32, u64), Failure> {
+    let bad = || {
+        Failure::input(format!(
+            "--msr {text:?}: expected NAME=VALUE with NAME one of CR3_MATCH, ADDR0_A … ADDR3_B"
+        ))
+    };
+    let (name, value) = text.split_once('=').ok_or_else(bad)?;
+    let msr = config_msr(name).ok_or_else(bad)?;
+    let value = parse_value(value).ok_or_else(bad)?;
+    Ok((msr, value))
+}
+
+fn inputs(a: &Args) -> Result<(Input, Option<Input>), Failure> {
+    let open = |p: &Path| Input::open(p).map_err(|e| Failure::input(e.to_string()));
+    let input = match &a.input {
+        Some(p) => open(p)?,
+        None => {
+            Input::from_bytes(BUNDLED_NAME, BUNDLED.to_vec()).map_err(|e| Failure::input(e.to_string()))?
+        }
+    };
+    let fetch = a.fetch_trace.as_deref().map(open).transpose()?;
+    Ok((input, fetch))
+}
+
+/// A records counter on stderr when it is a terminal (indicatif hides it otherwise).
+fn progress_bar(quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {human_pos} records read ({per_sec}), {elapsed}")
+            .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+/// Writes the image files, moves trace.pt into place, then regions/ and report.json; returns the
+/// ptxed command when there is an image.
+fn finish(
+    out: &Path,
+    opts: &Options,
+    outcome: &Outcome,
+    sink: BufWriter<fs::File>,
+    tmp: &Path,
+    trace_path: &Path,
+) -> std::io::Result<Option<String>> {
+    sink.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    let image_path = out.join("image.bin");
+    let json_path = out.join("image.json");
+    let ptxed = match &outcome.image {
+        Some(img) => {
+            write_atomic(&image_path, |w| w.write_all(&img.bytes))?;
+            write_atomic(&json_path, |w| {
+                serde_json::to_writer(&mut *w, &serde_json::json!({ "base": img.base }))?;
+                w.write_all(b"\n")
+            })?;
+            Some(img.ptxed_command(
+                &trace_path.display().to_string(),
+                &image_path.display().to_string(),
+                opts.ptxed_timing(),
+            ))
+        }
+        None => {
+            // No stale image from an earlier run next to a trace it does not belong to.
+            for p in [&image_path, &json_path] {
+                if p.exists() {
+                    fs::remove_file(p)?;
+                }
+            }
+            None
+        }
+    };
+    fs::rename(tmp, trace_path)?;
+    let report = SimReport::new(outcome, opts, ptxed.clone());
+    write_outputs_with(out, &outcome.unit, &outcome.mem, &report)?;
+    Ok(ptxed)
+}
+
+fn print_summary(name: &str, a: &Args, opts: &Options, o: &Outcome, ptxed: Option<&str>) {
+    let r = SimReport::new(o, opts, None);
+    let s = &r.stats;
+    let layout = a.layout.as_ref().map_or(
+        "default layout: 4 x 1 MiB ToPA regions, INT, circular".to_string(),
+        |p| p.display().to_string(),
+    );
+    println!(
+        "ptemu simulate: {name} ({}), cpu {}, {layout}",
+        opts.format, r.cpu
+    );
+    println!("  IA32_RTIT_CTL {:#x}: {}", opts.ctl.bits(), CtlDisplay(opts.ctl));
+    println!(
+        "  input: {} records{}, {} events, {} instructions",
+        s.records,
+        if s.skipped_records > 0 {
+            format!(" ({} skipped)", s.skipped_records)
+        } else {
+            String::new()
+        },
+        s.events,
+        s.instructions
+    );
+    let packets: Vec<String> = s.packets.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    println!("  packets: {}", packets.join(", "));
+    println!(
+        "  {} TNT bits, {} compressed returns, {} PSB+, {} overflows",
+        s.tnt_bits, s.compressed_returns, s.psbs, s.overflows
+    );
+    println!(
+        "  bytes: {} generated ({:.3} per instruction), {} written, {} lost{}",
+        s.output.bytes_in,
+        s.bytes_per_instruction,
+        s.output.bytes_written,
+        s.output.bytes_lost,
+        if o.unit.registers().status.stopped() {
+            " (stopped)"
+        } else if o.unit.registers().status.error() {
+            " (operational error)"
+        } else {
+            ""
+        }
+    );
+    let count = |k| r.events.iter().filter(|e| e.kind == k).count();
+    println!(
+        "  output events: {} PMI, {} wrap, {} stopped, {} error",
+        count(EventKind::Pmi),
+        count(EventKind::Wrap),
+        count(EventKind::Stopped),
+        count(EventKind::Error)
+    );
+    if let Some(v) = o.unit.last_violation() {
+        println!("  error: {v}");
+    }
+    let m = r.msr;
+    println!("  MSRs after TraceEn=0:");
+    println!("    IA32_RTIT_CTL              {:#018x}", m.rtit_ctl);
+    println!("    IA32_RTIT_STATUS           {:#018x}", m.rtit_status);
+    println!("    IA32_RTIT_OUTPUT_BASE      {:#018x}", m.output_base);
+    println!("    IA32_RTIT_OUTPUT_MASK_PTRS {:#018x}", m.output_mask_ptrs);
+    println!("    IA32_PERF_GLOBAL_STATUS    {:#018x}", m.perf_global_status);
+    let out = &a.out;
+    println!("  files in {}:", out.display());
+    println!(
+        "    trace.pt      {} bytes (every byte the output unit accepted)",
+        s.trace_bytes
+    );
+    let regions: Vec<_> = o.unit.written_regions().collect();
+    let names: Vec<String> = regions.iter().map(|&(b, _)| region_file_name(b)).collect();
+    println!("    regions/      {} file(s): {}", regions.len(), names.join(" "));
+    println!("    report.json");
+    if let Some(img) = &o.image {
+        println!(
+            "    image.bin     {} bytes at {:#x} (image.json)",
+            img.bytes.len(),
+            img.base
+        );
+    }
+    if let Some(cmd) = ptxed {
+        println!("  replay with libipt's ptxed:");
+        println!("    {cmd}");
+    }
+}

@@ -1,0 +1,288 @@
+//! The whole job of `ptemu simulate`, as a library call: a trace reader ([`crate::sources`]) feeds
+//! the tracer ([`crate::tracer`]), whose packets go through the output unit ([`crate::output`])
+//! into simulated memory, while a [`Tee`] copies every byte the unit accepted to a sink
+//! (`trace.pt`). For Penn input the executed instructions also build a [`CodeImage`].
+//!
+//! Rules and policies (IDs `SIM*`): `spec/simulate.md`.
+
+mod report;
+
+pub use report::{SimReport, SimStats, SourceSummary};
+
+use crate::image::{CodeImage, ImageBuilder, ImageErrors, PtxedTiming};
+use crate::layout::{Layout, Scheme};
+use crate::memory::{MemError, SparseMemory, Tee};
+use crate::output::{MsrError, OutputUnit};
+use crate::regs::check::check_write;
+use crate::regs::msr::{IA32_RTIT_CTL, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS, IA32_RTIT_STATUS};
+use crate::regs::{Msr, RtitCtl};
+use crate::sources::penn::PennEvents;
+use crate::sources::{self, EventSource, Format, Input, ReadOptions, SourceError, SourceStats};
+use crate::tracer::{Event, Tracer, TracerConfig, TracerStats};
+use std::io::{self, Write};
+use std::path::Path;
+
+/// The layout used without `--layout` (SIM2): four 1 MiB INT regions, END back to the table.
+pub const DEFAULT_LAYOUT: &str = include_str!("default-layout.toml");
+
+/// The length given to the WRMSR instructions that enable and disable tracing (SIM3).
+pub const WRMSR_LEN: u8 = 2;
+
+/// How often (in events) the progress callback runs.
+pub const PROGRESS_EVERY: u64 = 1 << 16;
+
+/// [`DEFAULT_LAYOUT`], parsed.
+pub fn default_layout() -> Layout {
+    Layout::parse(Path::new("<default layout>"), DEFAULT_LAYOUT).expect("the built-in layout parses")
+}
+
+/// The IA32_RTIT_CTL `ptemu simulate` starts from (SIM1): TraceEn, BranchEn, User, TSCEn,
+/// PSBFreq 0, ToPA when the layout's scheme is ToPA, and OS as well when the format's code runs
+/// at CPL 0 (the BYU whole-system traces, of which a User-only filter would trace nothing).
+pub fn default_ctl(scheme: Scheme, format: Format) -> RtitCtl {
+    RtitCtl::new()
+        .with_trace_en(true)
+        .with_branch_en(true)
+        .with_user(true)
+        .with_os(format.start_cpl() == 0)
+        .with_tsc_en(true)
+        .with_topa(scheme == Scheme::Topa)
+}
+
+/// What to simulate, besides the input.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The input format.
+    pub format: Format,
+    /// Output layout and CPU profile.
+    pub layout: Layout,
+    /// IA32_RTIT_CTL as written by the enabling WRMSR.
+    pub ctl: RtitCtl,
+    /// Other configuration MSRs (CR3_MATCH, ADDRn_A/B), written before CTL, in order.
+    pub msrs: Vec<(u32, u64)>,
+    /// Tracer settings (clock, TNT size, back-pressure).
+    pub tracer: TracerConfig,
+    /// Reader options (`--lenient`).
+    pub read: ReadOptions,
+    /// Build the code image of a Penn trace.
+    pub image: bool,
+}
+
+impl Options {
+    /// `format` through `layout`, with the default CTL for its scheme and a code image for Penn.
+    pub fn new(format: Format, layout: Layout) -> Self {
+        Options {
+            format,
+            ctl: default_ctl(layout.scheme, format),
+            layout,
+            msrs: Vec::new(),
+            tracer: TracerConfig::default(),
+            read: ReadOptions::default(),
+            image: format == Format::Penn,
+        }
+    }
+
+    /// The `ptxed` timing options a decoder needs for this CTL: with MTC or CYC on.
+    pub fn ptxed_timing(&self) -> Option<PtxedTiming> {
+        (self.ctl.mtc_en() || self.ctl.cyc_en()).then(|| PtxedTiming {
+            mtc_freq: self.ctl.mtc_freq(),
+            nom_freq: self.tracer.clock.nominal_ratio,
+            cpuid_0x15_eax: 1,
+            cpuid_0x15_ebx: self.tracer.clock.tsc_per_art,
+        })
+    }
+}
+
+/// Why a simulation could not finish.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The input is bad (the error names the file and position).
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// A configuration MSR write raised #GP or failed (the error names the rule).
+    #[error("{msr}: {error}")]
+    Msr {
+        /// The MSR's name.
+        msr: String,
+        /// What went wrong.
+        error: MsrError,
+    },
+    /// Simulated memory refused a store.
+    #[error("output store failed: {0}")]
+    Memory(#[from] MemError),
+    /// The Penn code image has conflicts (each names its line).
+    #[error("{name}: the code image cannot be built:\n{errors}")]
+    Image {
+        /// The input's name.
+        name: String,
+        /// Every conflict.
+        errors: ImageErrors,
+    },
+    /// Writing the byte sink failed.
+    #[error("writing trace bytes: {0}")]
+    Sink(#[from] io::Error),
+}
+
+/// What a simulation produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The output unit after the disabling WRMSR (registers, events, byte counts, regions).
+    pub unit: OutputUnit,
+    /// The simulated memory holding the ToPA tables and the regions.
+    pub mem: SparseMemory,
+    /// What the tracer generated.
+    pub tracer: TracerStats,
+    /// What the reader counted.
+    pub source: SourceStats,
+    /// The code image (Penn input, [`Options::image`]).
+    pub image: Option<CodeImage>,
+    /// Bytes copied to the sink: every byte the unit accepted.
+    pub trace_bytes: u64,
+}
+
+/// Where the events come from: Penn keeps its macro-ops for the code image.
+enum Feed {
+    Penn(Box<PennEvents>, Option<ImageBuilder>),
+    Other(Box<dyn EventSource + Send>),
+}
+
+impl Feed {
+    fn next(&mut self, out: &mut Vec<Event>) -> Result<bool, SourceError> {
+        match self {
+            Feed::Penn(src, image) => match src.next_macro_op()? {
+                None => Ok(false),
+                Some((op, before, event)) => {
+                    if let Some(b) = image {
+                        b.add(&op);
+                    }
+                    out.extend(before);
+                    out.push(event);
+                    Ok(true)
+                }
+            },
+            Feed::Other(src) => src.next_events(out),
+        }
+    }
+
+    fn source(&self) -> &dyn EventSource {
+        match self {
+            Feed::Penn(src, _) => src.as_ref(),
+            Feed::Other(src) => src.as_ref(),
+        }
+    }
+}
+
+/// Runs the simulation: programs the output MSRs from the layout, enables tracing with a WRMSR
+/// just before the first traced instruction (SIM3), feeds every event, disables tracing with a
+/// WRMSR at the IP after the last one, and copies every accepted byte to `sink`. `progress` runs
+/// every [`PROGRESS_EVERY`] events with the records read so far.
+pub fn run<W: Write>(
+    opts: &Options,
+    input: Input,
+    fetch: Option<Input>,
+    sink: W,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Outcome, W), SimError> {
+    let name = input.name().to_owned();
+    let mut feed = match opts.format {
+        Format::Penn => Feed::Penn(
+            Box::new(PennEvents::new(input, opts.read)),
+            opts.image.then(ImageBuilder::new),
+        ),
+        f => Feed::Other(sources::open_events(f, input, fetch, opts.read)?),
+    };
+    let mut unit = OutputUnit::new(opts.layout.cpu.clone());
+    unit.track_regions(true);
+    let mut tracer = Tracer::new(unit, opts.tracer.clone());
+    // The tables go in before the tee, which must see output bytes only.
+    let mut plain = SparseMemory::new();
+    opts.layout.place_tables(&mut plain)?;
+    let mut mem = Tee::new(plain, sink);
+    configure(opts, &mut tracer, &mut mem)?;
+
+    let start = feed.source().start_state();
+    let mut events = Vec::with_capacity(64);
+    let mut ip: Option<u64> = None;
+    let mut count = 0u64;
+    let mut next_report = PROGRESS_EVERY;
+    while feed.next(&mut events)? {
+        for ev in &events {
+            if ip.is_none() {
+                if let Some(first) = ev.ip() {
+                    let at = first.wrapping_sub(u64::from(WRMSR_LEN));
+                    tracer.set_state(at, start.cpl, start.cr3, start.mode);
+                    ctl_write(&mut tracer, &mut mem, opts.ctl.bits(), at)?;
+                    ip = Some(first);
+                }
+            }
+            tracer.event(&mut mem, ev)?;
+            ip = ip.map(|i| ev.next_ip(i));
+        }
+        count += events.len() as u64;
+        events.clear();
+        if count >= next_report {
+            next_report = count + PROGRESS_EVERY;
+            progress(feed.source().stats().records);
+        }
+    }
+    if let Some(last) = ip {
+        ctl_write(&mut tracer, &mut mem, opts.ctl.with_trace_en(false).bits(), last)?;
+    }
+    let source = feed.source().stats();
+    let image = match feed {
+        Feed::Penn(_, Some(b)) => Some(b.build().map_err(|errors| SimError::Image { name, errors })?),
+        _ => None,
+    };
+    let trace_bytes = mem.copied();
+    let (mem, sink) = mem.finish()?;
+    let stats = tracer.stats().clone();
+    Ok((
+        Outcome {
+            unit: tracer.into_unit(),
+            mem,
+            tracer: stats,
+            source,
+            image,
+            trace_bytes,
+        },
+        sink,
+    ))
+}
+
+/// Writes STATUS, OUTPUT_BASE, MASK_PTRS and the other
+/// configuration MSRs; then checks the CTL value against the CPU (M-rules) so that a bad `--ctl`
+/// fails before any input is read (SIM4).
+fn configure<M: crate::PhysMemory>(opts: &Options, tracer: &mut Tracer, mem: &mut M) -> Result<(), SimError> {
+    let layout_msrs = [
+        (IA32_RTIT_STATUS, 0),
+        (IA32_RTIT_OUTPUT_BASE, opts.layout.base),
+        (IA32_RTIT_OUTPUT_MASK_PTRS, opts.layout.mask_ptrs),
+    ];
+    for &(msr, value) in layout_msrs.iter().chain(&opts.msrs) {
+        tracer
+            .wrmsr(mem, msr, value, 0, 0)
+            .map_err(|error| msr_error(msr, error))?;
+    }
+    let unit = tracer.unit();
+    check_write(unit.cpu(), &unit.registers(), Msr::Ctl, opts.ctl.bits())
+        .map_err(|gp| msr_error(IA32_RTIT_CTL, gp.into()))
+}
+
+fn ctl_write<M: crate::PhysMemory>(
+    tracer: &mut Tracer,
+    mem: &mut M,
+    value: u64,
+    ip: u64,
+) -> Result<(), SimError> {
+    tracer
+        .wrmsr(mem, IA32_RTIT_CTL, value, ip, WRMSR_LEN)
+        .map_err(|error| msr_error(IA32_RTIT_CTL, error))
+}
+
+fn msr_error(msr: u32, error: MsrError) -> SimError {
+    SimError::Msr {
+        msr: Msr::from_address(msr).map_or_else(|| format!("MSR {msr:#x}"), |m| m.name()),
+        error,
+    }
+}
