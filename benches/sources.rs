@@ -5,7 +5,8 @@
 //!
 //! Files are generated once into target/bench-data/ (10M Penn micro-ops, about 840 MB, and files
 //! of a few hundred MB for the binary formats) and reused by later runs. Set
-//! PTEMU_BENCH_SCALE=0.1 for a quick run on files a tenth the size.
+//! PTEMU_BENCH_SCALE=0.1 for a quick run on files a tenth the size. Without `--bench` (under
+//! `cargo test --all-targets`) it is a smoke run on files a thousandth the size.
 
 use flate2::{write::GzEncoder, Compression};
 use ptemu::sources::{self, byu, byu_p2, gem5, kaplan, penn, EventSource, Format, Input, ReadOptions};
@@ -20,11 +21,14 @@ fn data_dir() -> PathBuf {
     d
 }
 
+/// PTEMU_BENCH_SCALE, else 1 under `--bench`; `cargo test --all-targets` runs this binary without
+/// `--bench`: a smoke run on files a thousandth the size, judging nothing.
 fn scale() -> f64 {
+    let bench = std::env::args().any(|a| a == "--bench");
     std::env::var("PTEMU_BENCH_SCALE")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0)
+        .unwrap_or(if bench { 1.0 } else { 0.001 })
 }
 
 /// A generated file, made once.

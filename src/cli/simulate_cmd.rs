@@ -5,7 +5,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::layout::Layout;
 use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
-use ptemu::simulate::{self, Options, Outcome, SimReport};
+use ptemu::simulate::{self, Options, Outcome, RunInfo, SimReport};
 use ptemu::sources::{Format, Input, ReadOptions};
 use ptemu::{CpuProfile, EventKind, TracerConfig};
 use std::fs;
@@ -54,10 +54,12 @@ pub fn run(a: Args) -> Result<(), Failure> {
         .map_err(|e| Failure::input(format!("{}: {e}", tmp.display())))?;
 
     let bar = progress_bar(a.quiet);
+    let started = std::time::Instant::now();
     let result = simulate::run(&opts, input, fetch, sink, &mut |records| {
         bar.set_position(records)
     });
     bar.finish_and_clear();
+    let run_info = RunInfo::now(started.elapsed().as_secs_f64());
     let (outcome, sink) = match result {
         Ok(r) => r,
         Err(e) => {
@@ -65,7 +67,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             return Err(Failure::input(e.to_string()));
         }
     };
-    let written = finish(&a.out, &opts, &outcome, sink, &tmp, &trace_path);
+    let written = finish(&a.out, &opts, &outcome, run_info, sink, &tmp, &trace_path);
     let ptxed = match written {
         Ok(p) => p,
         Err(e) => {
@@ -121,6 +123,14 @@ fn options(a: &Args) -> Result<Options, Failure> {
         opts.tracer = toml::from_str::<TracerConfig>(&text)
             .map_err(|e| Failure::input(format!("{}: {}", p.display(), e.message())))?;
     }
+    if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
+        tracing::warn!(
+            "IA32_RTIT_CTL.ToPA={} but the layout's scheme is {:?}: the output MSRs are read as the \
+             CTL value says (SIM5)",
+            u8::from(opts.ctl.topa()),
+            opts.layout.scheme
+        );
+    }
     opts.read = ReadOptions { lenient: a.lenient };
     opts.image = format == Format::Penn && !a.no_image;
     Ok(opts)
@@ -170,6 +180,7 @@ fn finish(
     out: &Path,
     opts: &Options,
     outcome: &Outcome,
+    run_info: RunInfo,
     sink: BufWriter<fs::File>,
     tmp: &Path,
     trace_path: &Path,
@@ -201,7 +212,8 @@ fn finish(
         }
     };
     fs::rename(tmp, trace_path)?;
-    let report = SimReport::new(outcome, opts, ptxed.clone());
+    let mut report = SimReport::new(outcome, opts, ptxed.clone());
+    report.run = Some(run_info);
     write_outputs_with(out, &outcome.unit, &outcome.mem, &report)?;
     Ok(ptxed)
 }

@@ -16,7 +16,7 @@ pub use error::{ImageError, ImageErrors};
 pub use ptxed::PtxedTiming;
 
 use crate::sources::penn::{BranchKind, MacroOp};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// The byte between executed instructions: `INT3` (`CC`), so a decoder that strays off the
 /// traced path stops at a trap instead of running through NOPs.
@@ -57,7 +57,7 @@ struct Site {
 /// Collects executed instructions and builds their [`CodeImage`].
 #[derive(Debug)]
 pub struct ImageBuilder {
-    sites: HashMap<u64, Site>,
+    sites: FxHashMap<u64, Site>,
     errors: ImageErrors,
     limit: u64,
 }
@@ -108,7 +108,7 @@ impl ImageBuilder {
     /// An empty builder refusing images larger than `limit` bytes.
     pub fn with_limit(limit: u64) -> Self {
         ImageBuilder {
-            sites: HashMap::new(),
+            sites: FxHashMap::default(),
             errors: ImageErrors {
                 errors: Vec::new(),
                 total: 0,

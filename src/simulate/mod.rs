@@ -7,7 +7,7 @@
 
 mod report;
 
-pub use report::{SimReport, SimStats, SourceSummary};
+pub use report::{peak_rss_bytes, RunInfo, SimReport, SimStats, SourceSummary};
 
 use crate::image::{CodeImage, ImageBuilder, ImageErrors, PtxedTiming};
 use crate::layout::{Layout, Scheme};
@@ -200,6 +200,13 @@ pub fn run<W: Write>(
     opts.layout.place_tables(&mut plain)?;
     let mut mem = Tee::new(plain, sink);
     configure(opts, &mut tracer, &mut mem)?;
+    tracing::info!(
+        input = %name,
+        format = %opts.format,
+        cpu = %opts.layout.cpu.name,
+        ctl = format_args!("{:#x}", opts.ctl.bits()),
+        "simulating"
+    );
 
     let start = feed.source().start_state();
     let mut events = Vec::with_capacity(64);
@@ -213,6 +220,10 @@ pub fn run<W: Write>(
                     let at = first.wrapping_sub(u64::from(WRMSR_LEN));
                     tracer.set_state(at, start.cpl, start.cr3, start.mode);
                     ctl_write(&mut tracer, &mut mem, opts.ctl.bits(), at)?;
+                    tracing::debug!(
+                        ip = format_args!("{first:#x}"),
+                        "tracing enabled before the first instruction"
+                    );
                     ip = Some(first);
                 }
             }
@@ -228,6 +239,12 @@ pub fn run<W: Write>(
     }
     if let Some(last) = ip {
         ctl_write(&mut tracer, &mut mem, opts.ctl.with_trace_en(false).bits(), last)?;
+        tracing::debug!(
+            ip = format_args!("{last:#x}"),
+            "tracing disabled after the last instruction"
+        );
+    } else {
+        tracing::warn!(input = %name, "the input has no instructions: nothing was traced");
     }
     let source = feed.source().stats();
     let image = match feed {
@@ -235,6 +252,13 @@ pub fn run<W: Write>(
         _ => None,
     };
     let trace_bytes = mem.copied();
+    tracing::info!(
+        events = count,
+        instructions = tracer.stats().instructions,
+        trace_bytes,
+        output_events = tracer.unit().events().len(),
+        "simulated"
+    );
     let (mem, sink) = mem.finish()?;
     let stats = tracer.stats().clone();
     Ok((

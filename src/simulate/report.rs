@@ -27,6 +27,37 @@ pub struct SimReport {
     pub image: Option<ImageSummary>,
     /// The `ptxed` command that replays `trace.pt` over `image.bin`.
     pub ptxed: Option<String>,
+    /// How the run went as a process (set by the CLI).
+    pub run: Option<RunInfo>,
+}
+
+/// The process side of a run, for sizing and benchmarks.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct RunInfo {
+    /// Wall-clock seconds from opening the input to the end of the simulation (before the output
+    /// files are written).
+    pub seconds: f64,
+    /// The process's peak resident set (Linux `VmHWM`), when known.
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl RunInfo {
+    /// `seconds`, with the peak resident set read now.
+    pub fn now(seconds: f64) -> Self {
+        RunInfo {
+            seconds,
+            peak_rss_bytes: peak_rss_bytes(),
+        }
+    }
+}
+
+/// The peak resident set of this process (`VmHWM` in `/proc/self/status`), or `None` where there is
+/// no such file.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// IA32_RTIT_CTL of a run.
@@ -137,6 +168,7 @@ impl SimReport {
                 size: i.bytes.len() as u64,
             }),
             ptxed,
+            run: None,
         }
     }
 }

@@ -48,13 +48,20 @@ impl Input {
         if regular {
             // SAFETY: the map is read-only and private to this reader. A file truncated by another
             // process while mapped would fault; trace files are not rewritten while ptemu reads.
-            if let Ok(map) = unsafe { memmap2::MmapOptions::new().populate().map(&file) } {
+            if let Ok(map) = unsafe { memmap2::MmapOptions::new().map(&file) } {
                 if map[..map.len().min(2)] != GZIP_MAGIC {
                     let _ = map.advise(memmap2::Advice::Sequential);
+                    let mut mapped = Mapped {
+                        map,
+                        pos: 0,
+                        released: 0,
+                        populated: 0,
+                    };
+                    mapped.slide_window();
                     return Ok(Input {
                         name,
                         gzip: false,
-                        inner: Box::new(Mapped { map, pos: 0 }),
+                        inner: Box::new(mapped),
                     });
                 }
             }
@@ -116,16 +123,54 @@ impl BufRead for Input {
     }
 }
 
+/// The window of a mapped file kept resident: pages are faulted in a window ahead of the read
+/// position and dropped from the process a window behind it, so the resident set stays about
+/// two windows whatever the file size.
+const WINDOW: usize = 8 << 20;
+
 /// A plain file read through a memory map: no copy into a buffer.
 struct Mapped {
     map: memmap2::Mmap,
     pos: usize,
+    /// Everything below this was dropped from the resident set.
+    released: usize,
+    /// Everything below this was faulted in ahead of use.
+    populated: usize,
+}
+
+impl Mapped {
+    /// Faults in the next window when the read position nears it, and drops the pages more than a
+    /// window behind. Advice failures (old kernels) only cost speed or memory, never data.
+    fn slide_window(&mut self) {
+        let len = self.map.len();
+        if self.populated < len && self.pos + WINDOW / 2 >= self.populated {
+            let n = WINDOW.min(len - self.populated);
+            let _ = self
+                .map
+                .advise_range(memmap2::Advice::PopulateRead, self.populated, n);
+            self.populated += n;
+        }
+        let behind = (self.pos / WINDOW).saturating_sub(1) * WINDOW;
+        if behind > self.released {
+            // SAFETY: nothing below `pos` is borrowed (`fill_buf` slices end at the next
+            // `consume`), and this read-only file mapping refaults from the file if touched again.
+            let _ = unsafe {
+                self.map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.released,
+                    behind - self.released,
+                )
+            };
+            self.released = behind;
+        }
+    }
 }
 
 impl Read for Mapped {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         let n = (&self.map[self.pos..]).read(out)?;
         self.pos += n;
+        self.slide_window();
         Ok(n)
     }
 }
@@ -136,6 +181,9 @@ impl BufRead for Mapped {
     }
     fn consume(&mut self, amt: usize) {
         self.pos = (self.pos + amt).min(self.map.len());
+        if self.pos + WINDOW / 2 >= self.populated || self.pos >= self.released + 2 * WINDOW {
+            self.slide_window();
+        }
     }
 }
 

@@ -162,7 +162,7 @@ fn simulate(args: &[String]) -> Result<(), String> {
 
 /// Every benchmark: the output unit against memcpy, the packet layer against libipt.
 fn bench(args: &[String]) -> Result<(), String> {
-    for name in ["output", "packets", "tracer", "sources"] {
+    for name in ["output", "packets", "tracer", "sources", "simulate"] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);
         run(cmd)?;

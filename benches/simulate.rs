@@ -1,0 +1,192 @@
+//! `cargo xtask bench` (simulate): end-to-end Penn text -> PT through the `ptemu simulate` binary
+//! (reader, grouping, code image, tracer, output unit, trace.pt, regions, report) on generated
+//! 1M- and 20M-micro-op files: input MB/s, micro-ops/s and peak RSS for both sizes. Targets
+//! (issue 6): >= 300 MB/s of Penn text per core; peak RSS flat in trace length (<= 64 MiB plus the
+//! simulated buffers, here the default layout's 4 MiB).
+//!
+//! The baseline, run in the same process on the same file: parsing alone (`UopReader`), so the
+//! ratio shows what grouping, image synthesis, tracing and output cost on top of reading.
+//!
+//! Files are generated once into target/bench-data/ (the 20M file is about 1.7 GB);
+//! PTEMU_BENCH_SCALE=0.1 makes them a tenth the size. `cargo test --all-targets` runs this binary
+//! without `--bench`: a smoke run on small files that checks the report, judging nothing.
+
+use ptemu::sources::penn::UopReader;
+use ptemu::sources::{self, Format, Input, ReadOptions};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// Peak RSS allowed beyond the simulated buffers.
+const RSS_BUDGET: u64 = 64 << 20;
+/// The default layout's regions.
+const BUFFERS: u64 = 4 << 20;
+/// Target input rate.
+const TARGET_MB_S: f64 = 300.0;
+
+fn data_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-data");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A generated Penn file of `uops` micro-ops, made once.
+fn penn_file(uops: u64) -> PathBuf {
+    let path = data_dir().join(format!("penn-{uops}.trace"));
+    if !path.exists() {
+        eprintln!("generating {} ...", path.display());
+        let tmp = path.with_extension("tmp");
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp).unwrap());
+        sources::generate(Format::Penn, uops, 1, &mut out, None).unwrap();
+        drop(out);
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+/// One `ptemu simulate` run: wall seconds of the whole process, and its report.
+fn simulate(input: &Path, out: &Path) -> (f64, Value) {
+    let t = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["simulate", "--format", "penn", "-q", "--out"])
+        .arg(out)
+        .arg(input)
+        .output()
+        .unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    (secs, report)
+}
+
+/// Parsing alone, in this process: seconds.
+fn parse_only(input: &Path) -> f64 {
+    let t = Instant::now();
+    let mut r = UopReader::new(Input::open(input).unwrap(), ReadOptions::default());
+    let mut n = 0u64;
+    while r.next_uop().unwrap().is_some() {
+        n += 1;
+    }
+    std::hint::black_box(n);
+    t.elapsed().as_secs_f64()
+}
+
+struct Measured {
+    uops: u64,
+    mb: f64,
+    secs: f64,
+    baseline_secs: f64,
+    rss: u64,
+    instructions: u64,
+    trace_bytes: u64,
+}
+
+fn measure(uops: u64, runs: usize) -> Measured {
+    let input = penn_file(uops);
+    let mb = std::fs::metadata(&input).unwrap().len() as f64 / 1e6;
+    let out = data_dir().join(format!("simulate-out-{uops}"));
+    let mut best: Option<(f64, Value)> = None;
+    let mut baseline = f64::MAX;
+    for _ in 0..runs {
+        // Alternate with the baseline so drift of the machine hits both.
+        baseline = baseline.min(parse_only(&input));
+        let (secs, report) = simulate(&input, &out);
+        if best.as_ref().is_none_or(|(b, _)| secs < *b) {
+            best = Some((secs, report));
+        }
+    }
+    let (secs, report) = best.unwrap();
+    let stats = &report["stats"];
+    let rss = report["run"]["peak_rss_bytes"].as_u64().unwrap_or(0);
+    // The generator ends on an instruction boundary: up to 3 lines more than asked.
+    let records = stats["records"].as_u64().unwrap();
+    assert!((uops..=uops + 3).contains(&records), "every line read: {records}");
+    assert!(stats["instructions"].as_u64().unwrap() > uops / 2);
+    let _ = std::fs::remove_dir_all(&out);
+    Measured {
+        uops: records,
+        mb,
+        secs,
+        baseline_secs: baseline,
+        rss,
+        instructions: stats["instructions"].as_u64().unwrap(),
+        trace_bytes: stats["trace_bytes"].as_u64().unwrap(),
+    }
+}
+
+fn scale() -> f64 {
+    std::env::var("PTEMU_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0)
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let (small, large, runs) = if bench {
+        let s = scale();
+        (
+            ((1e6 * s) as u64).max(1000),
+            ((20e6 * s) as u64).max(1000),
+            (5, 2),
+        )
+    } else {
+        (20_000, 100_000, (1, 1))
+    };
+    println!("== ptemu simulate, Penn text -> PT, default layout ==");
+    let mut rows = Vec::new();
+    for (uops, n) in [(small, runs.0), (large, runs.1)] {
+        let m = measure(uops, n);
+        let rate = m.mb / m.secs;
+        println!(
+            "{:>9} uops {:>8.1} MB: {:>6.3} s  {:>6.1} MB/s  {:>5.2} M uops/s  peak RSS {:>5.1} MiB  \
+             ({} instructions, {} trace bytes; parse alone {:.1} MB/s, end to end {:.2}x of it)",
+            m.uops,
+            m.mb,
+            m.secs,
+            rate,
+            m.uops as f64 / m.secs / 1e6,
+            m.rss as f64 / 1048576.0,
+            m.instructions,
+            m.trace_bytes,
+            m.mb / m.baseline_secs,
+            m.baseline_secs / m.secs,
+        );
+        rows.push((m, rate));
+    }
+    let (a, b) = (&rows[0], &rows[1]);
+    let slowest = a.1.min(b.1);
+    let rss_max = a.0.rss.max(b.0.rss);
+    let flat = b.0.rss <= a.0.rss + (8 << 20);
+    let judged = |ok: bool| match (bench, ok) {
+        (false, _) => "not judged in a smoke run",
+        (true, true) => "met",
+        (true, false) => "NOT met",
+    };
+    println!(
+        "input rate: {slowest:.0} MB/s at the slower size (target >= {TARGET_MB_S:.0} MB/s: {})",
+        judged(slowest >= TARGET_MB_S)
+    );
+    println!(
+        "peak RSS: {:.1} MiB and {:.1} MiB (target <= {} MiB + {} MiB buffers and flat: {})",
+        a.0.rss as f64 / 1048576.0,
+        b.0.rss as f64 / 1048576.0,
+        RSS_BUDGET >> 20,
+        BUFFERS >> 20,
+        judged(flat && rss_max <= RSS_BUDGET + BUFFERS)
+    );
+    if bench {
+        let json = serde_json::json!({
+            "sizes": rows.iter().map(|(m, rate)| serde_json::json!({
+                "uops": m.uops, "input_mb": m.mb, "seconds": m.secs, "mb_per_s": rate,
+                "uops_per_s": m.uops as f64 / m.secs, "peak_rss_bytes": m.rss,
+                "parse_only_mb_per_s": m.mb / m.baseline_secs,
+            })).collect::<Vec<_>>(),
+        });
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-simulate.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    } else {
+        println!("  (smoke run: use `cargo xtask bench` for the measurement)");
+    }
+}
