@@ -3,21 +3,11 @@
 
 mod common;
 
+use common::cli::{ptemu, s, text};
 use common::stream;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn ptemu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use std::process::Output;
 
 struct Case {
     dir: tempfile::TempDir,
@@ -49,10 +39,6 @@ impl Case {
             "--quiet",
         ])
     }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn demo_layout() -> PathBuf {

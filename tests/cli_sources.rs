@@ -1,25 +1,12 @@
 //! `ptemu gen` and `ptemu stats` on every format: generated files read back, stdin, gzip, and bad
 //! input (exit 2, the file and position in the message, no output file left behind).
 
+mod common;
+
+use common::cli::{ptemu, s, text};
 use serde_json::Value;
 use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-fn ptemu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+use std::process::{Command, Stdio};
 
 fn stats_json(args: &[&str]) -> Value {
     let o = ptemu(&[&["stats", "--json"], args].concat());

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::cli::{ptemu, s, text};
 use common::insn::{self, expected_pcs, macro_ops};
 use common::query::Timing;
 use proptest::prelude::*;
@@ -12,7 +13,7 @@ use serde_json::Value;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 const SJENG: &str = "tests/data/penn/sjeng-1K.trace";
 const GCC: &str = "tests/data/penn/gcc-1K.trace";
@@ -20,21 +21,6 @@ const BAD_PENN: &str = "tests/data/penn/CSC656-test-handedited.trace";
 const GEM5_DEP: &str = "tests/data/gem5/system.cpu.traceListener.deptrace.proto.gz";
 const GEM5_FETCH: &str = "tests/data/gem5/system.cpu.traceListener.fetchtrace.proto.gz";
 const BYU_P2: &str = "tests/data/byu-p2/trace_small.tr";
-
-fn ptemu(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
 
 /// One successful `ptemu simulate` run into a fresh directory.
 struct Run {
@@ -81,6 +67,31 @@ fn timing() -> Timing {
         art_eax: 1,
         art_ebx: clock.tsc_per_art,
     }
+}
+
+/// `ptemu gen` of `records` records of `format` into `dir/FORMAT.trace` (and, for gem5, the
+/// fetch trace `dir/FORMAT.fetch`).
+fn generate(dir: &Path, format: &str, records: u64, seed: u64) -> (PathBuf, PathBuf) {
+    let file = dir.join(format!("{format}.trace"));
+    let fetch = dir.join(format!("{format}.fetch"));
+    let (records, seed) = (records.to_string(), seed.to_string());
+    let mut args = vec![
+        "gen",
+        "--format",
+        format,
+        "--records",
+        &records,
+        "--seed",
+        &seed,
+        "-o",
+        s(&file),
+    ];
+    if format == "gem5" {
+        args.extend(["--fetch-trace", s(&fetch)]);
+    }
+    let o = ptemu(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    (file, fetch)
 }
 
 /// libipt's instruction flow over DIR/trace.pt and DIR/image.bin (at image.json's base) must be
@@ -307,19 +318,7 @@ fn samples_replay_through_a_multi_region_topa() {
 #[test]
 fn a_wrapped_buffer_still_gives_the_whole_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let gen = dir.path().join("gen.trace");
-    let o = ptemu(&[
-        "gen",
-        "--format",
-        "penn",
-        "--records",
-        "60000",
-        "--seed",
-        "3",
-        "-o",
-        s(&gen),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (gen, _) = generate(dir.path(), "penn", 60_000, 3);
     let layout = small_regions_layout(dir.path(), 0, 2);
     let r = simulate(&[
         s(&gen),
@@ -370,10 +369,7 @@ proptest! {
     #[test]
     fn generated_traces_replay_through_the_cli(seed in any::<u64>(), variant in 0usize..4) {
         let dir = tempfile::tempdir().unwrap();
-        let gen = dir.path().join("gen.trace");
-        let seed = seed.to_string();
-        let o = ptemu(&["gen", "--format", "penn", "--records", "30000", "--seed", &seed, "-o", s(&gen)]);
-        prop_assert!(o.status.success(), "{}", text(&o.stderr));
+        let (gen, _) = generate(dir.path(), "penn", 30_000, seed);
         let ctl: &[&str] = match variant {
             0 => &[],
             1 => &["--ctl", "DisRETC=1"],
@@ -431,24 +427,7 @@ fn every_format_generated_gives_a_trace_libipt_reads_and_the_regions_hold() {
     let mut wrapped = 0;
     let mut whole = 0;
     for f in ["byu", "byu-p2", "penn", "kaplan", "gem5"] {
-        let file = dir.path().join(format!("{f}.trace"));
-        let fetch = dir.path().join(format!("{f}.fetch"));
-        let mut gen = vec![
-            "gen",
-            "--format",
-            f,
-            "--records",
-            "20000",
-            "--seed",
-            "5",
-            "-o",
-            s(&file),
-        ];
-        if f == "gem5" {
-            gen.extend(["--fetch-trace", s(&fetch)]);
-        }
-        let o = ptemu(&gen);
-        assert!(o.status.success(), "{}", text(&o.stderr));
+        let (file, fetch) = generate(dir.path(), f, 20_000, 5);
         let mut args = vec![
             s(&file),
             "--format",
@@ -615,14 +594,12 @@ fn bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
     assert!(!out.exists(), "a directory the run created is removed again");
 
     // A truncated BYU record, a gem5 file with the wrong magic, a bad layout line.
-    let byu = dir.path().join("t.byu");
-    let o = ptemu(&["gen", "--format", "byu", "--records", "100", "-o", s(&byu)]);
-    assert!(o.status.success());
+    let (byu, _) = generate(dir.path(), "byu", 100, 1);
     let mut b = fs::read(&byu).unwrap();
     b.truncate(b.len() - 2);
     fs::write(&byu, b).unwrap();
     let e = fails(&[s(&byu), "--format", "byu"], &out);
-    assert!(e.contains("t.byu") && e.contains("record 100"), "{e}");
+    assert!(e.contains("byu.trace") && e.contains("record 100"), "{e}");
     let gem5 = dir.path().join("t.gem5");
     fs::write(&gem5, b"gemX\x00\x01\x02").unwrap();
     let e = fails(&[s(&gem5), "--format", "gem5"], &out);

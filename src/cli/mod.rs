@@ -4,6 +4,7 @@ mod layout_cmd;
 mod packet_cmd;
 mod simulate_cmd;
 mod source_cmd;
+mod summary;
 mod write_cmd;
 
 use clap::{Parser, Subcommand};
@@ -27,50 +28,7 @@ enum Command {
     /// Simulate a trace: reader -> tracer -> packets -> output unit -> memory. Writes DIR/trace.pt
     /// (every byte the output unit accepted), DIR/regions/, DIR/report.json and, for Penn input,
     /// DIR/image.bin and DIR/image.json with the ptxed command that replays the trace.
-    Simulate {
-        /// Trace file ("-" for stdin; gzip is detected by magic). Without it: the bundled
-        /// sjeng-1K Penn sample.
-        input: Option<PathBuf>,
-        /// Format of INPUT: byu, byu-p2, penn, kaplan, gem5.
-        #[arg(long, value_enum)]
-        format: Option<Format>,
-        /// gem5 only: the other file of the pair (an instruction-fetch trace next to an elastic
-        /// data trace).
-        #[arg(long)]
-        fetch_trace: Option<PathBuf>,
-        /// Output layout (TOML, as `ptemu write` takes). Default: four 1 MiB ToPA regions with
-        /// INT, END back to the table (`ptemu layout default` prints it).
-        #[arg(long)]
-        layout: Option<PathBuf>,
-        /// CPU profile, replacing the layout's: broadwell, skylake, goldmont, icelake, alderlake,
-        /// sapphirerapids, generic-max.
-        #[arg(long)]
-        cpu: Option<String>,
-        /// IA32_RTIT_CTL field by its SDM name (any case), e.g. DisRETC=1, PSBFreq=1, MTCEn=1;
-        /// raw=0x... sets the whole MSR. Repeatable, applied in order on top of the default
-        /// TraceEn BranchEn User TSCEn (+ ToPA for a ToPA layout).
-        #[arg(long, value_name = "KEY=VALUE")]
-        ctl: Vec<String>,
-        /// Another configuration MSR written before CTL: CR3_MATCH, ADDR0_A ... ADDR3_B.
-        #[arg(long, value_name = "NAME=VALUE")]
-        msr: Vec<String>,
-        /// Tracer settings (TOML): clock, cycles_per_instruction, long_tnt, tsx, overflow,
-        /// flush_bytes (spec/generation.md).
-        #[arg(long, value_name = "FILE")]
-        tracer_config: Option<PathBuf>,
-        /// Skip bad records and count them instead of stopping at the first.
-        #[arg(long)]
-        lenient: bool,
-        /// Penn: do not synthesize the code image.
-        #[arg(long)]
-        no_image: bool,
-        /// Output directory.
-        #[arg(long)]
-        out: PathBuf,
-        /// Print nothing on success.
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Simulate(simulate_cmd::Args),
     /// Program the MSRs from a layout, write a byte stream through the output unit, disable tracing,
     /// and write DIR/report.json and DIR/regions/.
     Write {
@@ -212,33 +170,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let result = match cli.command {
-        Command::Simulate {
-            input,
-            format,
-            fetch_trace,
-            layout,
-            cpu,
-            ctl,
-            msr,
-            tracer_config,
-            lenient,
-            no_image,
-            out,
-            quiet,
-        } => simulate_cmd::run(simulate_cmd::Args {
-            input,
-            format,
-            fetch_trace,
-            layout,
-            cpu,
-            ctl,
-            msr,
-            tracer_config,
-            lenient,
-            no_image,
-            out,
-            quiet,
-        }),
+        Command::Simulate(args) => simulate_cmd::run(args),
         Command::Layout {
             command: LayoutCommand::Default,
         } => {

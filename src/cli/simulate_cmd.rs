@@ -1,5 +1,6 @@
 //! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
 
+use super::summary::{halt_note, print_output_state};
 use super::Failure;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::layout::Layout;
@@ -7,7 +8,7 @@ use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDispla
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
 use ptemu::simulate::{self, Options, Outcome, RunInfo, SimReport};
 use ptemu::sources::{Format, Input, ReadOptions};
-use ptemu::{CpuProfile, EventKind, TracerConfig};
+use ptemu::{CpuProfile, TracerConfig};
 use std::fs;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -19,19 +20,50 @@ const BUNDLED: &[u8] = include_bytes!("../../tests/data/penn/sjeng-1K.trace");
 const BUNDLED_NAME: &str = "sjeng-1K.trace (bundled)";
 
 /// The arguments of `ptemu simulate`.
+#[derive(clap::Args)]
 pub struct Args {
-    pub input: Option<PathBuf>,
-    pub format: Option<Format>,
-    pub fetch_trace: Option<PathBuf>,
-    pub layout: Option<PathBuf>,
-    pub cpu: Option<String>,
-    pub ctl: Vec<String>,
-    pub msr: Vec<String>,
-    pub tracer_config: Option<PathBuf>,
-    pub lenient: bool,
-    pub no_image: bool,
-    pub out: PathBuf,
-    pub quiet: bool,
+    /// Trace file ("-" for stdin; gzip is detected by magic). Without it: the bundled sjeng-1K
+    /// Penn sample.
+    input: Option<PathBuf>,
+    /// Format of INPUT: byu, byu-p2, penn, kaplan, gem5.
+    #[arg(long, value_enum)]
+    format: Option<Format>,
+    /// gem5 only: the other file of the pair (an instruction-fetch trace next to an elastic data
+    /// trace).
+    #[arg(long)]
+    fetch_trace: Option<PathBuf>,
+    /// Output layout (TOML, as `ptemu write` takes). Default: four 1 MiB ToPA regions with INT,
+    /// END back to the table (`ptemu layout default` prints it).
+    #[arg(long)]
+    layout: Option<PathBuf>,
+    /// CPU profile, replacing the layout's: broadwell, skylake, goldmont, icelake, alderlake,
+    /// sapphirerapids, generic-max.
+    #[arg(long)]
+    cpu: Option<String>,
+    /// IA32_RTIT_CTL field by its SDM name (any case), e.g. DisRETC=1, PSBFreq=1, MTCEn=1;
+    /// raw=0x... sets the whole MSR. Repeatable, applied in order on top of the default TraceEn
+    /// BranchEn User TSCEn (+ ToPA for a ToPA layout, + OS for CPL-0 BYU traces).
+    #[arg(long, value_name = "KEY=VALUE")]
+    ctl: Vec<String>,
+    /// Another configuration MSR written before CTL: CR3_MATCH, ADDR0_A ... ADDR3_B.
+    #[arg(long, value_name = "NAME=VALUE")]
+    msr: Vec<String>,
+    /// Tracer settings (TOML): clock, cycles_per_instruction, long_tnt, tsx, overflow,
+    /// flush_bytes (spec/generation.md).
+    #[arg(long, value_name = "FILE")]
+    tracer_config: Option<PathBuf>,
+    /// Skip bad records and count them instead of stopping at the first.
+    #[arg(long)]
+    lenient: bool,
+    /// Penn: do not synthesize the code image.
+    #[arg(long)]
+    no_image: bool,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Print nothing on success.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 pub fn run(a: Args) -> Result<(), Failure> {
@@ -253,32 +285,9 @@ fn print_summary(name: &str, a: &Args, opts: &Options, o: &Outcome, ptxed: Optio
         s.bytes_per_instruction,
         s.output.bytes_written,
         s.output.bytes_lost,
-        if o.unit.registers().status.stopped() {
-            " (stopped)"
-        } else if o.unit.registers().status.error() {
-            " (operational error)"
-        } else {
-            ""
-        }
+        halt_note(&o.unit)
     );
-    let count = |k| r.events.iter().filter(|e| e.kind == k).count();
-    println!(
-        "  output events: {} PMI, {} wrap, {} stopped, {} error",
-        count(EventKind::Pmi),
-        count(EventKind::Wrap),
-        count(EventKind::Stopped),
-        count(EventKind::Error)
-    );
-    if let Some(v) = o.unit.last_violation() {
-        println!("  error: {v}");
-    }
-    let m = r.msr;
-    println!("  MSRs after TraceEn=0:");
-    println!("    IA32_RTIT_CTL              {:#018x}", m.rtit_ctl);
-    println!("    IA32_RTIT_STATUS           {:#018x}", m.rtit_status);
-    println!("    IA32_RTIT_OUTPUT_BASE      {:#018x}", m.output_base);
-    println!("    IA32_RTIT_OUTPUT_MASK_PTRS {:#018x}", m.output_mask_ptrs);
-    println!("    IA32_PERF_GLOBAL_STATUS    {:#018x}", m.perf_global_status);
+    print_output_state(&r.events, 8, &o.unit, &r.msr);
     let out = &a.out;
     println!("  files in {}:", out.display());
     println!(

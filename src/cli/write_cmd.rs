@@ -1,10 +1,11 @@
 //! `ptemu write`.
 
+use super::summary::{halt_note, print_output_state};
 use super::Failure;
 use ptemu::layout::Layout;
 use ptemu::regs::msr::IA32_RTIT_CTL;
 use ptemu::report::{region_file_name, write_outputs, Report};
-use ptemu::{EventKind, OutputUnit, SparseMemory};
+use ptemu::{OutputUnit, SparseMemory};
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
@@ -65,49 +66,9 @@ fn print_summary(layout: &Layout, unit: &OutputUnit, out: &Path) {
         s.bytes_in,
         s.bytes_written,
         s.bytes_lost,
-        if unit.registers().status.stopped() {
-            " (stopped)"
-        } else if unit.registers().status.error() {
-            " (operational error)"
-        } else {
-            ""
-        }
+        halt_note(unit)
     );
-    let count = |k| r.events.iter().filter(|e| e.kind == k).count();
-    println!(
-        "  events: {} PMI, {} wrap, {} stopped, {} error",
-        count(EventKind::Pmi),
-        count(EventKind::Wrap),
-        count(EventKind::Stopped),
-        count(EventKind::Error)
-    );
-    for e in &r.events {
-        let place = match (e.table, e.index) {
-            (Some(t), Some(i)) => format!("table {t:#x} entry {i:#x}"),
-            _ => "range".to_string(),
-        };
-        let rule = e.rule.map_or(String::new(), |r| format!(" [{r}]"));
-        println!(
-            "    @{:>10}  {:<8} {place}{rule}",
-            e.stream_offset,
-            format!("{:?}", e.kind).to_lowercase()
-        );
-    }
-    if let Some(v) = unit.last_violation() {
-        println!("  error: {v}");
-    }
-    let m = r.msr;
-    println!("  MSRs after TraceEn=0:");
-    println!("    IA32_RTIT_CTL              {:#018x}", m.rtit_ctl);
-    println!("    IA32_RTIT_STATUS           {:#018x}", m.rtit_status);
-    println!("    IA32_RTIT_OUTPUT_BASE      {:#018x}", m.output_base);
-    println!(
-        "    IA32_RTIT_OUTPUT_MASK_PTRS {:#018x}  (index/mask {:#x}, offset {:#x})",
-        m.output_mask_ptrs,
-        (m.output_mask_ptrs >> 7) & 0x1ff_ffff,
-        m.output_mask_ptrs >> 32
-    );
-    println!("    IA32_PERF_GLOBAL_STATUS    {:#018x}", m.perf_global_status);
+    print_output_state(&r.events, usize::MAX, unit, &r.msr);
     let regions: Vec<_> = unit.written_regions().collect();
     println!(
         "  {} region file(s) in {}:",

@@ -1,6 +1,7 @@
 //! Shared test rig: build tables in sparse memory, program the MSRs, write a stream, inspect.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod insn;
 pub mod libipt;
 pub mod packets;
