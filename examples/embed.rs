@@ -100,14 +100,7 @@ fn guest_iteration(i: u64) -> Vec<Event> {
 
 /// A far transfer between user and kernel (interrupt, IRET, SYSCALL).
 fn far(kind: FarKind, from: u64, to: u64, cpl: u8) -> Event {
-    Event::Far {
-        kind,
-        from,
-        to,
-        cpl,
-        mode: ExecMode::Bits64,
-        cr3: None,
-    }
+    Event::far(kind, from, to, cpl, ExecMode::Bits64)
 }
 
 /// Guest kernel code: WRMSR is `0f 30`, 2 bytes; `ip` says which instruction of the handler.

@@ -439,14 +439,7 @@ fn tip2_tip3_pgd2_pge1_far_transfers_and_context_changes() {
 #[test]
 fn mode1_pge2_mode_exec_on_mode_change_only() {
     let mut r = rig(user().with_os(true));
-    let to32 = Event::Far {
-        kind: FarKind::FarBranch,
-        from: START,
-        to: 0x1000,
-        cpl: 3,
-        mode: ExecMode::Bits32,
-        cr3: None,
-    };
+    let to32 = Event::far(FarKind::FarBranch, START, 0x1000, 3, ExecMode::Bits32);
     r.ev(to32);
     r.ev(far(FarKind::FarBranch, 0x1000, START, 3));
     r.ev(far(FarKind::FarBranch, START, 0x40_2000, 3));

@@ -193,7 +193,7 @@ fn regions_match_trace(run: &Run, offset: u64, regions: u64) -> bool {
 // Replay of the Penn samples through the CLI
 
 #[test]
-fn samples_replay_with_ret_compression_and_the_report_counts_them() {
+fn sim1_sim3_samples_replay_with_ret_compression_and_the_report_counts_them() {
     for (path, insns, cond) in [(SJENG, 750, 148), (GCC, 754, 157)] {
         let r = simulate(&[path, "--format", "penn"]);
         assert_eq!(replays(&r, &fs::read(path).unwrap()), insns);
@@ -221,7 +221,7 @@ fn samples_replay_with_ret_compression_and_the_report_counts_them() {
 }
 
 #[test]
-fn samples_replay_without_ret_compression() {
+fn sim3_samples_replay_without_ret_compression() {
     for (path, cond, tips) in [(SJENG, 148, 10), (GCC, 157, 10)] {
         let r = simulate(&[path, "--format", "penn", "--ctl", "DisRETC=1"]);
         replays(&r, &fs::read(path).unwrap());
@@ -241,7 +241,7 @@ fn cycles_config(dir: &Path) -> PathBuf {
 }
 
 #[test]
-fn samples_replay_with_timing_packets_and_psb_every_2k() {
+fn sim3_sim9_samples_replay_with_timing_packets_and_psb_every_2k() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = cycles_config(dir.path());
     for path in [SJENG, GCC] {
@@ -280,7 +280,7 @@ fn samples_replay_with_timing_packets_and_psb_every_2k() {
 }
 
 #[test]
-fn samples_replay_through_a_multi_region_topa() {
+fn sim7_sim8_samples_replay_through_a_multi_region_topa() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = cycles_config(dir.path());
     for path in [SJENG, GCC] {
@@ -316,7 +316,7 @@ fn samples_replay_through_a_multi_region_topa() {
 }
 
 #[test]
-fn a_wrapped_buffer_still_gives_the_whole_trace() {
+fn sim6_a_wrapped_buffer_still_gives_the_whole_trace() {
     let dir = tempfile::tempdir().unwrap();
     let (gen, _) = generate(dir.path(), "penn", 60_000, 3);
     let layout = small_regions_layout(dir.path(), 0, 2);
@@ -340,7 +340,7 @@ fn a_wrapped_buffer_still_gives_the_whole_trace() {
 }
 
 #[test]
-fn the_bundled_sample_is_sjeng() {
+fn sim2_the_bundled_sample_is_sjeng() {
     let bundled = simulate(&[]);
     let file = simulate(&[SJENG, "--format", "penn"]);
     assert_eq!(bundled.trace, file.trace);
@@ -367,7 +367,7 @@ proptest! {
     /// Generated traces (whose calls nest beyond the 64-entry return stack) replay through the
     /// CLI in every mode.
     #[test]
-    fn generated_traces_replay_through_the_cli(seed in any::<u64>(), variant in 0usize..4) {
+    fn sim3_generated_traces_replay_through_the_cli(seed in any::<u64>(), variant in 0usize..4) {
         let dir = tempfile::tempdir().unwrap();
         let (gen, _) = generate(dir.path(), "penn", 30_000, seed);
         let ctl: &[&str] = match variant {
@@ -392,7 +392,7 @@ fn packet_decodes(run: &Run) -> usize {
 }
 
 #[test]
-fn every_format_sample_gives_a_trace_libipt_reads_and_the_regions_hold() {
+fn sim1_sim6_sim7_every_format_sample_gives_a_trace_libipt_reads_and_the_regions_hold() {
     let dir = tempfile::tempdir().unwrap();
     let layout = small_regions_layout(dir.path(), 0, 16);
     let cases: [&[&str]; 4] = [
@@ -421,7 +421,7 @@ fn every_format_sample_gives_a_trace_libipt_reads_and_the_regions_hold() {
 }
 
 #[test]
-fn every_format_generated_gives_a_trace_libipt_reads_and_the_regions_hold() {
+fn sim6_sim7_every_format_generated_gives_a_trace_libipt_reads_and_the_regions_hold() {
     let dir = tempfile::tempdir().unwrap();
     let layout = small_regions_layout(dir.path(), 0, 16);
     let mut wrapped = 0;
@@ -457,7 +457,7 @@ fn every_format_generated_gives_a_trace_libipt_reads_and_the_regions_hold() {
 }
 
 #[test]
-fn stdin_and_gzip_give_the_same_trace() {
+fn sim9_stdin_and_gzip_give_the_same_trace() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     gz.write_all(&fs::read(SJENG).unwrap()).unwrap();
     let gz = gz.finish().unwrap();
@@ -486,7 +486,7 @@ fn stdin_and_gzip_give_the_same_trace() {
 // --ctl, --msr, --cpu
 
 #[test]
-fn ctl_raw_and_field_names_give_the_same_msr() {
+fn sim5_ctl_raw_field_names_and_a_topa_override_are_honoured() {
     let a = simulate(&[SJENG, "--format", "penn", "--ctl", "raw=0x2d09"]);
     let b = simulate(&[SJENG, "--format", "penn", "--ctl", "DISRETC=true"]);
     assert_eq!(a.report["ctl"]["value"], 0x2d09);
@@ -494,10 +494,20 @@ fn ctl_raw_and_field_names_give_the_same_msr() {
     assert_eq!(a.trace, b.trace);
     // The MSR after TraceEn=0 is the written value without TraceEn.
     assert_eq!(a.report["msr"]["rtit_ctl"], 0x2d08);
+    // ToPA=0 over the default ToPA layout is honoured: single-range output at OUTPUT_BASE
+    // (0x10000, 128 bytes), the same packets.
+    let range = simulate(&[SJENG, "--format", "penn", "--ctl", "ToPA=0", "--ctl", "DisRETC=1"]);
+    assert_eq!(range.trace, b.trace);
+    assert_eq!(range.report["msr"]["rtit_ctl"], 0x2c08);
+    let regions: Vec<_> = fs::read_dir(range.out.join("regions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(regions, ["0x10000.bin"]);
 }
 
 #[test]
-fn ip_filtering_through_msr_and_addr_cfg() {
+fn sim4_ip_filtering_through_msr_and_addr_cfg() {
     // ADDR0 covers nothing of the trace: with FilterEn nothing after the enable is traced.
     let r = simulate(&[
         SJENG,
@@ -526,7 +536,7 @@ fn fails(args: &[&str], out: &Path) -> String {
 }
 
 #[test]
-fn an_illegal_ctl_is_a_gp_naming_its_rule_before_anything_is_written() {
+fn sim4_sim5_an_illegal_ctl_is_a_gp_naming_its_rule_before_anything_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     // Skylake has no PTWRITE (CPUID.14H.0:EBX[4] = 0).
@@ -586,7 +596,7 @@ fn files_in(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-fn bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
+fn sim10_bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let e = fails(&[BAD_PENN, "--format", "penn"], &out);
@@ -633,14 +643,14 @@ fn bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
 }
 
 #[test]
-fn lenient_skips_the_bad_line_and_counts_it() {
+fn sim10_lenient_skips_the_bad_line_and_counts_it() {
     let r = simulate(&[BAD_PENN, "--format", "penn", "--lenient", "--no-image"]);
     assert!(r.stat("skipped_records") >= 1, "{}", r.report["stats"]);
     packet_decodes(&r);
 }
 
 #[test]
-fn the_start_cpl_of_each_format_is_the_one_its_reader_reports() {
+fn sim1_the_start_cpl_of_each_format_is_the_one_its_reader_reports() {
     use ptemu::sources::{self, Format, Input, ReadOptions};
     for f in Format::ALL {
         let (mut main, mut fetch) = (Vec::new(), Vec::new());

@@ -412,14 +412,7 @@ fn interrupts_and_halts_map_to_far_and_power_events() {
     ];
     let bytes: Vec<u8> = recs.iter().flat_map(|r| r.to_bytes()).collect();
     let (events, _) = drain(&mut byu::ByuEvents::new(input("h", bytes), STRICT).unwrap()).unwrap();
-    let far = |kind, from, to| Event::Far {
-        kind,
-        from,
-        to,
-        cpl: 0,
-        mode: ExecMode::Bits32,
-        cr3: None,
-    };
+    let far = |kind, from, to| Event::far(kind, from, to, 0, ExecMode::Bits32);
     let ptw = Event::Ptwrite {
         ip: 0x1008,
         len: 0,
@@ -460,9 +453,8 @@ fn interrupts_and_halts_map_to_far_and_power_events() {
 
 /// Runs events through the tracer (32-bit, CPL 0, every packet kind on) and returns the bytes.
 fn trace(events: &[Event]) -> Vec<u8> {
-    let mut r = TraceRig::new(TracerConfig::default());
-    r.tracer.set_state(WRMSR_IP, 0, 0, ExecMode::Bits32);
-    r.start(
+    TraceRig::new(TracerConfig::default()).trace_events(
+        (0, 0, ExecMode::Bits32),
         RtitCtl::new()
             .with_branch_en(true)
             .with_os(true)
@@ -473,11 +465,8 @@ fn trace(events: &[Event]) -> Vec<u8> {
             .with_event_en(true)
             .with_cyc_en(true)
             .with_tsc_en(true),
-    );
-    r.evs(events);
-    let last = events.iter().fold(WRMSR_IP, |ip, e| e.next_ip(ip));
-    r.stop_at(last);
-    r.bytes()
+        events,
+    )
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod common;
 
 use common::sources::drain;
 
-use common::trace::{TraceRig, WRMSR_IP};
+use common::trace::TraceRig;
 use flate2::write::GzEncoder;
 use proptest::prelude::*;
 use prost::Message;
@@ -665,28 +665,24 @@ fn fetch_trace_alone_maps() {
 /// packet decoder must read the result without an error.
 fn trace_through_libipt(src: &mut dyn EventSource, limit: usize) -> usize {
     let start = src.start_state();
-    let mut r = TraceRig::new(TracerConfig::default());
-    r.tracer.set_state(WRMSR_IP, start.cpl, start.cr3, start.mode);
-    r.start(
+    let mut events = Vec::new();
+    let mut batch = Vec::new();
+    while events.len() < limit && src.next_events(&mut batch).unwrap() {
+        events.append(&mut batch);
+    }
+    events.truncate(limit);
+    let n = events.len();
+    let bytes = TraceRig::new(TracerConfig::default()).trace_events(
+        (start.cpl, start.cr3, start.mode),
         RtitCtl::new()
             .with_branch_en(true)
             .with_user(true)
             .with_ptw_en(true)
             .with_fup_on_ptw(true)
             .with_cyc_en(true),
+        &events,
     );
-    let mut out = Vec::new();
-    let mut n = 0;
-    let mut last_ip = WRMSR_IP;
-    while n < limit && src.next_events(&mut out).unwrap() {
-        for e in out.drain(..) {
-            r.ev(e);
-            last_ip = e.next_ip(last_ip);
-            n += 1;
-        }
-    }
-    r.stop_at(last_ip);
-    let packets = common::libipt::decode(&r.bytes()).expect("libipt decodes the stream");
+    let packets = common::libipt::decode(&bytes).expect("libipt decodes the stream");
     assert!(packets.len() > n / 10, "{} packets for {n} events", packets.len());
     n
 }

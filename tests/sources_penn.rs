@@ -5,7 +5,7 @@ mod common;
 use common::sources::drain;
 
 use common::query::{error_name, Query, Timing};
-use common::trace::{TraceRig, WRMSR_IP};
+use common::trace::TraceRig;
 use flate2::{write::GzEncoder, Compression};
 use proptest::prelude::*;
 use ptemu::sources::penn::{self, BranchKind, MacroOp, MacroOpReader, PennEvents, Uop, UopReader, UopWriter};
@@ -346,25 +346,21 @@ proptest! {
 fn replay_with_query_decoder(text: &[u8]) -> usize {
     let mut ev = PennEvents::new(bytes_input("q", text), ReadOptions::default());
     let start = ev.start_state();
-    let mut r = TraceRig::new(TracerConfig::default());
-    r.tracer.set_state(WRMSR_IP, start.cpl, start.cr3, start.mode);
-    r.start(
+    let (mut ops, mut events) = (Vec::new(), Vec::new());
+    while let Some((op, before, event)) = ev.next_macro_op().unwrap() {
+        assert!(before.is_none());
+        events.push(event);
+        ops.push(op);
+    }
+    let bytes = TraceRig::new(TracerConfig::default()).trace_events(
+        (start.cpl, start.cr3, start.mode),
         RtitCtl::new()
             .with_branch_en(true)
             .with_user(true)
             .with_dis_retc(true)
             .with_psb_freq(1),
+        &events,
     );
-    let mut ops = Vec::new();
-    let mut last_ip = WRMSR_IP;
-    while let Some((op, before, event)) = ev.next_macro_op().unwrap() {
-        assert!(before.is_none());
-        r.ev(event);
-        last_ip = event.next_ip(last_ip);
-        ops.push(op);
-    }
-    r.stop_at(last_ip);
-    let bytes = r.bytes();
     let clock = TracerConfig::default().clock;
     let timing = Timing {
         mtc_freq: 3,

@@ -240,3 +240,23 @@ fn every_generation_rule_is_in_the_spec_and_named_by_a_test_that_exists() {
         }
     }
 }
+
+/// spec/simulate.md: every SIM rule is named by a test, and every test it lists exists.
+#[test]
+fn every_simulate_rule_is_named_by_a_test_that_exists() {
+    let rows = rule_rows("simulate.md");
+    let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+    let want: Vec<String> = (1..=10).map(|n| format!("SIM{n}")).collect();
+    assert_eq!(ids, want, "spec/simulate.md rows");
+    let fns = test_fns();
+    for (id, names) in &rows {
+        let token = id.to_ascii_lowercase();
+        assert!(
+            fns.iter().any(|f| f.split('_').any(|t| t == token)),
+            "{id}: no test names it"
+        );
+        for n in names {
+            assert!(fns.contains(n), "{id}: listed test {n} does not exist");
+        }
+    }
+}

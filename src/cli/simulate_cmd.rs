@@ -100,8 +100,8 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
     };
     let written = finish(&a.out, &opts, &outcome, run_info, sink, &tmp, &trace_path);
-    let ptxed = match written {
-        Ok(p) => p,
+    let report = match written {
+        Ok(r) => r,
         Err(e) => {
             cleanup();
             return Err(Failure::input(format!(
@@ -111,7 +111,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
     };
     if !a.quiet {
-        print_summary(&name, &a, &opts, &outcome, ptxed.as_deref());
+        print_summary(&name, &a, &opts, &outcome, &report);
     }
     Ok(())
 }
@@ -164,7 +164,7 @@ fn options(a: &Args) -> Result<Options, Failure> {
         );
     }
     opts.read = ReadOptions { lenient: a.lenient };
-    opts.image = format == Format::Penn && !a.no_image;
+    opts.image &= !a.no_image;
     Ok(opts)
 }
 
@@ -207,7 +207,7 @@ fn progress_bar(quiet: bool) -> ProgressBar {
 }
 
 /// Writes the image files, moves trace.pt into place, then regions/ and report.json; returns the
-/// ptxed command when there is an image.
+/// report.
 fn finish(
     out: &Path,
     opts: &Options,
@@ -216,7 +216,7 @@ fn finish(
     sink: BufWriter<fs::File>,
     tmp: &Path,
     trace_path: &Path,
-) -> std::io::Result<Option<String>> {
+) -> std::io::Result<SimReport> {
     sink.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     let image_path = out.join("image.bin");
     let json_path = out.join("image.json");
@@ -244,14 +244,13 @@ fn finish(
         }
     };
     fs::rename(tmp, trace_path)?;
-    let mut report = SimReport::new(outcome, opts, ptxed.clone());
+    let mut report = SimReport::new(outcome, opts, ptxed);
     report.run = Some(run_info);
     write_outputs_with(out, &outcome.unit, &outcome.mem, &report)?;
-    Ok(ptxed)
+    Ok(report)
 }
 
-fn print_summary(name: &str, a: &Args, opts: &Options, o: &Outcome, ptxed: Option<&str>) {
-    let r = SimReport::new(o, opts, None);
+fn print_summary(name: &str, a: &Args, opts: &Options, o: &Outcome, r: &SimReport) {
     let s = &r.stats;
     let layout = a.layout.as_ref().map_or(
         "default layout: 4 x 1 MiB ToPA regions, INT, circular".to_string(),
@@ -305,7 +304,7 @@ fn print_summary(name: &str, a: &Args, opts: &Options, o: &Outcome, ptxed: Optio
             img.base
         );
     }
-    if let Some(cmd) = ptxed {
+    if let Some(cmd) = &r.ptxed {
         println!("  replay with libipt's ptxed:");
         println!("    {cmd}");
     }

@@ -60,13 +60,23 @@ impl Layout {
             .with_topa(self.scheme == Scheme::Topa)
     }
 
-    /// Places the tables, then programs the MSRs in the order EN1 asks: STATUS, the output MSRs,
+    /// The MSR writes that come before IA32_RTIT_CTL (EN1), in order: STATUS = 0, OUTPUT_BASE,
+    /// OUTPUT_MASK_PTRS.
+    pub fn output_msrs(&self) -> [(u32, u64); 3] {
+        [
+            (IA32_RTIT_STATUS, 0),
+            (IA32_RTIT_OUTPUT_BASE, self.base),
+            (IA32_RTIT_OUTPUT_MASK_PTRS, self.mask_ptrs),
+        ]
+    }
+
+    /// Places the tables, then programs the MSRs in the order EN1 asks: [`Layout::output_msrs`],
     /// and IA32_RTIT_CTL last, which enables tracing.
     pub fn apply<M: PhysMemory>(&self, unit: &mut OutputUnit, mem: &mut M) -> Result<(), MsrError> {
         self.place_tables(mem)?;
-        unit.wrmsr(mem, IA32_RTIT_STATUS, 0)?;
-        unit.wrmsr(mem, IA32_RTIT_OUTPUT_BASE, self.base)?;
-        unit.wrmsr(mem, IA32_RTIT_OUTPUT_MASK_PTRS, self.mask_ptrs)?;
+        for (msr, value) in self.output_msrs() {
+            unit.wrmsr(mem, msr, value)?;
+        }
         unit.wrmsr(mem, IA32_RTIT_CTL, self.enable_ctl().bits())
     }
 }

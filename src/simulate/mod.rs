@@ -14,7 +14,7 @@ use crate::layout::{Layout, Scheme};
 use crate::memory::{MemError, SparseMemory, Tee};
 use crate::output::{MsrError, OutputUnit};
 use crate::regs::check::check_write;
-use crate::regs::msr::{IA32_RTIT_CTL, IA32_RTIT_OUTPUT_BASE, IA32_RTIT_OUTPUT_MASK_PTRS, IA32_RTIT_STATUS};
+use crate::regs::msr::IA32_RTIT_CTL;
 use crate::regs::{Msr, RtitCtl};
 use crate::sources::penn::PennEvents;
 use crate::sources::{self, EventSource, Format, Input, ReadOptions, SourceError, SourceStats};
@@ -150,14 +150,12 @@ enum Feed {
 impl Feed {
     fn next(&mut self, out: &mut Vec<Event>) -> Result<bool, SourceError> {
         match self {
-            Feed::Penn(src, image) => match src.next_macro_op()? {
+            Feed::Penn(src, image) => match src.push_macro_op(out)? {
                 None => Ok(false),
-                Some((op, before, event)) => {
+                Some(op) => {
                     if let Some(b) = image {
                         b.add(&op);
                     }
-                    out.extend(before);
-                    out.push(event);
                     Ok(true)
                 }
             },
@@ -278,12 +276,7 @@ pub fn run<W: Write>(
 /// configuration MSRs; then checks the CTL value against the CPU (M-rules) so that a bad `--ctl`
 /// fails before any input is read (SIM4).
 fn configure<M: crate::PhysMemory>(opts: &Options, tracer: &mut Tracer, mem: &mut M) -> Result<(), SimError> {
-    let layout_msrs = [
-        (IA32_RTIT_STATUS, 0),
-        (IA32_RTIT_OUTPUT_BASE, opts.layout.base),
-        (IA32_RTIT_OUTPUT_MASK_PTRS, opts.layout.mask_ptrs),
-    ];
-    for &(msr, value) in layout_msrs.iter().chain(&opts.msrs) {
+    for &(msr, value) in opts.layout.output_msrs().iter().chain(&opts.msrs) {
         tracer
             .wrmsr(mem, msr, value, 0, 0)
             .map_err(|error| msr_error(msr, error))?;

@@ -105,6 +105,20 @@ pub struct ReadOptions {
     pub lenient: bool,
 }
 
+impl ReadOptions {
+    /// The one `--lenient` rule every reader follows: a skippable error
+    /// ([`SourceError::is_skippable`]) is counted in `skipped` and reading goes on (`Ok`) when
+    /// lenient; any other error, or any error when strict, is returned.
+    pub fn skip(&self, err: SourceError, skipped: &mut u64) -> error::Result<()> {
+        if self.lenient && err.is_skippable() {
+            *skipped += 1;
+            Ok(())
+        } else {
+            Err(err)
+        }
+    }
+}
+
 /// What a reader counted, for the report.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SourceStats {

@@ -227,6 +227,18 @@ pub enum Event {
 }
 
 impl Event {
+    /// A far transfer that leaves CR3 as it is ([`Event::Far`] with `cr3: None`).
+    pub fn far(kind: FarKind, from: u64, to: u64, cpl: u8, mode: ExecMode) -> Event {
+        Event::Far {
+            kind,
+            from,
+            to,
+            cpl,
+            mode,
+            cr3: None,
+        }
+    }
+
     /// The IP after the event; `current` for events that do not move it (cycles, ratio, wake).
     pub fn next_ip(&self, current: u64) -> u64 {
         let after = |ip: u64, len: u8| ip.wrapping_add(u64::from(len));

@@ -101,6 +101,23 @@ impl TraceRig {
         self
     }
 
+    /// Traces `events` from the start state `(cpl, cr3, mode)`: CTL = `ctl` | TraceEn by the
+    /// WRMSR at WRMSR_IP, then every event, then TraceEn = 0 at the IP after the last one.
+    /// Returns the bytes stored.
+    pub fn trace_events(
+        &mut self,
+        (cpl, cr3, mode): (u8, u64, ExecMode),
+        ctl: RtitCtl,
+        events: &[Event],
+    ) -> Vec<u8> {
+        self.tracer.set_state(WRMSR_IP, cpl, cr3, mode);
+        self.start(ctl);
+        self.evs(events);
+        let last = events.iter().fold(WRMSR_IP, |ip, e| e.next_ip(ip));
+        self.stop_at(last);
+        self.bytes()
+    }
+
     /// Every byte the unit stored (single range, or the first ToPA region: base .. offset).
     pub fn bytes(&self) -> Vec<u8> {
         let offset = self.tracer.rdmsr(MASK_PTRS).unwrap() >> 32;
@@ -129,12 +146,5 @@ impl TraceRig {
 
 /// A 64-bit far transfer without a CR3 change.
 pub fn far(kind: FarKind, from: u64, to: u64, cpl: u8) -> Event {
-    Event::Far {
-        kind,
-        from,
-        to,
-        cpl,
-        mode: ExecMode::Bits64,
-        cr3: None,
-    }
+    Event::far(kind, from, to, cpl, ExecMode::Bits64)
 }

@@ -131,10 +131,7 @@ impl EventSource for ByuEvents {
                         r.control
                     ),
                 );
-                if !self.options.lenient {
-                    return Err(err);
-                }
-                self.skipped += 1;
+                self.options.skip(err, &mut self.skipped)?;
             }
         }
         Ok(true)

@@ -71,14 +71,7 @@ impl Flow {
     }
 
     fn far(kind: FarKind, from: u64, to: u64) -> Event {
-        Event::Far {
-            kind,
-            from,
-            to,
-            cpl: 0,
-            mode: ExecMode::Bits32,
-            cr3: None,
-        }
+        Event::far(kind, from, to, 0, ExecMode::Bits32)
     }
 
     /// Retires the held-back unit up to its end.

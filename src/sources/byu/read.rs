@@ -223,15 +223,24 @@ impl<W: Write, R: FixedRecord> FixedWriter<W, R> {
     }
 }
 
-impl FixedRecord for Record {
-    const LEN: usize = RECORD_LEN;
-    fn decode(bytes: &[u8]) -> Self {
-        Record::from_bytes(bytes.try_into().expect("one record long"))
-    }
-    fn encode(&self, out: &mut [u8]) {
-        out.copy_from_slice(&self.to_bytes())
-    }
+/// Implements [`FixedRecord`] for a record type with `from_bytes([u8; LEN])` and
+/// `to_bytes() -> [u8; LEN]` (the modular-bitfield layouts of both BYU formats).
+macro_rules! fixed_record {
+    ($record:ty, $len:expr) => {
+        impl $crate::sources::byu::read::FixedRecord for $record {
+            const LEN: usize = $len;
+            fn decode(bytes: &[u8]) -> Self {
+                <$record>::from_bytes(bytes.try_into().expect("one record long"))
+            }
+            fn encode(&self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_bytes())
+            }
+        }
+    };
 }
+pub(crate) use fixed_record;
+
+fixed_record!(Record, RECORD_LEN);
 
 /// Streams 6-byte records from an [`Input`].
 pub type Reader = FixedReader<Record>;

@@ -128,10 +128,7 @@ impl EventSource for ByuP2Events {
                         r.reqtype.to_u8()
                     ),
                 );
-                if !self.options.lenient {
-                    return Err(err);
-                }
-                self.skipped += 1;
+                self.options.skip(err, &mut self.skipped)?;
             }
         }
         Ok(true)

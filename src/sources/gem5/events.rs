@@ -194,8 +194,7 @@ impl Gem5Events {
             match reader.next_record() {
                 Ok(Some(_)) => self.counts[FETCH] += 1,
                 Ok(None) => break,
-                Err(e) if self.options.lenient && e.is_skippable() => self.skipped += 1,
-                Err(e) => return Err(e),
+                Err(e) => self.options.skip(e, &mut self.skipped)?,
             }
         }
         Ok(())
@@ -211,8 +210,7 @@ impl EventSource for Gem5Events {
             match self.map(out) {
                 Ok(true) => return Ok(true),
                 Ok(false) => break,
-                Err(e) if self.options.lenient && e.is_skippable() => self.skipped += 1,
-                Err(e) => return Err(e),
+                Err(e) => self.options.skip(e, &mut self.skipped)?,
             }
         }
         self.finish_instruction(None, None, out);

@@ -90,11 +90,10 @@ impl EventSource for KaplanEvents {
         let r = match self.reader.next_record() {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(false),
-            Err(e) if self.options.lenient && e.is_skippable() => {
-                self.skipped += 1;
+            Err(e) => {
+                self.options.skip(e, &mut self.skipped)?;
                 return Ok(true);
             }
-            Err(e) => return Err(e),
         };
         let (page, compulsory) = (r.page, r.compulsory);
         let evicted = r.evicted.map(|e| (e.page, e.dirty));
@@ -134,20 +133,10 @@ impl EventSource for KaplanEvents {
                 ErrorKind::Inconsistent,
                 message,
             );
-            if !self.options.lenient {
-                return Err(err);
-            }
-            self.skipped += 1;
+            self.options.skip(err, &mut self.skipped)?;
             return Ok(true);
         }
-        let far = |kind, from, to, cpl| Event::Far {
-            kind,
-            from,
-            to,
-            cpl,
-            mode: ExecMode::Bits32,
-            cr3: None,
-        };
+        let far = |kind, from, to, cpl| Event::far(kind, from, to, cpl, ExecMode::Bits32);
         let exception = FarKind::Exception {
             vector: PF_VECTOR,
             cr2: Some(u64::from(page) << 12),

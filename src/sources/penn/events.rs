@@ -82,16 +82,15 @@ impl PennEvents {
                         ));
                     }
                     self.counts.discontinuities += 1;
-                    before = Some(Event::Far {
-                        kind: FarKind::Interrupt {
+                    before = Some(Event::far(
+                        FarKind::Interrupt {
                             vector: DISCONTINUITY_VECTOR,
                         },
-                        from: expected,
-                        to: op.pc,
-                        cpl: 3,
-                        mode: ExecMode::Bits64,
-                        cr3: None,
-                    });
+                        expected,
+                        op.pc,
+                        3,
+                        ExecMode::Bits64,
+                    ));
                 }
             }
             self.prev = Some(op);
@@ -159,16 +158,21 @@ pub const PENN_APPROXIMATIONS: &[&str] = &[
     "the trace has no timing: the clock advances a fixed number of cycles per instruction",
 ];
 
+impl PennEvents {
+    /// Appends the events of the next macro-op to `out` ([`EventSource::next_events`]) and
+    /// returns the macro-op, for callers that also want it (the code image); `None` at the end.
+    pub fn push_macro_op(&mut self, out: &mut Vec<Event>) -> Result<Option<MacroOp>> {
+        Ok(self.next_macro_op()?.map(|(op, before, event)| {
+            out.extend(before);
+            out.push(event);
+            op
+        }))
+    }
+}
+
 impl EventSource for PennEvents {
     fn next_events(&mut self, out: &mut Vec<Event>) -> Result<bool> {
-        match self.next_macro_op()? {
-            None => Ok(false),
-            Some((_, before, event)) => {
-                out.extend(before);
-                out.push(event);
-                Ok(true)
-            }
-        }
+        Ok(self.push_macro_op(out)?.is_some())
     }
 
     fn start_state(&self) -> StartState {

@@ -126,8 +126,7 @@ impl MacroOpReader {
         loop {
             match self.assemble() {
                 Ok(op) => return Ok(op),
-                Err(e) if self.uops.lenient() && e.is_skippable() => self.uops.count_skipped(),
-                Err(e) => return Err(e),
+                Err(e) => self.uops.skip(e)?,
             }
         }
     }

@@ -56,9 +56,10 @@ impl UopReader {
         self.skipped
     }
 
-    /// Counts one skipped record (used by the grouping layer for records it rejects).
-    pub(crate) fn count_skipped(&mut self) {
-        self.skipped += 1;
+    /// [`ReadOptions::skip`] with this reader's count (also used by the grouping layer for the
+    /// records it rejects): `Ok` when a lenient reader skips `err`.
+    pub(crate) fn skip(&mut self, err: SourceError) -> Result<()> {
+        self.options.skip(err, &mut self.skipped)
     }
 
     /// Whether bad records are skipped.
@@ -77,11 +78,7 @@ impl UopReader {
                 Step::Line(Err(e)) => {
                     let err =
                         SourceError::at(self.input.name(), Position::Line(self.line), e.kind, e.message);
-                    if self.options.lenient && err.is_skippable() {
-                        self.skipped += 1;
-                    } else {
-                        return Err(err);
-                    }
+                    self.options.skip(err, &mut self.skipped)?;
                 }
             }
         }
