@@ -6,7 +6,7 @@ mod common;
 use common::packets::any_sequence;
 use proptest::prelude::*;
 use ptemu::packet::text::{parse_line, to_text, ParseState};
-use ptemu::packet::{Packet, PacketDecoder, Tnt};
+use ptemu::packet::{EncodeError, Packet, PacketDecoder, PacketEncoder, Tnt};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
@@ -28,6 +28,49 @@ proptest! {
             p.encode_to_vec(&mut again).unwrap();
         }
         prop_assert_eq!(again, bytes);
+    }
+
+    /// The stream encoder writes the bytes the per-packet one does, with any amount of spare room
+    /// (its fast loop, its exact tail, or both), ends in the same last IP, and names the packet
+    /// that did not fit.
+    #[test]
+    fn encode_all_writes_what_packet_by_packet_encoding_writes(
+        seq in any_sequence(),
+        slack in 0usize..40,
+        short in 1usize..20,
+    ) {
+        let mut one = PacketEncoder::new();
+        let mut expected = Vec::new();
+        for p in &seq {
+            one.encode_to_vec(p, &mut expected).unwrap();
+        }
+        let mut all = PacketEncoder::new();
+        let mut out = vec![0u8; expected.len() + slack];
+        let n = all.encode_all(&seq, &mut out).unwrap();
+        prop_assert_eq!(&out[..n], &expected[..]);
+        prop_assert_eq!(all.last_ip(), one.last_ip());
+
+        if !seq.is_empty() {
+            let cut = expected.len().saturating_sub(short);
+            let mut small = vec![0u8; cut];
+            let mut e = PacketEncoder::new();
+            let err = e.encode_all(&seq, &mut small).unwrap_err();
+            let mut fit = 0;
+            let mut len = 0;
+            for p in &seq {
+                let mut b = Vec::new();
+                p.encode_to_vec(&mut b).unwrap();
+                if len + b.len() > cut {
+                    break;
+                }
+                len += b.len();
+                fit += 1;
+            }
+            prop_assert_eq!(err.0, fit);
+            let is_too_small = matches!(err.1, EncodeError::BufferTooSmall { .. });
+            prop_assert!(is_too_small);
+            prop_assert_eq!(&small[..len], &expected[..len]);
+        }
     }
 
     /// The text form: `dump`'s line for every packet assembles back to the same packet.

@@ -1,7 +1,7 @@
 //! The encoder: a packet into a caller's buffer, no allocation (pt-packets.md §1, §3).
 
 use super::ip::{IpPayload, LastIp};
-use super::{Packet, PtwSize, MAX_PACKET_LEN, PSB_BYTES};
+use super::{Packet, PtwSize, Tnt, MAX_PACKET_LEN, PSB_BYTES};
 
 /// A packet that cannot be encoded as given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,7 +61,7 @@ fn ip_packet(
     buf[0] = (ip.ipc as u8) << 5 | opcode;
     // One fixed 8-byte store; bytes past the payload are scratch (see `Packet::encode_into`).
     buf[1..9].copy_from_slice(&ip.raw.to_le_bytes());
-    last_ip.apply(ip);
+    last_ip.update(ip);
     Ok(1 + ip.ipc.payload_len())
 }
 
@@ -82,17 +82,18 @@ impl Packet {
         buf: &mut [u8; MAX_PACKET_LEN],
         last_ip: &mut LastIp,
     ) -> Result<usize, EncodeError> {
+        // TNT-8 first, outside the dispatch: it is most of any branch trace, and a predictable
+        // test-and-store beats an indirect jump through the packet table.
+        if let Packet::Tnt8(t) = *self {
+            return encode_tnt8(buf, t, self);
+        }
+        less_likely();
         Ok(match *self {
             Packet::Pad => {
                 buf[0] = 0;
                 1
             }
-            Packet::Tnt8(t) => {
-                check((1..=6).contains(&t.count), self, "count", t.count.into())?;
-                check(t.bits >> t.count == 0, self, "bits", t.bits)?;
-                buf[0] = ((t.bits << 1) | 1 << (t.count + 1)) as u8;
-                1
-            }
+            Packet::Tnt8(t) => encode_tnt8(buf, t, self)?,
             Packet::Tnt64(t) => {
                 check((1..=47).contains(&t.count), self, "count", t.count.into())?;
                 check(t.bits >> t.count == 0, self, "bits", t.bits)?;
@@ -263,6 +264,29 @@ impl Packet {
     }
 }
 
+/// Marks the path that calls it as the less likely one, so the TNT-8 test stays its own branch
+/// instead of merging into the packet dispatch (`std::hint::cold_path` needs Rust 1.95; our MSRV
+/// is 1.88).
+#[cold]
+#[inline(always)]
+fn less_likely() {}
+
+/// TNT-8: the bits above a stop bit, then bit 0 clear (SDM 36-17).
+#[inline(always)]
+fn encode_tnt8(buf: &mut [u8; MAX_PACKET_LEN], t: Tnt, p: &Packet) -> Result<usize, EncodeError> {
+    // One test for both limits: count in 1..=6 and no bit at or above `count`.
+    let fits = t.count.wrapping_sub(1) < 6 && t.bits >> t.count == 0;
+    if !fits {
+        return Err(if t.count.wrapping_sub(1) < 6 {
+            bad_field(p, "bits", t.bits)
+        } else {
+            bad_field(p, "count", t.count.into())
+        });
+    }
+    buf[0] = ((t.bits << 1) | 1 << (t.count + 1)) as u8;
+    Ok(1)
+}
+
 #[inline(always)]
 fn ext(buf: &mut [u8; MAX_PACKET_LEN], op: u8) -> usize {
     buf[0] = 0x02;
@@ -316,11 +340,55 @@ impl PacketEncoder {
         if let Some(room) = out.first_chunk_mut::<MAX_PACKET_LEN>() {
             return p.encode_tracking(room, &mut self.last_ip);
         }
+        self.encode_exact(p, out)
+    }
+
+    /// [`PacketEncoder::encode`] into fewer than 16 bytes: staged, then copied. Out of line, so the
+    /// in-place path keeps its registers.
+    #[cold]
+    #[inline(never)]
+    fn encode_exact(&mut self, p: &Packet, out: &mut [u8]) -> Result<usize, EncodeError> {
         let (buf, n, last_ip) = self.stage(p)?;
         let dst = out.get_mut(..n).ok_or(EncodeError::BufferTooSmall { need: n })?;
         dst.copy_from_slice(&buf[..n]);
         self.last_ip = last_ip;
         Ok(n)
+    }
+
+    /// Encodes `packets` in order into `out` and tracks last IP; returns the bytes written. The
+    /// stream form of [`PacketEncoder::encode`]: while 16 bytes per remaining packet surely fit, the
+    /// loop skips the per-packet room test. On a packet that cannot be encoded (bad field, or `out`
+    /// full), returns its index and the error; the packets before it are in `out` and in last IP.
+    /// Like [`PacketEncoder::encode`], bytes past the written ones (up to 16 past the last packet's
+    /// start) may be overwritten with scratch values.
+    pub fn encode_all(&mut self, packets: &[Packet], out: &mut [u8]) -> Result<usize, (usize, EncodeError)> {
+        let (mut pos, mut i) = (0, 0);
+        let mut last_ip = self.last_ip;
+        loop {
+            let sure = packets.len().min(i + (out.len() - pos) / MAX_PACKET_LEN);
+            if sure == i {
+                break;
+            }
+            for p in &packets[i..sure] {
+                let room = out[pos..]
+                    .first_chunk_mut::<MAX_PACKET_LEN>()
+                    .expect("16 bytes per remaining packet");
+                match p.encode_tracking(room, &mut last_ip) {
+                    Ok(n) => pos += n,
+                    Err(e) => {
+                        self.last_ip = last_ip;
+                        return Err((i, e));
+                    }
+                }
+                i += 1;
+            }
+        }
+        self.last_ip = last_ip;
+        for p in &packets[i..] {
+            pos += self.encode(p, &mut out[pos..]).map_err(|e| (i, e))?;
+            i += 1;
+        }
+        Ok(pos)
     }
 
     /// Encodes `p` at the end of `out` and tracks last IP.
@@ -452,6 +520,27 @@ mod tests {
         assert_eq!(enc.compress(Some(0x7fff_0000_2000)).ipc, Ipc::Update16);
         enc.encode_to_vec(&Packet::Ovf, &mut Vec::new()).unwrap();
         assert_eq!(enc.last_ip().get(), 0);
+    }
+
+    #[test]
+    fn encode_all_names_the_bad_packet_and_keeps_what_came_before() {
+        let tip = Packet::Tip(IpPayload::new(Ipc::Sext48, 0x7fff_0000_1000));
+        let bad = Packet::Tnt8(Tnt { bits: 4, count: 2 });
+        let mut enc = PacketEncoder::new();
+        let mut out = [0u8; 64];
+        assert_eq!(
+            enc.encode_all(&[Packet::Pad, tip, bad, Packet::Pad], &mut out),
+            Err((
+                2,
+                EncodeError::BadField {
+                    packet: "tnt.8",
+                    field: "bits",
+                    value: 4
+                }
+            ))
+        );
+        assert_eq!(out[..8], [0x00, 0x6d, 0x00, 0x10, 0x00, 0x00, 0xff, 0x7f]);
+        assert_eq!(enc.last_ip().get(), 0x7fff_0000_1000);
     }
 
     #[test]

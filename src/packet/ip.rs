@@ -42,25 +42,52 @@ impl Ipc {
     /// Payload bytes the packet carries.
     #[inline(always)]
     pub const fn payload_len(self) -> usize {
-        match self {
-            Ipc::Suppressed => 0,
-            Ipc::Update16 => 2,
-            Ipc::Update32 => 4,
-            Ipc::Sext48 | Ipc::Update48 => 6,
-            Ipc::Full => 8,
-        }
+        IPC_SHAPE[self as usize].len as usize
     }
 
     /// Mask of the payload bits.
     #[inline(always)]
     pub const fn mask(self) -> u64 {
-        match self.payload_len() {
-            0 => 0,
-            8 => u64::MAX,
-            n => (1 << (8 * n)) - 1,
-        }
+        IPC_SHAPE[self as usize].mask
     }
 }
+
+/// How one IPBytes value rebuilds an IP, as table data so that the hot paths (encoder, decoder,
+/// tracer) look it up instead of branching on the form: IP = sign-extend(payload & mask, from bit
+/// 63 - sext) | (last IP & keep).
+#[derive(Clone, Copy)]
+struct IpcShape {
+    len: u8,
+    mask: u64,
+    keep: u64,
+    sext: u32,
+}
+
+const fn shape(len: u8, keep: u64, sext: u32) -> IpcShape {
+    IpcShape {
+        len,
+        mask: if len == 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * len)) - 1
+        },
+        keep,
+        sext,
+    }
+}
+
+/// Indexed by the 3-bit IPBytes value; the reserved values 5 and 7 never index it (an [`Ipc`] cannot
+/// hold them) and read as "suppressed".
+const IPC_SHAPE: [IpcShape; 8] = [
+    shape(0, u64::MAX, 0),
+    shape(2, !0xffff, 0),
+    shape(4, !0xffff_ffff, 0),
+    shape(6, 0, 16),
+    shape(6, !0xffff_ffff_ffff, 0),
+    shape(0, u64::MAX, 0),
+    shape(8, 0, 0),
+    shape(0, u64::MAX, 0),
+];
 
 /// The IP field of an IP packet exactly as it sits in the packet: the compression and the payload
 /// bits (only the low `ipc.payload_len()` bytes are meaningful).
@@ -128,9 +155,17 @@ impl LastIp {
     /// Reconstructs `p` and makes it the last IP.
     #[inline(always)]
     pub fn apply(&mut self, p: IpPayload) -> Option<u64> {
-        let ip = self.reconstruct(p)?;
-        self.ip = ip;
-        Some(ip)
+        self.update(p);
+        (p.ipc != Ipc::Suppressed).then_some(self.ip)
+    }
+
+    /// [`LastIp::apply`] without the result: one table lookup, no branch on the form (a suppressed
+    /// payload keeps every bit of last IP).
+    #[inline(always)]
+    pub fn update(&mut self, p: IpPayload) {
+        let s = &IPC_SHAPE[p.ipc as usize];
+        let payload = ((((p.raw & s.mask) << s.sext) as i64) >> s.sext) as u64;
+        self.ip = payload | (self.ip & s.keep);
     }
 
     /// The shortest payload that reproduces `ip` from the current last IP: update-16, -32, -48 when
