@@ -7,6 +7,7 @@
 //! - [`PennEvents`] maps macro-ops to tracer events (`spec/mapping.md`).
 
 mod events;
+mod fast;
 mod gen;
 mod macro_op;
 mod parse;

@@ -165,7 +165,12 @@ impl UopReader {
     }
 }
 
+/// The fast path first; the exact parser for whatever it declines (blank and bad lines among them).
+#[inline]
 fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
+    if let Some(uop) = super::fast::parse(line) {
+        return Ok(Some(uop));
+    }
     match parse_line(line) {
         Ok(u) => Ok(Some(u)),
         Err(_) if is_blank(line) => Ok(None),
