@@ -1,22 +1,29 @@
-//! The fast path for one Penn line: eight bytes per step (SWAR) over a padded copy of the line.
+//! The fast path for one Penn line: eight or sixteen bytes per step (SWAR, SSE2), in place in the
+//! reader's buffer.
 //!
-//! [`parse`] accepts only what [`parse_line`](super::parse::parse_line) accepts and returns the same
-//! [`Uop`]; on anything it does not handle (a bad field, a control byte that is not whitespace, a
-//! byte of 0x7f or more, a number of more than 16 digits, a line over 128 bytes) it returns `None`
-//! and the reader runs the exact parser, so every error message still comes from one place.
+//! [`parse_in`] accepts only what [`parse_line`](super::parse::parse_line) accepts and returns the
+//! same [`Uop`]; on anything it does not handle (a bad field, a control byte that is not
+//! whitespace, a byte of 0x7f or more, a number of more than 16 digits, a line over 128 bytes) it
+//! returns `None` and the reader runs the exact parser, so every error message still comes from
+//! one place.
 //!
-//! How: one pass over the line's words builds a bitmask of token bytes (every byte above 0x20);
-//! token starts and ends fall out of the mask by shifts; each number is then read as one or two
-//! 8-byte words ending at its last digit, checked and converted without a per-digit loop.
+//! How: one pass over the line builds a bitmask of its token bytes (every byte above 0x20); token
+//! starts and ends fall out of the mask by shifts; each number is then read as one or two 8-byte
+//! words ending at its last digit, checked and converted without a per-digit loop. The bytes after
+//! the line (the next lines, in the reader's buffer) are read but masked out.
 
 use super::{BranchOutcome, FlagsUse, MemAccess, Mnemonic, Uop};
 
 /// The longest line the fast path takes (real lines are about 90 bytes).
 const MAX_FAST: usize = 128;
-/// Bytes of padding before the line, so that the word ending at any token's end is in the buffer.
-const PAD: usize = 8;
+/// The bytes from a line's start the fast path may read: the token mask's 16-byte blocks, and a
+/// name's fixed-size copy starting anywhere in the line.
+const ROOM: usize = MAX_FAST + Mnemonic::CAPACITY;
 /// The number of fields.
 const FIELDS: u32 = 14;
+
+/// A line at offset 0 and what follows it.
+type Room = [u8; ROOM];
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
@@ -40,11 +47,20 @@ fn gather(w: u64) -> u8 {
     (((w >> 7) & ONES).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8
 }
 
-/// The 8 bytes of `b` ending at `end` with all but the last `n` replaced by `'0'`.
 #[inline(always)]
-fn digits_word(b: &Buf, end: usize, n: usize) -> u64 {
-    let w = u64::from_le_bytes(b[end - 8..end].try_into().expect("8 bytes"));
-    // The last `n` bytes are the high ones (little-endian).
+fn word(b: &Room, at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The `n` bytes of `b` ending at `end` as the high bytes of a word, the low ones `'0'`.
+#[inline(always)]
+fn digits_word(b: &Room, end: usize, n: usize) -> u64 {
+    let w = if end >= 8 {
+        word(b, end - 8)
+    } else {
+        // Near the line's start: the first `end` bytes, moved up.
+        word(b, 0) << (8 * (8 - end))
+    };
     let keep = u64::MAX.checked_shl(8 * (8 - n) as u32).unwrap_or(0);
     (w & keep) | (ZEROS & !keep)
 }
@@ -76,31 +92,27 @@ fn hex8(w: u64) -> Option<u64> {
     Some(((t << 16) | (t >> 32)) & 0xffff_ffff)
 }
 
-/// The padded line: `PAD` spaces, the line, spaces to the end (room for a name's fixed-size copy).
-type Buf = [u8; PAD + MAX_FAST + Mnemonic::CAPACITY];
-
-/// The token bytes of the line in `buf` (every byte above 0x20) as a bitmask, bit `i` for line
-/// byte `i`; `None` if the line holds a byte the exact parser treats differently: 0x7f and
-/// above, or a control byte other than C's whitespace (\t \n \v \f \r).
+/// The token bytes of the line `b[..len]` (every byte above 0x20) as a bitmask, bit `i` for byte
+/// `i`; `None` if the line holds a byte the exact parser treats differently: 0x7f and above, or
+/// a control byte other than C's whitespace (\t \n \v \f \r). Bytes past `len` do not count.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn classify(buf: &Buf, len: usize) -> Option<u128> {
+fn classify(b: &Room, len: usize) -> Option<u128> {
     // SAFETY: SSE2 is part of the x86-64 baseline; every x86-64 CPU has it.
-    unsafe { classify_sse2(buf, len) }
+    unsafe { classify_sse2(b, len) }
 }
 
 /// [`classify`] sixteen bytes at a time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
 #[inline]
-fn classify_sse2(buf: &Buf, len: usize) -> Option<u128> {
+fn classify_sse2(b: &Room, len: usize) -> Option<u128> {
     use std::arch::x86_64::*;
     let mut token = 0u128;
     let mut odd = 0;
     for k in 0..len.div_ceil(16) {
-        let at = PAD + 16 * k;
-        let word = |i: usize| i64::from_le_bytes(buf[i..i + 8].try_into().expect("8 bytes"));
-        let x = _mm_set_epi64x(word(at + 8), word(at));
+        let at = 16 * k;
+        let x = _mm_set_epi64x(word(b, at + 8) as i64, word(b, at) as i64);
         // Signed compares: bytes of 0x80 and above are negative and fail every range below.
         let graphic = _mm_and_si128(
             _mm_cmpgt_epi8(x, _mm_set1_epi8(0x20)),
@@ -113,11 +125,13 @@ fn classify_sse2(buf: &Buf, len: usize) -> Option<u128> {
                 _mm_cmplt_epi8(x, _mm_set1_epi8(0x0e)),
             ),
         );
-        let g = _mm_movemask_epi8(graphic) as u32;
-        odd |= !(g | _mm_movemask_epi8(space) as u32) & 0xffff;
-        token |= u128::from(g) << (16 * k);
+        let inside = u32::MAX
+            .checked_shl((len - at) as u32)
+            .map_or(0xffff, |m| !m & 0xffff);
+        let g = _mm_movemask_epi8(graphic) as u32 & inside;
+        odd |= !(g | _mm_movemask_epi8(space) as u32) & inside;
+        token |= u128::from(g) << at;
     }
-    // Bytes past the line are padding spaces: neither token nor odd.
     (odd == 0).then_some(token)
 }
 
@@ -125,14 +139,18 @@ fn classify_sse2(buf: &Buf, len: usize) -> Option<u128> {
 /// cross-check on x86-64).
 #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
 #[inline(always)]
-fn classify_swar(buf: &Buf, len: usize) -> Option<u128> {
+fn classify_swar(b: &Room, len: usize) -> Option<u128> {
     let mut token = 0u128;
     let mut odd = 0u64;
     for k in 0..len.div_ceil(8) {
-        let at = PAD + 8 * k;
-        let w = u64::from_le_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
-        token |= u128::from(gather(ge(w, 0x21) & !ge(w, 0x7f))) << (8 * k);
-        odd |= ge(w, 0x7f) | (!ge(w, 0x20) & HIGH & !within(w, b'\t', b'\r'));
+        let at = 8 * k;
+        let w = word(b, at);
+        let inside = u64::MAX
+            .checked_shl(8 * (len - at) as u32)
+            .map_or(HIGH, |m| !m & HIGH);
+        let graphic = ge(w, 0x21) & !ge(w, 0x7f) & inside;
+        token |= u128::from(gather(graphic)) << at;
+        odd |= (ge(w, 0x7f) | (!ge(w, 0x20) & HIGH & !within(w, b'\t', b'\r'))) & inside;
     }
     (odd == 0).then_some(token)
 }
@@ -140,32 +158,32 @@ fn classify_swar(buf: &Buf, len: usize) -> Option<u128> {
 #[cfg(not(target_arch = "x86_64"))]
 use classify_swar as classify;
 
-/// The line in a buffer padded with spaces on both sides, its token mask and its tokens.
-struct Tokens {
-    buf: Buf,
+/// A line's bytes, its token starts and ends (bitmasks), consumed one token at a time.
+struct Tokens<'a> {
+    buf: &'a Room,
     starts: u128,
     ends: u128,
 }
 
-impl Tokens {
-    /// The next token's byte range in `buf`.
+impl Tokens<'_> {
+    /// The next token's byte range.
     #[inline(always)]
     fn next(&mut self) -> (usize, usize) {
         let s = self.starts.trailing_zeros() as usize;
         let e = self.ends.trailing_zeros() as usize + 1;
         self.starts &= self.starts - 1;
         self.ends &= self.ends - 1;
-        (PAD + s, PAD + e)
+        (s, e)
     }
 
     #[inline(always)]
     fn hex(&mut self) -> Option<u64> {
         let (s, e) = self.next();
         match e - s {
-            n @ 1..=8 => hex8(digits_word(&self.buf, e, n)),
+            n @ 1..=8 => hex8(digits_word(self.buf, e, n)),
             n @ 9..=16 => {
-                let hi = hex8(digits_word(&self.buf, e - 8, n - 8))?;
-                Some(hi << 32 | hex8(digits_word(&self.buf, e, 8))?)
+                let hi = hex8(digits_word(self.buf, e - 8, n - 8))?;
+                Some(hi << 32 | hex8(digits_word(self.buf, e, 8))?)
             }
             _ => None,
         }
@@ -177,10 +195,10 @@ impl Tokens {
         let neg = self.buf[s] == b'-';
         s += usize::from(neg || self.buf[s] == b'+');
         let v = match e - s {
-            n @ 1..=8 => dec8(digits_word(&self.buf, e, n))?,
+            n @ 1..=8 => dec8(digits_word(self.buf, e, n))?,
             n @ 9..=16 => {
-                let hi = dec8(digits_word(&self.buf, e - 8, n - 8))?;
-                hi * 100_000_000 + dec8(digits_word(&self.buf, e, 8))?
+                let hi = dec8(digits_word(self.buf, e - 8, n - 8))?;
+                hi * 100_000_000 + dec8(digits_word(self.buf, e, 8))?
             }
             _ => return None,
         } as i64;
@@ -218,21 +236,37 @@ impl Tokens {
     }
 }
 
-/// The fast parse of one line (without its newline); `None` means "ask the exact parser".
+/// The fast parse of the line `bytes[..len]` (without its newline); the bytes after it are read
+/// when they are there (at least 151), which spares a copy. `None` means "ask the exact parser".
 #[inline]
-pub(crate) fn parse(line: &[u8]) -> Option<Uop> {
-    if line.len() > MAX_FAST {
+pub(crate) fn parse_in(bytes: &[u8], len: usize) -> Option<Uop> {
+    if len > MAX_FAST {
         return None;
     }
+    match bytes.first_chunk::<ROOM>() {
+        Some(room) => parse_room(room, len),
+        None => {
+            let mut room = [b' '; ROOM];
+            room[..len].copy_from_slice(&bytes[..len]);
+            parse_room(&room, len)
+        }
+    }
+}
+
+/// [`parse_in`] for a line alone.
+#[cfg(test)]
+pub(crate) fn parse(line: &[u8]) -> Option<Uop> {
+    parse_in(line, line.len())
+}
+
+#[inline(always)]
+fn parse_room(buf: &Room, len: usize) -> Option<Uop> {
+    let token = classify(buf, len)?;
     let mut t = Tokens {
-        buf: [b' '; PAD + MAX_FAST + Mnemonic::CAPACITY],
-        starts: 0,
-        ends: 0,
+        buf,
+        starts: token & !(token << 1),
+        ends: token & !(token >> 1),
     };
-    t.buf[PAD..PAD + line.len()].copy_from_slice(line);
-    let token = classify(&t.buf, line.len())?;
-    t.starts = token & !(token << 1);
-    t.ends = token & !(token >> 1);
     if t.starts.count_ones() != FIELDS {
         return None;
     }
@@ -279,22 +313,28 @@ mod tests {
     #[test]
     fn both_classifiers_agree_with_the_byte_rules() {
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
         for round in 0..20_000 {
-            let mut buf: Buf = [b' '; PAD + MAX_FAST + Mnemonic::CAPACITY];
+            let mut buf: Room = [0; ROOM];
             let len = round % (MAX_FAST + 1);
-            for b in &mut buf[PAD..PAD + len] {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                // Mostly printable and spaces, sometimes anything.
-                *b = match rng % 16 {
-                    0 => (rng >> 8) as u8,
+            for (i, b) in buf.iter_mut().enumerate() {
+                let r = next();
+                // The line: mostly printable and spaces, sometimes anything. After it: anything
+                // (the next lines), which must not count.
+                *b = match r % 16 {
+                    _ if i >= len => (r >> 8) as u8,
+                    0 => (r >> 8) as u8,
                     1..=4 => b' ',
                     5 => b'\t',
-                    _ => 0x21 + (rng >> 8) as u8 % 0x5e,
+                    _ => 0x21 + (r >> 8) as u8 % 0x5e,
                 };
             }
-            let line = &buf[PAD..PAD + len];
+            let line = &buf[..len];
             let odd = line
                 .iter()
                 .any(|&b| !(b == b' ' || (b'\t'..=b'\r').contains(&b) || (0x21..0x7f).contains(&b)));
@@ -305,6 +345,19 @@ mod tests {
             });
             assert_eq!(classify_swar(&buf, len), want, "{line:?}");
             assert_eq!(classify(&buf, len), want, "{line:?}");
+        }
+    }
+
+    /// In place, with the next lines after it, a line parses as it does alone.
+    #[test]
+    fn a_line_parses_the_same_in_place_and_alone() {
+        let text = include_bytes!("../../../tests/data/penn/sjeng-1K.trace");
+        let mut at = 0;
+        while let Some(nl) = text[at..].iter().position(|&b| b == b'\n') {
+            let alone = parse(&text[at..at + nl]);
+            assert!(alone.is_some());
+            assert_eq!(parse_in(&text[at..], nl), alone);
+            at += nl + 1;
         }
     }
 

@@ -82,7 +82,18 @@ pub struct MacroOpReader {
 struct Partial {
     op: MacroOp,
     last_index: u32,
-    branch: Option<(u64, Uop)>,
+    branch: Option<BranchUop>,
+}
+
+/// What classification needs of the branch micro-op (not the whole micro-op, to keep the copies
+/// small).
+#[derive(Clone, Copy)]
+struct BranchUop {
+    line: u64,
+    taken: bool,
+    reads_flags: bool,
+    register_target: bool,
+    target: u64,
 }
 
 impl MacroOpReader {
@@ -203,7 +214,7 @@ impl MacroOpReader {
             op.mem_addr = Some(u.mem_addr);
         }
         if u.branch != BranchOutcome::None {
-            if let Some((first, _)) = part.branch {
+            if let Some(BranchUop { line: first, .. }) = part.branch {
                 return Err(self.error(
                     line,
                     ErrorKind::Inconsistent,
@@ -213,25 +224,31 @@ impl MacroOpReader {
                     ),
                 ));
             }
-            part.branch = Some((line, u));
+            part.branch = Some(BranchUop {
+                line,
+                taken: u.branch == BranchOutcome::Taken,
+                reads_flags: u.flags == FlagsUse::Read,
+                register_target: u.micro_name.as_bytes() == b"JMP_REG",
+                target: u.target,
+            });
         }
         Ok(())
     }
 
     fn classify(&self, part: &mut Partial) -> Result<()> {
-        let Some((line, b)) = part.branch else {
+        let Some(b) = part.branch else {
             return Ok(());
         };
         let op = &mut part.op;
         let name = op.name.as_bytes();
-        let taken = b.branch == BranchOutcome::Taken;
-        let kind = if b.micro_name.as_bytes() == b"JMP_REG" {
+        let taken = b.taken;
+        let kind = if b.register_target {
             match name {
                 b"RET" => BranchKind::Return,
                 b"CALL" => BranchKind::IndirectCall,
                 _ => BranchKind::IndirectJump,
             }
-        } else if b.flags == FlagsUse::Read
+        } else if b.reads_flags
             || name == b"J"
             || name.starts_with(b"LOOP")
             || matches!(name, b"JCXZ" | b"JECXZ" | b"JRCXZ")
@@ -247,7 +264,7 @@ impl MacroOpReader {
         };
         if kind != BranchKind::Conditional && !taken {
             return Err(self.error(
-                line,
+                b.line,
                 ErrorKind::BadField,
                 format!(
                     "field 7 (branch): an unconditional {} marked N (not taken)",

@@ -68,7 +68,27 @@ impl UopReader {
     }
 
     /// The next micro-op and its line number, `None` at the end of the input.
+    #[inline]
     pub fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
+        // The common case in place: a whole line in the buffer that the fast path takes.
+        if self.spill.is_empty() {
+            if let Ok(buf) = self.input.fill_buf() {
+                if let Some(nl) = memchr::memchr(b'\n', buf) {
+                    if let Some(uop) = super::fast::parse_in(buf, nl) {
+                        self.input.consume(nl + 1);
+                        self.line += 1;
+                        return Ok(Some((self.line, uop)));
+                    }
+                }
+            }
+        }
+        self.next_uop_slow()
+    }
+
+    /// [`UopReader::next_uop`] for everything else: lines across buffer fills, blank, bad and
+    /// over-long lines, the last line without its newline, read errors.
+    #[inline(never)]
+    fn next_uop_slow(&mut self) -> Result<Option<(u64, Uop)>> {
         loop {
             match self.step()? {
                 Step::More => {}
@@ -166,9 +186,8 @@ impl UopReader {
 }
 
 /// The fast path first; the exact parser for whatever it declines (blank and bad lines among them).
-#[inline]
 fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
-    if let Some(uop) = super::fast::parse(line) {
+    if let Some(uop) = super::fast::parse_in(line, line.len()) {
         return Ok(Some(uop));
     }
     match parse_line(line) {
