@@ -329,6 +329,7 @@ impl PacketEncoder {
     }
 
     /// The payload for `ip` (None: suppressed) against the current last IP.
+    #[inline]
     pub fn compress(&self, ip: Option<u64>) -> IpPayload {
         ip.map_or(IpPayload::SUPPRESSED, |ip| self.last_ip.compress(ip))
     }

@@ -170,6 +170,7 @@ impl LastIp {
 
     /// The shortest payload that reproduces `ip` from the current last IP: update-16, -32, -48 when
     /// the upper bits match, else sext-48 for canonical IPs, else full (pt-packets.md §2).
+    #[inline]
     pub fn compress(&self, ip: u64) -> IpPayload {
         let diff = ip ^ self.ip;
         let ipc = if diff >> 16 == 0 {

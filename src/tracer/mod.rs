@@ -9,6 +9,8 @@
 mod clock;
 mod config;
 mod event;
+#[cfg(test)]
+mod fast_tests;
 mod overflow;
 mod retstack;
 mod rules;
@@ -95,6 +97,11 @@ pub struct Tracer {
     kinds: [u8; 64],
     nkinds: usize,
     stats: TracerStats,
+    /// Whether the next event may take [`Tracer::fast_event`]; kept by [`Tracer::refresh_fast`]
+    /// after everything that can change what it depends on.
+    fast: bool,
+    /// Off in the tests that check the fast path against the general one.
+    fast_path: bool,
 }
 
 const CFE_INTR: u8 = 1;
@@ -134,6 +141,8 @@ impl Tracer {
             kinds: [0; 64],
             nkinds: 0,
             stats: TracerStats::default(),
+            fast: false,
+            fast_path: true,
             cfg,
         }
     }
@@ -174,6 +183,7 @@ impl Tracer {
         self.cpl = cpl;
         self.cr3 = cr3;
         self.mode = mode;
+        self.refresh_fast();
     }
 
     /// RDMSR, through the unit.
@@ -186,6 +196,19 @@ impl Tracer {
     /// PacketEn (PGE1); one that clears it sends FUP(ip), TIP.PGD() while PacketEn (PGD3) and
     /// flushes every buffered byte before the unit writes its state back (OUT1).
     pub fn wrmsr<M: PhysMemory>(
+        &mut self,
+        mem: &mut M,
+        msr: u32,
+        value: u64,
+        ip: u64,
+        len: u8,
+    ) -> Result<(), MsrError> {
+        let r = self.wrmsr_inner(mem, msr, value, ip, len);
+        self.refresh_fast();
+        r
+    }
+
+    fn wrmsr_inner<M: PhysMemory>(
         &mut self,
         mem: &mut M,
         msr: u32,
@@ -218,11 +241,170 @@ impl Tracer {
     /// Writes every buffered packet byte to the output unit now (OUT1).
     pub fn flush<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
         self.flush_tnt();
-        self.drain(mem)
+        let r = self.drain(mem);
+        self.refresh_fast();
+        r
     }
 
     /// Handles one event: updates the architectural state and generates its packets.
+    #[inline(always)]
     pub fn event<M: PhysMemory>(&mut self, mem: &mut M, ev: &Event) -> Result<(), MemError> {
+        if self.fast && self.fast_event(ev) {
+            if self.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
+                self.psb_plus(); // PSB2
+            }
+            if self.len >= self.cfg.flush_bytes {
+                return self.drain_and_refresh(mem);
+            }
+            return Ok(());
+        }
+        let r = self.general_event(mem, ev);
+        self.refresh_fast();
+        r
+    }
+
+    /// Whether an event may take the fast path: tracing with PacketEn, and none of the features
+    /// whose rules the fast path leaves out (back-pressure, ADDRn ranges, TraceStop, CYC, MTC,
+    /// DisTNT). Everything else stays as [`Tracer::general_event`] would leave it.
+    fn fast_allowed(&self) -> bool {
+        self.fast_path
+            && self.triggered
+            && self.packet_en
+            && self.overflow.is_none()
+            && self.filter_ranges.is_empty()
+            && self.stop_ranges.is_empty()
+            && !self.stop_pending
+            && !self.ctl.cyc_en()
+            && !self.ctl.mtc_en()
+            && !self.ctl.dis_tnt()
+    }
+
+    #[inline(never)]
+    fn drain_and_refresh<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
+        let r = self.drain(mem);
+        self.refresh_fast();
+        r
+    }
+
+    fn refresh_fast(&mut self) {
+        self.fast = self.fast_allowed();
+    }
+
+    /// The common events (retired instructions and branches that do not change the context)
+    /// with the rules that apply when [`Tracer::fast_allowed`]: PacketEn stays 1 (no context
+    /// change, no ranges), no CYC, MTC or back-pressure. The packets, state and statistics are
+    /// those of [`Tracer::general_event`] (a test runs both on the same streams). Returns false,
+    /// having changed nothing, for every other event.
+    #[inline(always)]
+    fn fast_event(&mut self, ev: &Event) -> bool {
+        debug_assert!(self.fast_allowed());
+        let after = |ip: u64, len: u8| ip.wrapping_add(u64::from(len));
+        // Counted first, as the general path does (a TNT run remembers its first event).
+        self.stats.events += 1;
+        match *ev {
+            Event::Retire { ip, len } => self.ip = after(ip, len),
+            Event::CondBranch {
+                ip,
+                len,
+                target,
+                taken,
+            } => {
+                self.ip = if taken { target } else { after(ip, len) };
+                self.fast_tnt_bit(taken);
+            }
+            Event::Jump { target, .. } => self.ip = target,
+            Event::Call { ip, len, target } => {
+                let next = after(ip, len);
+                if target != next {
+                    self.ret.push(next); // RET1
+                }
+                self.ip = target;
+            }
+            Event::IndirectJump { target, .. } => self.fast_tip(target),
+            Event::IndirectCall { ip, len, target } => {
+                self.ret.push(after(ip, len));
+                self.fast_tip(target);
+            }
+            Event::Return { target, .. } => {
+                if !self.ctl.dis_retc() && self.ret.peek() == Some(target) {
+                    self.ip = target;
+                    self.ret.pop();
+                    self.stats.compressed_returns += 1;
+                    self.fast_tnt_bit(true);
+                } else {
+                    self.fast_tip(target);
+                }
+            }
+            _ => {
+                self.stats.events -= 1;
+                return false;
+            }
+        }
+        self.stats.instructions += 1;
+        self.clock.advance(u64::from(self.cfg.cycles_per_instruction));
+        true
+    }
+
+    /// TIP1 on the fast path: the pending TNT, then TIP(target).
+    #[inline(always)]
+    fn fast_tip(&mut self, target: u64) {
+        self.ip = target;
+        self.fast_flush_tnt();
+        let payload = self.enc.compress(Some(target)); // TIP4
+        self.put_now(Packet::Tip(payload));
+    }
+
+    /// [`Tracer::tnt_bit`] where DisTNT and CYC are known to be off.
+    #[inline(always)]
+    fn fast_tnt_bit(&mut self, taken: bool) {
+        if self.tnt.count == 0 {
+            self.tnt_first_event = self.stats.events;
+        }
+        self.tnt.bits = self.tnt.bits << 1 | taken as u64;
+        self.tnt.count += 1;
+        self.stats.tnt_bits += 1;
+        if self.tnt.count == if self.cfg.long_tnt { 47 } else { 6 } {
+            self.fast_flush_tnt();
+        }
+    }
+
+    /// [`Tracer::flush_tnt`] where CYC is known to be off.
+    #[inline(always)]
+    fn fast_flush_tnt(&mut self) {
+        if self.tnt.count == 0 {
+            return;
+        }
+        let t = self.tnt;
+        self.tnt = Tnt { bits: 0, count: 0 };
+        self.put_now(if t.count <= 6 {
+            Packet::Tnt8(t)
+        } else {
+            Packet::Tnt64(t)
+        });
+    }
+
+    /// [`Tracer::put`] without back-pressure: the packet counts at once.
+    #[inline(always)]
+    fn put_now(&mut self, p: Packet) {
+        debug_assert!(self.overflow.is_none());
+        let Some(room) = self.buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
+            self.stats.packets_lost += 1;
+            return;
+        };
+        match self.enc.encode(&p, room) {
+            Ok(n) => {
+                self.len += n;
+                self.psb_bytes += n as u64;
+                self.stats.packets[p.kind_index()] += 1;
+            }
+            Err(_) => self.stats.packets_lost += 1,
+        }
+    }
+
+    /// [`Tracer::event`] with every rule (out of line, so that the fast path inlines into the
+    /// caller's loop).
+    #[inline(never)]
+    fn general_event<M: PhysMemory>(&mut self, mem: &mut M, ev: &Event) -> Result<(), MemError> {
         self.stats.events += 1;
         let cycles = if ev.is_instruction() {
             self.stats.instructions += 1;
@@ -723,7 +905,7 @@ impl Tracer {
     }
 
     /// TNT1, TNT2, TNT4.
-    #[inline]
+    #[inline(always)]
     fn tnt_bit(&mut self, taken: bool) {
         if self.ctl.dis_tnt() {
             return;
