@@ -116,15 +116,17 @@ impl MacroOpReader {
         self.uop_count
     }
 
-    fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
-        if let Some(p) = self.pending.take() {
-            return Ok(Some(p));
+    /// Reads the next micro-op into `pending` unless one waits there already (in place: a
+    /// micro-op is 112 bytes, and grouping reads it by reference).
+    #[inline]
+    fn fill(&mut self) -> Result<()> {
+        if self.pending.is_none() {
+            self.pending = self.uops.next_uop()?;
+            if self.pending.is_some() {
+                self.uop_count += 1;
+            }
         }
-        let next = self.uops.next_uop()?;
-        if next.is_some() {
-            self.uop_count += 1;
-        }
-        Ok(next)
+        Ok(())
     }
 
     fn error(&self, line: u64, kind: ErrorKind, message: String) -> SourceError {
@@ -143,19 +145,19 @@ impl MacroOpReader {
     }
 
     fn assemble(&mut self) -> Result<Option<MacroOp>> {
-        let Some((line, first)) = self.next_uop()? else {
+        self.fill()?;
+        let Some((line, first)) = &self.pending else {
             return Ok(None);
         };
+        let line = *line;
         let len = first.fallthrough.wrapping_sub(first.pc);
         if !(1..=15).contains(&len) {
-            return Err(self.error(
-                line,
-                ErrorKind::BadField,
-                format!(
-                    "field 11 (fallthrough PC): {:x} - PC {:x} is not an x86 instruction length (1..15)",
-                    first.fallthrough, first.pc
-                ),
-            ));
+            let message = format!(
+                "field 11 (fallthrough PC): {:x} - PC {:x} is not an x86 instruction length (1..15)",
+                first.fallthrough, first.pc
+            );
+            self.pending = None;
+            return Err(self.error(line, ErrorKind::BadField, message));
         }
         let mut part = Partial {
             op: MacroOp {
@@ -175,64 +177,23 @@ impl MacroOpReader {
             last_index: first.index.wrapping_sub(1),
             branch: None,
         };
-        let mut next = Some((line, first));
-        while let Some((l, u)) = next {
-            self.add(&mut part, l, u)?;
-            next = match self.next_uop()? {
-                Some((l, u)) if u.index == 1 => {
-                    self.pending = Some((l, u));
-                    None
-                }
-                other => other,
+        loop {
+            // The micro-op in `pending` belongs here (the first, or one whose index is not 1);
+            // it is consumed whether it fits or not.
+            let added = match &self.pending {
+                Some((l, u)) => add(self.uops.name(), &mut part, *l, u),
+                None => Ok(()),
             };
+            self.pending = None;
+            added?;
+            self.fill()?;
+            match &self.pending {
+                Some((_, u)) if u.index != 1 => {}
+                _ => break,
+            }
         }
         self.classify(&mut part)?;
         Ok(Some(part.op))
-    }
-
-    fn add(&mut self, part: &mut Partial, line: u64, u: Uop) -> Result<()> {
-        let op = &mut part.op;
-        if u.pc != op.pc || u.fallthrough != op.fallthrough || u.index != part.last_index.wrapping_add(1) {
-            return Err(self.error(
-                line,
-                ErrorKind::Inconsistent,
-                format!(
-                    "micro-op {} at PC {:x} (fallthrough {:x}) does not continue the macro-op at line {} \
-                     (micro-op {} at PC {:x}, fallthrough {:x})",
-                    u.index, u.pc, u.fallthrough, op.line, part.last_index, op.pc, op.fallthrough
-                ),
-            ));
-        }
-        part.last_index = u.index;
-        op.uops += 1;
-        match u.mem {
-            MemAccess::Load => op.loads += 1,
-            MemAccess::Store => op.stores += 1,
-            MemAccess::None => {}
-        }
-        if u.mem != MemAccess::None && op.mem_addr.is_none() {
-            op.mem_addr = Some(u.mem_addr);
-        }
-        if u.branch != BranchOutcome::None {
-            if let Some(BranchUop { line: first, .. }) = part.branch {
-                return Err(self.error(
-                    line,
-                    ErrorKind::Inconsistent,
-                    format!(
-                        "a second branch micro-op in the macro-op at line {} (first at line {first})",
-                        op.line
-                    ),
-                ));
-            }
-            part.branch = Some(BranchUop {
-                line,
-                taken: u.branch == BranchOutcome::Taken,
-                reads_flags: u.flags == FlagsUse::Read,
-                register_target: u.micro_name.as_bytes() == b"JMP_REG",
-                target: u.target,
-            });
-        }
-        Ok(())
     }
 
     fn classify(&self, part: &mut Partial) -> Result<()> {
@@ -277,4 +238,52 @@ impl MacroOpReader {
         op.target = b.target;
         Ok(())
     }
+}
+
+/// Folds micro-op `u` (at `line` of the input `name`) into the macro-op being assembled.
+fn add(name: &str, part: &mut Partial, line: u64, u: &Uop) -> Result<()> {
+    let op = &mut part.op;
+    if u.pc != op.pc || u.fallthrough != op.fallthrough || u.index != part.last_index.wrapping_add(1) {
+        return Err(SourceError::at(
+            name,
+            Position::Line(line),
+            ErrorKind::Inconsistent,
+            format!(
+                "micro-op {} at PC {:x} (fallthrough {:x}) does not continue the macro-op at line {} \
+                 (micro-op {} at PC {:x}, fallthrough {:x})",
+                u.index, u.pc, u.fallthrough, op.line, part.last_index, op.pc, op.fallthrough
+            ),
+        ));
+    }
+    part.last_index = u.index;
+    op.uops += 1;
+    match u.mem {
+        MemAccess::Load => op.loads += 1,
+        MemAccess::Store => op.stores += 1,
+        MemAccess::None => {}
+    }
+    if u.mem != MemAccess::None && op.mem_addr.is_none() {
+        op.mem_addr = Some(u.mem_addr);
+    }
+    if u.branch != BranchOutcome::None {
+        if let Some(BranchUop { line: first, .. }) = part.branch {
+            return Err(SourceError::at(
+                name,
+                Position::Line(line),
+                ErrorKind::Inconsistent,
+                format!(
+                    "a second branch micro-op in the macro-op at line {} (first at line {first})",
+                    op.line
+                ),
+            ));
+        }
+        part.branch = Some(BranchUop {
+            line,
+            taken: u.branch == BranchOutcome::Taken,
+            reads_flags: u.flags == FlagsUse::Read,
+            register_target: u.micro_name.as_bytes() == b"JMP_REG",
+            target: u.target,
+        });
+    }
+    Ok(())
 }
