@@ -203,39 +203,31 @@ impl Tracer {
         ip: u64,
         len: u8,
     ) -> Result<(), MsrError> {
-        let r = self.wrmsr_inner(mem, msr, value, ip, len);
+        // Whatever path the write takes (a #GP, a failed drain), the fast-path flag follows.
+        let r = (|| {
+            let was_on = self.unit.registers().ctl.trace_en();
+            let ctl_write = Msr::from_address(msr) == Some(Msr::Ctl);
+            if ctl_write && was_on && value & 1 == 0 {
+                // A write that faults (M2) changes nothing: check it before any disable packet.
+                check_write(self.unit.cpu(), &self.unit.registers(), Msr::Ctl, value)?;
+                self.ip = ip;
+                if self.triggered {
+                    self.disable_packets();
+                }
+                self.drain(mem)?;
+                self.triggered = false;
+                self.packet_en = false;
+            }
+            self.unit.wrmsr(mem, msr, value)?;
+            if ctl_write && !was_on && value & 1 == 1 {
+                self.ip = ip.wrapping_add(u64::from(len));
+                self.on_enable();
+                self.drain(mem)?;
+            }
+            Ok(())
+        })();
         self.refresh_fast();
         r
-    }
-
-    fn wrmsr_inner<M: PhysMemory>(
-        &mut self,
-        mem: &mut M,
-        msr: u32,
-        value: u64,
-        ip: u64,
-        len: u8,
-    ) -> Result<(), MsrError> {
-        let was_on = self.unit.registers().ctl.trace_en();
-        let ctl_write = Msr::from_address(msr) == Some(Msr::Ctl);
-        if ctl_write && was_on && value & 1 == 0 {
-            // A write that faults (M2) changes nothing: check it before any disable packet.
-            check_write(self.unit.cpu(), &self.unit.registers(), Msr::Ctl, value)?;
-            self.ip = ip;
-            if self.triggered {
-                self.disable_packets();
-            }
-            self.drain(mem)?;
-            self.triggered = false;
-            self.packet_en = false;
-        }
-        self.unit.wrmsr(mem, msr, value)?;
-        if ctl_write && !was_on && value & 1 == 1 {
-            self.ip = ip.wrapping_add(u64::from(len));
-            self.on_enable();
-            self.drain(mem)?;
-        }
-        Ok(())
     }
 
     /// Writes every buffered packet byte to the output unit now (OUT1).
@@ -303,13 +295,8 @@ impl Tracer {
         self.stats.events += 1;
         match *ev {
             Event::Retire { ip, len } => self.ip = after(ip, len),
-            Event::CondBranch {
-                ip,
-                len,
-                target,
-                taken,
-            } => {
-                self.ip = if taken { target } else { after(ip, len) };
+            Event::CondBranch { taken, .. } => {
+                self.ip = ev.next_ip(self.ip);
                 self.fast_tnt_bit(taken);
             }
             Event::Jump { target, .. } => self.ip = target,
@@ -357,13 +344,7 @@ impl Tracer {
     /// [`Tracer::tnt_bit`] where DisTNT and CYC are known to be off.
     #[inline(always)]
     fn fast_tnt_bit(&mut self, taken: bool) {
-        if self.tnt.count == 0 {
-            self.tnt_first_event = self.stats.events;
-        }
-        self.tnt.bits = self.tnt.bits << 1 | taken as u64;
-        self.tnt.count += 1;
-        self.stats.tnt_bits += 1;
-        if self.tnt.count == if self.cfg.long_tnt { 47 } else { 6 } {
+        if self.add_tnt_bit(taken) {
             self.fast_flush_tnt();
         }
     }
@@ -371,33 +352,17 @@ impl Tracer {
     /// [`Tracer::flush_tnt`] where CYC is known to be off.
     #[inline(always)]
     fn fast_flush_tnt(&mut self) {
-        if self.tnt.count == 0 {
-            return;
+        if let Some(p) = self.take_tnt() {
+            self.put_now(p);
         }
-        let t = self.tnt;
-        self.tnt = Tnt { bits: 0, count: 0 };
-        self.put_now(if t.count <= 6 {
-            Packet::Tnt8(t)
-        } else {
-            Packet::Tnt64(t)
-        });
     }
 
     /// [`Tracer::put`] without back-pressure: the packet counts at once.
     #[inline(always)]
     fn put_now(&mut self, p: Packet) {
         debug_assert!(self.overflow.is_none());
-        let Some(room) = self.buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
-            self.stats.packets_lost += 1;
-            return;
-        };
-        match self.enc.encode(&p, room) {
-            Ok(n) => {
-                self.len += n;
-                self.psb_bytes += n as u64;
-                self.stats.packets[p.kind_index()] += 1;
-            }
-            Err(_) => self.stats.packets_lost += 1,
+        if self.emit(&p) {
+            self.stats.packets[p.kind_index()] += 1;
         }
     }
 
@@ -907,34 +872,44 @@ impl Tracer {
     /// TNT1, TNT2, TNT4.
     #[inline(always)]
     fn tnt_bit(&mut self, taken: bool) {
-        if self.ctl.dis_tnt() {
-            return;
+        if !self.ctl.dis_tnt() && self.add_tnt_bit(taken) {
+            self.flush_tnt();
         }
+    }
+
+    /// TNT1, TNT2: one more bit in the pending TNT; true when it is full (TNT4) and must go out.
+    #[inline(always)]
+    fn add_tnt_bit(&mut self, taken: bool) -> bool {
         if self.tnt.count == 0 {
             self.tnt_first_event = self.stats.events;
         }
         self.tnt.bits = self.tnt.bits << 1 | taken as u64;
         self.tnt.count += 1;
         self.stats.tnt_bits += 1;
-        if self.tnt.count == if self.cfg.long_tnt { 47 } else { 6 } {
-            self.flush_tnt();
-        }
+        self.tnt.count == if self.cfg.long_tnt { 47 } else { 6 }
     }
 
     /// TNT3: the partial TNT goes out (CYC first: the CYC before a TNT times its first branch).
     #[inline]
     fn flush_tnt(&mut self) {
-        if self.tnt.count == 0 {
-            return;
+        if let Some(p) = self.take_tnt() {
+            self.cyc();
+            self.put(p);
         }
-        let t = self.tnt;
-        self.tnt = Tnt { bits: 0, count: 0 };
-        self.cyc();
-        self.put(if t.count <= 6 {
+    }
+
+    /// The pending TNT as a packet (TNT-8 up to 6 bits, else TNT-64), if any bit is pending.
+    #[inline(always)]
+    fn take_tnt(&mut self) -> Option<Packet> {
+        if self.tnt.count == 0 {
+            return None;
+        }
+        let t = std::mem::replace(&mut self.tnt, Tnt { bits: 0, count: 0 });
+        Some(if t.count <= 6 {
             Packet::Tnt8(t)
         } else {
             Packet::Tnt64(t)
-        });
+        })
     }
 
     /// TIM3: CYC before an eligible packet.
@@ -999,24 +974,36 @@ impl Tracer {
 
     #[inline]
     fn put(&mut self, p: Packet) {
+        if !self.emit(&p) {
+            return;
+        }
+        match self.kinds.get_mut(self.nkinds) {
+            Some(k) if self.overflow.is_some() => {
+                *k = p.kind_index() as u8;
+                self.nkinds += 1;
+            }
+            _ => self.stats.packets[p.kind_index()] += 1,
+        }
+    }
+
+    /// Encodes `p` at the end of the buffer; false (and counted lost) if it cannot be.
+    #[inline(always)]
+    fn emit(&mut self, p: &Packet) -> bool {
         let Some(room) = self.buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
             // Unreachable with the headroom `new` reserves; never panic on it.
             self.stats.packets_lost += 1;
-            return;
+            return false;
         };
-        match self.enc.encode(&p, room) {
+        match self.enc.encode(p, room) {
             Ok(n) => {
                 self.len += n;
                 self.psb_bytes += n as u64;
-                match self.kinds.get_mut(self.nkinds) {
-                    Some(k) if self.overflow.is_some() => {
-                        *k = p.kind_index() as u8;
-                        self.nkinds += 1;
-                    }
-                    _ => self.stats.packets[p.kind_index()] += 1,
-                }
+                true
             }
-            Err(_) => self.stats.packets_lost += 1,
+            Err(_) => {
+                self.stats.packets_lost += 1;
+                false
+            }
         }
     }
 
