@@ -42,6 +42,24 @@ fn rule_rows(file: &str) -> Vec<(String, Vec<String>)> {
 }
 
 /// Names of every `fn` in tests/*.rs.
+/// Every rule of `rows` is named by a test (its ID, lower case, as one `_`-separated word of the
+/// test's name), and every test a row lists exists.
+fn assert_named_by_tests(rows: &[(String, Vec<String>)]) {
+    let fns = test_fns();
+    for (id, names) in rows {
+        assert!(names_rule(&fns, id), "{id}: no test names it");
+        for n in names {
+            assert!(fns.contains(n), "{id}: listed test {n} does not exist");
+        }
+    }
+}
+
+/// Whether some test carries rule `id`, lower case, as one `_`-separated word of its name.
+fn names_rule(fns: &BTreeSet<String>, id: &str) -> bool {
+    let token = id.to_ascii_lowercase();
+    fns.iter().any(|f| f.split('_').any(|t| t == token))
+}
+
 fn test_fns() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for entry in std::fs::read_dir(root().join("tests")).unwrap() {
@@ -67,8 +85,7 @@ fn every_spec_rule_is_named_by_a_test() {
     assert_eq!(rows.len(), Rule::ALL.len(), "spec table rows");
     let mut missing = Vec::new();
     for (id, _) in &rows {
-        let token = id.to_ascii_lowercase();
-        if !fns.iter().any(|f| f.split('_').any(|t| t == token)) {
+        if !names_rule(&fns, id) {
             missing.push(id.clone());
         }
     }
@@ -228,17 +245,7 @@ fn every_generation_rule_is_in_the_spec_and_named_by_a_test_that_exists() {
     let ids: Vec<&str> = rows.iter().map(|(id, _)| id.as_str()).collect();
     let all: Vec<&str> = GenRule::ALL.iter().map(|r| r.id()).collect();
     assert_eq!(ids, all, "spec/generation.md rows and GenRule::ALL differ");
-    let fns = test_fns();
-    for (id, names) in &rows {
-        let token = id.to_ascii_lowercase();
-        assert!(
-            fns.iter().any(|f| f.split('_').any(|t| t == token)),
-            "{id}: no test names it"
-        );
-        for n in names {
-            assert!(fns.contains(n), "{id}: listed test {n} does not exist");
-        }
-    }
+    assert_named_by_tests(&rows);
 }
 
 /// spec/simulate.md: every SIM rule is named by a test, and every test it lists exists.
@@ -248,15 +255,5 @@ fn every_simulate_rule_is_named_by_a_test_that_exists() {
     let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
     let want: Vec<String> = (1..=10).map(|n| format!("SIM{n}")).collect();
     assert_eq!(ids, want, "spec/simulate.md rows");
-    let fns = test_fns();
-    for (id, names) in &rows {
-        let token = id.to_ascii_lowercase();
-        assert!(
-            fns.iter().any(|f| f.split('_').any(|t| t == token)),
-            "{id}: no test names it"
-        );
-        for n in names {
-            assert!(fns.contains(n), "{id}: listed test {n} does not exist");
-        }
-    }
+    assert_named_by_tests(&rows);
 }

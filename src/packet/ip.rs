@@ -141,15 +141,8 @@ impl LastIp {
     /// The IP `p` stands for against the current last IP, without updating it; `None` if suppressed.
     #[inline(always)]
     pub fn reconstruct(&self, p: IpPayload) -> Option<u64> {
-        let raw = p.raw & p.ipc.mask();
-        Some(match p.ipc {
-            Ipc::Suppressed => return None,
-            Ipc::Update16 => (self.ip & !0xffff) | raw,
-            Ipc::Update32 => (self.ip & !0xffff_ffff) | raw,
-            Ipc::Sext48 => (((raw << 16) as i64) >> 16) as u64,
-            Ipc::Update48 => (self.ip & !0xffff_ffff_ffff) | raw,
-            Ipc::Full => raw,
-        })
+        let mut next = *self;
+        next.apply(p)
     }
 
     /// Reconstructs `p` and makes it the last IP.

@@ -4,7 +4,7 @@ use super::bus::{BusOp, DataKind};
 use super::flow::{Flow, FlowCounts};
 use super::read::Reader;
 use super::record::{CycleType, Record};
-use crate::sources::error::{ErrorKind, Result, SourceError};
+use crate::sources::error::{ErrorKind, Result};
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
 use crate::tracer::{Event, ExecMode};
 
@@ -121,9 +121,7 @@ impl EventSource for ByuEvents {
             Some(op) => self.flow.op(op, 0, out),
             None => {
                 self.invalid += 1;
-                let err = SourceError::at(
-                    self.reader.name(),
-                    self.reader.position(),
+                let err = self.reader.error_here(
                     ErrorKind::BadField,
                     format!(
                         "invalid cycle type {} (control byte {:#04x}); the spec defines 1, 3, 5, 7, 8, 9, 12..15",

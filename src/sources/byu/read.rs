@@ -188,6 +188,11 @@ impl<R: FixedRecord> FixedReader<R> {
         self.framer.position(R::LEN)
     }
 
+    /// An error about the record returned last: the input's name and its position.
+    pub fn error_here(&self, kind: ErrorKind, message: String) -> SourceError {
+        SourceError::at(self.name(), self.position(), kind, message)
+    }
+
     /// Records read so far (including a truncated one).
     pub fn records(&self) -> u64 {
         self.framer.index

@@ -5,7 +5,7 @@ use super::record::{Record, ReqType, TIME_SENTINEL};
 use crate::sources::byu::events::{flow_counts, APPROXIMATIONS, START};
 use crate::sources::byu::flow::Flow;
 use crate::sources::byu::{BusOp, DataKind, SpecialCycle};
-use crate::sources::error::{ErrorKind, Result, SourceError};
+use crate::sources::error::{ErrorKind, Result};
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
 use crate::tracer::Event;
 
@@ -119,9 +119,7 @@ impl EventSource for ByuP2Events {
         match bus_op(&r) {
             Some(op) => self.flow.op(op, core_cycles(r.time), out),
             None => {
-                let err = SourceError::at(
-                    self.reader.name(),
-                    self.reader.position(),
+                let err = self.reader.error_here(
                     ErrorKind::BadField,
                     format!(
                         "unknown reqtype {:#04x} (byutr.h defines 00..03, 10, 11, 20..23, 31..37)",

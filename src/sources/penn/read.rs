@@ -185,11 +185,9 @@ impl UopReader {
     }
 }
 
-/// The fast path first; the exact parser for whatever it declines (blank and bad lines among them).
+/// The exact parser, for the lines the in-place fast path of [`UopReader::next_uop`] did not take
+/// (declined, or split across buffer fills: one per fill at most).
 fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
-    if let Some(uop) = super::fast::parse_in(line, line.len()) {
-        return Ok(Some(uop));
-    }
     match parse_line(line) {
         Ok(u) => Ok(Some(u)),
         Err(_) if is_blank(line) => Ok(None),
