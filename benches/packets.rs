@@ -226,6 +226,18 @@ fn libipt_decode(bytes: &mut [u8], len: usize, passes: usize) -> (Duration, usiz
     }
 }
 
+/// The floor under any encoder of this block: a memcpy as large as the packet array (what reading
+/// every packet costs), into a buffer of the same size.
+#[inline(never)]
+fn memcpy_floor(src: &[u8], dst: &mut [u8], passes: usize) -> Duration {
+    let start = Instant::now();
+    for _ in 0..passes {
+        dst.copy_from_slice(black_box(src));
+        black_box(&dst[..]);
+    }
+    start.elapsed()
+}
+
 fn median_pair(mut pairs: Vec<(Duration, Duration)>) -> (Duration, Duration) {
     pairs.sort_by(|a, b| {
         (a.1.as_secs_f64() / a.0.as_secs_f64()).total_cmp(&(b.1.as_secs_f64() / b.0.as_secs_f64()))
@@ -263,6 +275,11 @@ fn main() {
         all_pairs.push((ta, tl));
         len = n;
     }
+    let block_bytes = std::mem::size_of_val(&packets[..]);
+    let (src, mut dst) = (vec![1u8; block_bytes], vec![0u8; block_bytes]);
+    let mut floors: Vec<Duration> = (0..runs).map(|_| memcpy_floor(&src, &mut dst, passes)).collect();
+    floors.sort();
+    let floor_ns = floors[runs / 2].as_secs_f64() * 1e9 / total as f64;
     let mut dec_pairs = Vec::new();
     for _ in 0..runs {
         let (to, n) = ptemu_decode(&ours_buf[..len], passes);
@@ -271,6 +288,7 @@ fn main() {
         dec_pairs.push((to, tl));
     }
     let mut results = Vec::new();
+    let mut results_libipt_encode = f64::NAN;
     for (what, pairs, target) in [
         ("encode", enc_pairs, 3.0),
         ("encode_all", all_pairs, 3.0),
@@ -292,6 +310,9 @@ fn main() {
             rate(theirs),
             mbs(theirs)
         );
+        if what == "encode" {
+            results_libipt_encode = rate(theirs);
+        }
         results.push(format!(
             "{{\"case\":\"{what}\",\"ptemu_mpkt_s\":{:.1},\"libipt_mpkt_s\":{:.1},\"ratio\":{ratio:.3},\"target\":{target}}}",
             rate(ours),
@@ -299,10 +320,17 @@ fn main() {
         ));
     }
     println!(
+        "  floor: memcpy of the {block_bytes}-byte packet array = {floor_ns:.2} ns/packet (libipt encode {:.2} ns/packet)",
+        1e3 / results_libipt_encode
+    );
+    println!(
         "  stream: {} bytes, {:.2} bytes/packet",
         len,
         len as f64 / packets.len() as f64
     );
+    results.push(format!(
+        "{{\"case\":\"memcpy_floor\",\"ns_per_packet\":{floor_ns:.3}}}"
+    ));
     if bench {
         let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-packets.json");
         std::fs::write(&out, format!("[{}]\n", results.join(","))).unwrap();
