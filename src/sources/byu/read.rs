@@ -234,9 +234,11 @@ macro_rules! fixed_record {
     ($record:ty, $len:expr) => {
         impl $crate::sources::byu::read::FixedRecord for $record {
             const LEN: usize = $len;
+            #[inline]
             fn decode(bytes: &[u8]) -> Self {
                 <$record>::from_bytes(bytes.try_into().expect("one record long"))
             }
+            #[inline]
             fn encode(&self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_bytes())
             }

@@ -164,6 +164,7 @@ pub struct Record {
 
 impl Record {
     /// Decodes the stored bytes.
+    #[inline]
     pub fn from_bytes(b: &[u8; RECORD_LEN]) -> Record {
         Record {
             addr: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
@@ -173,6 +174,7 @@ impl Record {
     }
 
     /// The stored bytes.
+    #[inline]
     pub fn to_bytes(&self) -> [u8; RECORD_LEN] {
         let a = self.addr.to_be_bytes();
         [a[0], a[1], a[2], a[3], self.byte_enables, self.control]

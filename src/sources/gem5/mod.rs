@@ -3,6 +3,7 @@
 //! `spec/mapping.md` (section gem5) documents the format and the mapping to tracer events.
 
 pub mod events;
+mod fast;
 pub mod gen;
 pub mod messages;
 pub mod read;

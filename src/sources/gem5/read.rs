@@ -1,6 +1,7 @@
 //! Streaming reader: the magic `gem5`, then varint32-length-delimited protobuf messages, the
 //! header first. One body buffer and one decoded record of each kind are reused for every message.
 
+use super::fast;
 use super::messages::{
     required_tags, scan_fields, InstDepRecord, InstDepRecordHeader, Packet, PacketHeader, RecordType,
 };
@@ -170,75 +171,46 @@ impl Reader {
     /// error leaves the reader at the next message, so a lenient caller may go on; after any other
     /// error the reader returns `None`.
     pub fn next_record(&mut self) -> Result<Option<Record<'_>>> {
-        let start = match self.frame() {
-            Ok(Some(start)) => start,
-            Ok(None) => return Ok(None),
-            Err(e) => {
-                self.done = true;
-                return Err(e);
+        let kind = self.header.kind();
+        let start = self.offset;
+        // In place when the length prefix and the whole body are in the input's buffer (always,
+        // but at the end of a chunk, for a mapped or an inflated file): no copy into `body`.
+        let placed = match self.input.fill_buf() {
+            Ok(avail) => in_place(avail).map(|(prefix, len)| {
+                let buf = &avail[prefix..];
+                (
+                    prefix + len,
+                    decode_body(kind, buf, len, &mut self.dep, &mut self.packet),
+                )
+            }),
+            // The framing below reads again and reports the error with its position.
+            Err(_) => None,
+        };
+        let outcome = match placed {
+            Some((n, outcome)) => {
+                self.input.consume(n);
+                self.offset += n as u64;
+                outcome
             }
+            None => match self.frame() {
+                Ok(Some(_)) => {
+                    decode_body(kind, &self.body, self.body.len(), &mut self.dep, &mut self.packet)
+                }
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    self.done = true;
+                    return Err(e);
+                }
+            },
         };
         self.records += 1;
-        let body = &self.body[..];
-        let scan = scan_fields(body);
-        let kind = self.header.kind();
-        let decoded = match kind {
-            TraceKind::Dep => {
-                self.dep.clear();
-                self.dep.merge(body)
-            }
-            TraceKind::Fetch => {
-                self.packet.clear();
-                self.packet.merge(body)
-            }
-        };
-        let name = match kind {
-            TraceKind::Dep => "InstDepRecord",
-            TraceKind::Fetch => "Packet",
-        };
-        let (Ok(()), Some(scan)) = (decoded.as_ref(), scan) else {
-            let why = decoded
-                .err()
-                .map_or_else(|| "broken wire format".to_owned(), |e| e.to_string());
-            return Err(self.error(
-                start,
-                ErrorKind::BadField,
-                format!("{name} does not decode: {why}"),
-            ));
-        };
-        let (required, other, other_name) = match kind {
-            TraceKind::Dep => (required_tags::DEP_RECORD, required_tags::PACKET, "a Packet"),
-            TraceKind::Fetch => (
-                required_tags::PACKET,
-                required_tags::DEP_RECORD,
-                "an InstDepRecord",
-            ),
-        };
-        if scan.present & required != required {
-            let hint = if scan.present & other == other {
-                format!(" (it looks like {other_name}: the header and the records disagree)")
-            } else {
-                String::new()
-            };
-            let msg = format!(
-                "{name} lacks required field(s) {}{hint}",
-                missing(scan.present, required)
-            );
+        if let Err(msg) = outcome {
             return Err(self.error(start, ErrorKind::BadField, msg));
         }
-        match kind {
-            TraceKind::Dep => {
-                if RecordType::try_from(self.dep.r#type).is_err() {
-                    let msg = format!(
-                        "InstDepRecord type {} is not a RecordType (0 INVALID, 1 LOAD, 2 STORE, 3 COMP)",
-                        self.dep.r#type
-                    );
-                    return Err(self.error(start, ErrorKind::BadField, msg));
-                }
-                Ok(Some(Record::Dep(&self.dep)))
-            }
-            TraceKind::Fetch => Ok(Some(Record::Fetch(&self.packet))),
-        }
+        Ok(Some(match kind {
+            TraceKind::Dep => Record::Dep(&self.dep),
+            TraceKind::Fetch => Record::Fetch(&self.packet),
+        }))
     }
 
     /// Reads one length prefix and the body into `self.body`; returns the prefix's offset, or
@@ -339,6 +311,96 @@ impl Reader {
     fn error(&self, at: u64, kind: ErrorKind, msg: impl Into<String>) -> SourceError {
         SourceError::at(self.name(), Position::Byte(at), kind, msg)
     }
+}
+
+/// The length prefix's size and the body's length of the message at the front of `avail`, when
+/// both are wholly there; `None` sends the message through [`Reader::frame`] (which also reports
+/// a bad prefix).
+#[inline]
+fn in_place(avail: &[u8]) -> Option<(usize, usize)> {
+    let mut len = 0usize;
+    for (i, &b) in avail.iter().take(5).enumerate() {
+        len |= usize::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            let prefix = i + 1;
+            let fits = len as u64 <= MAX_MESSAGE && avail.len() - prefix >= len;
+            return fits.then_some((prefix, len));
+        }
+    }
+    None
+}
+
+/// Decodes the record message `buf[..len]` of `kind` into `dep` or `packet` and checks it: the
+/// fast path when it takes the message (it may load, never use, bytes past `len`), else prost.
+/// `Err` is the text of the [`ErrorKind::BadField`] error.
+fn decode_body(
+    kind: TraceKind,
+    buf: &[u8],
+    len: usize,
+    dep: &mut InstDepRecord,
+    packet: &mut Packet,
+) -> std::result::Result<(), String> {
+    let (name, fast) = match kind {
+        TraceKind::Dep => {
+            dep.clear();
+            ("InstDepRecord", fast::dep_record(buf, len, dep))
+        }
+        TraceKind::Fetch => {
+            packet.clear();
+            ("Packet", fast::packet(buf, len, packet))
+        }
+    };
+    let body = &buf[..len];
+    let present = match fast {
+        Some(present) => present,
+        None => {
+            let decoded = match kind {
+                TraceKind::Dep => {
+                    dep.clear();
+                    dep.merge(body)
+                }
+                TraceKind::Fetch => {
+                    packet.clear();
+                    packet.merge(body)
+                }
+            };
+            match (decoded, scan_fields(body)) {
+                (Ok(()), Some(scan)) => scan.present,
+                (decoded, _) => {
+                    let why = decoded
+                        .err()
+                        .map_or_else(|| "broken wire format".to_owned(), |e| e.to_string());
+                    return Err(format!("{name} does not decode: {why}"));
+                }
+            }
+        }
+    };
+    let (required, other, other_name) = match kind {
+        TraceKind::Dep => (required_tags::DEP_RECORD, required_tags::PACKET, "a Packet"),
+        TraceKind::Fetch => (
+            required_tags::PACKET,
+            required_tags::DEP_RECORD,
+            "an InstDepRecord",
+        ),
+    };
+    if present & required != required {
+        let hint = if present & other == other {
+            format!(" (it looks like {other_name}: the header and the records disagree)")
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "{name} lacks required field(s) {}{hint}",
+            missing(present, required)
+        ));
+    }
+    if kind == TraceKind::Dep && RecordType::try_from(dep.r#type).is_err() {
+        return Err(format!(
+            "InstDepRecord type {} is not a RecordType (0 INVALID, 1 LOAD, 2 STORE, 3 COMP)",
+            dep.r#type
+        ));
+    }
+    Ok(())
 }
 
 /// The field numbers in `required` missing from `present`, e.g. "1, 7".

@@ -1,0 +1,283 @@
+//! The fast path for the two record messages: one pass over the wire format that fills the
+//! record's fields and notes which are present, in place of a field scan plus prost's decode.
+//!
+//! It takes only the messages gem5 writes: every field a known one of its message with wire type
+//! 0 (varint), each varint at most 9 bytes long. Anything else (an unknown field, a packed
+//! repeated field, a 10-byte varint, a broken message) is declined, and the reader decodes the
+//! message with prost as before, so every error still comes from one place. On what it takes it
+//! yields exactly prost's record (later values of a field replace earlier ones, repeated fields
+//! append, 32-bit fields keep the low 32 bits of the varint): `tests` checks that against prost
+//! on generated valid and spoiled messages.
+
+use super::messages::{InstDepRecord, Packet};
+
+/// Decodes the message `buf[..len]` into `out` (which the caller has cleared); returns the field
+/// numbers present (bit n = field n), or `None` when the message is not one the fast path takes.
+/// Bytes of `buf` past `len` (the next messages, when decoding in place) may be loaded, never used.
+#[inline]
+pub(crate) fn dep_record(buf: &[u8], len: usize, out: &mut InstDepRecord) -> Option<u32> {
+    // Scalars land in a slot per field number, so storing one is not a branch on the field; the
+    // two repeated fields append in order.
+    let mut slot = [0u64; 13];
+    let mut pos = 0;
+    let mut present = 0u32;
+    while pos < len {
+        let key = buf[pos];
+        let field = key >> 3;
+        // A one-byte key with wire type 0 for fields 1..=12.
+        if key & 0x87 != 0 || !(1..=12).contains(&field) {
+            return None;
+        }
+        let (v, next) = varint(buf, len, pos + 1)?;
+        pos = next;
+        present |= 1 << field;
+        match field {
+            6 => out.rob_dep.push(v),
+            8 => out.reg_dep.push(v),
+            f => slot[usize::from(f)] = v,
+        }
+    }
+    let has = |f: u32| present & 1 << f != 0;
+    out.seq_num = slot[1];
+    out.r#type = slot[2] as i32;
+    out.p_addr = has(3).then_some(slot[3]);
+    out.size = has(4).then_some(slot[4] as u32);
+    out.flags = has(5).then_some(slot[5] as u32);
+    out.comp_delay = slot[7];
+    out.weight = has(9).then_some(slot[9] as u32);
+    out.pc = has(10).then_some(slot[10]);
+    out.v_addr = has(11).then_some(slot[11]);
+    out.asid = has(12).then_some(slot[12] as u32);
+    Some(present)
+}
+
+/// [`dep_record`] for a packet-trace [`Packet`] (fields 1..=7).
+#[inline]
+pub(crate) fn packet(buf: &[u8], len: usize, out: &mut Packet) -> Option<u32> {
+    let mut slot = [0u64; 8];
+    let mut pos = 0;
+    let mut present = 0u32;
+    while pos < len {
+        let key = buf[pos];
+        let field = key >> 3;
+        if key & 0x87 != 0 || !(1..=7).contains(&field) {
+            return None;
+        }
+        let (v, next) = varint(buf, len, pos + 1)?;
+        slot[usize::from(field)] = v;
+        pos = next;
+        present |= 1 << field;
+    }
+    let has = |f: u32| present & 1 << f != 0;
+    out.tick = slot[1];
+    out.cmd = slot[2] as u32;
+    out.addr = slot[3];
+    out.size = slot[4] as u32;
+    out.flags = has(5).then_some(slot[5] as u32);
+    out.pkt_id = has(6).then_some(slot[6]);
+    out.pc = has(7).then_some(slot[7]);
+    Some(present)
+}
+
+/// A varint of 1 to 9 bytes at `pos` that ends before `end`: its value and the position after it;
+/// `None` if it is longer or runs past `end`. With 8 bytes of `buf` in reach, the end is found and
+/// the 7-bit groups packed without a loop. (Positions go in and out by value: kept in registers,
+/// the loop-carried position is not stored and reloaded per field.)
+#[inline(always)]
+fn varint(buf: &[u8], end: usize, pos: usize) -> Option<(u64, usize)> {
+    let first = *buf[..end].get(pos)?;
+    if first < 0x80 {
+        return Some((u64::from(first), pos + 1));
+    }
+    if let Some(word) = buf.get(pos..).and_then(|b| b.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(*word);
+        let ends = !w & 0x8080_8080_8080_8080;
+        let len = ends.trailing_zeros() as usize / 8 + 1;
+        if ends != 0 && pos + len <= end {
+            return Some((pack7(w & (u64::MAX >> (64 - 8 * len))), pos + len));
+        }
+    }
+    varint_bytewise(&buf[..end], pos)
+}
+
+/// The 7-bit groups of up to 8 varint bytes (little-endian in `w`, continuation bits included),
+/// packed into one value: pairs of groups, then pairs of pairs, then the two halves.
+#[inline(always)]
+fn pack7(w: u64) -> u64 {
+    let x = w & 0x7f7f_7f7f_7f7f_7f7f;
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    (x & 0x0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
+}
+
+/// [`varint`] one byte at a time (near the end of the message, or a 9-byte varint).
+#[cold]
+fn varint_bytewise(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
+    let mut value = 0u64;
+    for i in 0..9 {
+        let b = *buf.get(pos + i)?;
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b < 0x80 {
+            return Some((value, pos + i + 1));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push(v as u8 | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    /// A value whose varint is `len` bytes long (1..=10).
+    fn value_of_len(len: u32, low: u64) -> u64 {
+        if len >= 10 {
+            return 1 << 63 | low;
+        }
+        let top = 1u64 << (7 * (len - 1));
+        if len == 1 {
+            low & 0x7f
+        } else {
+            top | (low % top)
+        }
+    }
+
+    #[test]
+    fn varint_reads_every_length_like_the_bytewise_form() {
+        for len in 1..=10u32 {
+            for low in [0u64, 1, 0x55, 0x1234_5678_9abc_def0, u64::MAX] {
+                let v = value_of_len(len, low);
+                for pad in [0usize, 3, 12] {
+                    let mut buf = Vec::new();
+                    put_varint(&mut buf, v);
+                    assert_eq!(buf.len() as u32, len);
+                    buf.extend(std::iter::repeat_n(0xaa, pad));
+                    let fast = varint(&buf, len as usize, 0);
+                    assert_eq!(
+                        varint(&buf, buf.len(), 0),
+                        fast,
+                        "bytes past the end are not used"
+                    );
+                    let slow = varint_bytewise(&buf, 0);
+                    assert_eq!(fast, slow, "len {len} value {v:#x} pad {pad}");
+                    if len <= 9 {
+                        assert_eq!(fast, Some((v, len as usize)));
+                    } else {
+                        assert_eq!(fast, None, "10-byte varints are declined");
+                    }
+                }
+            }
+        }
+        assert_eq!(varint(&[0x80, 0x80], 2, 0), None, "runs past the end");
+        let nine = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0];
+        assert_eq!(varint(&nine, 8, 0), None, "ends past `end`, inside `buf`");
+        assert_eq!(varint(&nine, 9, 0), Some(((1 << 57) - 1, 9)));
+    }
+
+    /// One field of a message as bytes: a key, a value, or a spoiler.
+    #[derive(Debug, Clone)]
+    enum Piece {
+        Field { field: u8, len: u32, low: u64 },
+        Packed { field: u8, values: Vec<u64> },
+        Fixed64 { field: u8 },
+        Junk(Vec<u8>),
+    }
+
+    fn piece(max_field: u8) -> impl Strategy<Value = Piece> {
+        prop_oneof![
+            12 => (1..=max_field, 1..=10u32, any::<u64>()).prop_map(|(field, len, low)| Piece::Field { field, len, low }),
+            1 => (1..=max_field + 3, 1..=10u32, any::<u64>()).prop_map(|(field, len, low)| Piece::Field { field, len, low }),
+            1 => (prop_oneof![Just(6u8), Just(8)], proptest::collection::vec(any::<u64>(), 0..4))
+                .prop_map(|(field, values)| Piece::Packed { field, values }),
+            1 => (1..=max_field).prop_map(|field| Piece::Fixed64 { field }),
+            1 => proptest::collection::vec(any::<u8>(), 1..4).prop_map(Piece::Junk),
+        ]
+    }
+
+    fn bytes(pieces: &[Piece]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for p in pieces {
+            match p {
+                Piece::Field { field, len, low } => {
+                    put_varint(&mut out, u64::from(*field) << 3);
+                    put_varint(&mut out, value_of_len(*len, *low));
+                }
+                Piece::Packed { field, values } => {
+                    let mut body = Vec::new();
+                    for v in values {
+                        put_varint(&mut body, *v);
+                    }
+                    put_varint(&mut out, u64::from(*field) << 3 | 2);
+                    put_varint(&mut out, body.len() as u64);
+                    out.extend(body);
+                }
+                Piece::Fixed64 { field } => {
+                    put_varint(&mut out, u64::from(*field) << 3 | 1);
+                    out.extend([7u8; 8]);
+                }
+                Piece::Junk(j) => out.extend(j),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// Whatever the fast path takes, prost decodes to the same record; every message made of
+        /// known varint fields of at most 9 bytes is taken.
+        #[test]
+        fn dep_record_agrees_with_prost(pieces in proptest::collection::vec(piece(12), 0..14)) {
+            let body = bytes(&pieces);
+            let mut fast = InstDepRecord { rob_dep: vec![99], ..Default::default() };
+            fast.clear();
+            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 12 && *len <= 9));
+            // Bytes past the message (the next ones, in place) change nothing.
+            let mut tail = body.clone();
+            tail.extend_from_slice(&[0xff; 9]);
+            let mut with_tail = InstDepRecord::default();
+            prop_assert_eq!(dep_record(&tail, body.len(), &mut with_tail), dep_record(&body, body.len(), &mut InstDepRecord::default()));
+            match dep_record(&body, body.len(), &mut fast) {
+                Some(present) => {
+                    let want = InstDepRecord::decode(&body[..]).expect("prost takes what the fast path takes");
+                    prop_assert_eq!(&fast, &want);
+                    prop_assert_eq!(&with_tail, &want);
+                    let scan = super::super::messages::scan_fields(&body).unwrap();
+                    prop_assert_eq!(present, scan.present);
+                }
+                None => prop_assert!(!simple, "declined a plain message: {:02x?}", body),
+            }
+        }
+
+        #[test]
+        fn packet_agrees_with_prost(pieces in proptest::collection::vec(piece(7), 0..10)) {
+            let body = bytes(&pieces);
+            let mut fast = Packet::default();
+            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 7 && *len <= 9));
+            // Bytes past the message (the next ones, in place) change nothing.
+            let mut tail = body.clone();
+            tail.extend_from_slice(&[0xff; 9]);
+            let mut with_tail = Packet::default();
+            prop_assert_eq!(packet(&tail, body.len(), &mut with_tail), packet(&body, body.len(), &mut Packet::default()));
+            match packet(&body, body.len(), &mut fast) {
+                Some(present) => {
+                    let want = Packet::decode(&body[..]).expect("prost takes what the fast path takes");
+                    prop_assert_eq!(&fast, &want);
+                    prop_assert_eq!(&with_tail, &want);
+                    let scan = super::super::messages::scan_fields(&body).unwrap();
+                    prop_assert_eq!(present, scan.present);
+                }
+                None => prop_assert!(!simple, "declined a plain message: {:02x?}", body),
+            }
+        }
+    }
+}
