@@ -2,8 +2,9 @@
 //! record's fields and notes which are present, in place of a field scan plus prost's decode.
 //!
 //! It takes only the messages gem5 writes: every field a known one of its message with wire type
-//! 0 (varint), each varint at most 9 bytes long. Anything else (an unknown field, a packed
-//! repeated field, a 10-byte varint, a broken message) is declined, and the reader decodes the
+//! 0 (varint), each varint at most 8 bytes long (values below 2^56; gem5's addresses and PCs are
+//! 48-bit). Anything else (an unknown field, a packed repeated field, a 9- or 10-byte varint, a
+//! broken message) is declined, and the reader decodes the
 //! message with prost as before, so every error still comes from one place. On what it takes it
 //! yields exactly prost's record (later values of a field replace earlier ones, repeated fields
 //! append, 32-bit fields keep the low 32 bits of the varint): `tests` checks that against prost
@@ -19,24 +20,11 @@ pub(crate) fn dep_record(buf: &[u8], len: usize, out: &mut InstDepRecord) -> Opt
     // Scalars land in a slot per field number, so storing one is not a branch on the field; the
     // two repeated fields append in order.
     let mut slot = [0u64; 13];
-    let mut pos = 0;
-    let mut present = 0u32;
-    while pos < len {
-        let key = buf[pos];
-        let field = key >> 3;
-        // A one-byte key with wire type 0 for fields 1..=12.
-        if key & 0x87 != 0 || !(1..=12).contains(&field) {
-            return None;
-        }
-        let (v, next) = varint(buf, len, pos + 1)?;
-        pos = next;
-        present |= 1 << field;
-        match field {
-            6 => out.rob_dep.push(v),
-            8 => out.reg_dep.push(v),
-            f => slot[usize::from(f)] = v,
-        }
-    }
+    let present = walk(buf, len, 12, |field, v| match field {
+        6 => out.rob_dep.push(v),
+        8 => out.reg_dep.push(v),
+        f => slot[usize::from(f)] = v,
+    })?;
     let has = |f: u32| present & 1 << f != 0;
     out.seq_num = slot[1];
     out.r#type = slot[2] as i32;
@@ -55,19 +43,7 @@ pub(crate) fn dep_record(buf: &[u8], len: usize, out: &mut InstDepRecord) -> Opt
 #[inline]
 pub(crate) fn packet(buf: &[u8], len: usize, out: &mut Packet) -> Option<u32> {
     let mut slot = [0u64; 8];
-    let mut pos = 0;
-    let mut present = 0u32;
-    while pos < len {
-        let key = buf[pos];
-        let field = key >> 3;
-        if key & 0x87 != 0 || !(1..=7).contains(&field) {
-            return None;
-        }
-        let (v, next) = varint(buf, len, pos + 1)?;
-        slot[usize::from(field)] = v;
-        pos = next;
-        present |= 1 << field;
-    }
+    let present = walk(buf, len, 7, |field, v| slot[usize::from(field)] = v)?;
     let has = |f: u32| present & 1 << f != 0;
     out.tick = slot[1];
     out.cmd = slot[2] as u32;
@@ -79,23 +55,44 @@ pub(crate) fn packet(buf: &[u8], len: usize, out: &mut Packet) -> Option<u32> {
     Some(present)
 }
 
-/// A varint of 1 to 9 bytes at `pos` that ends before `end`: its value and the position after it;
+/// Calls `each(field, value)` for the fields of `buf[..len]` in order; returns the field numbers
+/// present, or `None` (possibly after some calls) unless every field is a one-byte key with wire
+/// type 0 for a field in 1..=`max` and a varint of 1 to 8 bytes inside the message.
+#[inline(always)]
+fn walk(buf: &[u8], len: usize, max: u8, mut each: impl FnMut(u8, u64)) -> Option<u32> {
+    let mut present = 0u32;
+    let mut pos = 0;
+    while pos < len {
+        let field = key(buf[pos], max)?;
+        let (v, next) = varint(buf, len, pos + 1)?;
+        each(field, v);
+        present |= 1 << field;
+        pos = next;
+    }
+    Some(present)
+}
+
+/// The field number of `k` if it is a one-byte key with wire type 0 for a field in 1..=`max`.
+#[inline(always)]
+fn key(k: u8, max: u8) -> Option<u8> {
+    let field = k >> 3;
+    (k & 0x87 == 0 && (1..=max).contains(&field)).then_some(field)
+}
+
+/// A varint of 1 to 8 bytes at `pos` that ends before `end`: its value and the position after it;
 /// `None` if it is longer or runs past `end`. With 8 bytes of `buf` in reach, the end is found and
-/// the 7-bit groups packed without a loop. (Positions go in and out by value: kept in registers,
-/// the loop-carried position is not stored and reloaded per field.)
+/// the 7-bit groups packed without a loop or a branch on the length, one-byte varints included (a
+/// test for those first mispredicts on gem5's mix of short and long fields).
 #[inline(always)]
 fn varint(buf: &[u8], end: usize, pos: usize) -> Option<(u64, usize)> {
-    let first = *buf[..end].get(pos)?;
-    if first < 0x80 {
-        return Some((u64::from(first), pos + 1));
+    if pos >= end {
+        return None;
     }
     if let Some(word) = buf.get(pos..).and_then(|b| b.first_chunk::<8>()) {
         let w = u64::from_le_bytes(*word);
         let ends = !w & 0x8080_8080_8080_8080;
         let len = ends.trailing_zeros() as usize / 8 + 1;
-        if ends != 0 && pos + len <= end {
-            return Some((pack7(w & (u64::MAX >> (64 - 8 * len))), pos + len));
-        }
+        return (ends != 0 && pos + len <= end).then(|| (pack7(w & (u64::MAX >> (64 - 8 * len))), pos + len));
     }
     varint_bytewise(&buf[..end], pos)
 }
@@ -110,11 +107,11 @@ fn pack7(w: u64) -> u64 {
     (x & 0x0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
 }
 
-/// [`varint`] one byte at a time (near the end of the message, or a 9-byte varint).
+/// [`varint`] one byte at a time (within 8 bytes of the end of `buf`).
 #[cold]
 fn varint_bytewise(buf: &[u8], pos: usize) -> Option<(u64, usize)> {
     let mut value = 0u64;
-    for i in 0..9 {
+    for i in 0..8 {
         let b = *buf.get(pos + i)?;
         value |= u64::from(b & 0x7f) << (7 * i);
         if b < 0x80 {
@@ -169,18 +166,18 @@ mod tests {
                     );
                     let slow = varint_bytewise(&buf, 0);
                     assert_eq!(fast, slow, "len {len} value {v:#x} pad {pad}");
-                    if len <= 9 {
+                    if len <= 8 {
                         assert_eq!(fast, Some((v, len as usize)));
                     } else {
-                        assert_eq!(fast, None, "10-byte varints are declined");
+                        assert_eq!(fast, None, "9- and 10-byte varints are declined");
                     }
                 }
             }
         }
         assert_eq!(varint(&[0x80, 0x80], 2, 0), None, "runs past the end");
-        let nine = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0];
-        assert_eq!(varint(&nine, 8, 0), None, "ends past `end`, inside `buf`");
-        assert_eq!(varint(&nine, 9, 0), Some(((1 << 57) - 1, 9)));
+        let eight = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0];
+        assert_eq!(varint(&eight, 7, 0), None, "ends past `end`, inside `buf`");
+        assert_eq!(varint(&eight, 8, 0), Some(((1 << 50) - 1, 8)));
     }
 
     /// One field of a message as bytes: a key, a value, or a spoiler.
@@ -240,10 +237,10 @@ mod tests {
             let body = bytes(&pieces);
             let mut fast = InstDepRecord { rob_dep: vec![99], ..Default::default() };
             fast.clear();
-            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 12 && *len <= 9));
+            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 12 && *len <= 8));
             // Bytes past the message (the next ones, in place) change nothing.
             let mut tail = body.clone();
-            tail.extend_from_slice(&[0xff; 9]);
+            tail.extend_from_slice(&[0xff; 64]);
             let mut with_tail = InstDepRecord::default();
             prop_assert_eq!(dep_record(&tail, body.len(), &mut with_tail), dep_record(&body, body.len(), &mut InstDepRecord::default()));
             match dep_record(&body, body.len(), &mut fast) {
@@ -262,10 +259,10 @@ mod tests {
         fn packet_agrees_with_prost(pieces in proptest::collection::vec(piece(7), 0..10)) {
             let body = bytes(&pieces);
             let mut fast = Packet::default();
-            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 7 && *len <= 9));
+            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 7 && *len <= 8));
             // Bytes past the message (the next ones, in place) change nothing.
             let mut tail = body.clone();
-            tail.extend_from_slice(&[0xff; 9]);
+            tail.extend_from_slice(&[0xff; 64]);
             let mut with_tail = Packet::default();
             prop_assert_eq!(packet(&tail, body.len(), &mut with_tail), packet(&body, body.len(), &mut Packet::default()));
             match packet(&body, body.len(), &mut fast) {
