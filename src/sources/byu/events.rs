@@ -53,6 +53,7 @@ pub(crate) const START: StartState = StartState {
 };
 
 /// The bus operation of a valid record; `None` for an invalid cycle type.
+#[inline]
 pub fn bus_op(r: &Record) -> Option<BusOp> {
     let data = |kind| BusOp::Data {
         kind,

@@ -84,6 +84,7 @@ impl Framer {
     }
 
     /// Fills `buf` with the next record; `Ok(false)` at a clean end of input.
+    #[inline]
     pub(crate) fn next(&mut self, buf: &mut [u8]) -> Result<bool> {
         // Fast path: the whole record is in the input's buffer (always, for a mapped file).
         match self.input.fill_buf() {
@@ -163,6 +164,7 @@ impl<R: FixedRecord> FixedReader<R> {
     }
 
     /// The next record, or `None` at the end. A short tail is a [`ErrorKind::Truncated`] error.
+    #[inline]
     pub fn next_record(&mut self) -> Result<Option<R>> {
         let buf = &mut self.buf[..R::LEN];
         if !self.framer.next(buf)? {

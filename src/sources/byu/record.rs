@@ -64,11 +64,13 @@ impl CycleType {
     ];
 
     /// The type in the upper nibble of a control byte.
+    #[inline]
     pub fn from_control(control: u8) -> CycleType {
         CycleType::ALL[usize::from(control >> 4)]
     }
 
     /// The 4-bit value.
+    #[inline]
     pub fn value(self) -> u8 {
         self as u8
     }
@@ -125,6 +127,7 @@ pub enum SpecialCycle {
 
 impl SpecialCycle {
     /// The special cycle named by `byte_enables`.
+    #[inline]
     pub fn from_byte_enables(byte_enables: u8) -> SpecialCycle {
         match byte_enables {
             0xfe => SpecialCycle::Shutdown,
@@ -190,16 +193,19 @@ impl Record {
     }
 
     /// The cycle type.
+    #[inline]
     pub fn cycle_type(&self) -> CycleType {
         CycleType::from_control(self.control)
     }
 
     /// The requested bytes of the quantum as a bit mask (bit `i` = byte `i`).
+    #[inline]
     pub fn requested(&self) -> u8 {
         !self.byte_enables
     }
 
     /// Offset of the lowest requested byte in the quantum (0 when none is requested).
+    #[inline]
     pub fn byte_offset(&self) -> u8 {
         let r = self.requested();
         if r == 0 {
@@ -210,16 +216,19 @@ impl Record {
     }
 
     /// Number of requested bytes (assumes the enabled bytes are contiguous, as bus cycles are).
+    #[inline]
     pub fn byte_len(&self) -> u8 {
         self.requested().count_ones() as u8
     }
 
     /// The exact byte address: the quantum address plus the lowest requested byte's offset.
+    #[inline]
     pub fn byte_addr(&self) -> u32 {
         self.addr.wrapping_add(u32::from(self.byte_offset()))
     }
 
     /// The special cycle, for a type-3 record.
+    #[inline]
     pub fn special(&self) -> Option<SpecialCycle> {
         (self.cycle_type() == CycleType::Special).then(|| SpecialCycle::from_byte_enables(self.byte_enables))
     }
