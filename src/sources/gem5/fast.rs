@@ -227,54 +227,54 @@ mod tests {
         out
     }
 
+    /// Whatever `fast` takes, prost decodes to the same record and the field scan finds the same
+    /// fields; every message made only of known varint fields of at most 8 bytes is taken; bytes
+    /// past the message (the next ones, in place) change nothing. `start` is a dirtied record the
+    /// caller has cleared, as the reader does.
+    fn agrees_with_prost<M: Message + Default + PartialEq + std::fmt::Debug>(
+        pieces: &[Piece],
+        max_field: u8,
+        start: M,
+        fast: impl Fn(&[u8], usize, &mut M) -> Option<u32>,
+    ) -> Result<(), TestCaseError> {
+        let body = bytes(pieces);
+        let simple = pieces
+            .iter()
+            .all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= max_field && *len <= 8));
+        let mut tail = body.clone();
+        tail.extend_from_slice(&[0xff; 64]);
+        let mut with_tail = M::default();
+        prop_assert_eq!(
+            fast(&tail, body.len(), &mut with_tail),
+            fast(&body, body.len(), &mut M::default())
+        );
+        let mut got = start;
+        match fast(&body, body.len(), &mut got) {
+            Some(present) => {
+                let want = M::decode(&body[..]).expect("prost takes what the fast path takes");
+                prop_assert_eq!(&got, &want);
+                prop_assert_eq!(&with_tail, &want);
+                let scan = super::super::messages::scan_fields(&body).unwrap();
+                prop_assert_eq!(present, scan.present);
+            }
+            None => prop_assert!(!simple, "declined a plain message: {:02x?}", body),
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
 
-        /// Whatever the fast path takes, prost decodes to the same record; every message made of
-        /// known varint fields of at most 9 bytes is taken.
         #[test]
         fn dep_record_agrees_with_prost(pieces in proptest::collection::vec(piece(12), 0..14)) {
-            let body = bytes(&pieces);
-            let mut fast = InstDepRecord { rob_dep: vec![99], ..Default::default() };
-            fast.clear();
-            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 12 && *len <= 8));
-            // Bytes past the message (the next ones, in place) change nothing.
-            let mut tail = body.clone();
-            tail.extend_from_slice(&[0xff; 64]);
-            let mut with_tail = InstDepRecord::default();
-            prop_assert_eq!(dep_record(&tail, body.len(), &mut with_tail), dep_record(&body, body.len(), &mut InstDepRecord::default()));
-            match dep_record(&body, body.len(), &mut fast) {
-                Some(present) => {
-                    let want = InstDepRecord::decode(&body[..]).expect("prost takes what the fast path takes");
-                    prop_assert_eq!(&fast, &want);
-                    prop_assert_eq!(&with_tail, &want);
-                    let scan = super::super::messages::scan_fields(&body).unwrap();
-                    prop_assert_eq!(present, scan.present);
-                }
-                None => prop_assert!(!simple, "declined a plain message: {:02x?}", body),
-            }
+            let mut start = InstDepRecord { rob_dep: vec![99], ..Default::default() };
+            start.clear();
+            agrees_with_prost(&pieces, 12, start, dep_record)?;
         }
 
         #[test]
         fn packet_agrees_with_prost(pieces in proptest::collection::vec(piece(7), 0..10)) {
-            let body = bytes(&pieces);
-            let mut fast = Packet::default();
-            let simple = pieces.iter().all(|p| matches!(p, Piece::Field { field, len, .. } if *field <= 7 && *len <= 8));
-            // Bytes past the message (the next ones, in place) change nothing.
-            let mut tail = body.clone();
-            tail.extend_from_slice(&[0xff; 64]);
-            let mut with_tail = Packet::default();
-            prop_assert_eq!(packet(&tail, body.len(), &mut with_tail), packet(&body, body.len(), &mut Packet::default()));
-            match packet(&body, body.len(), &mut fast) {
-                Some(present) => {
-                    let want = Packet::decode(&body[..]).expect("prost takes what the fast path takes");
-                    prop_assert_eq!(&fast, &want);
-                    prop_assert_eq!(&with_tail, &want);
-                    let scan = super::super::messages::scan_fields(&body).unwrap();
-                    prop_assert_eq!(present, scan.present);
-                }
-                None => prop_assert!(!simple, "declined a plain message: {:02x?}", body),
-            }
+            agrees_with_prost(&pieces, 7, Packet::default(), packet)?;
         }
     }
 }
