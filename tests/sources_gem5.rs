@@ -435,6 +435,27 @@ fn overlong_length_loses_framing() {
     );
 }
 
+/// After an error that loses the framing the reader stays at its end: a well-formed message right
+/// behind the bad length prefix is not read as the next record.
+#[test]
+fn reader_returns_nothing_after_losing_the_framing() {
+    let (mut bytes, _) = dep_trace(&[comp(1, 0x1000)]);
+    let mut len = MAX_MESSAGE + 1;
+    while len >= 0x80 {
+        bytes.push(len as u8 | 0x80);
+        len >>= 7;
+    }
+    bytes.push(len as u8);
+    let (next, at) = dep_trace(&[comp(2, 0x2000)]);
+    bytes.extend_from_slice(&next[at[0] as usize..]);
+    let mut r = Reader::new(Input::from_bytes("l.trace", bytes).unwrap()).unwrap();
+    assert!(matches!(r.next_record(), Ok(Some(_))));
+    let e = r.next_record().unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::LostFraming), "{e}");
+    assert!(matches!(r.next_record(), Ok(None)));
+    assert!(matches!(r.next_record(), Ok(None)));
+}
+
 #[test]
 fn gzip_by_magic_and_plain_files() {
     let (bytes, _) = dep_trace(&[comp(1, 0x1000), comp(2, 0x1003)]);

@@ -171,6 +171,9 @@ impl Reader {
     /// error leaves the reader at the next message, so a lenient caller may go on; after any other
     /// error the reader returns `None`.
     pub fn next_record(&mut self) -> Result<Option<Record<'_>>> {
+        if self.done {
+            return Ok(None);
+        }
         let kind = self.header.kind();
         let start = self.offset;
         // In place when the length prefix and the whole body are in the input's buffer (always,
