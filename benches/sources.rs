@@ -9,6 +9,7 @@
 //! `cargo test --all-targets`) it is a smoke run on files a thousandth the size.
 
 use flate2::{write::GzEncoder, Compression};
+use ptemu::sources::byu::read::{FixedReader, FixedRecord};
 use ptemu::sources::{self, byu, byu_p2, gem5, kaplan, penn, EventSource, Format, Input, ReadOptions};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -173,6 +174,16 @@ fn penn(uops: u64) {
     );
 }
 
+/// Reads every record of a fixed-record file in `read_batch` blocks of 4096; returns the count.
+fn batched<R: FixedRecord>(mut r: FixedReader<R>) -> u64 {
+    let (mut batch, mut n) = (Vec::with_capacity(4096), 0);
+    while r.read_batch(&mut batch, 4096).unwrap() > 0 {
+        black_box(&batch);
+        n += batch.len() as u64;
+    }
+    n
+}
+
 fn binary(memcpy: f64) {
     let s = scale();
     let sized = |n: f64| ((n * s) as u64).max(1000);
@@ -190,24 +201,8 @@ fn binary(memcpy: f64) {
             bytes as f64 / 1e6
         );
         let (d, n) = best(3, || match format {
-            Format::Byu => {
-                let mut r = byu::Reader::new(open(&path));
-                let (mut batch, mut n) = (Vec::with_capacity(4096), 0);
-                while r.read_batch(&mut batch, 4096).unwrap() > 0 {
-                    black_box(&batch);
-                    n += batch.len() as u64;
-                }
-                n
-            }
-            Format::ByuP2 => {
-                let mut r = byu_p2::Reader::new(open(&path));
-                let (mut batch, mut n) = (Vec::with_capacity(4096), 0);
-                while r.read_batch(&mut batch, 4096).unwrap() > 0 {
-                    black_box(&batch);
-                    n += batch.len() as u64;
-                }
-                n
-            }
+            Format::Byu => batched(byu::Reader::new(open(&path))),
+            Format::ByuP2 => batched(byu_p2::Reader::new(open(&path))),
             Format::Kaplan => {
                 let mut r = kaplan::Reader::new(open(&path));
                 let mut n = 0;

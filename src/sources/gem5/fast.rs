@@ -84,7 +84,7 @@ fn key(k: u8, max: u8) -> Option<u8> {
 /// the 7-bit groups packed without a loop or a branch on the length, one-byte varints included (a
 /// test for those first mispredicts on gem5's mix of short and long fields).
 #[inline(always)]
-fn varint(buf: &[u8], end: usize, pos: usize) -> Option<(u64, usize)> {
+pub(crate) fn varint(buf: &[u8], end: usize, pos: usize) -> Option<(u64, usize)> {
     if pos >= end {
         return None;
     }

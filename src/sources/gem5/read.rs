@@ -321,16 +321,9 @@ impl Reader {
 /// a bad prefix).
 #[inline]
 fn in_place(avail: &[u8]) -> Option<(usize, usize)> {
-    let mut len = 0usize;
-    for (i, &b) in avail.iter().take(5).enumerate() {
-        len |= usize::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            let prefix = i + 1;
-            let fits = len as u64 <= MAX_MESSAGE && avail.len() - prefix >= len;
-            return fits.then_some((prefix, len));
-        }
-    }
-    None
+    // A varint32 prefix: at most 5 bytes.
+    let (len, prefix) = fast::varint(avail, avail.len().min(5), 0)?;
+    (len <= MAX_MESSAGE && (avail.len() - prefix) as u64 >= len).then_some((prefix, len as usize))
 }
 
 /// Decodes the record message `buf[..len]` of `kind` into `dep` or `packet` and checks it: the
