@@ -274,9 +274,10 @@ fn less_likely() {}
 /// TNT-8: the bits above a stop bit, then bit 0 clear (SDM 36-17).
 #[inline(always)]
 fn encode_tnt8(buf: &mut [u8; MAX_PACKET_LEN], t: Tnt, p: &Packet) -> Result<usize, EncodeError> {
-    // One test for both limits: count in 1..=6 and no bit at or above `count`.
-    let fits = t.count.wrapping_sub(1) < 6 && t.bits >> t.count == 0;
-    if !fits {
+    // One branch for both limits: count in 1..=6 and no bit at or above `count` (the shift is
+    // masked so that it cannot overflow; a count past 63 fails the first test anyway).
+    let misfit = (t.bits >> (t.count & 63)) | u64::from(t.count.wrapping_sub(1) >= 6);
+    if misfit != 0 {
         return Err(if t.count.wrapping_sub(1) < 6 {
             bad_field(p, "bits", t.bits)
         } else {

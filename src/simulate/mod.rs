@@ -31,6 +31,9 @@ pub const WRMSR_LEN: u8 = 2;
 /// How often (in events) the progress callback runs.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
 
+/// Events handed to the tracer per call (whole records, so a few more).
+const BATCH: usize = 256;
+
 /// [`DEFAULT_LAYOUT`], parsed.
 pub fn default_layout() -> Layout {
     Layout::parse(Path::new("<default layout>"), DEFAULT_LAYOUT).expect("the built-in layout parses")
@@ -207,27 +210,35 @@ pub fn run<W: Write>(
     );
 
     let start = feed.source().start_state();
-    let mut events = Vec::with_capacity(64);
+    let mut events = Vec::with_capacity(BATCH + 64);
     let mut ip: Option<u64> = None;
     let mut count = 0u64;
     let mut next_report = PROGRESS_EVERY;
-    while feed.next(&mut events)? {
-        for ev in &events {
-            if ip.is_none() {
-                if let Some(first) = ev.ip() {
-                    let at = first.wrapping_sub(u64::from(WRMSR_LEN));
-                    tracer.set_state(at, start.cpl, start.cr3, start.mode);
-                    ctl_write(&mut tracer, &mut mem, opts.ctl.bits(), at)?;
-                    tracing::debug!(
-                        ip = format_args!("{first:#x}"),
-                        "tracing enabled before the first instruction"
-                    );
-                    ip = Some(first);
-                }
-            }
-            tracer.event(&mut mem, ev)?;
-            ip = ip.map(|i| ev.next_ip(i));
+    let mut more = true;
+    while more {
+        // Whole records' events, about BATCH at a time: the tracer runs a batch faster than the
+        // same events one by one.
+        while more && events.len() < BATCH {
+            more = feed.next(&mut events)?;
         }
+        let mut rest = &events[..];
+        if ip.is_none() {
+            if let Some(k) = rest.iter().position(|ev| ev.ip().is_some()) {
+                tracer.events(&mut mem, &rest[..k])?;
+                rest = &rest[k..];
+                let first = rest[0].ip().expect("found by its IP");
+                let at = first.wrapping_sub(u64::from(WRMSR_LEN));
+                tracer.set_state(at, start.cpl, start.cr3, start.mode);
+                ctl_write(&mut tracer, &mut mem, opts.ctl.bits(), at)?;
+                tracing::debug!(
+                    ip = format_args!("{first:#x}"),
+                    "tracing enabled before the first instruction"
+                );
+                ip = Some(first);
+            }
+        }
+        tracer.events(&mut mem, rest)?;
+        ip = ip.map(|i| rest.iter().fold(i, |i, ev| ev.next_ip(i)));
         count += events.len() as u64;
         events.clear();
         if count >= next_report {

@@ -111,9 +111,20 @@ fn ctl() -> impl Strategy<Value = (RtitCtl, Option<(u64, u64)>)> {
         })
 }
 
-/// Runs `events` with the fast path on or off; the state a decoder and a user can see.
+/// How `run` hands the events to the tracer.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// One `event` call each, fast path off.
+    General,
+    /// One `event` call each.
+    OneByOne,
+    /// `events` calls over chunks of up to 7 events (runs that start and end anywhere).
+    Batches,
+}
+
+/// Runs `events` in `mode`; the state a decoder and a user can see.
 fn run(
-    fast: bool,
+    mode: Mode,
     long_tnt: bool,
     ctl: RtitCtl,
     range: Option<(u64, u64)>,
@@ -129,7 +140,7 @@ fn run(
             ..TracerConfig::default()
         },
     );
-    t.fast_path = fast;
+    t.fast_path = mode != Mode::General;
     t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
     t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
     t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
@@ -139,8 +150,14 @@ fn run(
         t.wrmsr(&mut mem, 0x581, b, 0, 0).unwrap();
     }
     t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
-    for e in events {
-        t.event(&mut mem, e).unwrap();
+    if mode == Mode::Batches {
+        for chunk in events.chunks(7) {
+            t.events(&mut mem, chunk).unwrap();
+        }
+    } else {
+        for e in events {
+            t.event(&mut mem, e).unwrap();
+        }
     }
     t.wrmsr(&mut mem, 0x570, 0, 0x40_0100, 2).unwrap();
     let mut bytes = vec![0u8; RING as usize];
@@ -156,16 +173,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn the_fast_path_leaves_what_the_general_path_leaves(
+    fn the_fast_path_one_by_one_and_in_batches_leaves_what_the_general_path_leaves(
         (ctl, range) in ctl(),
         long_tnt in any::<bool>(),
         events in stream(),
     ) {
-        let fast = run(true, long_tnt, ctl, range, &events);
-        let general = run(false, long_tnt, ctl, range, &events);
-        prop_assert_eq!(&fast.1, &general.1, "MSRs");
-        prop_assert_eq!(&fast.2, &general.2, "statistics");
-        prop_assert_eq!(fast.3, general.3, "PacketEn");
-        prop_assert!(fast.0 == general.0, "the trace bytes differ");
+        let general = run(Mode::General, long_tnt, ctl, range, &events);
+        for mode in [Mode::OneByOne, Mode::Batches] {
+            let fast = run(mode, long_tnt, ctl, range, &events);
+            prop_assert_eq!(&fast.1, &general.1, "MSRs");
+            prop_assert_eq!(&fast.2, &general.2, "statistics");
+            prop_assert_eq!(fast.3, general.3, "PacketEn");
+            prop_assert!(fast.0 == general.0, "the trace bytes differ");
+        }
     }
 }

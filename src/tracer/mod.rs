@@ -9,6 +9,7 @@
 mod clock;
 mod config;
 mod event;
+mod fast;
 #[cfg(test)]
 mod fast_tests;
 mod overflow;
@@ -26,9 +27,10 @@ pub use stats::TracerStats;
 
 use crate::memory::{MemError, PhysMemory};
 use crate::output::{MsrError, OutputUnit};
-use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
+use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt};
 use crate::regs::check::check_write;
 use crate::regs::{Msr, RtitCtl};
+use fast::Hot;
 use overflow::Overflow;
 
 /// How a control transfer is reported while tracing stays on, and how it leaves tracing.
@@ -66,6 +68,11 @@ struct Mark {
 
 /// The tracer: packet generation for one logical processor, feeding its output unit.
 pub struct Tracer {
+    /// What the fast path reads and writes (see [`Hot`]).
+    hot: Hot,
+    /// Counters, but for those [`Hot`] keeps (see [`Tracer::stats`]).
+    stats: TracerStats,
+    clock: Clock,
     unit: OutputUnit,
     cfg: TracerConfig,
     ctl: RtitCtl,
@@ -74,12 +81,7 @@ pub struct Tracer {
     stop_ranges: Vec<(u64, u64)>,
     cr3_match: u64,
     buf: Box<[u8]>,
-    len: usize,
-    enc: PacketEncoder,
-    tnt: Tnt,
-    tnt_first_event: u64,
     ret: RetStack,
-    ip: u64,
     cpl: u8,
     cr3: u64,
     mode: ExecMode,
@@ -89,15 +91,12 @@ pub struct Tracer {
     packet_en: bool,
     /// The MODE.Exec (mode, IF) sent since the last PSB.
     mode_sent: Option<(ExecMode, bool)>,
-    psb_bytes: u64,
-    clock: Clock,
     overflow: Option<Overflow>,
     stop_pending: bool,
     /// Kind indices of the packets of the current event, committed to the stats at its end.
     kinds: [u8; 64],
     nkinds: usize,
-    stats: TracerStats,
-    /// Whether the next event may take [`Tracer::fast_event`]; kept by [`Tracer::refresh_fast`]
+    /// Whether the next event may take the fast path ([`Tracer::fast_run`]); kept by [`Tracer::refresh_fast`]
     /// after everything that can change what it depends on.
     fast: bool,
     /// Off in the tests that check the fast path against the general one.
@@ -114,6 +113,21 @@ impl Tracer {
     pub fn new(unit: OutputUnit, cfg: TracerConfig) -> Self {
         let cap = cfg.flush_bytes.max(64) + 4096;
         Tracer {
+            hot: Hot {
+                enc: PacketEncoder::new(),
+                ip: 0,
+                tnt: Tnt { bits: 0, count: 0 },
+                tnt_first_event: 0,
+                len: 0,
+                psb_bytes: 0,
+                events: 0,
+                instructions: 0,
+                tnt_bits: 0,
+                compressed_returns: 0,
+                packets_lost: 0,
+                fast_packets: [0; 3],
+            },
+            stats: TracerStats::default(),
             clock: Clock::new(cfg.clock),
             overflow: cfg.overflow.map(Overflow::new),
             unit,
@@ -122,12 +136,7 @@ impl Tracer {
             stop_ranges: Vec::new(),
             cr3_match: 0,
             buf: vec![0; cap].into_boxed_slice(),
-            len: 0,
-            enc: PacketEncoder::new(),
-            tnt: Tnt { bits: 0, count: 0 },
-            tnt_first_event: 0,
             ret: RetStack::default(),
-            ip: 0,
             cpl: 3,
             cr3: 0,
             mode: ExecMode::Bits64,
@@ -136,11 +145,9 @@ impl Tracer {
             triggered: false,
             packet_en: false,
             mode_sent: None,
-            psb_bytes: 0,
             stop_pending: false,
             kinds: [0; 64],
             nkinds: 0,
-            stats: TracerStats::default(),
             fast: false,
             fast_path: true,
             cfg,
@@ -158,8 +165,8 @@ impl Tracer {
     }
 
     /// Generation statistics.
-    pub fn stats(&self) -> &TracerStats {
-        &self.stats
+    pub fn stats(&self) -> TracerStats {
+        self.hot.merge_into(self.stats.clone())
     }
 
     /// The clock.
@@ -179,7 +186,7 @@ impl Tracer {
 
     /// Sets the architectural state before tracing starts: IP, CPL, CR3, mode.
     pub fn set_state(&mut self, ip: u64, cpl: u8, cr3: u64, mode: ExecMode) {
-        self.ip = ip;
+        self.hot.ip = ip;
         self.cpl = cpl;
         self.cr3 = cr3;
         self.mode = mode;
@@ -210,7 +217,7 @@ impl Tracer {
             if ctl_write && was_on && value & 1 == 0 {
                 // A write that faults (M2) changes nothing: check it before any disable packet.
                 check_write(self.unit.cpu(), &self.unit.registers(), Msr::Ctl, value)?;
-                self.ip = ip;
+                self.hot.ip = ip;
                 if self.triggered {
                     self.disable_packets();
                 }
@@ -220,7 +227,7 @@ impl Tracer {
             }
             self.unit.wrmsr(mem, msr, value)?;
             if ctl_write && !was_on && value & 1 == 1 {
-                self.ip = ip.wrapping_add(u64::from(len));
+                self.hot.ip = ip.wrapping_add(u64::from(len));
                 self.on_enable();
                 self.drain(mem)?;
             }
@@ -239,20 +246,37 @@ impl Tracer {
     }
 
     /// Handles one event: updates the architectural state and generates its packets.
-    #[inline(always)]
+    #[inline]
     pub fn event<M: PhysMemory>(&mut self, mem: &mut M, ev: &Event) -> Result<(), MemError> {
-        if self.fast && self.fast_event(ev) {
-            if self.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
-                self.psb_plus(); // PSB2
+        self.events(mem, std::slice::from_ref(ev))
+    }
+
+    /// Handles `evs` in order, as [`Tracer::event`] would one by one, but faster: runs of common
+    /// events keep the tracer's hot state in registers. On an error, the events after the one
+    /// that failed are not handled.
+    #[inline]
+    pub fn events<M: PhysMemory>(&mut self, mem: &mut M, evs: &[Event]) -> Result<(), MemError> {
+        let mut rest = evs;
+        while let Some(ev) = rest.first() {
+            if self.fast {
+                let done = self.fast_run(rest, evs.len() > 1);
+                if done > 0 {
+                    rest = &rest[done..];
+                    if self.hot.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
+                        self.psb_plus(); // PSB2
+                    }
+                    if self.hot.len >= self.cfg.flush_bytes {
+                        self.drain_and_refresh(mem)?;
+                    }
+                    continue;
+                }
             }
-            if self.len >= self.cfg.flush_bytes {
-                return self.drain_and_refresh(mem);
-            }
-            return Ok(());
+            let r = self.general_event(mem, ev);
+            self.refresh_fast();
+            r?;
+            rest = &rest[1..];
         }
-        let r = self.general_event(mem, ev);
-        self.refresh_fast();
-        r
+        Ok(())
     }
 
     /// Whether an event may take the fast path: tracing with PacketEn, and none of the features
@@ -282,97 +306,13 @@ impl Tracer {
         self.fast = self.fast_allowed();
     }
 
-    /// The common events (retired instructions and branches that do not change the context)
-    /// with the rules that apply when [`Tracer::fast_allowed`]: PacketEn stays 1 (no context
-    /// change, no ranges), no CYC, MTC or back-pressure. The packets, state and statistics are
-    /// those of [`Tracer::general_event`] (a test runs both on the same streams). Returns false,
-    /// having changed nothing, for every other event.
-    #[inline(always)]
-    fn fast_event(&mut self, ev: &Event) -> bool {
-        debug_assert!(self.fast_allowed());
-        let after = |ip: u64, len: u8| ip.wrapping_add(u64::from(len));
-        // Counted first, as the general path does (a TNT run remembers its first event).
-        self.stats.events += 1;
-        match *ev {
-            Event::Retire { ip, len } => self.ip = after(ip, len),
-            Event::CondBranch { taken, .. } => {
-                self.ip = ev.next_ip(self.ip);
-                self.fast_tnt_bit(taken);
-            }
-            Event::Jump { target, .. } => self.ip = target,
-            Event::Call { ip, len, target } => {
-                let next = after(ip, len);
-                if target != next {
-                    self.ret.push(next); // RET1
-                }
-                self.ip = target;
-            }
-            Event::IndirectJump { target, .. } => self.fast_tip(target),
-            Event::IndirectCall { ip, len, target } => {
-                self.ret.push(after(ip, len));
-                self.fast_tip(target);
-            }
-            Event::Return { target, .. } => {
-                if !self.ctl.dis_retc() && self.ret.peek() == Some(target) {
-                    self.ip = target;
-                    self.ret.pop();
-                    self.stats.compressed_returns += 1;
-                    self.fast_tnt_bit(true);
-                } else {
-                    self.fast_tip(target);
-                }
-            }
-            _ => {
-                self.stats.events -= 1;
-                return false;
-            }
-        }
-        self.stats.instructions += 1;
-        self.clock.advance(u64::from(self.cfg.cycles_per_instruction));
-        true
-    }
-
-    /// TIP1 on the fast path: the pending TNT, then TIP(target).
-    #[inline(always)]
-    fn fast_tip(&mut self, target: u64) {
-        self.ip = target;
-        self.fast_flush_tnt();
-        let payload = self.enc.compress(Some(target)); // TIP4
-        self.put_now(Packet::Tip(payload));
-    }
-
-    /// [`Tracer::tnt_bit`] where DisTNT and CYC are known to be off.
-    #[inline(always)]
-    fn fast_tnt_bit(&mut self, taken: bool) {
-        if self.add_tnt_bit(taken) {
-            self.fast_flush_tnt();
-        }
-    }
-
-    /// [`Tracer::flush_tnt`] where CYC is known to be off.
-    #[inline(always)]
-    fn fast_flush_tnt(&mut self) {
-        if let Some(p) = self.take_tnt() {
-            self.put_now(p);
-        }
-    }
-
-    /// [`Tracer::put`] without back-pressure: the packet counts at once.
-    #[inline(always)]
-    fn put_now(&mut self, p: Packet) {
-        debug_assert!(self.overflow.is_none());
-        if self.emit(&p) {
-            self.stats.packets[p.kind_index()] += 1;
-        }
-    }
-
     /// [`Tracer::event`] with every rule (out of line, so that the fast path inlines into the
     /// caller's loop).
     #[inline(never)]
     fn general_event<M: PhysMemory>(&mut self, mem: &mut M, ev: &Event) -> Result<(), MemError> {
-        self.stats.events += 1;
+        self.hot.events += 1;
         let cycles = if ev.is_instruction() {
-            self.stats.instructions += 1;
+            self.hot.instructions += 1;
             u64::from(self.cfg.cycles_per_instruction)
         } else {
             0
@@ -393,7 +333,7 @@ impl Tracer {
             self.tick(cycles);
         }
         self.generate(ev);
-        if self.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
+        if self.hot.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
             self.psb_plus(); // PSB2
         }
         if let Some(mark) = mark {
@@ -404,7 +344,7 @@ impl Tracer {
             self.drain(mem)?;
             self.unit.trace_stop(); // FLT3
             self.lose_output();
-        } else if self.len >= self.cfg.flush_bytes {
+        } else if self.hot.len >= self.cfg.flush_bytes {
             self.drain(mem)?;
         }
         Ok(())
@@ -412,7 +352,7 @@ impl Tracer {
 
     /// The architectural effect of an event while TriggerEn = 0.
     fn track_only(&mut self, ev: &Event) {
-        self.ip = ev.next_ip(self.ip);
+        self.hot.ip = ev.next_ip(self.hot.ip);
         match *ev {
             Event::Far {
                 kind, cpl, mode, cr3, ..
@@ -436,7 +376,7 @@ impl Tracer {
     fn generate(&mut self, ev: &Event) {
         match *ev {
             Event::Retire { ip, len } => self.linear(ip, len),
-            Event::CondBranch { taken, .. } => self.transfer(ev.next_ip(self.ip), Cofi::Cond(taken)),
+            Event::CondBranch { taken, .. } => self.transfer(ev.next_ip(self.hot.ip), Cofi::Cond(taken)),
             Event::Jump { target, .. } => self.transfer(target, Cofi::Direct { push: None }),
             Event::Call { ip, len, target } => {
                 let next = ip.wrapping_add(u64::from(len));
@@ -529,7 +469,7 @@ impl Tracer {
                 sub_state,
                 hw,
             } => {
-                self.ip = ip;
+                self.hot.ip = ip;
                 if self.ctl.pwr_evt_en() && self.context_en() {
                     self.flush_tnt();
                     self.cyc();
@@ -580,9 +520,9 @@ impl Tracer {
     /// next IP when ranges are set (FLT2, FLT3).
     #[inline]
     fn linear(&mut self, ip: u64, len: u8) {
-        self.ip = ip.wrapping_add(u64::from(len));
+        self.hot.ip = ip.wrapping_add(u64::from(len));
         if !self.filter_ranges.is_empty() || !self.stop_ranges.is_empty() {
-            self.transfer(self.ip, Cofi::Linear);
+            self.transfer(self.hot.ip, Cofi::Linear);
         }
     }
 
@@ -591,7 +531,7 @@ impl Tracer {
     #[inline]
     fn transfer(&mut self, to: u64, cofi: Cofi) {
         let pe0 = self.packet_en;
-        self.ip = to;
+        self.hot.ip = to;
         let stop = !self.stop_ranges.is_empty() && self.context_en() && in_any(&self.stop_ranges, to);
         let pe1 = !stop && self.packet_en_at(to);
         let compress = matches!(cofi, Cofi::Return)
@@ -611,7 +551,7 @@ impl Tracer {
                 }
                 Cofi::Return if compress => {
                     self.ret.pop();
-                    self.stats.compressed_returns += 1;
+                    self.hot.compressed_returns += 1;
                     self.tnt_bit(true);
                 }
                 Cofi::Return => {
@@ -652,7 +592,7 @@ impl Tracer {
                     }
                     Cofi::Return if compress => {
                         self.ret.pop();
-                        self.stats.compressed_returns += 1;
+                        self.hot.compressed_returns += 1;
                         self.tnt_bit(true);
                         with_ip = false;
                     }
@@ -713,13 +653,13 @@ impl Tracer {
             // The overflow ends with the disable: OVF alone tells the decoder tracing stopped.
             self.put(Packet::Ovf);
             if let Some(o) = self.overflow.as_mut() {
-                o.finish(self.stats.events + 1);
+                o.finish(self.hot.events + 1);
             }
             self.stats.overflows += 1;
         } else if self.packet_en {
             self.flush_tnt();
             self.cyc();
-            self.put_ip(Packet::Fup, self.ip);
+            self.put_ip(Packet::Fup, self.hot.ip);
             self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
         } else {
             self.flush_tnt();
@@ -747,7 +687,7 @@ impl Tracer {
         if !self.triggered {
             return;
         }
-        self.tnt = Tnt { bits: 0, count: 0 };
+        self.hot.tnt = Tnt { bits: 0, count: 0 };
         self.ret.clear();
         self.mode_sent = None; // Table 36-50 case 2d: MODE.Exec with every enable's TIP.PGE
         self.clock.last_cyc = self.clock.cycles();
@@ -755,7 +695,7 @@ impl Tracer {
         if self.unit.psb_due_on_enable() {
             self.psb_plus();
         } else {
-            self.psb_bytes = u64::from(regs.status.packet_byte_cnt());
+            self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
             if self.ctl.tsc_en() {
                 self.put_tsc();
             }
@@ -763,9 +703,9 @@ impl Tracer {
                 ratio: self.clock.core_ratio(),
             });
         }
-        if self.packet_en_at(self.ip) {
+        if self.packet_en_at(self.hot.ip) {
             self.packet_en = true;
-            self.enable_packets(self.ip);
+            self.enable_packets(self.hot.ip);
         }
         self.commit_kinds();
     }
@@ -773,7 +713,7 @@ impl Tracer {
     /// PSB1, PSB4: the PSB+ for the current settings and state.
     fn psb_plus(&mut self) {
         self.flush_tnt();
-        self.psb_bytes = 0;
+        self.hot.psb_bytes = 0;
         self.put(Packet::Psb);
         self.ret.clear();
         self.mode_sent = None;
@@ -801,7 +741,7 @@ impl Tracer {
         }
         if self.packet_en {
             self.put_mode_exec();
-            self.put_ip(Packet::Fup, self.ip);
+            self.put_ip(Packet::Fup, self.hot.ip);
         }
         self.put(Packet::PsbEnd);
     }
@@ -872,44 +812,27 @@ impl Tracer {
     /// TNT1, TNT2, TNT4.
     #[inline(always)]
     fn tnt_bit(&mut self, taken: bool) {
-        if !self.ctl.dis_tnt() && self.add_tnt_bit(taken) {
+        if !self.ctl.dis_tnt() && self.hot.add_tnt_bit(taken) == self.tnt_full() {
             self.flush_tnt();
         }
     }
 
-    /// TNT1, TNT2: one more bit in the pending TNT; true when it is full (TNT4) and must go out.
-    #[inline(always)]
-    fn add_tnt_bit(&mut self, taken: bool) -> bool {
-        if self.tnt.count == 0 {
-            self.tnt_first_event = self.stats.events;
+    /// Bits that fill a TNT (TNT4): 6, or 47 with long TNT.
+    fn tnt_full(&self) -> u8 {
+        if self.cfg.long_tnt {
+            47
+        } else {
+            6
         }
-        self.tnt.bits = self.tnt.bits << 1 | taken as u64;
-        self.tnt.count += 1;
-        self.stats.tnt_bits += 1;
-        self.tnt.count == if self.cfg.long_tnt { 47 } else { 6 }
     }
 
     /// TNT3: the partial TNT goes out (CYC first: the CYC before a TNT times its first branch).
     #[inline]
     fn flush_tnt(&mut self) {
-        if let Some(p) = self.take_tnt() {
+        if let Some(p) = self.hot.take_tnt() {
             self.cyc();
             self.put(p);
         }
-    }
-
-    /// The pending TNT as a packet (TNT-8 up to 6 bits, else TNT-64), if any bit is pending.
-    #[inline(always)]
-    fn take_tnt(&mut self) -> Option<Packet> {
-        if self.tnt.count == 0 {
-            return None;
-        }
-        let t = std::mem::replace(&mut self.tnt, Tnt { bits: 0, count: 0 });
-        Some(if t.count <= 6 {
-            Packet::Tnt8(t)
-        } else {
-            Packet::Tnt64(t)
-        })
     }
 
     /// TIM3: CYC before an eligible packet.
@@ -968,13 +891,13 @@ impl Tracer {
 
     #[inline]
     fn put_ip(&mut self, make: fn(IpPayload) -> Packet, ip: u64) {
-        let payload = self.enc.compress(Some(ip)); // TIP4
+        let payload = self.hot.enc.compress(Some(ip)); // TIP4
         self.put(make(payload));
     }
 
     #[inline]
     fn put(&mut self, p: Packet) {
-        if !self.emit(&p) {
+        if !self.hot.emit(&p, &mut self.buf) {
             return;
         }
         match self.kinds.get_mut(self.nkinds) {
@@ -986,39 +909,18 @@ impl Tracer {
         }
     }
 
-    /// Encodes `p` at the end of the buffer; false (and counted lost) if it cannot be.
-    #[inline(always)]
-    fn emit(&mut self, p: &Packet) -> bool {
-        let Some(room) = self.buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
-            // Unreachable with the headroom `new` reserves; never panic on it.
-            self.stats.packets_lost += 1;
-            return false;
-        };
-        match self.enc.encode(p, room) {
-            Ok(n) => {
-                self.len += n;
-                self.psb_bytes += n as u64;
-                true
-            }
-            Err(_) => {
-                self.stats.packets_lost += 1;
-                false
-            }
-        }
-    }
-
     fn mark(&mut self) -> Mark {
         self.commit_kinds();
         Mark {
-            len: self.len,
-            psb_bytes: self.psb_bytes,
+            len: self.hot.len,
+            psb_bytes: self.hot.psb_bytes,
             last_cyc: self.clock.last_cyc,
             mode_sent: self.mode_sent,
             kinds: self.nkinds,
-            first_lost: if self.tnt.count > 0 {
-                self.tnt_first_event
+            first_lost: if self.hot.tnt.count > 0 {
+                self.hot.tnt_first_event
             } else {
-                self.stats.events
+                self.hot.events
             },
         }
     }
@@ -1035,14 +937,14 @@ impl Tracer {
         let Some(o) = self.overflow.as_mut() else {
             return self.commit_kinds();
         };
-        let n = (self.len - mark.len) as u64;
+        let n = (self.hot.len - mark.len) as u64;
         if o.admit(n, mark.first_lost) {
             return self.commit_kinds();
         }
         self.stats.dropped_events += 1;
         self.stats.bytes_dropped += n;
-        self.len = mark.len;
-        self.psb_bytes = mark.psb_bytes;
+        self.hot.len = mark.len;
+        self.hot.psb_bytes = mark.psb_bytes;
         self.clock.last_cyc = mark.last_cyc;
         self.mode_sent = mark.mode_sent;
         self.nkinds = mark.kinds;
@@ -1056,9 +958,9 @@ impl Tracer {
         if !o.ready() {
             return;
         }
-        o.finish(self.stats.events);
+        o.finish(self.hot.events);
         self.stats.overflows += 1;
-        self.tnt = Tnt { bits: 0, count: 0 };
+        self.hot.tnt = Tnt { bits: 0, count: 0 };
         self.ret.clear();
         self.put(Packet::Ovf);
         if self.ctl.cyc_en() {
@@ -1067,17 +969,17 @@ impl Tracer {
             self.put(Packet::Cyc { value: elapsed });
         }
         if self.packet_en {
-            self.put_ip(Packet::Fup, self.ip);
+            self.put_ip(Packet::Fup, self.hot.ip);
         }
     }
 
     /// Hands the buffered bytes to the output unit; a STOP or error there ends generation (OUT2).
     fn drain<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
-        if self.len == 0 {
+        if self.hot.len == 0 {
             return Ok(());
         }
-        let n = self.len;
-        self.len = 0;
+        let n = self.hot.len;
+        self.hot.len = 0;
         self.stats.bytes += n as u64;
         let r = self.unit.write(mem, &self.buf[..n]);
         if self.triggered && !self.unit.output_enabled() {
@@ -1090,8 +992,8 @@ impl Tracer {
     fn lose_output(&mut self) {
         self.triggered = false;
         self.packet_en = false;
-        self.len = 0;
-        self.tnt = Tnt { bits: 0, count: 0 };
+        self.hot.len = 0;
+        self.hot.tnt = Tnt { bits: 0, count: 0 };
     }
 }
 

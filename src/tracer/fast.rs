@@ -1,0 +1,268 @@
+//! The fast path: the common events (retired instructions and branches that keep the context)
+//! under the settings where few rules apply ([`Tracer::fast_allowed`]).
+//!
+//! Everything it reads and writes sits in one [`Hot`] inside the tracer. One event
+//! ([`Tracer::event`]) works on it in place; a batch ([`Tracer::events`]) works on a local copy
+//! and writes it back at the end of each run of fast events, so that the compiler keeps the state
+//! in registers instead of reading and writing the tracer once per event.
+
+use super::{Clock, Event, RetStack, Tracer, TracerStats};
+use crate::packet::{Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
+
+/// The tracer state the fast path touches (the general path uses it too). Small, so that a batch
+/// copies it cheaply; the counters here are the only copy of theirs ([`Tracer::stats`] merges
+/// them in), but for the packets the fast path counts apart from the general path's.
+#[derive(Clone)]
+pub(super) struct Hot {
+    pub(super) enc: PacketEncoder,
+    /// The IP of the next instruction.
+    pub(super) ip: u64,
+    /// TNT bits not yet sent.
+    pub(super) tnt: Tnt,
+    /// `events` at the first of them.
+    pub(super) tnt_first_event: u64,
+    /// Bytes in the hand-off buffer.
+    pub(super) len: usize,
+    /// Bytes since the last PSB (PSB2).
+    pub(super) psb_bytes: u64,
+    /// [`TracerStats::events`].
+    pub(super) events: u64,
+    /// [`TracerStats::instructions`].
+    pub(super) instructions: u64,
+    /// [`TracerStats::tnt_bits`].
+    pub(super) tnt_bits: u64,
+    /// [`TracerStats::compressed_returns`].
+    pub(super) compressed_returns: u64,
+    /// [`TracerStats::packets_lost`].
+    pub(super) packets_lost: u64,
+    /// TNT-8, TNT-64 and TIP packets sent on the fast path.
+    pub(super) fast_packets: [u64; 3],
+}
+
+/// What the fast path reads but never changes.
+#[derive(Clone, Copy)]
+struct Fixed {
+    /// Bits that fill a TNT (TNT4): 6, or 47 with long TNT.
+    tnt_full: u8,
+    /// RET compression on (DisRETC = 0).
+    retc: bool,
+    cycles_per_instruction: u64,
+    /// Bytes since the last PSB that make the next one due (PSB2).
+    psb_due: u64,
+    /// Buffered bytes that make a hand-off to the output unit due.
+    flush_bytes: usize,
+}
+
+/// The fast path's packets: their index in [`Hot::fast_packets`] and their kind.
+const TNT8: usize = 0;
+const TNT64: usize = 1;
+const TIP: usize = 2;
+const FAST_KINDS: [usize; 3] = [1, 2, 3];
+
+impl Hot {
+    /// `stats` with this state's counters in.
+    pub(super) fn merge_into(&self, mut stats: TracerStats) -> TracerStats {
+        stats.events = self.events;
+        stats.instructions = self.instructions;
+        stats.tnt_bits = self.tnt_bits;
+        stats.compressed_returns = self.compressed_returns;
+        stats.packets_lost = self.packets_lost;
+        for (kind, n) in FAST_KINDS.into_iter().zip(self.fast_packets) {
+            stats.packets[kind] += n;
+        }
+        stats
+    }
+
+    /// [`Tracer::fast_run`] on this state.
+    #[inline(always)]
+    fn run(
+        &mut self,
+        evs: &[Event],
+        buf: &mut [u8],
+        ret: &mut RetStack,
+        clock: &mut Clock,
+        fixed: Fixed,
+    ) -> usize {
+        let mut done = 0;
+        for ev in evs {
+            if !self.step(ev, buf, ret, clock, fixed) {
+                break;
+            }
+            done += 1;
+            if self.psb_bytes >= fixed.psb_due || self.len >= fixed.flush_bytes {
+                break;
+            }
+        }
+        done
+    }
+
+    /// One event with the fast path's rules; false, having changed nothing, for an event it does
+    /// not take. The packets, state and statistics are those of [`Tracer::general_event`] (a test
+    /// runs both on the same streams).
+    #[inline(always)]
+    fn step(
+        &mut self,
+        ev: &Event,
+        buf: &mut [u8],
+        ret: &mut RetStack,
+        clock: &mut Clock,
+        fixed: Fixed,
+    ) -> bool {
+        let after = |ip: u64, len: u8| ip.wrapping_add(u64::from(len));
+        // Counted first, as the general path does (a TNT run remembers its first event).
+        self.events += 1;
+        match *ev {
+            Event::Retire { ip, len } => self.ip = after(ip, len),
+            Event::CondBranch {
+                ip,
+                len,
+                target,
+                taken,
+            } => {
+                self.ip = if taken { target } else { after(ip, len) };
+                self.tnt_bit(taken, buf, fixed);
+            }
+            Event::Jump { target, .. } => self.ip = target,
+            Event::Call { ip, len, target } => {
+                let next = after(ip, len);
+                if target != next {
+                    ret.push(next); // RET1
+                }
+                self.ip = target;
+            }
+            Event::IndirectJump { target, .. } => self.tip(target, buf),
+            Event::IndirectCall { ip, len, target } => {
+                ret.push(after(ip, len));
+                self.tip(target, buf);
+            }
+            Event::Return { target, .. } => {
+                if fixed.retc && ret.peek() == Some(target) {
+                    self.ip = target;
+                    ret.pop();
+                    self.compressed_returns += 1;
+                    self.tnt_bit(true, buf, fixed);
+                } else {
+                    self.tip(target, buf);
+                }
+            }
+            _ => {
+                self.events -= 1;
+                return false;
+            }
+        }
+        self.instructions += 1;
+        clock.advance(fixed.cycles_per_instruction);
+        true
+    }
+
+    /// TIP1: the pending TNT, then TIP(target).
+    #[inline(always)]
+    fn tip(&mut self, target: u64, buf: &mut [u8]) {
+        self.ip = target;
+        self.flush_tnt(buf);
+        let payload = self.enc.compress(Some(target)); // TIP4
+        self.put(Packet::Tip(payload), TIP, buf);
+    }
+
+    /// TNT1, TNT2, TNT4 (DisTNT and CYC are off on the fast path).
+    #[inline(always)]
+    fn tnt_bit(&mut self, taken: bool, buf: &mut [u8], fixed: Fixed) {
+        if self.add_tnt_bit(taken) == fixed.tnt_full {
+            self.flush_tnt(buf);
+        }
+    }
+
+    /// TNT1, TNT2: one more bit in the pending TNT; returns how many are pending.
+    #[inline(always)]
+    pub(super) fn add_tnt_bit(&mut self, taken: bool) -> u8 {
+        if self.tnt.count == 0 {
+            self.tnt_first_event = self.events;
+        }
+        self.tnt.bits = self.tnt.bits << 1 | taken as u64;
+        self.tnt.count += 1;
+        self.tnt_bits += 1;
+        self.tnt.count
+    }
+
+    /// TNT3 without CYC: the pending TNT goes out.
+    #[inline(always)]
+    fn flush_tnt(&mut self, buf: &mut [u8]) {
+        if let Some(p) = self.take_tnt() {
+            let kind = if matches!(p, Packet::Tnt8(_)) { TNT8 } else { TNT64 };
+            self.put(p, kind, buf);
+        }
+    }
+
+    /// The pending TNT as a packet (TNT-8 up to 6 bits, else TNT-64), if any bit is pending.
+    #[inline(always)]
+    pub(super) fn take_tnt(&mut self) -> Option<Packet> {
+        if self.tnt.count == 0 {
+            return None;
+        }
+        let t = std::mem::replace(&mut self.tnt, Tnt { bits: 0, count: 0 });
+        Some(if t.count <= 6 {
+            Packet::Tnt8(t)
+        } else {
+            Packet::Tnt64(t)
+        })
+    }
+
+    /// Encodes `p` at the end of the buffer; false (and counted lost) if it cannot be.
+    #[inline(always)]
+    pub(super) fn emit(&mut self, p: &Packet, buf: &mut [u8]) -> bool {
+        let Some(room) = buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
+            // Unreachable with the headroom `Tracer::new` reserves; never panic on it.
+            self.packets_lost += 1;
+            return false;
+        };
+        match self.enc.encode(p, room) {
+            Ok(n) => {
+                self.len += n;
+                self.psb_bytes += n as u64;
+                true
+            }
+            Err(_) => {
+                self.packets_lost += 1;
+                false
+            }
+        }
+    }
+
+    /// [`Tracer::put`] without back-pressure: the packet counts at once (`kind` is its
+    /// [`Packet::kind_index`], a constant here).
+    #[inline(always)]
+    fn put(&mut self, p: Packet, kind: usize, buf: &mut [u8]) {
+        debug_assert_eq!(FAST_KINDS[kind], p.kind_index());
+        if self.emit(&p, buf) {
+            self.fast_packets[kind] += 1;
+        }
+    }
+}
+
+impl Tracer {
+    /// Runs the longest prefix of `evs` that the fast path takes, stopping after an event that
+    /// makes a PSB+ due (PSB2) or fills the buffer to its hand-off size; returns how many events
+    /// it handled. Call only when `self.fast` holds. `batch`: work on a local copy of the state
+    /// (worth it for more than a few events).
+    #[inline(always)]
+    pub(super) fn fast_run(&mut self, evs: &[Event], batch: bool) -> usize {
+        debug_assert!(self.fast_allowed());
+        let fixed = Fixed {
+            psb_due: 1u64 << (self.ctl.psb_freq() + 11),
+            flush_bytes: self.cfg.flush_bytes,
+            tnt_full: self.tnt_full(),
+            retc: !self.ctl.dis_retc(),
+            cycles_per_instruction: u64::from(self.cfg.cycles_per_instruction),
+        };
+        // Two copies of the loop: a pointer that may be either would keep the copy in memory.
+        if batch {
+            let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());
+            let done = hot.run(evs, &mut self.buf, &mut self.ret, &mut clock, fixed);
+            (self.hot, self.clock) = (hot, clock);
+            done
+        } else {
+            self.hot
+                .run(evs, &mut self.buf, &mut self.ret, &mut self.clock, fixed)
+        }
+    }
+}
