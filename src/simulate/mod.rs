@@ -238,7 +238,13 @@ pub fn run<W: Write>(
             }
         }
         tracer.events(&mut mem, rest)?;
-        ip = ip.map(|i| rest.iter().fold(i, |i, ev| ev.next_ip(i)));
+        if ip.is_some() {
+            // An event at an IP moves it wherever the IP was before (`Event::next_ip`), so the
+            // last such event of the batch says where the flow is.
+            if let Some(last) = rest.iter().rfind(|ev| ev.ip().is_some()) {
+                ip = Some(last.next_ip(0));
+            }
+        }
         count += events.len() as u64;
         events.clear();
         if count >= next_report {

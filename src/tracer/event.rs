@@ -239,7 +239,8 @@ impl Event {
         }
     }
 
-    /// The IP after the event; `current` for events that do not move it (cycles, ratio, wake).
+    /// The IP after the event; `current` for events that do not move it (cycles, ratio, wake):
+    /// exactly those whose [`Event::ip`] is `None`.
     pub fn next_ip(&self, current: u64) -> u64 {
         let after = |ip: u64, len: u8| ip.wrapping_add(u64::from(len));
         match *self {
@@ -298,5 +299,103 @@ impl Event {
             self,
             Event::Sleep { .. } | Event::Wake { .. } | Event::Cycles(_) | Event::CoreRatio(_)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ptemu simulate` tracks the flow by the last event at an IP of each batch: that only holds
+    /// if exactly the events without an IP leave it where it was.
+    #[test]
+    fn next_ip_ignores_the_current_ip_exactly_for_events_at_an_ip() {
+        let all = [
+            Event::Retire { ip: 0x10, len: 3 },
+            Event::CondBranch {
+                ip: 0x10,
+                len: 2,
+                target: 0x40,
+                taken: true,
+            },
+            Event::CondBranch {
+                ip: 0x10,
+                len: 2,
+                target: 0x40,
+                taken: false,
+            },
+            Event::Jump {
+                ip: 0x10,
+                target: 0x40,
+            },
+            Event::Call {
+                ip: 0x10,
+                len: 5,
+                target: 0x40,
+            },
+            Event::IndirectJump {
+                ip: 0x10,
+                target: 0x40,
+            },
+            Event::IndirectCall {
+                ip: 0x10,
+                len: 2,
+                target: 0x40,
+            },
+            Event::Return {
+                ip: 0x10,
+                target: 0x40,
+            },
+            Event::far(
+                FarKind::Interrupt { vector: 0x20 },
+                0x10,
+                0x40,
+                0,
+                ExecMode::Bits64,
+            ),
+            Event::SetIf {
+                ip: 0x10,
+                len: 1,
+                value: true,
+            },
+            Event::Cr3Write {
+                ip: 0x10,
+                len: 3,
+                cr3: 0x1000,
+            },
+            Event::Ptwrite {
+                ip: 0x10,
+                len: 5,
+                payload: 7,
+                size: PtwSize::Eight,
+            },
+            Event::Mwait {
+                ip: 0x10,
+                len: 3,
+                hints: 0,
+                ext: 0,
+            },
+            Event::Sleep {
+                ip: 0x10,
+                state: 1,
+                sub_state: 0,
+                hw: false,
+            },
+            Event::Wake {
+                last: 1,
+                deepest: 1,
+                wake: 1,
+                cycles: 100,
+            },
+            Event::Cycles(100),
+            Event::CoreRatio(20),
+        ];
+        for ev in all {
+            let moved = ev.next_ip(0x1234) == ev.next_ip(0x9999);
+            assert_eq!(moved, ev.ip().is_some(), "{ev:?}");
+            if ev.ip().is_none() {
+                assert_eq!(ev.next_ip(0x1234), 0x1234, "{ev:?}");
+            }
+        }
     }
 }

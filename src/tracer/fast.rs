@@ -1,5 +1,5 @@
-//! The fast path: the common events (retired instructions and branches that keep the context)
-//! under the settings where few rules apply ([`Tracer::fast_allowed`]).
+//! The fast path: the common events (retired instructions, PTWRITEs while PTWEn = 0, and branches
+//! that keep the context) under the settings where few rules apply ([`Tracer::fast_allowed`]).
 //!
 //! Everything it reads and writes sits in one [`Hot`] inside the tracer. One event
 //! ([`Tracer::event`]) works on it in place; a batch ([`Tracer::events`]) works on a local copy
@@ -46,6 +46,8 @@ struct Fixed {
     tnt_full: u8,
     /// RET compression on (DisRETC = 0).
     retc: bool,
+    /// PTWEn.
+    ptw_en: bool,
     cycles_per_instruction: u64,
     /// Bytes since the last PSB that make the next one due (PSB2).
     psb_due: u64,
@@ -113,6 +115,8 @@ impl Hot {
         self.events += 1;
         match *ev {
             Event::Retire { ip, len } => self.ip = after(ip, len),
+            // With PTWEn = 0 a PTWRITE is any other instruction (PTW1).
+            Event::Ptwrite { ip, len, .. } if !fixed.ptw_en => self.ip = after(ip, len),
             Event::CondBranch {
                 ip,
                 len,
@@ -252,6 +256,7 @@ impl Tracer {
             flush_bytes: self.cfg.flush_bytes,
             tnt_full: self.tnt_full(),
             retc: !self.ctl.dis_retc(),
+            ptw_en: self.ctl.ptw_en(),
             cycles_per_instruction: u64::from(self.cfg.cycles_per_instruction),
         };
         // Two copies of the loop: a pointer that may be either would keep the copy in memory.

@@ -86,7 +86,7 @@ fn stream() -> impl Strategy<Value = Vec<Event>> {
 /// CTL settings: which features are on (some keep the fast path out, some not).
 fn ctl() -> impl Strategy<Value = (RtitCtl, Option<(u64, u64)>)> {
     (
-        any::<[bool; 8]>(),
+        any::<[bool; 10]>(),
         0u8..4,
         prop::option::of((0u64..0x2000, 0u64..0x2000)),
     )
@@ -102,6 +102,8 @@ fn ctl() -> impl Strategy<Value = (RtitCtl, Option<(u64, u64)>)> {
                 .with_cyc_en(f[4])
                 .with_dis_tnt(f[5] && f[6])
                 .with_cr3_filter(f[7])
+                .with_ptw_en(f[8])
+                .with_fup_on_ptw(f[9])
                 .with_psb_freq(psb);
             let range = range.map(|(a, n)| (0x40_0000 + a, 0x40_0000 + a + n));
             if let Some(cfg) = range.map(|_| if f[6] { 1 } else { 2 }) {

@@ -40,9 +40,15 @@ impl Framer {
 
     /// The position of the record read last.
     pub(crate) fn position(&self, len: usize) -> Position {
+        self.position_back(len, 0)
+    }
+
+    /// The position of the record `back` records before the one read last.
+    pub(crate) fn position_back(&self, len: usize, back: usize) -> Position {
+        let back = back as u64;
         Position::Record {
-            index: self.index,
-            offset: self.offset.saturating_sub(len as u64),
+            index: self.index.saturating_sub(back),
+            offset: self.offset.saturating_sub((back + 1) * len as u64),
         }
     }
 
@@ -193,6 +199,17 @@ impl<R: FixedRecord> FixedReader<R> {
     /// An error about the record returned last: the input's name and its position.
     pub fn error_here(&self, kind: ErrorKind, message: String) -> SourceError {
         SourceError::at(self.name(), self.position(), kind, message)
+    }
+
+    /// An error about the record `back` records before the one returned last (0: that one; a
+    /// record of the last [`FixedReader::read_batch`] is `batch.len() - 1 - i` back).
+    pub fn error_back(&self, back: usize, kind: ErrorKind, message: String) -> SourceError {
+        SourceError::at(
+            self.name(),
+            self.framer.position_back(R::LEN, back),
+            kind,
+            message,
+        )
     }
 
     /// Records read so far (including a truncated one).

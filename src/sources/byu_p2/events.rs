@@ -2,7 +2,7 @@
 
 use super::read::Reader;
 use super::record::{Record, ReqType, TIME_SENTINEL};
-use crate::sources::byu::events::{flow_counts, APPROXIMATIONS, START};
+use crate::sources::byu::events::{flow_counts, APPROXIMATIONS, BATCH, START};
 use crate::sources::byu::flow::Flow;
 use crate::sources::byu::{BusOp, DataKind, SpecialCycle};
 use crate::sources::error::{ErrorKind, Result};
@@ -67,6 +67,8 @@ pub fn core_cycles(time: u32) -> u64 {
 #[derive(Debug)]
 pub struct ByuP2Events {
     reader: Reader,
+    /// The records of the last [`Reader::read_batch`].
+    batch: Vec<Record>,
     options: ReadOptions,
     flow: Flow,
     by_type: [u64; ReqType::DEFINED.len()],
@@ -83,6 +85,7 @@ impl ByuP2Events {
     pub fn new(input: Input, options: ReadOptions) -> Result<Self> {
         Ok(ByuP2Events {
             reader: Reader::new(input),
+            batch: Vec::with_capacity(BATCH),
             options,
             flow: Flow::new(LINE),
             by_type: [0; ReqType::DEFINED.len()],
@@ -101,32 +104,37 @@ impl EventSource for ByuP2Events {
         if self.done {
             return Ok(false);
         }
-        let Some(r) = self.reader.next_record()? else {
+        if self.reader.read_batch(&mut self.batch, BATCH)? == 0 {
             self.flow.finish(out);
             self.done = true;
             return Ok(true);
-        };
-        if r.time == TIME_SENTINEL {
-            self.sentinels += 1;
         }
-        if *self.first_proc.get_or_insert(r.proc_id) != r.proc_id {
-            self.other_proc += 1;
-        }
-        match r.reqtype.index() {
-            Some(i) => self.by_type[i] += 1,
-            None => self.unknown += 1,
-        }
-        match bus_op(&r) {
-            Some(op) => self.flow.op(op, core_cycles(r.time), out),
-            None => {
-                let err = self.reader.error_here(
-                    ErrorKind::BadField,
-                    format!(
-                        "unknown reqtype {:#04x} (byutr.h defines 00..03, 10, 11, 20..23, 31..37)",
-                        r.reqtype.to_u8()
-                    ),
-                );
-                self.options.skip(err, &mut self.skipped)?;
+        let n = self.batch.len();
+        for i in 0..n {
+            let r = self.batch[i];
+            if r.time == TIME_SENTINEL {
+                self.sentinels += 1;
+            }
+            if *self.first_proc.get_or_insert(r.proc_id) != r.proc_id {
+                self.other_proc += 1;
+            }
+            match r.reqtype.index() {
+                Some(i) => self.by_type[i] += 1,
+                None => self.unknown += 1,
+            }
+            match bus_op(&r) {
+                Some(op) => self.flow.op(op, core_cycles(r.time), out),
+                None => {
+                    let err = self.reader.error_back(
+                        n - 1 - i,
+                        ErrorKind::BadField,
+                        format!(
+                            "unknown reqtype {:#04x} (byutr.h defines 00..03, 10, 11, 20..23, 31..37)",
+                            r.reqtype.to_u8()
+                        ),
+                    );
+                    self.options.skip(err, &mut self.skipped)?;
+                }
             }
         }
         Ok(true)
