@@ -117,13 +117,8 @@ impl Hot {
             Event::Retire { ip, len } => self.ip = after(ip, len),
             // With PTWEn = 0 a PTWRITE is any other instruction (PTW1).
             Event::Ptwrite { ip, len, .. } if !fixed.ptw_en => self.ip = after(ip, len),
-            Event::CondBranch {
-                ip,
-                len,
-                target,
-                taken,
-            } => {
-                self.ip = if taken { target } else { after(ip, len) };
+            Event::CondBranch { taken, .. } => {
+                self.ip = ev.next_ip(self.ip);
                 self.tnt_bit(taken, buf, fixed);
             }
             Event::Jump { target, .. } => self.ip = target,
