@@ -247,7 +247,7 @@ impl Tracer {
     pub(super) fn fast_run(&mut self, evs: &[Event], batch: bool) -> usize {
         debug_assert!(self.fast_allowed());
         let fixed = Fixed {
-            psb_due: 1u64 << (self.ctl.psb_freq() + 11),
+            psb_due: self.psb_interval(),
             flush_bytes: self.cfg.flush_bytes,
             tnt_full: self.tnt_full(),
             retc: !self.ctl.dis_retc(),

@@ -262,7 +262,7 @@ impl Tracer {
                 let done = self.fast_run(rest, evs.len() > 1);
                 if done > 0 {
                     rest = &rest[done..];
-                    if self.hot.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
+                    if self.hot.psb_bytes >= self.psb_interval() {
                         self.psb_plus(); // PSB2
                     }
                     if self.hot.len >= self.cfg.flush_bytes {
@@ -333,7 +333,7 @@ impl Tracer {
             self.tick(cycles);
         }
         self.generate(ev);
-        if self.hot.psb_bytes >= 1 << (self.ctl.psb_freq() + 11) {
+        if self.hot.psb_bytes >= self.psb_interval() {
             self.psb_plus(); // PSB2
         }
         if let Some(mark) = mark {
@@ -815,6 +815,12 @@ impl Tracer {
         if !self.ctl.dis_tnt() && self.hot.add_tnt_bit(taken) == self.tnt_full() {
             self.flush_tnt();
         }
+    }
+
+    /// Output bytes between PSBs (PSB2): 2^(PSBFreq + 11).
+    #[inline]
+    fn psb_interval(&self) -> u64 {
+        1 << (self.ctl.psb_freq() + 11)
     }
 
     /// Bits that fill a TNT (TNT4): 6, or 47 with long TNT.
