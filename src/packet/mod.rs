@@ -311,7 +311,7 @@ impl Packet {
     ];
 
     /// A dense index of the packet's kind, `0..Packet::KINDS`.
-    pub fn kind_index(&self) -> usize {
+    pub const fn kind_index(&self) -> usize {
         match self {
             Packet::Pad => 0,
             Packet::Tnt8(_) => 1,

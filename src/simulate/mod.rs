@@ -275,7 +275,7 @@ pub fn run<W: Write>(
         "simulated"
     );
     let (mem, sink) = mem.finish()?;
-    let stats = tracer.stats().clone();
+    let stats = tracer.stats();
     Ok((
         Outcome {
             unit: tracer.into_unit(),

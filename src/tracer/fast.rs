@@ -7,7 +7,7 @@
 //! in registers instead of reading and writing the tracer once per event.
 
 use super::{Clock, Event, RetStack, Tracer, TracerStats};
-use crate::packet::{Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
+use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
 
 /// The tracer state the fast path touches (the general path uses it too). Small, so that a batch
 /// copies it cheaply; the counters here are the only copy of theirs ([`Tracer::stats`] merges
@@ -59,7 +59,14 @@ struct Fixed {
 const TNT8: usize = 0;
 const TNT64: usize = 1;
 const TIP: usize = 2;
-const FAST_KINDS: [usize; 3] = [1, 2, 3];
+const FAST_KINDS: [usize; 3] = {
+    let none = Tnt { bits: 0, count: 0 };
+    [
+        Packet::Tnt8(none).kind_index(),
+        Packet::Tnt64(none).kind_index(),
+        Packet::Tip(IpPayload::SUPPRESSED).kind_index(),
+    ]
+};
 
 impl Hot {
     /// `stats` with this state's counters in.

@@ -168,7 +168,7 @@ fn run(
         .iter()
         .map(|&m| t.rdmsr(m).unwrap())
         .collect();
-    (bytes, msrs, t.stats().clone(), t.packet_en())
+    (bytes, msrs, t.stats(), t.packet_en())
 }
 
 proptest! {
