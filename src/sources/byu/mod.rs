@@ -2,6 +2,7 @@
 //! address, byte enables, control byte), no header. The bus model and the mapping of bus cycles
 //! to events are shared with [`super::byu_p2`].
 
+mod block;
 pub mod bus;
 pub mod events;
 pub(crate) mod flow;

@@ -52,15 +52,15 @@ impl Framer {
         }
     }
 
-    /// Replaces `out` with up to `max` records decoded by `decode` straight from the input's
-    /// buffer (a tight loop, no copy for a mapped file); `scratch` (one record long) serves a
-    /// record that straddles buffer fills. Returns how many were read: 0 at a clean end.
-    pub(crate) fn batch<R>(
+    /// Replaces `out` with up to `max` records decoded straight from the input's buffer by
+    /// [`FixedRecord::decode_all`] (a block decode, no copy for a mapped file); `scratch` (one
+    /// record long) serves a record that straddles buffer fills. Returns how many were read: 0 at
+    /// a clean end.
+    pub(crate) fn batch<R: FixedRecord>(
         &mut self,
         max: usize,
         out: &mut Vec<R>,
         scratch: &mut [u8],
-        decode: impl Fn(&[u8]) -> R,
     ) -> Result<usize> {
         out.clear();
         let len = scratch.len();
@@ -76,14 +76,14 @@ impl Framer {
         };
         let n = (avail.len() / len).min(max);
         if n > 0 {
-            out.extend(avail[..n * len].chunks_exact(len).map(&decode));
+            R::decode_all(&avail[..n * len], out);
             self.input.consume(n * len);
             self.index += n as u64;
             self.offset += (n * len) as u64;
             return Ok(n);
         }
         if max > 0 && self.next(scratch)? {
-            out.push(decode(scratch));
+            out.push(R::decode(scratch));
             return Ok(1);
         }
         Ok(0)
@@ -145,6 +145,13 @@ pub trait FixedRecord: Copy {
     fn decode(bytes: &[u8]) -> Self;
     /// Encodes into `out` (exactly `LEN` long).
     fn encode(&self, out: &mut [u8]);
+    /// Appends the records of `bytes` (a whole number of records) to `out`, the same records
+    /// [`FixedRecord::decode`] gives one at a time. A format may override it with a faster block
+    /// decode.
+    #[inline]
+    fn decode_all(bytes: &[u8], out: &mut Vec<Self>) {
+        out.extend(bytes.chunks_exact(Self::LEN).map(Self::decode));
+    }
 }
 
 /// The largest fixed record length a [`FixedReader`] supports.
@@ -183,7 +190,7 @@ impl<R: FixedRecord> FixedReader<R> {
     /// of the input): the fast way through a large file, the same records as
     /// [`FixedReader::next_record`] and the same errors.
     pub fn read_batch(&mut self, out: &mut Vec<R>, max: usize) -> Result<usize> {
-        self.framer.batch(max, out, &mut self.buf[..R::LEN], R::decode)
+        self.framer.batch(max, out, &mut self.buf[..R::LEN])
     }
 
     /// The input's name.
@@ -250,7 +257,7 @@ impl<W: Write, R: FixedRecord> FixedWriter<W, R> {
 /// Implements [`FixedRecord`] for a record type with `from_bytes([u8; LEN])` and
 /// `to_bytes() -> [u8; LEN]` (the modular-bitfield layouts of both BYU formats).
 macro_rules! fixed_record {
-    ($record:ty, $len:expr) => {
+    ($record:ty, $len:expr $(, decode_all = $decode_all:path)?) => {
         impl $crate::sources::byu::read::FixedRecord for $record {
             const LEN: usize = $len;
             #[inline]
@@ -261,12 +268,18 @@ macro_rules! fixed_record {
             fn encode(&self, out: &mut [u8]) {
                 out.copy_from_slice(&self.to_bytes())
             }
+            $(
+                #[inline]
+                fn decode_all(bytes: &[u8], out: &mut Vec<Self>) {
+                    $decode_all(bytes, out)
+                }
+            )?
         }
     };
 }
 pub(crate) use fixed_record;
 
-fixed_record!(Record, RECORD_LEN);
+fixed_record!(Record, RECORD_LEN, decode_all = super::block::decode_all);
 
 /// Streams 6-byte records from an [`Input`].
 pub type Reader = FixedReader<Record>;

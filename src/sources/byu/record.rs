@@ -154,8 +154,10 @@ impl SpecialCycle {
     }
 }
 
-/// One 6-byte record, fields as stored.
+/// One 6-byte record, fields as stored. The C layout (address, byte enables, control, two bytes
+/// of padding: 8 bytes) lets the block decoder build records with byte shuffles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
 pub struct Record {
     /// Physical address of the 8-byte bus quantum (big-endian on disk).
     pub addr: u32,

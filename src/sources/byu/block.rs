@@ -1,0 +1,129 @@
+//! The block decoder of 6-byte BYU records: two records per 16-byte byte shuffle where the CPU
+//! has SSSE3, else one 8-byte load per record. Both give exactly the records
+//! [`Record::from_bytes`] gives one at a time (the tests check it on random bytes).
+
+use super::record::{Record, RECORD_LEN};
+
+const _: () = assert!(std::mem::size_of::<Record>() == 8 && std::mem::align_of::<Record>() == 4);
+
+/// Appends the records of `bytes` (a whole number of 6-byte records) to `out`.
+#[inline]
+pub(crate) fn decode_all(bytes: &[u8], out: &mut Vec<Record>) {
+    debug_assert_eq!(bytes.len() % RECORD_LEN, 0);
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("ssse3") {
+        // SAFETY: the CPU has SSSE3 (checked just above).
+        let done = unsafe { shuffle_pairs(bytes, out) };
+        return decode_scalar(&bytes[done..], out);
+    }
+    decode_scalar(bytes, out)
+}
+
+/// One record from its 6 bytes in the low bytes of `w` (little-endian load).
+#[inline(always)]
+fn record_of(w: u64) -> Record {
+    Record {
+        addr: (w as u32).swap_bytes(),
+        byte_enables: (w >> 32) as u8,
+        control: (w >> 40) as u8,
+    }
+}
+
+/// The portable decoder: one 8-byte load per record while 8 bytes remain, then the last record
+/// byte by byte.
+pub(crate) fn decode_scalar(bytes: &[u8], out: &mut Vec<Record>) {
+    out.reserve(bytes.len() / RECORD_LEN);
+    let mut rest = bytes;
+    while let Some(w) = rest.first_chunk::<8>() {
+        out.push(record_of(u64::from_le_bytes(*w)));
+        rest = &rest[RECORD_LEN..];
+    }
+    out.extend(
+        rest.chunks_exact(RECORD_LEN)
+            .map(|r| Record::from_bytes(r.try_into().expect("a whole record"))),
+    );
+}
+
+/// Decodes pairs of records while 16 bytes can be loaded (all but the last two records at
+/// most); returns the bytes consumed (a multiple of 12). Each 16-byte load holds two records
+/// and a part of a third; one shuffle puts both in `Record` layout: the address byte-swapped,
+/// byte enables and control copied, padding zeroed.
+///
+/// # Safety
+/// The CPU must support SSSE3.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+unsafe fn shuffle_pairs(bytes: &[u8], out: &mut Vec<Record>) -> usize {
+    use std::arch::x86_64::*;
+    const PAIR: usize = 2 * RECORD_LEN;
+    // Pairs whose 16-byte load stays inside `bytes`.
+    let pairs = bytes.len().saturating_sub(16 - PAIR) / PAIR;
+    out.reserve(2 * pairs);
+    // Output byte i takes input byte MASK[i]; -1 (high bit set) writes 0.
+    let mask = _mm_setr_epi8(3, 2, 1, 0, 4, 5, -1, -1, 9, 8, 7, 6, 10, 11, -1, -1);
+    let src = bytes.as_ptr();
+    let dst = out.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+    for k in 0..pairs {
+        // SAFETY: the load reads bytes 12k..12k+16, inside `bytes` (the `pairs` bound); the
+        // store writes records 2k and 2k+1 of the `2 * pairs` reserved above. Every byte pattern
+        // is a valid `Record` (integer fields; the padding is written as zero).
+        unsafe {
+            let x = _mm_loadu_si128(src.add(PAIR * k).cast());
+            _mm_storeu_si128(dst.add(16 * k).cast(), _mm_shuffle_epi8(x, mask));
+        }
+    }
+    // SAFETY: the first `2 * pairs` spare records were written above.
+    unsafe { out.set_len(out.len() + 2 * pairs) };
+    PAIR * pairs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn one_at_a_time(bytes: &[u8]) -> Vec<Record> {
+        bytes
+            .chunks_exact(RECORD_LEN)
+            .map(|r| Record::from_bytes(r.try_into().unwrap()))
+            .collect()
+    }
+
+    proptest! {
+        /// Every decoder of this machine (the shuffle where SSSE3 is present, and the portable
+        /// one) gives the records `from_bytes` gives, for any bytes and any count, appended after
+        /// what `out` already held.
+        #[test]
+        fn block_decoders_match_from_bytes(
+            bytes in proptest::collection::vec(any::<u8>(), 0..160).prop_map(|mut v| {
+                v.truncate(v.len() / RECORD_LEN * RECORD_LEN);
+                v
+            }),
+            skip in 0usize..6,
+        ) {
+            let bytes = &bytes[(skip * RECORD_LEN).min(bytes.len())..];
+            let want = one_at_a_time(bytes);
+            let head = Record::new(1, 2, super::super::CycleType::Fetch);
+            let mut got = vec![head];
+            decode_all(bytes, &mut got);
+            prop_assert_eq!(&got[0], &head);
+            prop_assert_eq!(&got[1..], &want[..]);
+            let mut scalar = vec![head];
+            decode_scalar(bytes, &mut scalar);
+            prop_assert_eq!(&scalar[1..], &want[..]);
+        }
+    }
+
+    /// A long block through both decoders: every record in place, the tail records included.
+    #[test]
+    fn a_long_block_decodes_record_by_record() {
+        let bytes: Vec<u8> = (0..RECORD_LEN * 1001).map(|i| (i * 37 + i / 7) as u8).collect();
+        let want = one_at_a_time(&bytes);
+        let mut got = Vec::new();
+        decode_all(&bytes, &mut got);
+        assert_eq!(got, want);
+        got.clear();
+        decode_scalar(&bytes, &mut got);
+        assert_eq!(got, want);
+    }
+}
