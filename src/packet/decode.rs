@@ -136,26 +136,7 @@ impl Packet {
                 let bits = u64::from(b0 >> 1) & ((1 << count) - 1);
                 Ok((Packet::Tnt8(Tnt { bits, count }), 1))
             }
-            Class::Ip => {
-                let ipc = Ipc::from_bits(b0 >> 5).ok_or(DecodeErrorKind::BadPacket("reserved IPBytes"))?;
-                let n = ipc.payload_len();
-                let raw = match buf.get(1..9) {
-                    // One 8-byte load, masked to the payload.
-                    Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")) & ipc.mask(),
-                    None => {
-                        need(buf, 1 + n)?;
-                        le(buf, 1, n)
-                    }
-                };
-                let ip = IpPayload { ipc, raw };
-                let p = match b0 & 0x1f {
-                    0x0d => Packet::Tip(ip),
-                    0x11 => Packet::TipPge(ip),
-                    0x01 => Packet::TipPgd(ip),
-                    _ => Packet::Fup(ip),
-                };
-                Ok((p, 1 + n))
-            }
+            Class::Ip => decode_ip(b0, buf).map(|(p, _, n)| (p, n)),
             Class::Cyc => decode_cyc(buf),
             Class::Pad => Ok((Packet::Pad, 1)),
             Class::Ext => decode_ext(buf),
@@ -219,6 +200,30 @@ impl Packet {
             Class::Bad => Err(DecodeErrorKind::BadOpcode),
         }
     }
+}
+
+/// TIP, TIP.PGE, TIP.PGD or FUP with header byte `b0` at the start of `buf`: the packet, its
+/// payload and its length.
+#[inline(always)]
+fn decode_ip(b0: u8, buf: &[u8]) -> Result<(Packet, IpPayload, usize), DecodeErrorKind> {
+    let ipc = Ipc::from_bits(b0 >> 5).ok_or(DecodeErrorKind::BadPacket("reserved IPBytes"))?;
+    let n = ipc.payload_len();
+    let raw = match buf.get(1..9) {
+        // One 8-byte load, masked to the payload.
+        Some(b) => u64::from_le_bytes(b.try_into().expect("8 bytes")) & ipc.mask(),
+        None => {
+            need(buf, 1 + n)?;
+            le(buf, 1, n)
+        }
+    };
+    let ip = IpPayload { ipc, raw };
+    let p = match b0 & 0x1f {
+        0x0d => Packet::Tip(ip),
+        0x11 => Packet::TipPge(ip),
+        0x01 => Packet::TipPgd(ip),
+        _ => Packet::Fup(ip),
+    };
+    Ok((p, ip, 1 + n))
 }
 
 fn decode_ext(buf: &[u8]) -> R {
@@ -499,6 +504,18 @@ impl<'a> PacketDecoder<'a> {
             let bits = u64::from(b0 >> 1) & ((1 << count) - 1);
             return Some(Ok((offset, Packet::Tnt8(Tnt { bits, count }))));
         }
+        // The IP packets next, decoded here so that last IP is updated without a second dispatch
+        // on the decoded packet.
+        if CLASS[usize::from(b0)] == Class::Ip {
+            return Some(match decode_ip(b0, &self.buf[self.pos..]) {
+                Ok((p, ip, n)) => {
+                    self.pos += n;
+                    self.last_ip.update(ip);
+                    Ok((offset, p))
+                }
+                Err(kind) => Err(DecodeError { offset, kind }),
+            });
+        }
         Some(match Packet::decode(&self.buf[self.pos..], self.block) {
             Ok((p, n)) => {
                 self.pos += n;
@@ -510,11 +527,8 @@ impl<'a> PacketDecoder<'a> {
                             self.last_ip.reset();
                         }
                     }
-                    _ => {
-                        if let Some(ip) = p.ip_payload() {
-                            self.last_ip.apply(ip);
-                        }
-                    }
+                    // IP packets took the branch above; nothing else touches last IP.
+                    _ => {}
                 }
                 Ok((offset, p))
             }
