@@ -1,7 +1,9 @@
 //! The block decoder of 6-byte BYU records: two records per 16-byte byte shuffle where the CPU
-//! has SSSE3, else one 8-byte load per record. Both give exactly the records
-//! [`Record::from_bytes`] gives one at a time (the tests check it on random bytes).
+//! has SSSE3, one record at a time otherwise (and for the last one or two records). It gives
+//! exactly the records [`Record::from_bytes`] gives one at a time (the tests check it on random
+//! bytes).
 
+use super::read::decode_each;
 use super::record::{Record, RECORD_LEN};
 
 const _: () = assert!(std::mem::size_of::<Record>() == 8 && std::mem::align_of::<Record>() == 4);
@@ -14,34 +16,9 @@ pub(crate) fn decode_all(bytes: &[u8], out: &mut Vec<Record>) {
     if std::is_x86_feature_detected!("ssse3") {
         // SAFETY: the CPU has SSSE3 (checked just above).
         let done = unsafe { shuffle_pairs(bytes, out) };
-        return decode_scalar(&bytes[done..], out);
+        return decode_each(&bytes[done..], out);
     }
-    decode_scalar(bytes, out)
-}
-
-/// One record from its 6 bytes in the low bytes of `w` (little-endian load).
-#[inline(always)]
-fn record_of(w: u64) -> Record {
-    Record {
-        addr: (w as u32).swap_bytes(),
-        byte_enables: (w >> 32) as u8,
-        control: (w >> 40) as u8,
-    }
-}
-
-/// The portable decoder: one 8-byte load per record while 8 bytes remain, then the last record
-/// byte by byte.
-pub(crate) fn decode_scalar(bytes: &[u8], out: &mut Vec<Record>) {
-    out.reserve(bytes.len() / RECORD_LEN);
-    let mut rest = bytes;
-    while let Some(w) = rest.first_chunk::<8>() {
-        out.push(record_of(u64::from_le_bytes(*w)));
-        rest = &rest[RECORD_LEN..];
-    }
-    out.extend(
-        rest.chunks_exact(RECORD_LEN)
-            .map(|r| Record::from_bytes(r.try_into().expect("a whole record"))),
-    );
+    decode_each(bytes, out)
 }
 
 /// Decodes pairs of records while 16 bytes can be loaded (all but the last two records at
@@ -90,9 +67,8 @@ mod tests {
     }
 
     proptest! {
-        /// Every decoder of this machine (the shuffle where SSSE3 is present, and the portable
-        /// one) gives the records `from_bytes` gives, for any bytes and any count, appended after
-        /// what `out` already held.
+        /// The block decoder (the shuffle where SSSE3 is present) gives the records `from_bytes`
+        /// gives, for any bytes and any count, appended after what `out` already held.
         #[test]
         fn block_decoders_match_from_bytes(
             bytes in proptest::collection::vec(any::<u8>(), 0..160).prop_map(|mut v| {
@@ -108,22 +84,16 @@ mod tests {
             decode_all(bytes, &mut got);
             prop_assert_eq!(&got[0], &head);
             prop_assert_eq!(&got[1..], &want[..]);
-            let mut scalar = vec![head];
-            decode_scalar(bytes, &mut scalar);
-            prop_assert_eq!(&scalar[1..], &want[..]);
         }
     }
 
-    /// A long block through both decoders: every record in place, the tail records included.
+    /// A long block: every record in place, the tail records included.
     #[test]
     fn a_long_block_decodes_record_by_record() {
         let bytes: Vec<u8> = (0..RECORD_LEN * 1001).map(|i| (i * 37 + i / 7) as u8).collect();
         let want = one_at_a_time(&bytes);
         let mut got = Vec::new();
         decode_all(&bytes, &mut got);
-        assert_eq!(got, want);
-        got.clear();
-        decode_scalar(&bytes, &mut got);
         assert_eq!(got, want);
     }
 }

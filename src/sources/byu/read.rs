@@ -150,8 +150,15 @@ pub trait FixedRecord: Copy {
     /// decode.
     #[inline]
     fn decode_all(bytes: &[u8], out: &mut Vec<Self>) {
-        out.extend(bytes.chunks_exact(Self::LEN).map(Self::decode));
+        decode_each(bytes, out)
     }
+}
+
+/// [`FixedRecord::decode_all`] one record at a time: the default, and the fallback of a block
+/// decoder.
+#[inline]
+pub(crate) fn decode_each<R: FixedRecord>(bytes: &[u8], out: &mut Vec<R>) {
+    out.extend(bytes.chunks_exact(R::LEN).map(R::decode));
 }
 
 /// The largest fixed record length a [`FixedReader`] supports.
