@@ -64,12 +64,12 @@ fn p2_sample_has_the_documented_record_counts() {
     let recs = p2_records("trace_small.tr", std::fs::read(SAMPLE).unwrap()).unwrap();
     assert_eq!(recs.len(), 1000);
     let count = |t: ReqType| recs.iter().filter(|r| r.reqtype == t).count();
-    assert_eq!(count(ReqType::MemWrite), 579);
-    assert_eq!(count(ReqType::MemReadInv), 212);
-    assert_eq!(count(ReqType::Fetch), 165);
-    assert_eq!(count(ReqType::MemRead), 33);
-    assert_eq!(count(ReqType::DeferReply), 6);
-    assert_eq!(count(ReqType::IoWrite), 5);
+    assert_eq!(count(ReqType::MEMWRITE), 579);
+    assert_eq!(count(ReqType::MEMREADINV), 212);
+    assert_eq!(count(ReqType::FETCH), 165);
+    assert_eq!(count(ReqType::MEMREAD), 33);
+    assert_eq!(count(ReqType::DEFERREPLY), 6);
+    assert_eq!(count(ReqType::IOWRITE), 5);
     assert_eq!(recs[0].time, byu_p2::TIME_SENTINEL);
     assert!(recs.iter().all(|r| r.proc_id == 0));
     assert_eq!(recs.iter().map(|r| r.size).min(), Some(0));
@@ -77,7 +77,7 @@ fn p2_sample_has_the_documented_record_counts() {
     // 3 of the 5 I/O writes go to port 0x3d0 (VGA CRTC); two carry other address bits.
     assert_eq!(
         recs.iter()
-            .filter(|r| r.reqtype == ReqType::IoWrite && r.addr == 0x3d0)
+            .filter(|r| r.reqtype == ReqType::IOWRITE && r.addr == 0x3d0)
             .count(),
         3
     );
@@ -121,10 +121,7 @@ fn byu_record_fields_and_byte_enables() {
     assert_eq!(valid, [1, 3, 5, 7, 8, 9, 12, 13, 14, 15]);
     assert_eq!(byu::gen::byte_enables(3, 2), 0xe7);
     let p = byu_p2::Record::from_bytes(&[0x78, 0x56, 0x34, 0x12, 0x42, 8, 3, 1, 0x10, 0, 0, 0]);
-    assert_eq!(
-        (p.addr, p.reqtype, p.time),
-        (0x1234_5678, ReqType::Unknown(0x42), 16)
-    );
+    assert_eq!((p.addr, p.reqtype, p.time), (0x1234_5678, ReqType(0x42), 16));
     assert_eq!(p.to_bytes()[4], 0x42, "unknown reqtypes are kept");
 }
 
@@ -175,7 +172,7 @@ fn generators_are_seeded_and_realistic() {
     assert!(stats.count("halt") > 0 && stats.count("interrupts") > 0 && stats.count("irets") > 0);
     let p2 = p2_records("g", gen_p2(5000, 3)).unwrap();
     assert_eq!(p2[0].time, byu_p2::TIME_SENTINEL);
-    assert!(p2.iter().any(|r| r.reqtype == ReqType::Inta));
+    assert!(p2.iter().any(|r| r.reqtype == ReqType::INTA));
 }
 
 #[test]
@@ -282,12 +279,12 @@ fn p2_fetches(bytes: &[u8]) -> (Vec<u64>, usize) {
     let recs = p2_records("f", bytes.to_vec()).unwrap();
     let fetches = recs
         .iter()
-        .filter(|r| r.reqtype == ReqType::Fetch)
+        .filter(|r| r.reqtype == ReqType::FETCH)
         .map(|r| u64::from(r.addr))
         .collect();
     let data = recs
         .iter()
-        .filter(|r| matches!(r.reqtype.to_u8(), 0x01..=0x03 | 0x10 | 0x11))
+        .filter(|r| matches!(r.reqtype.0, 0x01..=0x03 | 0x10 | 0x11))
         .count();
     (fetches, data)
 }

@@ -31,26 +31,26 @@ pub fn bus_op(r: &Record) -> Option<BusOp> {
         len: r.size,
     };
     Some(match r.reqtype {
-        ReqType::Fetch => BusOp::Fetch {
+        ReqType::FETCH => BusOp::Fetch {
             addr: r.addr,
             len: r.size,
         },
-        ReqType::MemRead => data(DataKind::Read),
-        ReqType::MemReadInv => data(DataKind::ReadInvalidate),
-        ReqType::MemWrite => data(DataKind::Write),
-        ReqType::IoRead => data(DataKind::IoRead),
-        ReqType::IoWrite => data(DataKind::IoWrite),
-        ReqType::Inta => BusOp::IntAck,
-        ReqType::Halt => BusOp::Special(SpecialCycle::Halt),
-        ReqType::Shutdown => BusOp::Special(SpecialCycle::Shutdown),
-        ReqType::Flush => BusOp::Special(SpecialCycle::Invalidate),
-        ReqType::FlushAck => BusOp::Special(SpecialCycle::FlushAck),
-        ReqType::BrTraceRec => BusOp::Special(SpecialCycle::BranchTrace),
-        ReqType::Sync | ReqType::StopClkAck | ReqType::SmiAck => {
-            BusOp::Special(SpecialCycle::Other(r.reqtype.to_u8()))
+        ReqType::MEMREAD => data(DataKind::Read),
+        ReqType::MEMREADINV => data(DataKind::ReadInvalidate),
+        ReqType::MEMWRITE => data(DataKind::Write),
+        ReqType::IOREAD => data(DataKind::IoRead),
+        ReqType::IOWRITE => data(DataKind::IoWrite),
+        ReqType::INTA => BusOp::IntAck,
+        ReqType::HALT => BusOp::Special(SpecialCycle::Halt),
+        ReqType::SHUTDOWN => BusOp::Special(SpecialCycle::Shutdown),
+        ReqType::FLUSH => BusOp::Special(SpecialCycle::Invalidate),
+        ReqType::FLUSHACK => BusOp::Special(SpecialCycle::FlushAck),
+        ReqType::BRTRACEREC => BusOp::Special(SpecialCycle::BranchTrace),
+        ReqType::SYNC | ReqType::STOPCLKACK | ReqType::SMIACK => {
+            BusOp::Special(SpecialCycle::Other(r.reqtype.0))
         }
-        ReqType::DeferReply | ReqType::CntrlAgntRes => BusOp::Other,
-        ReqType::Unknown(_) => return None,
+        ReqType::DEFERREPLY | ReqType::CNTRLAGNTRES => BusOp::Other,
+        _ => return None,
     })
 }
 
@@ -130,7 +130,7 @@ impl EventSource for ByuP2Events {
                         ErrorKind::BadField,
                         format!(
                             "unknown reqtype {:#04x} (byutr.h defines 00..03, 10, 11, 20..23, 31..37)",
-                            r.reqtype.to_u8()
+                            r.reqtype.0
                         ),
                     );
                     self.options.skip(err, &mut self.skipped)?;
@@ -148,7 +148,7 @@ impl EventSource for ByuP2Events {
         let mut counts = flow_counts(&self.flow.counts, self.unknown);
         counts.push(("time_sentinel", self.sentinels));
         counts.push(("other_proc", self.other_proc));
-        counts.extend(ReqType::DEFINED.iter().zip(self.by_type).map(|(d, v)| (d.2, v)));
+        counts.extend(ReqType::DEFINED.iter().zip(self.by_type).map(|(d, v)| (d.1, v)));
         let mut approximations = APPROXIMATIONS.to_vec();
         approximations.extend(P2_APPROXIMATIONS);
         SourceStats {

@@ -8,24 +8,24 @@ use std::io::{self, Write};
 /// The request type of a bus operation.
 pub fn reqtype_of(op: BusOp) -> ReqType {
     match op {
-        BusOp::Fetch { .. } => ReqType::Fetch,
+        BusOp::Fetch { .. } => ReqType::FETCH,
         BusOp::Data { kind, .. } => match kind {
-            DataKind::Read => ReqType::MemRead,
-            DataKind::ReadInvalidate => ReqType::MemReadInv,
-            DataKind::Write | DataKind::Writeback => ReqType::MemWrite,
-            DataKind::IoRead => ReqType::IoRead,
-            DataKind::IoWrite => ReqType::IoWrite,
+            DataKind::Read => ReqType::MEMREAD,
+            DataKind::ReadInvalidate => ReqType::MEMREADINV,
+            DataKind::Write | DataKind::Writeback => ReqType::MEMWRITE,
+            DataKind::IoRead => ReqType::IOREAD,
+            DataKind::IoWrite => ReqType::IOWRITE,
         },
-        BusOp::IntAck => ReqType::Inta,
+        BusOp::IntAck => ReqType::INTA,
         BusOp::Special(s) => match s {
-            SpecialCycle::Shutdown => ReqType::Shutdown,
-            SpecialCycle::Halt => ReqType::Halt,
-            SpecialCycle::FlushAck => ReqType::FlushAck,
-            SpecialCycle::Invalidate | SpecialCycle::WritebackInvalidate => ReqType::Flush,
-            SpecialCycle::BranchTrace => ReqType::BrTraceRec,
-            SpecialCycle::Other(_) => ReqType::Sync,
+            SpecialCycle::Shutdown => ReqType::SHUTDOWN,
+            SpecialCycle::Halt => ReqType::HALT,
+            SpecialCycle::FlushAck => ReqType::FLUSHACK,
+            SpecialCycle::Invalidate | SpecialCycle::WritebackInvalidate => ReqType::FLUSH,
+            SpecialCycle::BranchTrace => ReqType::BRTRACEREC,
+            SpecialCycle::Other(_) => ReqType::SYNC,
         },
-        BusOp::Other => ReqType::DeferReply,
+        BusOp::Other => ReqType::DEFERREPLY,
     }
 }
 

@@ -6,114 +6,109 @@ pub const RECORD_LEN: usize = 12;
 /// The `time` value that is no delta (seen on the first record of real traces).
 pub const TIME_SENTINEL: u32 = 0xffff_ffff;
 
-/// The request type (`byutr.h`); values it does not define are kept as [`ReqType::Unknown`].
+/// The request type (`byutr.h`): the stored byte itself, so a record is its on-disk bytes and a
+/// block of records decodes as one copy. The 17 values `byutr.h` defines are the associated
+/// constants, named as there; any other byte is kept as read (see [`ReqType::is_defined`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReqType {
-    /// 0x00 FETCH: instruction fetch.
-    Fetch,
-    /// 0x01 MEMREAD.
-    MemRead,
-    /// 0x02 MEMREADINV: read for ownership.
-    MemReadInv,
-    /// 0x03 MEMWRITE.
-    MemWrite,
-    /// 0x10 IOREAD.
-    IoRead,
-    /// 0x11 IOWRITE.
-    IoWrite,
-    /// 0x20 DEFERREPLY.
-    DeferReply,
-    /// 0x21 INTA: interrupt acknowledge.
-    Inta,
-    /// 0x22 CNTRLAGNTRES: central agent response.
-    CntrlAgntRes,
-    /// 0x23 BRTRACEREC: branch trace record.
-    BrTraceRec,
-    /// 0x31 SHUTDOWN.
-    Shutdown,
-    /// 0x32 FLUSH.
-    Flush,
-    /// 0x33 HALT.
-    Halt,
-    /// 0x34 SYNC.
-    Sync,
-    /// 0x35 FLUSHACK.
-    FlushAck,
-    /// 0x36 STOPCLKACK.
-    StopClkAck,
-    /// 0x37 SMIACK.
-    SmiAck,
-    /// Any other value, kept as read.
-    Unknown(u8),
-}
+#[repr(transparent)]
+pub struct ReqType(pub u8);
 
 impl ReqType {
-    /// Every defined type, with its value and `byutr.h` name.
-    pub const DEFINED: [(ReqType, u8, &'static str); 17] = [
-        (ReqType::Fetch, 0x00, "FETCH"),
-        (ReqType::MemRead, 0x01, "MEMREAD"),
-        (ReqType::MemReadInv, 0x02, "MEMREADINV"),
-        (ReqType::MemWrite, 0x03, "MEMWRITE"),
-        (ReqType::IoRead, 0x10, "IOREAD"),
-        (ReqType::IoWrite, 0x11, "IOWRITE"),
-        (ReqType::DeferReply, 0x20, "DEFERREPLY"),
-        (ReqType::Inta, 0x21, "INTA"),
-        (ReqType::CntrlAgntRes, 0x22, "CNTRLAGNTRES"),
-        (ReqType::BrTraceRec, 0x23, "BRTRACEREC"),
-        (ReqType::Shutdown, 0x31, "SHUTDOWN"),
-        (ReqType::Flush, 0x32, "FLUSH"),
-        (ReqType::Halt, 0x33, "HALT"),
-        (ReqType::Sync, 0x34, "SYNC"),
-        (ReqType::FlushAck, 0x35, "FLUSHACK"),
-        (ReqType::StopClkAck, 0x36, "STOPCLKACK"),
-        (ReqType::SmiAck, 0x37, "SMIACK"),
+    /// 0x00: instruction fetch.
+    pub const FETCH: ReqType = ReqType(0x00);
+    /// 0x01: memory read.
+    pub const MEMREAD: ReqType = ReqType(0x01);
+    /// 0x02: read for ownership.
+    pub const MEMREADINV: ReqType = ReqType(0x02);
+    /// 0x03: memory write.
+    pub const MEMWRITE: ReqType = ReqType(0x03);
+    /// 0x10: I/O read.
+    pub const IOREAD: ReqType = ReqType(0x10);
+    /// 0x11: I/O write.
+    pub const IOWRITE: ReqType = ReqType(0x11);
+    /// 0x20: deferred reply.
+    pub const DEFERREPLY: ReqType = ReqType(0x20);
+    /// 0x21: interrupt acknowledge.
+    pub const INTA: ReqType = ReqType(0x21);
+    /// 0x22: central agent response.
+    pub const CNTRLAGNTRES: ReqType = ReqType(0x22);
+    /// 0x23: branch trace record.
+    pub const BRTRACEREC: ReqType = ReqType(0x23);
+    /// 0x31: shutdown special cycle.
+    pub const SHUTDOWN: ReqType = ReqType(0x31);
+    /// 0x32: flush special cycle.
+    pub const FLUSH: ReqType = ReqType(0x32);
+    /// 0x33: halt special cycle.
+    pub const HALT: ReqType = ReqType(0x33);
+    /// 0x34: sync special cycle.
+    pub const SYNC: ReqType = ReqType(0x34);
+    /// 0x35: flush acknowledge special cycle.
+    pub const FLUSHACK: ReqType = ReqType(0x35);
+    /// 0x36: stop-clock acknowledge special cycle.
+    pub const STOPCLKACK: ReqType = ReqType(0x36);
+    /// 0x37: SMI acknowledge special cycle.
+    pub const SMIACK: ReqType = ReqType(0x37);
+
+    /// Every defined type with its `byutr.h` name.
+    pub const DEFINED: [(ReqType, &'static str); 17] = [
+        (ReqType::FETCH, "FETCH"),
+        (ReqType::MEMREAD, "MEMREAD"),
+        (ReqType::MEMREADINV, "MEMREADINV"),
+        (ReqType::MEMWRITE, "MEMWRITE"),
+        (ReqType::IOREAD, "IOREAD"),
+        (ReqType::IOWRITE, "IOWRITE"),
+        (ReqType::DEFERREPLY, "DEFERREPLY"),
+        (ReqType::INTA, "INTA"),
+        (ReqType::CNTRLAGNTRES, "CNTRLAGNTRES"),
+        (ReqType::BRTRACEREC, "BRTRACEREC"),
+        (ReqType::SHUTDOWN, "SHUTDOWN"),
+        (ReqType::FLUSH, "FLUSH"),
+        (ReqType::HALT, "HALT"),
+        (ReqType::SYNC, "SYNC"),
+        (ReqType::FLUSHACK, "FLUSHACK"),
+        (ReqType::STOPCLKACK, "STOPCLKACK"),
+        (ReqType::SMIACK, "SMIACK"),
     ];
 
-    /// The type of a stored byte: one lookup in a table built from [`ReqType::DEFINED`] at compile
-    /// time (the record reader's hot path).
+    /// Index into [`ReqType::DEFINED`], `None` for a value `byutr.h` does not define: one lookup
+    /// in a table built at compile time (the mapping's hot path).
     #[inline]
-    pub fn from_u8(v: u8) -> ReqType {
-        BY_VALUE[usize::from(v)]
-    }
-
-    /// The stored byte.
-    pub fn to_u8(self) -> u8 {
-        match self {
-            ReqType::Unknown(v) => v,
-            t => ReqType::DEFINED.iter().find(|d| d.0 == t).map_or(0, |d| d.1),
+    pub fn index(self) -> Option<usize> {
+        match INDEX_BY_VALUE[usize::from(self.0)] {
+            NOT_DEFINED => None,
+            i => Some(usize::from(i)),
         }
     }
 
-    /// Index into [`ReqType::DEFINED`], `None` for an unknown value.
-    pub fn index(self) -> Option<usize> {
-        ReqType::DEFINED.iter().position(|d| d.0 == self)
+    /// Whether `byutr.h` defines this value.
+    #[inline]
+    pub fn is_defined(self) -> bool {
+        self.index().is_some()
     }
 
     /// The `byutr.h` name, or "unknown".
     pub fn name(self) -> &'static str {
-        self.index().map_or("unknown", |i| ReqType::DEFINED[i].2)
+        self.index().map_or("unknown", |i| ReqType::DEFINED[i].1)
     }
 }
 
-/// [`ReqType::from_u8`] for every byte value.
-const BY_VALUE: [ReqType; 256] = {
-    let mut t = [ReqType::Unknown(0); 256];
-    let mut v = 0;
-    while v < 256 {
-        t[v] = ReqType::Unknown(v as u8);
-        v += 1;
-    }
+const NOT_DEFINED: u8 = u8::MAX;
+
+/// [`ReqType::index`] for every byte value.
+const INDEX_BY_VALUE: [u8; 256] = {
+    let mut t = [NOT_DEFINED; 256];
     let mut i = 0;
     while i < ReqType::DEFINED.len() {
-        let (ty, value, _) = ReqType::DEFINED[i];
-        t[value as usize] = ty;
+        t[ReqType::DEFINED[i].0 .0 as usize] = i as u8;
         i += 1;
     }
     t
 };
 
-/// One 12-byte record, fields as stored.
+/// One 12-byte record, fields as stored. In memory it is laid out as on disk (`repr(C)`, no
+/// padding), so on a little-endian host a block of records is decoded by copying its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
 pub struct Record {
     /// Physical byte address (little-endian on disk).
     pub addr: u32,
@@ -135,7 +130,7 @@ impl Record {
     pub fn from_bytes(b: &[u8; RECORD_LEN]) -> Record {
         Record {
             addr: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            reqtype: ReqType::from_u8(b[4]),
+            reqtype: ReqType(b[4]),
             size: b[5],
             attr: b[6],
             proc_id: b[7],
@@ -148,7 +143,7 @@ impl Record {
     pub fn to_bytes(&self) -> [u8; RECORD_LEN] {
         let mut b = [0u8; RECORD_LEN];
         b[..4].copy_from_slice(&self.addr.to_le_bytes());
-        b[4] = self.reqtype.to_u8();
+        b[4] = self.reqtype.0;
         b[5] = self.size;
         b[6] = self.attr;
         b[7] = self.proc_id;
@@ -161,17 +156,21 @@ impl Record {
 mod tests {
     use super::*;
 
-    /// The lookup table says what `DEFINED` says, for every byte: the 17 defined values by name,
-    /// every other byte kept as `Unknown`, and each writes back as the byte it came from.
+    /// The index table says what `DEFINED` says, for every byte: the 17 defined values by name
+    /// (each once), every other byte unknown.
     #[test]
     fn req_type_table_matches_the_defined_list() {
         for v in 0..=255u8 {
-            let t = ReqType::from_u8(v);
-            match ReqType::DEFINED.iter().find(|d| d.1 == v) {
-                Some(&(defined, _, name)) => assert_eq!((t, t.name()), (defined, name), "{v:#04x}"),
-                None => assert_eq!(t, ReqType::Unknown(v)),
+            let t = ReqType(v);
+            match ReqType::DEFINED.iter().position(|d| d.0 == t) {
+                Some(i) => assert_eq!(
+                    (t.index(), t.name()),
+                    (Some(i), ReqType::DEFINED[i].1),
+                    "{v:#04x}"
+                ),
+                None => assert_eq!((t.index(), t.name()), (None, "unknown"), "{v:#04x}"),
             }
-            assert_eq!(t.to_u8(), v);
         }
+        assert_eq!(ReqType::DEFINED.iter().filter(|d| d.0.is_defined()).count(), 17);
     }
 }
