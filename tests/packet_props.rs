@@ -6,7 +6,7 @@ mod common;
 use common::packets::any_sequence;
 use proptest::prelude::*;
 use ptemu::packet::text::{parse_line, to_text, ParseState};
-use ptemu::packet::{EncodeError, Packet, PacketDecoder, PacketEncoder, Tnt};
+use ptemu::packet::{EncodeError, IpPayload, Ipc, Packet, PacketDecoder, PacketEncoder, Tnt};
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
@@ -78,6 +78,38 @@ proptest! {
             prop_assert!(is_too_small);
             prop_assert_eq!(&small[..len], &expected[..len]);
         }
+    }
+
+    /// A packet that cannot be encoded, anywhere in the stream and with any spare room (so in any
+    /// run of the fast loop or in the exact tail), is named by its index; the packets before it
+    /// are in `out` and in last IP, counted from an encoder that already had a last IP.
+    #[test]
+    fn encode_all_names_a_bad_packet_wherever_it_is(
+        seq in any_sequence(),
+        at in any::<prop::sample::Index>(),
+        slack in 0usize..40,
+        first_ip in any::<u64>(),
+    ) {
+        let at = at.index(seq.len() + 1);
+        let bad = Packet::Tnt8(Tnt { bits: 4, count: 2 });
+        let mut with_bad = seq.clone();
+        with_bad.insert(at, bad);
+        let first = Packet::Tip(IpPayload::new(Ipc::Full, first_ip));
+        let (mut one, mut all) = (PacketEncoder::new(), PacketEncoder::new());
+        let mut expected = Vec::new();
+        one.encode_to_vec(&first, &mut expected).unwrap();
+        all.encode_to_vec(&first, &mut Vec::new()).unwrap();
+        expected.clear();
+        for p in &with_bad[..at] {
+            one.encode_to_vec(p, &mut expected).unwrap();
+        }
+        let mut out = vec![0u8; expected.len() + slack];
+        let err = all.encode_all(&with_bad, &mut out).unwrap_err();
+        prop_assert_eq!(err.0, at);
+        let is_bad_field = matches!(err.1, EncodeError::BadField { .. });
+        prop_assert!(is_bad_field);
+        prop_assert_eq!(&out[..expected.len()], &expected[..]);
+        prop_assert_eq!(all.last_ip(), one.last_ip());
     }
 
     /// The text form: `dump`'s line for every packet assembles back to the same packet.
