@@ -302,12 +302,11 @@ fn main() {
     assert_eq!((dn, dm), (total, total));
     let mut results = Vec::new();
     let mut results_libipt_encode = f64::NAN;
-    for (what, pairs, target) in [
+    for (what, (ours, theirs), target) in [
         ("encode", (to, tl), 3.0),
         ("encode_all", (ta, tl), 3.0),
         ("decode", (tdo, tdl), 2.0),
     ] {
-        let (ours, theirs) = pairs;
         let rate = |t: Duration| total as f64 / t.as_secs_f64() / 1e6;
         let mbs = |t: Duration| (len * passes) as f64 / t.as_secs_f64() / 1e6;
         let ratio = theirs.as_secs_f64() / ours.as_secs_f64();

@@ -12,7 +12,7 @@
 //! `cargo test --all-targets`) it is a smoke run on files a thousandth the size.
 
 use flate2::{write::GzEncoder, Compression};
-use ptemu::sources::byu::read::{FixedReader, FixedRecord};
+use ptemu::sources::byu::read::{FixedReader, FixedRecord, BATCH};
 use ptemu::sources::{self, byu, byu_p2, gem5, kaplan, penn, EventSource, Format, Input, ReadOptions};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -192,11 +192,6 @@ fn gem5_records(path: &Path) -> u64 {
     }
     n
 }
-
-/// Records per `read_batch` call: what the BYU mappings use. The decoded block (2 or 3 KB)
-/// stays in L1; blocks of 4096 records (32 or 48 KB) spill out of it and read at 0.5-0.7x the
-/// scan instead of 0.9-1.0x (November 2026 measurements).
-const BATCH: usize = 256;
 
 /// Reads every record of a fixed-record file in `read_batch` blocks of [`BATCH`]; returns the count.
 fn batched<R: FixedRecord>(mut r: FixedReader<R>) -> u64 {

@@ -2,7 +2,7 @@
 
 use super::bus::{BusOp, DataKind};
 use super::flow::{Flow, FlowCounts};
-use super::read::Reader;
+use super::read::{Reader, BATCH};
 use super::record::{CycleType, Record};
 use crate::sources::error::{ErrorKind, Result};
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
@@ -75,10 +75,6 @@ pub fn bus_op(r: &Record) -> Option<BusOp> {
         _ => return None,
     })
 }
-
-/// Records read per [`EventSource::next_events`] call (both BYU formats): one tight read of the
-/// input's buffer, then the mapping, instead of a call per record.
-pub(crate) const BATCH: usize = 256;
 
 /// Bytes per fetch unit: the 8-byte bus quantum of a complete (L1-disabled) trace.
 pub const QUANTUM: u64 = 8;

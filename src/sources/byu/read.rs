@@ -161,6 +161,13 @@ pub(crate) fn decode_each<R: FixedRecord>(bytes: &[u8], out: &mut Vec<R>) {
     out.extend(bytes.chunks_exact(R::LEN).map(R::decode));
 }
 
+/// Records per [`FixedReader::read_batch`] call that the BYU mappings use, and a good block for
+/// any caller: one tight read of the input's buffer, then the mapping, instead of a call per
+/// record, and the decoded block (2 KB of 6-byte records, 3 KB of 12-byte ones) stays in L1.
+/// Blocks of 4096 records spill out of it and read at 0.54-0.69x a scan of the file instead of
+/// 0.9-1.0x (sources bench, November 2026).
+pub const BATCH: usize = 256;
+
 /// The largest fixed record length a [`FixedReader`] supports.
 pub const MAX_RECORD_LEN: usize = 16;
 
@@ -293,3 +300,23 @@ pub type Reader = FixedReader<Record>;
 
 /// Writes 6-byte records, the same bytes the reader reads.
 pub type Writer<W> = FixedWriter<W, Record>;
+
+/// Checks a format's [`FixedRecord::decode_all`] (its block decoder) against
+/// [`FixedRecord::decode`] one record at a time, on the whole records of `bytes`, appended after
+/// `head`: the one check of every block decoder's tests.
+#[cfg(test)]
+pub(crate) fn check_decode_all<R>(
+    bytes: &[u8],
+    head: R,
+) -> std::result::Result<(), proptest::test_runner::TestCaseError>
+where
+    R: FixedRecord + PartialEq + std::fmt::Debug,
+{
+    let bytes = &bytes[..bytes.len() / R::LEN * R::LEN];
+    let want: Vec<R> = bytes.chunks_exact(R::LEN).map(R::decode).collect();
+    let mut got = vec![head];
+    R::decode_all(bytes, &mut got);
+    proptest::prop_assert_eq!(&got[0], &head);
+    proptest::prop_assert_eq!(&got[1..], &want[..]);
+    Ok(())
+}
