@@ -275,7 +275,7 @@ fn main() {
         packets.len()
     );
 
-    let [(to, n), (ta, a), (tl, m)] = fastest(
+    let [(to, len), (ta, a), (tl, m)] = fastest(
         rounds,
         [
             &mut || ptemu_encode(&packets, &mut ours_buf, passes),
@@ -283,12 +283,11 @@ fn main() {
             &mut || libipt_encode(&theirs, &mut their_buf, passes),
         ],
     );
-    assert_eq!((n, a), (m, m));
+    assert_eq!((len, a), (m, m));
     assert!(
-        ours_buf[..n] == their_buf[..m] && all_buf[..a] == their_buf[..m],
+        ours_buf[..len] == their_buf[..m] && all_buf[..a] == their_buf[..m],
         "ptemu and libipt encode the mix to the same bytes"
     );
-    let len = n;
     let block_bytes = std::mem::size_of_val(&packets[..]);
     let (src, mut dst) = (vec![1u8; block_bytes], vec![0u8; block_bytes]);
     let [(floor, _)] = fastest(rounds, [&mut || (memcpy_floor(&src, &mut dst, passes), 0)]);

@@ -9,9 +9,17 @@ pub const TIME_SENTINEL: u32 = 0xffff_ffff;
 /// The request type (`byutr.h`): the stored byte itself, so a record is its on-disk bytes and a
 /// block of records decodes as one copy. The 17 values `byutr.h` defines are the associated
 /// constants, named as there; any other byte is kept as read ([`ReqType::index`] is `None` for it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(transparent)]
 pub struct ReqType(pub u8);
+
+/// The stored byte and its `byutr.h` name, e.g. `ReqType(0x21 INTA)`: what a failing comparison
+/// of records should show.
+impl std::fmt::Debug for ReqType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReqType({:#04x} {})", self.0, self.name())
+    }
+}
 
 impl ReqType {
     /// 0x00: instruction fetch.
@@ -165,5 +173,7 @@ mod tests {
                 None => assert_eq!((t.index(), t.name()), (None, "unknown"), "{v:#04x}"),
             }
         }
+        assert_eq!(format!("{:?}", ReqType::INTA), "ReqType(0x21 INTA)");
+        assert_eq!(format!("{:?}", ReqType(0x42)), "ReqType(0x42 unknown)");
     }
 }
