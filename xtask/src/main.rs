@@ -18,7 +18,9 @@ const TEST_PACKAGES: &[SystemPackage] = &[
     SystemPackage { package: "cmake", probe: "command -v cmake" },
     SystemPackage {
         package: "libclang-dev",
-        probe: "ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so /usr/lib/*/libclang-*.so* 2>/dev/null | grep -q .",
+        // libclang.so itself (what libclang-dev adds), not libclang-cpp.so.N, which other
+        // packages bring and bindgen cannot use.
+        probe: "dpkg -s libclang-dev >/dev/null 2>&1 || ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so 2>/dev/null | grep -q .",
     },
 ];
 
@@ -70,17 +72,7 @@ fn run(mut cmd: Command) -> Result<(), String> {
 
 /// Installs missing system packages (root + apt-get), or prints the command and fails.
 fn ensure_packages(packages: &[SystemPackage]) -> Result<(), String> {
-    let missing = missing_packages(packages, |probe| {
-        if probe.starts_with('/') {
-            Path::new(probe).exists()
-        } else {
-            Command::new("sh")
-                .arg("-c")
-                .arg(format!("command -v {probe}"))
-                .output()
-                .is_ok_and(|o| o.status.success())
-        }
-    });
+    let missing = missing_packages(packages, probe_succeeds);
     if missing.is_empty() {
         return Ok(());
     }
@@ -102,6 +94,15 @@ fn ensure_packages(packages: &[SystemPackage]) -> Result<(), String> {
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive");
     run(cmd)
+}
+
+/// Runs a [`SystemPackage::probe`] with `sh -c`, as written (not wrapped in another command).
+fn probe_succeeds(probe: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(probe)
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn missing_packages(packages: &[SystemPackage], present: impl Fn(&str) -> bool) -> Vec<&'static str> {
@@ -267,5 +268,22 @@ mod tests {
         ];
         assert_eq!(missing_packages(&pkgs, |p| p == "cmake"), vec!["libclang-dev"]);
         assert!(missing_packages(&pkgs, |_| true).is_empty());
+    }
+
+    /// A probe for something absent must fail, or `cargo xtask test` skips the install on a fresh
+    /// machine (it once wrapped every probe in `command -v`, which found `command` itself).
+    #[test]
+    fn probes_run_as_written() {
+        assert!(probe_succeeds("command -v sh"));
+        assert!(!probe_succeeds("command -v ptemu-no-such-command-7f3a"));
+        assert!(!probe_succeeds(
+            "ls /ptemu-no-such-dir/*.so 2>/dev/null | grep -q ."
+        ));
+        let cmake = &TEST_PACKAGES[0];
+        assert_eq!(cmake.package, "cmake");
+        assert_eq!(
+            probe_succeeds(cmake.probe),
+            probe_succeeds("test -x \"$(command -v cmake)\"")
+        );
     }
 }
