@@ -161,8 +161,11 @@ fn simulate(args: &[String]) -> Result<(), String> {
     run(cmd)
 }
 
-/// Every benchmark: the output unit against memcpy, the packet layer against libipt.
+/// Every benchmark: the output unit against memcpy, the packet layer against libipt (which needs
+/// the test packages: they are installed first, as for `cargo xtask test`).
 fn bench(args: &[String]) -> Result<(), String> {
+    // The packet benchmark runs libipt in the same process: the same packages as the tests.
+    ensure_packages(TEST_PACKAGES)?;
     for name in ["output", "packets", "tracer", "sources", "simulate"] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);
