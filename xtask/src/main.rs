@@ -20,7 +20,7 @@ const TEST_PACKAGES: &[SystemPackage] = &[
         package: "libclang-dev",
         // libclang.so itself (what libclang-dev adds), not libclang-cpp.so.N, which other
         // packages bring and bindgen cannot use.
-        probe: "dpkg -s libclang-dev >/dev/null 2>&1 || ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so 2>/dev/null | grep -q .",
+        probe: "dpkg-query -W -f '${Status}' libclang-dev 2>/dev/null | grep -q 'ok installed' || ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so 2>/dev/null | grep -q .",
     },
 ];
 
