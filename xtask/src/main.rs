@@ -18,8 +18,8 @@ const TEST_PACKAGES: &[SystemPackage] = &[
     SystemPackage { package: "cmake", probe: "command -v cmake" },
     SystemPackage {
         package: "libclang-dev",
-        // libclang.so itself (what libclang-dev adds), not libclang-cpp.so.N, which other
-        // packages bring and bindgen cannot use.
+        // The package, or libclang.so itself (what it adds); not any libclang-*.so*, which also
+        // matches the libclang-cpp.so.N other packages bring and bindgen cannot use.
         probe: "dpkg-query -W -f '${Status}' libclang-dev 2>/dev/null | grep -q 'ok installed' || ls /usr/lib/llvm-*/lib/libclang.so /usr/lib/*/libclang.so 2>/dev/null | grep -q .",
     },
 ];
@@ -164,7 +164,6 @@ fn simulate(args: &[String]) -> Result<(), String> {
 /// Every benchmark: the output unit against memcpy, the packet layer against libipt (which needs
 /// the test packages: they are installed first, as for `cargo xtask test`).
 fn bench(args: &[String]) -> Result<(), String> {
-    // The packet benchmark runs libipt in the same process: the same packages as the tests.
     ensure_packages(TEST_PACKAGES)?;
     for name in ["output", "packets", "tracer", "sources", "simulate"] {
         let mut cmd = cargo();
@@ -262,14 +261,17 @@ mod tests {
         let pkgs = [
             SystemPackage {
                 package: "cmake",
-                probe: "cmake",
+                probe: "command -v cmake",
             },
             SystemPackage {
                 package: "libclang-dev",
-                probe: "/usr/lib/llvm/libclang.so",
+                probe: "test -e /usr/lib/llvm/libclang.so",
             },
         ];
-        assert_eq!(missing_packages(&pkgs, |p| p == "cmake"), vec!["libclang-dev"]);
+        assert_eq!(
+            missing_packages(&pkgs, |p| p == "command -v cmake"),
+            vec!["libclang-dev"]
+        );
         assert!(missing_packages(&pkgs, |_| true).is_empty());
     }
 
