@@ -61,7 +61,7 @@ fn ip_packet(
     buf[0] = (ip.ipc as u8) << 5 | opcode;
     // One fixed 8-byte store; bytes past the payload are scratch (see `Packet::encode_into`).
     buf[1..9].copy_from_slice(&ip.raw.to_le_bytes());
-    last_ip.update(ip);
+    last_ip.update_fitting(ip);
     Ok(1 + ip.ipc.payload_len())
 }
 

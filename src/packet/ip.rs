@@ -161,6 +161,15 @@ impl LastIp {
         self.ip = payload | (self.ip & s.keep);
     }
 
+    /// [`LastIp::update`] for a payload with no bits outside its form's mask (checked by the caller).
+    #[inline(always)]
+    pub(crate) fn update_fitting(&mut self, p: IpPayload) {
+        let s = &IPC_SHAPE[p.ipc as usize];
+        debug_assert_eq!(p.raw & !s.mask, 0);
+        let payload = (((p.raw << s.sext) as i64) >> s.sext) as u64;
+        self.ip = payload | (self.ip & s.keep);
+    }
+
     /// The shortest payload that reproduces `ip` from the current last IP: update-16, -32, -48 when
     /// the upper bits match, else sext-48 for canonical IPs, else full (pt-packets.md §2).
     #[inline]
