@@ -319,6 +319,116 @@ fn dump_then_asm_is_byte_identical_and_json_and_lastip_work() {
 }
 
 #[test]
+fn dump_and_asm_pipe_through_stdin_and_stdout() {
+    let c = Case::new();
+    let pt = c.dir.path().join("t.pt");
+    let o = ptemu(&["simulate", "--out", s(&c.out())]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::copy(c.out().join("trace.pt"), &pt).unwrap();
+    let listing = ptemu(&["dump", s(&pt)]);
+    assert!(listing.status.success(), "{}", text(&listing.stderr));
+    let mut asm = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["asm", "-", "-o", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = asm.stdin.take().unwrap();
+    let body = listing.stdout.clone();
+    let feeder = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &body).unwrap());
+    let o = asm.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        o.stdout,
+        std::fs::read(&pt).unwrap(),
+        "dump | asm - -o - gives the bytes back"
+    );
+}
+
+/// `ptemu dump big.pt | head`: when the reader closes the pipe, dump stops at once, prints no error
+/// and exits 0.
+#[test]
+fn dump_into_a_closed_pipe_stops_quietly() {
+    use std::io::Read;
+    let c = Case::new();
+    let mut bytes = ptemu::packet::PSB_BYTES.to_vec();
+    bytes.resize(200_000, 0); // PADs: 200k lines of text, far more than a pipe buffer holds
+    let pt = c.file("pads.pt", &bytes);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["dump", s(&pt)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    assert!(
+        text(&first).starts_with("0000000000000000  psb"),
+        "{}",
+        text(&first)
+    );
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stderr), "", "no error for a closed pipe");
+}
+
+/// Every command that prints: a reader that went away ends it quietly (exit 0, nothing on stderr);
+/// a full device is an error naming stdout (exit 2); never a panic (exit 101).
+#[test]
+fn console_output_to_a_closed_pipe_or_a_full_device_never_panics() {
+    use std::process::{Command, Stdio};
+    let c = Case::new();
+    let out = c.out();
+    let penn = "tests/data/penn/sjeng-1K.trace";
+    let demo = demo_layout();
+    let stream = c.file("s.bin", [0x5a; 4096]);
+    let pt = c.file("p.pt", ptemu::packet::PSB_BYTES);
+    let commands: [Vec<&str>; 6] = [
+        vec!["stats", "--format", "penn", penn],
+        vec!["layout", "default"],
+        vec!["layout", "check", s(&demo)],
+        vec!["simulate", "--out", s(&out)],
+        vec![
+            "write",
+            "--layout",
+            s(&demo),
+            "--stream",
+            s(&stream),
+            "--out",
+            s(&out),
+        ],
+        vec!["dump", s(&pt)],
+    ];
+    for args in &commands {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // no reader left: the first write fails with EPIPE
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stderr), "", "{args:?}");
+
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+            .args(args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("stdout: writing:"),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
+    }
+}
+
+#[test]
 fn dump_shows_bad_bytes_with_their_offset_and_resyncs() {
     let c = Case::new();
     let mut bytes = vec![

@@ -1,4 +1,4 @@
-//! `ptemu gen` and `ptemu stats` on every format: generated files read back, stdin, gzip, and bad
+//! `ptemu gen` and `ptemu stats` on every format: generated files read back, stdin and stdout, gzip, and bad
 //! input (exit 2, the file and position in the message, no output file left behind).
 
 mod common;
@@ -104,6 +104,40 @@ fn gem5_pair_and_fetch_trace_rules() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("--fetch-trace goes with --format gem5 only"));
     assert!(!out.exists());
+}
+
+#[test]
+fn gen_to_stdout_writes_the_same_bytes_as_to_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in FORMATS {
+        for gz in [false, true] {
+            let file = dir.path().join(format!("{f}.{gz}"));
+            let mut args = vec!["gen", "--format", f, "--records", "500", "--seed", "9"];
+            if gz {
+                args.push("--gzip");
+            }
+            let to_file = ptemu(&[&args[..], &["-o", s(&file)]].concat());
+            assert!(to_file.status.success(), "{f}: {}", text(&to_file.stderr));
+            let to_stdout = ptemu(&[&args[..], &["-o", "-"]].concat());
+            assert!(to_stdout.status.success(), "{f}: {}", text(&to_stdout.stderr));
+            assert_eq!(to_stdout.stdout, std::fs::read(&file).unwrap(), "{f} gzip={gz}");
+        }
+    }
+    assert!(!std::path::Path::new("-").exists(), "no file named '-'");
+    // One trace fits on stdout: the gem5 fetch trace must go to a file.
+    let o = ptemu(&[
+        "gen",
+        "--format",
+        "gem5",
+        "--records",
+        "10",
+        "-o",
+        "-",
+        "--fetch-trace",
+        "-",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("--fetch-trace -"), "{}", text(&o.stderr));
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! `ptemu layout check`.
 
+use super::output::print;
 use super::Failure;
 use ptemu::layout::{self, Layout};
 use std::path::Path;
@@ -8,17 +9,20 @@ pub fn check(path: &Path) -> Result<(), Failure> {
     let layout = Layout::load(path).map_err(|e| Failure::input(e.to_string()))?;
     let report = layout::check(&layout);
     let name = path.display();
+    let mut o = String::new();
+    let o = &mut o;
     for f in &report.faults {
-        println!("{name}: {f}");
+        outln!(o, "{name}: {f}");
     }
     for v in &report.violations {
-        println!("{name}: operational error when reached: {v}");
+        outln!(o, "{name}: operational error when reached: {v}");
     }
     for w in &report.warnings {
-        println!("{name}: warning: {w}");
+        outln!(o, "{name}: warning: {w}");
     }
     if report.is_ok() {
-        println!(
+        outln!(
+            o,
             "{name}: ok ({}, cpu {}, walk of {} entries from the start)",
             match layout.scheme {
                 ptemu::layout::Scheme::Topa => "ToPA",
@@ -27,8 +31,9 @@ pub fn check(path: &Path) -> Result<(), Failure> {
             layout.cpu,
             report.walk.len()
         );
-        Ok(())
+        print(o)
     } else {
+        print(o)?;
         Err(Failure::found(format!(
             "{name}: {} #GP fault(s), {} operational error(s)",
             report.faults.len(),

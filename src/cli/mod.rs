@@ -1,6 +1,19 @@
 //! Command-line front end: argument parsing and the subcommands.
 
+/// `println!` into the `String` a command's console output is gathered in (see [`output::print`]).
+macro_rules! outln {
+    ($o:expr) => {
+        $o.push('\n')
+    };
+    ($o:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        // Formatting into a String cannot fail.
+        let _ = writeln!($o, $($arg)*);
+    }};
+}
+
 mod layout_cmd;
+mod output;
 mod packet_cmd;
 mod simulate_cmd;
 mod source_cmd;
@@ -62,9 +75,9 @@ enum Command {
     },
     /// Assemble the text form back into bytes.
     Asm {
-        /// Text file (as `ptemu dump` writes it).
+        /// Text file (as `ptemu dump` writes it; "-" for stdin).
         file: PathBuf,
-        /// Output trace file.
+        /// Output trace file ("-" for stdout).
         #[arg(short, long)]
         output: PathBuf,
     },
@@ -79,7 +92,7 @@ enum Command {
         /// Seed of the generator.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Output file.
+        /// Output file ("-" for stdout).
         #[arg(short, long)]
         output: PathBuf,
         /// gzip the output.
@@ -132,6 +145,14 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The reader of our stdout went away (a closed pipe): stop, say nothing, exit 0.
+    pub fn reader_gone() -> Self {
+        Failure {
+            message: String::new(),
+            code: 0,
+        }
+    }
+
     /// Bad input or an I/O failure: exit code 2.
     pub fn input(message: impl Into<String>) -> Self {
         Failure {
@@ -173,10 +194,7 @@ pub fn run() -> ExitCode {
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Layout {
             command: LayoutCommand::Default,
-        } => {
-            print!("{}", ptemu::simulate::DEFAULT_LAYOUT);
-            Ok(())
-        }
+        } => output::print(ptemu::simulate::DEFAULT_LAYOUT),
         Command::Write {
             layout,
             stream,
@@ -211,6 +229,7 @@ pub fn run() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(f) if f.code == 0 => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("ptemu: error: {}", f.message);
             ExitCode::from(f.code)

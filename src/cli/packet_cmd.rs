@@ -1,9 +1,9 @@
 //! `ptemu dump` and `ptemu asm`.
 
+use super::output::{is_std, write_failure, write_output};
 use super::Failure;
 use ptemu::packet::text::{parse_line, to_text, ParseState};
 use ptemu::packet::PacketDecoder;
-use ptemu::report::write_atomic;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
@@ -17,7 +17,7 @@ enum Input {
 impl Input {
     fn open(path: &Path) -> Result<Self, Failure> {
         let name = path.display();
-        if path == Path::new("-") {
+        if is_std(path) {
             let mut v = Vec::new();
             io::stdin()
                 .read_to_end(&mut v)
@@ -53,7 +53,7 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
     let data = input.bytes();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let io_err = |e: io::Error| Failure::input(format!("writing: {e}"));
+    let io_err = |e: io::Error| write_failure("stdout", e);
     let mut d = PacketDecoder::new(data, 0);
     let mut errors = 0u64;
     if !no_sync && !d.sync_forward() {
@@ -126,8 +126,14 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
 
 /// `ptemu asm`.
 pub fn asm(path: &Path, output: &Path) -> Result<(), Failure> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::input(format!("{}: cannot read: {e}", path.display())))?;
+    let input = Input::open(path)?;
+    let text = std::str::from_utf8(input.bytes()).map_err(|e| {
+        Failure::input(format!(
+            "{}: not UTF-8 text at byte {}",
+            path.display(),
+            e.valid_up_to()
+        ))
+    })?;
     let mut bytes = Vec::new();
     let mut st = ParseState::default();
     for (i, line) in text.lines().enumerate() {
@@ -140,6 +146,5 @@ pub fn asm(path: &Path, output: &Path) -> Result<(), Failure> {
             Err(e) => return Err(Failure::input(format!("{}:{}: {e}", path.display(), i + 1))),
         }
     }
-    write_atomic(output, |w| w.write_all(&bytes))
-        .map_err(|e| Failure::input(format!("{}: {e}", output.display())))
+    write_output(output, |w| w.write_all(&bytes))
 }

@@ -1,5 +1,6 @@
 //! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
 
+use super::output::print;
 use super::summary::{halt_note, print_output_state};
 use super::Failure;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -111,7 +112,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
     };
     if !a.quiet {
-        print_summary(&name, &a, &opts, &outcome, &report);
+        print(&summary(&name, &a, &opts, &outcome, &report))?;
     }
     Ok(())
 }
@@ -250,18 +251,29 @@ fn finish(
     Ok(report)
 }
 
-fn print_summary(name: &str, a: &Args, opts: &Options, o: &Outcome, r: &SimReport) {
+/// The console summary of a `ptemu simulate` run.
+fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -> String {
+    let mut text = String::new();
+    let o = &mut text;
     let s = &r.stats;
     let layout = a.layout.as_ref().map_or(
         "default layout: 4 x 1 MiB ToPA regions, INT, circular".to_string(),
         |p| p.display().to_string(),
     );
-    println!(
+    outln!(
+        o,
         "ptemu simulate: {name} ({}), cpu {}, {layout}",
-        opts.format, r.cpu
+        opts.format,
+        r.cpu
     );
-    println!("  IA32_RTIT_CTL {:#x}: {}", opts.ctl.bits(), CtlDisplay(opts.ctl));
-    println!(
+    outln!(
+        o,
+        "  IA32_RTIT_CTL {:#x}: {}",
+        opts.ctl.bits(),
+        CtlDisplay(opts.ctl)
+    );
+    outln!(
+        o,
         "  input: {} records{}, {} events, {} instructions",
         s.records,
         if s.skipped_records > 0 {
@@ -273,39 +285,52 @@ fn print_summary(name: &str, a: &Args, opts: &Options, o: &Outcome, r: &SimRepor
         s.instructions
     );
     let packets: Vec<String> = s.packets.iter().map(|(k, n)| format!("{k} {n}")).collect();
-    println!("  packets: {}", packets.join(", "));
-    println!(
+    outln!(o, "  packets: {}", packets.join(", "));
+    outln!(
+        o,
         "  {} TNT bits, {} compressed returns, {} PSB+, {} overflows",
-        s.tnt_bits, s.compressed_returns, s.psbs, s.overflows
+        s.tnt_bits,
+        s.compressed_returns,
+        s.psbs,
+        s.overflows
     );
-    println!(
+    outln!(
+        o,
         "  bytes: {} generated ({:.3} per instruction), {} written, {} lost{}",
         s.output.bytes_in,
         s.bytes_per_instruction,
         s.output.bytes_written,
         s.output.bytes_lost,
-        halt_note(&o.unit)
+        halt_note(&run.unit)
     );
-    print_output_state(&r.events, 8, &o.unit, &r.msr);
+    print_output_state(o, &r.events, 8, &run.unit, &r.msr);
     let out = &a.out;
-    println!("  files in {}:", out.display());
-    println!(
+    outln!(o, "  files in {}:", out.display());
+    outln!(
+        o,
         "    trace.pt      {} bytes (every byte the output unit accepted)",
         s.trace_bytes
     );
-    let regions: Vec<_> = o.unit.written_regions().collect();
+    let regions: Vec<_> = run.unit.written_regions().collect();
     let names: Vec<String> = regions.iter().map(|&(b, _)| region_file_name(b)).collect();
-    println!("    regions/      {} file(s): {}", regions.len(), names.join(" "));
-    println!("    report.json");
-    if let Some(img) = &o.image {
-        println!(
+    outln!(
+        o,
+        "    regions/      {} file(s): {}",
+        regions.len(),
+        names.join(" ")
+    );
+    outln!(o, "    report.json");
+    if let Some(img) = &run.image {
+        outln!(
+            o,
             "    image.bin     {} bytes at {:#x} (image.json)",
             img.bytes.len(),
             img.base
         );
     }
     if let Some(cmd) = &r.ptxed {
-        println!("  replay with libipt's ptxed:");
-        println!("    {cmd}");
+        outln!(o, "  replay with libipt's ptxed:");
+        outln!(o, "    {cmd}");
     }
+    text
 }

@@ -1,13 +1,14 @@
 //! `ptemu gen` (synthetic traces) and `ptemu stats` (read a trace through its mapping, count).
 
+use super::output::{is_std, print, write_output};
 use super::Failure;
 use flate2::{write::GzEncoder, Compression};
-use ptemu::report::write_atomic;
 use ptemu::sources::{self, EventSource, Format, Input, ReadOptions};
 use std::io::Write;
 use std::path::Path;
 
-/// Writes a synthetic trace (and a gem5 fetch trace) through temporary files and renames.
+/// Writes a synthetic trace (and a gem5 fetch trace) through temporary files and renames, or the
+/// trace to stdout for `-o -`.
 pub fn gen(
     format: Format,
     records: u64,
@@ -21,11 +22,15 @@ pub fn gen(
             "--fetch-trace goes with --format gem5 only, not {format}"
         )));
     }
-    let fail = |path: &Path, e: std::io::Error| Failure::input(format!("{}: {e}", path.display()));
+    if fetch_trace.is_some_and(is_std) {
+        return Err(Failure::input(
+            "--fetch-trace -: the fetch trace goes to a file (stdout can carry one trace: use -o -)",
+        ));
+    }
     // For a gem5 pair the fetch trace is generated into memory first (it is small: one record per
     // fetch block), so both files come from one run of the generator.
     let mut fetch_bytes = Vec::new();
-    write_atomic(output, |out| {
+    write_output(output, |out| {
         let fetch = fetch_trace.map(|_| &mut fetch_bytes as &mut dyn Write);
         if gzip {
             let mut gz = GzEncoder::new(out, Compression::default());
@@ -35,10 +40,9 @@ pub fn gen(
         } else {
             sources::generate(format, records, seed, out, fetch)
         }
-    })
-    .map_err(|e| fail(output, e))?;
+    })?;
     if let Some(path) = fetch_trace {
-        write_atomic(path, |out| {
+        write_output(path, |out| {
             if gzip {
                 let mut gz = GzEncoder::new(out, Compression::default());
                 gz.write_all(&fetch_bytes)?;
@@ -47,8 +51,7 @@ pub fn gen(
             } else {
                 out.write_all(&fetch_bytes)
             }
-        })
-        .map_err(|e| fail(path, e))?;
+        })?;
     }
     Ok(())
 }
@@ -66,11 +69,13 @@ pub fn stats(
     let fetch = fetch_trace.map(Input::open).transpose().map_err(err)?;
     let mut src = sources::open_events(format, main, fetch, ReadOptions { lenient }).map_err(err)?;
     let total = src.for_each_event(&mut |_| {}).map_err(err)?;
-    print_stats(src.as_ref(), total, json);
-    Ok(())
+    print(&stats_text(src.as_ref(), total, json))
 }
 
-fn print_stats(src: &dyn EventSource, events: u64, json: bool) {
+/// What `ptemu stats` prints: text, or one JSON object.
+fn stats_text(src: &dyn EventSource, events: u64, json: bool) -> String {
+    let mut text = String::new();
+    let o = &mut text;
     let s = src.stats();
     if json {
         let counts: serde_json::Map<String, serde_json::Value> = s
@@ -86,17 +91,18 @@ fn print_stats(src: &dyn EventSource, events: u64, json: bool) {
             "counts": counts,
             "approximations": s.approximations,
         });
-        println!("{doc}");
-        return;
+        outln!(o, "{doc}");
+        return text;
     }
-    println!("format   {}", s.format);
-    println!("records  {}", s.records);
-    println!("skipped  {}", s.skipped);
-    println!("events   {events}");
+    outln!(o, "format   {}", s.format);
+    outln!(o, "records  {}", s.records);
+    outln!(o, "skipped  {}", s.skipped);
+    outln!(o, "events   {events}");
     for (k, v) in &s.counts {
-        println!("{k:<16} {v}");
+        outln!(o, "{k:<16} {v}");
     }
     for a in &s.approximations {
-        println!("approximate: {a}");
+        outln!(o, "approximate: {a}");
     }
+    text
 }

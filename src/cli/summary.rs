@@ -5,9 +5,16 @@ use ptemu::{EventKind, OutputEvent, OutputUnit};
 
 /// The output events by kind and the first `listed` of them, the operational error if any, and
 /// the MSRs after TraceEn=0.
-pub fn print_output_state(events: &[OutputEvent], listed: usize, unit: &OutputUnit, m: &MsrSnapshot) {
+pub fn print_output_state(
+    o: &mut String,
+    events: &[OutputEvent],
+    listed: usize,
+    unit: &OutputUnit,
+    m: &MsrSnapshot,
+) {
     let count = |k| events.iter().filter(|e| e.kind == k).count();
-    println!(
+    outln!(
+        o,
         "  output events: {} PMI, {} wrap, {} stopped, {} error",
         count(EventKind::Pmi),
         count(EventKind::Wrap),
@@ -20,29 +27,31 @@ pub fn print_output_state(events: &[OutputEvent], listed: usize, unit: &OutputUn
             _ => "range".to_string(),
         };
         let rule = e.rule.map_or(String::new(), |r| format!(" [{r}]"));
-        println!(
+        outln!(
+            o,
             "    @{:>10}  {:<8} {place}{rule}",
             e.stream_offset,
             format!("{:?}", e.kind).to_lowercase()
         );
     }
     if events.len() > listed {
-        println!("    ... {} more in report.json", events.len() - listed);
+        outln!(o, "    ... {} more in report.json", events.len() - listed);
     }
     if let Some(v) = unit.last_violation() {
-        println!("  error: {v}");
+        outln!(o, "  error: {v}");
     }
-    println!("  MSRs after TraceEn=0:");
-    println!("    IA32_RTIT_CTL              {:#018x}", m.rtit_ctl);
-    println!("    IA32_RTIT_STATUS           {:#018x}", m.rtit_status);
-    println!("    IA32_RTIT_OUTPUT_BASE      {:#018x}", m.output_base);
-    println!(
+    outln!(o, "  MSRs after TraceEn=0:");
+    outln!(o, "    IA32_RTIT_CTL              {:#018x}", m.rtit_ctl);
+    outln!(o, "    IA32_RTIT_STATUS           {:#018x}", m.rtit_status);
+    outln!(o, "    IA32_RTIT_OUTPUT_BASE      {:#018x}", m.output_base);
+    outln!(
+        o,
         "    IA32_RTIT_OUTPUT_MASK_PTRS {:#018x}  (index/mask {:#x}, offset {:#x})",
         m.output_mask_ptrs,
         (m.output_mask_ptrs >> 7) & 0x1ff_ffff,
         m.output_mask_ptrs >> 32
     );
-    println!("    IA32_PERF_GLOBAL_STATUS    {:#018x}", m.perf_global_status);
+    outln!(o, "    IA32_PERF_GLOBAL_STATUS    {:#018x}", m.perf_global_status);
 }
 
 /// How the unit stopped, for the bytes line: " (stopped)", " (operational error)" or nothing.

@@ -1,5 +1,6 @@
 //! `ptemu write`.
 
+use super::output::print;
 use super::summary::{halt_note, print_output_state};
 use super::Failure;
 use ptemu::layout::Layout;
@@ -52,31 +53,37 @@ pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> R
     write_outputs(out, &unit, &mem)
         .map_err(|e| Failure::input(format!("{}: writing outputs: {e}", out.display())))?;
     if !quiet {
-        print_summary(&layout, &unit, out);
+        print(&summary(&layout, &unit, out))?;
     }
     Ok(())
 }
 
-fn print_summary(layout: &Layout, unit: &OutputUnit, out: &Path) {
+/// The console summary of a `ptemu write` run.
+fn summary(layout: &Layout, unit: &OutputUnit, out: &Path) -> String {
+    let mut text = String::new();
+    let o = &mut text;
     let r = Report::of(unit);
     let s = r.stats;
-    println!("ptemu write: cpu {}, {:?} output", layout.cpu, layout.scheme);
-    println!(
+    outln!(o, "ptemu write: cpu {}, {:?} output", layout.cpu, layout.scheme);
+    outln!(
+        o,
         "  bytes: {} in, {} written, {} lost{}",
         s.bytes_in,
         s.bytes_written,
         s.bytes_lost,
         halt_note(unit)
     );
-    print_output_state(&r.events, usize::MAX, unit, &r.msr);
+    print_output_state(o, &r.events, usize::MAX, unit, &r.msr);
     let regions: Vec<_> = unit.written_regions().collect();
-    println!(
+    outln!(
+        o,
         "  {} region file(s) in {}:",
         regions.len(),
         out.join("regions").display()
     );
     for (base, size) in regions {
-        println!("    {} ({} bytes)", region_file_name(base), size);
+        outln!(o, "    {} ({} bytes)", region_file_name(base), size);
     }
-    println!("  report: {}", out.join("report.json").display());
+    outln!(o, "  report: {}", out.join("report.json").display());
+    text
 }

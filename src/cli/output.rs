@@ -1,0 +1,43 @@
+//! Where a command's output goes: a file, written whole or not at all, or stdout for `-`; and how
+//! a write failure reaches the user.
+
+use super::Failure;
+use ptemu::report::write_atomic;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+/// True for the path `-`: stdin as an input, stdout as an output.
+pub fn is_std(path: &Path) -> bool {
+    path == Path::new("-")
+}
+
+/// Writes `fill`'s bytes to `path`: to stdout for `-` (streamed), else to a temporary sibling
+/// renamed over `path` once complete, so a failure leaves no half-written file.
+pub fn write_output(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(), Failure> {
+    let result = if is_std(path) {
+        let mut out = BufWriter::new(io::stdout().lock());
+        fill(&mut out).and_then(|()| out.flush())
+    } else {
+        write_atomic(path, fill)
+    };
+    result.map_err(|e| write_failure(&path.display().to_string(), e))
+}
+
+/// A write error on `what`. A reader that closed the pipe (`ptemu dump … | head`) has all it
+/// wanted: that ends the command quietly with exit code 0, as `cat` or `grep` users expect.
+pub fn write_failure(what: &str, e: io::Error) -> Failure {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        Failure::reader_gone()
+    } else {
+        Failure::input(format!("{what}: writing: {e}"))
+    }
+}
+
+/// Writes a command's console output to stdout; a failed write is a [`write_failure`] (so a closed
+/// pipe ends the command quietly, and a full disk is an error, not a panic as with `println!`).
+pub fn print(text: &str) -> Result<(), Failure> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| write_failure("stdout", e))
+}
