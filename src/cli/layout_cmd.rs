@@ -9,8 +9,8 @@ pub fn check(path: &Path) -> Result<(), Failure> {
     let layout = Layout::load(path).map_err(|e| Failure::input(e.to_string()))?;
     let report = layout::check(&layout);
     let name = path.display();
-    let mut o = String::new();
-    let o = &mut o;
+    let mut text = String::new();
+    let o = &mut text;
     for f in &report.faults {
         outln!(o, "{name}: {f}");
     }
@@ -31,9 +31,9 @@ pub fn check(path: &Path) -> Result<(), Failure> {
             layout.cpu,
             report.walk.len()
         );
-        print(o)
+        print(&text)
     } else {
-        print(o)?;
+        print(&text)?;
         Err(Failure::found(format!(
             "{name}: {} #GP fault(s), {} operational error(s)",
             report.faults.len(),

@@ -1,7 +1,7 @@
 //! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
 
 use super::output::print;
-use super::summary::{halt_note, print_output_state};
+use super::summary::{halt_note, write_output_state};
 use super::Failure;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::layout::Layout;
@@ -303,7 +303,7 @@ fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -
         s.output.bytes_lost,
         halt_note(&run.unit)
     );
-    print_output_state(o, &r.events, 8, &run.unit, &r.msr);
+    write_output_state(o, &r.events, 8, &run.unit, &r.msr);
     let out = &a.out;
     outln!(o, "  files in {}:", out.display());
     outln!(

@@ -3,9 +3,9 @@
 use ptemu::report::MsrSnapshot;
 use ptemu::{EventKind, OutputEvent, OutputUnit};
 
-/// The output events by kind and the first `listed` of them, the operational error if any, and
-/// the MSRs after TraceEn=0.
-pub fn print_output_state(
+/// Appends to `o` the output events by kind and the first `listed` of them, the operational error
+/// if any, and the MSRs after TraceEn=0.
+pub fn write_output_state(
     o: &mut String,
     events: &[OutputEvent],
     listed: usize,

@@ -1,7 +1,7 @@
 //! `ptemu write`.
 
 use super::output::print;
-use super::summary::{halt_note, print_output_state};
+use super::summary::{halt_note, write_output_state};
 use super::Failure;
 use ptemu::layout::Layout;
 use ptemu::regs::msr::IA32_RTIT_CTL;
@@ -73,7 +73,7 @@ fn summary(layout: &Layout, unit: &OutputUnit, out: &Path) -> String {
         s.bytes_lost,
         halt_note(unit)
     );
-    print_output_state(o, &r.events, usize::MAX, unit, &r.msr);
+    write_output_state(o, &r.events, usize::MAX, unit, &r.msr);
     let regions: Vec<_> = unit.written_regions().collect();
     outln!(
         o,
