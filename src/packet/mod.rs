@@ -1,11 +1,13 @@
 //! Intel PT packets, bit-exact: the [`Packet`] type, its encoder and decoder, last-IP compression,
 //! and the text form (pt-packets.md §1–§4; choices in `spec/packets.md`).
 
+mod check;
 mod decode;
 mod encode;
 mod ip;
 pub mod text;
 
+pub use check::{recheck, Mismatch, RecheckStats};
 pub use decode::{find_psb, DecodeError, DecodeErrorKind, PacketDecoder};
 pub use encode::{EncodeError, PacketEncoder};
 pub use ip::{IpPayload, Ipc, LastIp};

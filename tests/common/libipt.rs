@@ -59,6 +59,37 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<(Packet, usize)>, LibiptError> {
     Ok(out)
 }
 
+/// Decodes the non-empty `bytes` from offset 0 with `pt_pkt_next` up to the end or the first
+/// error, with nothing appended: the (packet, size) pairs before it, and the error if one stopped it.
+/// `raw` keeps libipt's own packets, for fields the conversion would hide.
+pub fn decode_prefix(bytes: &[u8]) -> (Vec<(Packet, usize, pt_packet)>, Option<LibiptError>) {
+    assert!(!bytes.is_empty(), "libipt needs a non-empty buffer");
+    let mut buf = bytes.to_vec();
+    let mut out = Vec::new();
+    let config = config_for(&mut buf);
+    // SAFETY: `buf` outlives the decoder.
+    unsafe {
+        let dec = pt_pkt_alloc_decoder(&config);
+        assert!(!dec.is_null());
+        assert!(pt_pkt_sync_set(dec, 0) >= 0);
+        let mut offset = 0u64;
+        let error = loop {
+            let mut pkt: pt_packet = std::mem::zeroed();
+            let rc = pt_pkt_next(dec, &mut pkt, std::mem::size_of::<pt_packet>());
+            if rc == -(pt_error_code_pte_eos as i32) {
+                break None;
+            }
+            if rc < 0 {
+                break Some(LibiptError { offset, code: -rc });
+            }
+            offset += u64::from(pkt.size);
+            out.push((convert(&pkt), usize::from(pkt.size), pkt));
+        };
+        pt_pkt_free_decoder(dec);
+        (out, error)
+    }
+}
+
 fn ip(p: &pt_packet_ip) -> IpPayload {
     IpPayload {
         ipc: Ipc::from_bits(p.ipc as u8).expect("libipt returned a valid ipc"),

@@ -174,7 +174,8 @@ fn bench(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The fuzz targets, one per reader, and the test files that seed each corpus.
+/// The fuzz targets, one per reader and one for the packet decoder, and the test files that seed
+/// each corpus.
 const FUZZ_TARGETS: &[(&str, &[&str])] = &[
     (
         "penn",
@@ -190,6 +191,7 @@ const FUZZ_TARGETS: &[(&str, &[&str])] = &[
         "gem5",
         &["tests/data/gem5/system.cpu.traceListener.fetchtrace.proto.gz"],
     ),
+    ("packets", &[]),
 ];
 
 /// Runs every fuzz target (or the named ones) for SECONDS each (default 60) with cargo-fuzz,
@@ -281,5 +283,29 @@ mod tests {
         assert!(!shell_succeeds(
             "ls /ptemu-no-such-dir/*.so 2>/dev/null | grep -q ."
         ));
+    }
+
+    /// `cargo xtask fuzz` runs exactly the targets the fuzz crate declares, each with its source
+    /// file, and every seed file exists.
+    #[test]
+    fn fuzz_targets_match_the_fuzz_crate() {
+        let manifest = std::fs::read_to_string(root().join("fuzz/Cargo.toml")).unwrap();
+        let mut declared: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.strip_prefix("name = \""))
+            .filter_map(|l| l.strip_suffix('"'))
+            .filter(|n| *n != "ptemu-fuzz")
+            .collect();
+        declared.sort_unstable();
+        let mut listed: Vec<&str> = FUZZ_TARGETS.iter().map(|(t, _)| *t).collect();
+        listed.sort_unstable();
+        assert_eq!(listed, declared);
+        for (target, seeds) in FUZZ_TARGETS {
+            let src = root().join(format!("fuzz/fuzz_targets/{target}.rs"));
+            assert!(src.exists(), "{}", src.display());
+            for seed in *seeds {
+                assert!(root().join(seed).exists(), "{seed}");
+            }
+        }
     }
 }
