@@ -92,12 +92,13 @@ fn libipt_refuses_what_ptemu_refuses() {
 
 /// Where the two decoders may part on the same bytes, each a choice in spec/packets.md ("Choices
 /// where the sources disagree"); `None` for any other difference. `ours` is ptemu's result at
-/// `offset`, `theirs` libipt's packet there (None: libipt stopped with `their_err`, None = end).
+/// `offset`, `theirs` libipt's packet there (None: libipt stopped with `their_err`, None = end),
+/// `here` the bytes from `offset` to the end of the stream.
 fn documented_difference(
     ours: &Result<(u64, Packet), DecodeError>,
     theirs: Option<&Packet>,
     their_err: Option<i32>,
-    first_byte: u8,
+    here: &[u8],
 ) -> Option<&'static str> {
     const BAD_OPCODE: i32 = pt_error_code_pte_bad_opc as i32;
     const BAD_PACKET: i32 = pt_error_code_pte_bad_packet as i32;
@@ -148,7 +149,14 @@ fn documented_difference(
                 ..
             }),
             None,
-        ) if first_byte == 0xd9 && their_err == Some(BAD_OPCODE) => Some("TRIG (cut short)"),
+        ) if here.first() == Some(&0xd9) && their_err == Some(BAD_OPCODE) => Some("TRIG (cut short)"),
+        (
+            Err(DecodeError {
+                kind: DecodeErrorKind::Truncated { .. },
+                ..
+            }),
+            None,
+        ) if here.starts_with(&[0x02, 0x63]) && their_err == Some(BAD_OPCODE) => Some("BBP (cut short)"),
         (Ok((_, Packet::Cyc { value })), None) if *value >> 61 != 0 && their_err == Some(BAD_PACKET) => {
             Some("CYC length")
         }
@@ -192,7 +200,7 @@ proptest! {
                 (Some(Ok((_, p))), Some((q, n, _))) => {
                     prop_assert_eq!((d.offset() - at) as usize, *n, "size: {}", show());
                     if p != q {
-                        prop_assert!(documented_difference(ours.as_ref().unwrap(), Some(q), None, bytes[at as usize]).is_some(), "{}", show());
+                        prop_assert!(documented_difference(ours.as_ref().unwrap(), Some(q), None, &bytes[at as usize..]).is_some(), "{}", show());
                     }
                     k += 1;
                 }
@@ -203,14 +211,14 @@ proptest! {
                         Some((off, _)) => off == e.offset && !truncated,
                     };
                     prop_assert!(
-                        same_stop || documented_difference(ours.as_ref().unwrap(), None, their_err.map(|e| e.1), bytes[at as usize]).is_some(),
+                        same_stop || documented_difference(ours.as_ref().unwrap(), None, their_err.map(|e| e.1), &bytes[at as usize..]).is_some(),
                         "{}", show()
                     );
                     break;
                 }
                 (Some(r), t) => {
                     prop_assert!(
-                        documented_difference(r, t.map(|t| &t.0), their_err.map(|e| e.1), bytes[at as usize]).is_some(),
+                        documented_difference(r, t.map(|t| &t.0), their_err.map(|e| e.1), &bytes[at as usize..]).is_some(),
                         "{}", show()
                     );
                     break;
