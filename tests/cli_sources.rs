@@ -88,6 +88,18 @@ fn gem5_pair_and_fetch_trace_rules() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let v = stats_json(&[s(&dep), "--format", "gem5", "--fetch-trace", s(&fetch)]);
     assert!(v["counts"]["fetch"].as_u64().unwrap() > 0, "{v}");
+    // The pair either way round: the headers tell which is which.
+    let swapped = stats_json(&[s(&fetch), "--format", "gem5", "--fetch-trace", s(&dep)]);
+    assert_eq!(swapped["counts"], v["counts"]);
+    // Two traces of one kind: refused, naming the second file.
+    let o = ptemu(&["stats", s(&dep), "--format", "gem5", "--fetch-trace", s(&dep)]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(err.contains(&format!("{}: byte offset 4:", s(&dep))), "{err}");
+    assert!(
+        err.contains("one elastic data trace and one instruction-fetch trace"),
+        "{err}"
+    );
     // A fetch trace with another format is refused, and nothing is written.
     let out = dir.path().join("penn.trace");
     let o = ptemu(&[

@@ -634,6 +634,42 @@ fn dep_sample_maps_to_consistent_events() {
     assert_eq!(cycles, total_delay / 500);
 }
 
+/// The pair is told apart by the headers: given the other way round (the fetch trace as the input,
+/// the dep trace with `--fetch-trace`) it maps to the same events and counts; two traces of one
+/// kind are refused, naming the second file and the header's offset.
+#[test]
+fn a_gem5_pair_is_taken_either_way_round_and_two_of_one_kind_are_refused() {
+    let run = |main: &str, other: &str| {
+        let mut ev = Gem5Events::new(
+            Input::open(Path::new(main)).unwrap(),
+            Some(Input::open(Path::new(other)).unwrap()),
+            ReadOptions::default(),
+        )
+        .unwrap();
+        let (events, _) = drain(&mut ev).unwrap();
+        (events, ev.stats().counts)
+    };
+    let (ev_dep_first, counts_dep_first) = run(DEP, FETCH);
+    let (ev_fetch_first, counts_fetch_first) = run(FETCH, DEP);
+    assert_eq!(counts_dep_first, counts_fetch_first);
+    assert!(ev_dep_first == ev_fetch_first, "the same events either way round");
+    for (a, b, kind) in [
+        (DEP, DEP, "an elastic data trace"),
+        (FETCH, FETCH, "an instruction-fetch trace"),
+    ] {
+        let e = Gem5Events::new(
+            Input::open(Path::new(a)).unwrap(),
+            Some(Input::open(Path::new(b)).unwrap()),
+            ReadOptions::default(),
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with(&format!("{b}: byte offset 4: ")), "{text}");
+        assert!(text.contains(kind), "{text}");
+        assert!(matches!(e.kind, ErrorKind::BadMagic), "{e:?}");
+    }
+}
+
 #[test]
 fn indirect_jump_targets_are_the_next_pc() {
     let recs = dep_records(&mut open(DEP));

@@ -8,9 +8,9 @@
 //! and counted.
 
 use super::messages::RecordType;
-use super::read::{Reader, Record};
+use super::read::{Reader, Record, TraceKind};
 use crate::packet::PtwSize;
-use crate::sources::error::Result;
+use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
 use crate::tracer::{Event, ExecMode};
 
@@ -71,11 +71,35 @@ pub struct Gem5Events {
 }
 
 impl Gem5Events {
-    /// Maps `input` (a dep trace, or a fetch trace alone); `fetch` is an optional fetch trace
-    /// read next to a dep trace (counted, not mapped).
+    /// Maps `input` (a dep trace, or a fetch trace alone); `fetch` is the other trace of a pair,
+    /// read next to the dep trace (counted, not mapped). The pair is told apart by the headers,
+    /// so it may be given either way round (a fetch trace as `input`, the dep trace as `fetch`);
+    /// two traces of one kind are an error naming the second file.
     pub fn new(input: Input, fetch: Option<Input>, options: ReadOptions) -> Result<Self> {
-        let main = Reader::new(input)?;
-        let companion = fetch.map(Reader::new).transpose()?;
+        let mut main = Reader::new(input)?;
+        let mut companion = fetch.map(Reader::new).transpose()?;
+        if let Some(other) = companion.as_mut() {
+            match (main.kind(), other.kind()) {
+                (TraceKind::Dep, TraceKind::Fetch) => {}
+                (TraceKind::Fetch, TraceKind::Dep) => std::mem::swap(&mut main, other),
+                (kind, _) => {
+                    let (name, what) = match kind {
+                        TraceKind::Dep => ("an elastic data trace", "InstDepRecordHeader"),
+                        TraceKind::Fetch => ("an instruction-fetch trace", "PacketHeader"),
+                    };
+                    return Err(SourceError::at(
+                        other.name(),
+                        Position::Byte(4),
+                        ErrorKind::BadMagic,
+                        format!(
+                            "its header ({what}) makes it {name}, like {}: a gem5 pair is one \
+                             elastic data trace and one instruction-fetch trace",
+                            main.name()
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(Gem5Events {
             tick_freq: main.header().tick_freq().max(1),
             main,
