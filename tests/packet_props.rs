@@ -189,3 +189,48 @@ proptest! {
         prop_assert!(stats.packets + stats.errors > 0);
     }
 }
+
+/// An IP near `last` (sharing its upper 64 - `width` bits, the rest random) or, at width 64, any IP.
+fn ip_near(last: u64, width: u32, low: u64) -> u64 {
+    let mask = if width >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << width) - 1
+    };
+    (last & !mask) | (low & mask)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 5000, ..ProptestConfig::default() })]
+
+    /// pt-packets.md §2: `PacketEncoder::compress` gives a payload that rebuilds the IP exactly
+    /// from the current last IP, and no form with a shorter payload would (what hardware picks);
+    /// encoding it moves the encoder's last IP to the IP. The IPs are drawn close to last IP at
+    /// every width, canonical and not, so every form is reached.
+    #[test]
+    fn compress_is_the_shortest_form_that_rebuilds_the_ip(
+        last in any::<u64>(),
+        width in prop_oneof![Just(0u32), Just(8), Just(16), Just(17), Just(31), Just(32), Just(33), Just(47), Just(48), Just(49), Just(64)],
+        low in any::<u64>(),
+        sext in any::<bool>(),
+    ) {
+        let mut ip = ip_near(last, width, low);
+        if sext {
+            ip = (((ip << 16) as i64) >> 16) as u64;
+        }
+        let mut enc = PacketEncoder::new();
+        enc.encode(&Packet::Fup(IpPayload::new(Ipc::Full, last)), &mut [0u8; 16]).unwrap();
+        prop_assert_eq!(enc.last_ip().get(), last);
+        let p = enc.compress(Some(ip));
+        prop_assert_eq!(enc.last_ip().reconstruct(p), Some(ip), "{:?} from {:#x}", p, last);
+        for shorter in [Ipc::Update16, Ipc::Update32, Ipc::Sext48, Ipc::Update48, Ipc::Full] {
+            if shorter.payload_len() < p.ipc.payload_len() {
+                let q = IpPayload::new(shorter, ip);
+                prop_assert_ne!(enc.last_ip().reconstruct(q), Some(ip), "{:?} is shorter than {:?}", q, p);
+            }
+        }
+        enc.encode(&Packet::Tip(p), &mut [0u8; 16]).unwrap();
+        prop_assert_eq!(enc.last_ip().get(), ip);
+        prop_assert_eq!(enc.compress(None), IpPayload::SUPPRESSED);
+    }
+}
