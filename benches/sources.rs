@@ -3,8 +3,8 @@
 //! 500 MB/s or more per core; binary formats bound by memory bandwidth (reported as a ratio to
 //! memcpy of the same bytes, and to a scan of the same file: every 8-byte word read through the
 //! same mapped `Input`, run alternately with the reader so that both see the same machine); .gz
-//! input <= 1.25x the time of `zcat` alone on the same file (Penn, and gem5, whose traces gem5
-//! itself writes gzip'd).
+//! input <= 1.25x the time of `zcat` alone on the same file (every format; gem5 itself writes its
+//! traces gzip'd).
 //!
 //! Files are generated once into target/bench-data/ (10M Penn micro-ops, about 840 MB, and files
 //! of a few hundred MB for the binary formats) and reused by later runs. Set
@@ -193,6 +193,26 @@ fn gem5_records(path: &Path) -> u64 {
     n
 }
 
+/// Every record of a binary-format file (plain or gzip'd), read as the benchmark reads that
+/// format; returns the count.
+fn read_records(format: Format, path: &Path) -> u64 {
+    match format {
+        Format::Byu => batched(byu::Reader::new(open(path))),
+        Format::ByuP2 => batched(byu_p2::Reader::new(open(path))),
+        Format::Kaplan => {
+            let mut r = kaplan::Reader::new(open(path));
+            let mut n = 0;
+            while let Some(rec) = r.next_record().unwrap() {
+                black_box(&rec);
+                n += 1;
+            }
+            n
+        }
+        Format::Gem5 => gem5_records(path),
+        other => unreachable!("{other} is text, measured by `penn`"),
+    }
+}
+
 /// Reads every record of a fixed-record file in `read_batch` blocks of [`BATCH`]; returns the count.
 fn batched<R: FixedRecord>(mut r: FixedReader<R>) -> u64 {
     let (mut batch, mut n) = (Vec::with_capacity(BATCH), 0);
@@ -254,20 +274,7 @@ fn binary(memcpy: f64) {
             "\n== {format}: {records} records, {:.0} MB ==",
             bytes as f64 / 1e6
         );
-        let ((d, n), scanned) = best_with_scan(5, &path, || match format {
-            Format::Byu => batched(byu::Reader::new(open(&path))),
-            Format::ByuP2 => batched(byu_p2::Reader::new(open(&path))),
-            Format::Kaplan => {
-                let mut r = kaplan::Reader::new(open(&path));
-                let mut n = 0;
-                while let Some(rec) = r.next_record().unwrap() {
-                    black_box(&rec);
-                    n += 1;
-                }
-                n
-            }
-            _ => gem5_records(&path),
-        });
+        let ((d, n), scanned) = best_with_scan(5, &path, || read_records(format, &path));
         let what = if matches!(format, Format::Byu | Format::ByuP2) {
             "read records (read_batch)"
         } else {
@@ -291,10 +298,8 @@ fn binary(memcpy: f64) {
                 )
             }),
         );
-        if format == Format::Gem5 {
-            // gem5 writes its traces gzip'd (`*.proto.gz`): the form users have.
-            gz_against_zcat(format, &path, gem5_records);
-        }
+        // Every format may come gzip'd (gem5 writes its traces that way: `*.proto.gz`).
+        gz_against_zcat(format, &path, |gz| read_records(format, gz));
     }
 }
 
