@@ -53,14 +53,22 @@ impl Ipc {
 }
 
 /// How one IPBytes value rebuilds an IP, as table data so that the hot paths (encoder, decoder,
-/// tracer) look it up instead of branching on the form: IP = sign-extend(payload & mask, from bit
-/// 63 - sext) | (last IP & keep).
+/// tracer) look it up instead of branching on the form: IP = (payload & mask) | (bit 47 of it
+/// copied into `high`) | (last IP & keep).
 #[derive(Clone, Copy)]
 struct IpcShape {
     len: u8,
     mask: u64,
     keep: u64,
-    sext: u32,
+    /// The bits sign extension sets: 63:48 for sext-48, none for the other forms.
+    high: u64,
+}
+
+/// `raw` with bits 63:48 set when the form sign-extends (sext-48) and bit 47 is set: fixed shifts
+/// and masks, no shift by a variable count (two or three micro-ops each on x86 without BMI2).
+#[inline(always)]
+fn sign_extend(raw: u64, s: &IpcShape) -> u64 {
+    raw | (((raw >> 47) & 1).wrapping_neg() & s.high)
 }
 
 const fn shape(len: u8, keep: u64, sext: u32) -> IpcShape {
@@ -72,7 +80,7 @@ const fn shape(len: u8, keep: u64, sext: u32) -> IpcShape {
             (1u64 << (8 * len)) - 1
         },
         keep,
-        sext,
+        high: if sext == 16 { 0xffff_0000_0000_0000 } else { 0 },
     }
 }
 
@@ -157,7 +165,7 @@ impl LastIp {
     #[inline(always)]
     pub fn update(&mut self, p: IpPayload) {
         let s = &IPC_SHAPE[p.ipc as usize];
-        let payload = ((((p.raw & s.mask) << s.sext) as i64) >> s.sext) as u64;
+        let payload = sign_extend(p.raw & s.mask, s);
         self.ip = payload | (self.ip & s.keep);
     }
 
@@ -166,7 +174,7 @@ impl LastIp {
     pub(crate) fn update_fitting(&mut self, p: IpPayload) {
         let s = &IPC_SHAPE[p.ipc as usize];
         debug_assert_eq!(p.raw & !s.mask, 0);
-        let payload = (((p.raw << s.sext) as i64) >> s.sext) as u64;
+        let payload = sign_extend(p.raw, s);
         self.ip = payload | (self.ip & s.keep);
     }
 
