@@ -7,6 +7,10 @@
 //! (the tracer's call), `encode_all` the stream form over the whole block (for a caller that holds
 //! a block of packets).
 //!
+//! A second section encodes TNT-8 and MTC packets in orders from uniform to random, both libraries
+//! again: it shows what switching packet kinds costs a per-packet dispatch (see spec/packets.md,
+//! "Where the time goes").
+//!
 //! The mix, per 20 packets: 12 TNT-8 (6 bits), 3 TIP (update-16), 2 CYC, 1 MTC, 1 FUP (update-32),
 //! 1 TIP (update-32); a PSB+ (PSB, TSC, TMA, CBR, MODE.Exec, FUP sext-48, PSBEND) every 4 KiB.
 //!
@@ -264,6 +268,57 @@ fn fastest<const N: usize>(
     best
 }
 
+/// How the order of packet kinds moves both encoders: TNT-8 and MTC packets (one encoder path
+/// each, both cheap) alone, alternating in runs of 1, 2 and 4, in the bench mix's runs of 12 and 8,
+/// and in random order (10 in 16 TNT-8). Reported as ns per packet, each side's fastest round.
+/// It shows the cost of switching kinds, which every encoder that dispatches per packet pays.
+fn kind_switching(passes: usize, rounds: usize) {
+    let tnt = |i: u64| {
+        Packet::Tnt8(Tnt {
+            bits: i & 0x3f,
+            count: 6,
+        })
+    };
+    let mtc = |i: u64| Packet::Mtc { ctc: i as u8 };
+    let orders: [(&str, &dyn Fn(u64) -> bool); 7] = [
+        ("TNT-8 only", &|_| true),
+        ("MTC only", &|_| false),
+        ("runs of 1", &|i| i % 2 == 0),
+        ("runs of 2", &|i| i % 4 < 2),
+        ("runs of 4", &|i| i % 8 < 4),
+        ("runs of 12 and 8", &|i| i % 20 < 12),
+        ("random order", &|i| {
+            i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 60 < 10
+        }),
+    ];
+    println!("  switching kinds (TNT-8 and MTC, {BLOCK} packets), ns/packet:");
+    for (name, is_tnt) in orders {
+        let packets: Vec<Packet> = (0..BLOCK as u64)
+            .map(|i| if is_tnt(i) { tnt(i) } else { mtc(i) })
+            .collect();
+        let theirs: Vec<pt_packet> = packets.iter().map(to_libipt).collect();
+        let mut bufs = [0, 1, 2].map(|_| vec![0u8; BLOCK * 16 + 16]);
+        let [a, b, c] = &mut bufs;
+        let [(to, _), (ta, _), (tl, _)] = fastest(
+            rounds,
+            [
+                &mut || ptemu_encode(&packets, a, passes),
+                &mut || ptemu_encode_all(&packets, b, passes),
+                &mut || libipt_encode(&theirs, c, passes),
+            ],
+        );
+        let ns = |t: Duration| t.as_secs_f64() * 1e9 / (BLOCK * passes) as f64;
+        println!(
+            "  {name:>18}: encode {:.2}, encode_all {:.2}, libipt {:.2} (ratios {:.2}x, {:.2}x)",
+            ns(to),
+            ns(ta),
+            ns(tl),
+            tl.as_secs_f64() / to.as_secs_f64(),
+            tl.as_secs_f64() / ta.as_secs_f64()
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let bench = args.iter().any(|a| a == "--bench");
@@ -346,6 +401,7 @@ fn main() {
     results.push(format!(
         "{{\"case\":\"memcpy_floor\",\"ns_per_packet\":{floor_ns:.3}}}"
     ));
+    kind_switching(passes, rounds / 4);
     if bench {
         let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-packets.json");
         std::fs::write(&out, format!("[{}]\n", results.join(","))).unwrap();
