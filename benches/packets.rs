@@ -401,7 +401,7 @@ fn main() {
     results.push(format!(
         "{{\"case\":\"memcpy_floor\",\"ns_per_packet\":{floor_ns:.3}}}"
     ));
-    kind_switching(passes, rounds / 4);
+    kind_switching(passes, (rounds / 4).max(1));
     if bench {
         let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-packets.json");
         std::fs::write(&out, format!("[{}]\n", results.join(","))).unwrap();
