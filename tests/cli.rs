@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{ptemu, s, text};
+use common::cli::{ptemu, ptemu_stdin, s, text};
 use common::stream;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -327,17 +327,7 @@ fn dump_and_asm_pipe_through_stdin_and_stdout() {
     std::fs::copy(c.out().join("trace.pt"), &pt).unwrap();
     let listing = ptemu(&["dump", s(&pt)]);
     assert!(listing.status.success(), "{}", text(&listing.stderr));
-    let mut asm = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(["asm", "-", "-o", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = asm.stdin.take().unwrap();
-    let body = listing.stdout.clone();
-    let feeder = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &body).unwrap());
-    let o = asm.wait_with_output().unwrap();
-    feeder.join().unwrap();
+    let o = ptemu_stdin(&["asm", "-", "-o", "-"], &listing.stdout);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(
         o.stdout,

@@ -3,10 +3,8 @@
 
 mod common;
 
-use common::cli::{ptemu, s, text};
+use common::cli::{ptemu, ptemu_stdin, s, text};
 use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 fn stats_json(args: &[&str]) -> Value {
     let o = ptemu(&[&["stats", "--json"], args].concat());
@@ -155,14 +153,7 @@ fn gen_to_stdout_writes_the_same_bytes_as_to_a_file() {
 #[test]
 fn stats_reads_stdin() {
     let sample = std::fs::read("tests/data/penn/sjeng-1K.trace").unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(["stats", "-", "--format", "penn", "--json"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&sample).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = ptemu_stdin(&["stats", "-", "--format", "penn", "--json"], &sample);
     assert!(o.status.success());
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
@@ -176,18 +167,6 @@ fn stats_reads_stdin() {
 #[test]
 fn stats_reads_stdin_for_every_format() {
     let dir = tempfile::tempdir().unwrap();
-    let piped = |args: &[&str], bytes: &[u8]| {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // A reader may stop early on a bad record; a closed pipe then is fine.
-        let _ = child.stdin.take().unwrap().write_all(bytes);
-        child.wait_with_output().unwrap()
-    };
     for f in FORMATS {
         for gz in [false, true] {
             let file = dir.path().join(format!("{f}.{gz}"));
@@ -208,7 +187,7 @@ fn stats_reads_stdin_for_every_format() {
             assert!(ptemu(&args).status.success(), "{f}");
             let from_file = stats_json(&[s(&file), "--format", f]);
             let bytes = std::fs::read(&file).unwrap();
-            let o = piped(&["stats", "-", "--format", f, "--json"], &bytes);
+            let o = ptemu_stdin(&["stats", "-", "--format", f, "--json"], &bytes);
             assert!(o.status.success(), "{f} gzip={gz}: {}", text(&o.stderr));
             let from_stdin: Value = serde_json::from_slice(&o.stdout).unwrap();
             assert_eq!(from_stdin["records"], from_file["records"], "{f} gzip={gz}");
@@ -223,7 +202,7 @@ fn stats_reads_stdin_for_every_format() {
             .success()
     );
     let bytes = std::fs::read(&file).unwrap();
-    let o = piped(&["stats", "-", "--format", "byu"], &bytes[..bytes.len() - 2]);
+    let o = ptemu_stdin(&["stats", "-", "--format", "byu"], &bytes[..bytes.len() - 2]);
     assert_eq!(o.status.code(), Some(2));
     let err = text(&o.stderr);
     assert!(err.contains("-: record 10 (byte offset 54)"), "{err}");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::cli::{ptemu, s, text};
+use common::cli::{ptemu, ptemu_stdin, s, text};
 use common::insn::{self, expected_pcs, macro_ops};
 use common::query::Timing;
 use proptest::prelude::*;
@@ -13,7 +13,6 @@ use serde_json::Value;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 const SJENG: &str = "tests/data/penn/sjeng-1K.trace";
 const GCC: &str = "tests/data/penn/gcc-1K.trace";
@@ -463,15 +462,10 @@ fn sim9_stdin_and_gzip_give_the_same_trace() {
     let gz = gz.finish().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(["simulate", "-", "--format", "penn", "-q", "--out", s(&out)])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(&gz).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let o = ptemu_stdin(
+        &["simulate", "-", "--format", "penn", "-q", "--out", s(&out)],
+        &gz,
+    );
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(o.stdout.is_empty(), "-q prints nothing");
     let file = simulate(&[SJENG, "--format", "penn"]);

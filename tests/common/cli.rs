@@ -1,7 +1,8 @@
 //! Running the `ptemu` binary from the integration tests.
 
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 /// Runs `ptemu ARGS` and waits for it.
 pub fn ptemu(args: &[&str]) -> Output {
@@ -9,6 +10,28 @@ pub fn ptemu(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
+}
+
+/// Runs `ptemu ARGS` with `input` on stdin and waits for it. A feeder thread writes stdin while
+/// the output is read, so neither side can block the other; a command that stops reading early
+/// (a bad record) closes the pipe, which is not an error here.
+pub fn ptemu_stdin(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let body = input.to_vec();
+    let feeder = std::thread::spawn(move || match stdin.write_all(&body) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("writing stdin: {e}"),
+        _ => {}
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    out
 }
 
 /// Output bytes as text, for messages.
