@@ -268,6 +268,50 @@ fn fastest<const N: usize>(
     best
 }
 
+/// The three encoders' fastest rounds on one block, and what they wrote.
+struct EncodeTimes {
+    /// ptemu, one `PacketEncoder::encode` call per packet.
+    per_call: Duration,
+    /// ptemu, `PacketEncoder::encode_all`.
+    stream: Duration,
+    /// libipt, `pt_enc_next` per packet.
+    libipt: Duration,
+    /// ptemu's bytes (per call).
+    ours: Vec<u8>,
+    /// libipt's bytes, the same as ptemu's (asserted).
+    theirs: Vec<u8>,
+    /// The stream's length in bytes.
+    len: usize,
+}
+
+/// Times the three encoders on `packets` in interleaved rounds ([`fastest`]) and checks that
+/// they wrote the same bytes.
+fn time_encoders(packets: &[Packet], passes: usize, rounds: usize) -> EncodeTimes {
+    let libipt_packets: Vec<pt_packet> = packets.iter().map(to_libipt).collect();
+    let [mut ours, mut all, mut theirs] = [0, 1, 2].map(|_| vec![0u8; packets.len() * 16 + 16]);
+    let [(per_call, len), (stream, a), (libipt, m)] = fastest(
+        rounds,
+        [
+            &mut || ptemu_encode(packets, &mut ours, passes),
+            &mut || ptemu_encode_all(packets, &mut all, passes),
+            &mut || libipt_encode(&libipt_packets, &mut theirs, passes),
+        ],
+    );
+    assert_eq!((len, a), (m, m));
+    assert!(
+        ours[..len] == theirs[..m] && all[..a] == theirs[..m],
+        "ptemu and libipt encode the block to the same bytes"
+    );
+    EncodeTimes {
+        per_call,
+        stream,
+        libipt,
+        ours,
+        theirs,
+        len,
+    }
+}
+
 /// How the order of packet kinds moves both encoders: TNT-8 and MTC packets (one encoder path
 /// each, both cheap) alone, alternating in runs of 1, 2 and 4, in the bench mix's runs of 12 and 8,
 /// and in random order (10 in 16 TNT-8). Reported as ns per packet, each side's fastest round.
@@ -296,17 +340,12 @@ fn kind_switching(passes: usize, rounds: usize) {
         let packets: Vec<Packet> = (0..BLOCK as u64)
             .map(|i| if is_tnt(i) { tnt(i) } else { mtc(i) })
             .collect();
-        let theirs: Vec<pt_packet> = packets.iter().map(to_libipt).collect();
-        let mut bufs = [0, 1, 2].map(|_| vec![0u8; BLOCK * 16 + 16]);
-        let [a, b, c] = &mut bufs;
-        let [(to, _), (ta, _), (tl, _)] = fastest(
-            rounds,
-            [
-                &mut || ptemu_encode(&packets, a, passes),
-                &mut || ptemu_encode_all(&packets, b, passes),
-                &mut || libipt_encode(&theirs, c, passes),
-            ],
-        );
+        let EncodeTimes {
+            per_call: to,
+            stream: ta,
+            libipt: tl,
+            ..
+        } = time_encoders(&packets, passes, rounds);
         let ns = |t: Duration| t.as_secs_f64() * 1e9 / (BLOCK * passes) as f64;
         println!(
             "  {name:>18}: encode {:.2}, encode_all {:.2}, libipt {:.2} (ratios {:.2}x, {:.2}x)",
@@ -325,28 +364,19 @@ fn main() {
     let (passes, rounds) = if bench { (5, 400) } else { (2, 1) };
     let packets = mix(BLOCK);
     let total = packets.len() * passes;
-    let theirs: Vec<pt_packet> = packets.iter().map(to_libipt).collect();
-    let mut ours_buf = vec![0u8; packets.len() * 16 + 16];
-    let mut all_buf = vec![0u8; packets.len() * 16 + 16];
-    let mut their_buf = vec![0u8; packets.len() * 16 + 16];
     println!(
         "ptemu packet bench: {} packets, {rounds} interleaved rounds of {passes} passes, fastest round of each",
         packets.len()
     );
 
-    let [(to, len), (ta, a), (tl, m)] = fastest(
-        rounds,
-        [
-            &mut || ptemu_encode(&packets, &mut ours_buf, passes),
-            &mut || ptemu_encode_all(&packets, &mut all_buf, passes),
-            &mut || libipt_encode(&theirs, &mut their_buf, passes),
-        ],
-    );
-    assert_eq!((len, a), (m, m));
-    assert!(
-        ours_buf[..len] == their_buf[..m] && all_buf[..a] == their_buf[..m],
-        "ptemu and libipt encode the mix to the same bytes"
-    );
+    let EncodeTimes {
+        per_call: to,
+        stream: ta,
+        libipt: tl,
+        ours: ours_buf,
+        theirs: mut their_buf,
+        len,
+    } = time_encoders(&packets, passes, rounds);
     let block_bytes = std::mem::size_of_val(&packets[..]);
     let (src, mut dst) = (vec![1u8; block_bytes], vec![0u8; block_bytes]);
     let [(floor, _)] = fastest(rounds, [&mut || (memcpy_floor(&src, &mut dst, passes), 0)]);
