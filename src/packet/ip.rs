@@ -71,7 +71,10 @@ fn sign_extend(raw: u64, s: &IpcShape) -> u64 {
     raw | (((raw >> 47) & 1).wrapping_neg() & s.high)
 }
 
-const fn shape(len: u8, keep: u64, sext: u32) -> IpcShape {
+/// Bits 63:48, which sext-48 fills from bit 47.
+const SEXT48_HIGH: u64 = 0xffff_0000_0000_0000;
+
+const fn shape(len: u8, keep: u64, high: u64) -> IpcShape {
     IpcShape {
         len,
         mask: if len == 8 {
@@ -80,7 +83,7 @@ const fn shape(len: u8, keep: u64, sext: u32) -> IpcShape {
             (1u64 << (8 * len)) - 1
         },
         keep,
-        high: if sext == 16 { 0xffff_0000_0000_0000 } else { 0 },
+        high,
     }
 }
 
@@ -90,7 +93,7 @@ const IPC_SHAPE: [IpcShape; 8] = [
     shape(0, u64::MAX, 0),
     shape(2, !0xffff, 0),
     shape(4, !0xffff_ffff, 0),
-    shape(6, 0, 16),
+    shape(6, 0, SEXT48_HIGH),
     shape(6, !0xffff_ffff_ffff, 0),
     shape(0, u64::MAX, 0),
     shape(8, 0, 0),
