@@ -203,12 +203,12 @@ fn ip_near(last: u64, width: u32, low: u64) -> u64 {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 5000, ..ProptestConfig::default() })]
 
-    /// pt-packets.md §2: `PacketEncoder::compress` gives a payload that rebuilds the IP exactly
+    /// TIP4 (spec/generation.md; pt-packets.md §2): `PacketEncoder::compress` gives a payload that rebuilds the IP exactly
     /// from the current last IP, and no form with a shorter payload would (what hardware picks);
     /// encoding it moves the encoder's last IP to the IP. The IPs are drawn close to last IP at
     /// every width, canonical and not, so every form is reached.
     #[test]
-    fn compress_is_the_shortest_form_that_rebuilds_the_ip(
+    fn tip4_compress_is_the_shortest_form_that_rebuilds_the_ip_from_any_last_ip(
         last in any::<u64>(),
         width in prop_oneof![Just(0u32), Just(8), Just(16), Just(17), Just(31), Just(32), Just(33), Just(47), Just(48), Just(49), Just(64)],
         low in any::<u64>(),
