@@ -14,6 +14,16 @@ fn stats_json(args: &[&str]) -> Value {
 
 const FORMATS: [&str; 5] = ["byu", "byu-p2", "penn", "kaplan", "gem5"];
 
+/// `ptemu gen` of `records` records of `format` from `seed`, gzip'd if `gz`; the output option is
+/// the caller's.
+fn gen_args(format: &'static str, records: &'static str, seed: &'static str, gz: bool) -> Vec<&'static str> {
+    let mut args = vec!["gen", "--format", format, "--records", records, "--seed", seed];
+    if gz {
+        args.push("--gzip");
+    }
+    args
+}
+
 #[test]
 fn gen_then_stats_for_every_format() {
     let dir = tempfile::tempdir().unwrap();
@@ -122,10 +132,7 @@ fn gen_to_stdout_writes_the_same_bytes_as_to_a_file() {
     for f in FORMATS {
         for gz in [false, true] {
             let file = dir.path().join(format!("{f}.{gz}"));
-            let mut args = vec!["gen", "--format", f, "--records", "500", "--seed", "9"];
-            if gz {
-                args.push("--gzip");
-            }
+            let args = gen_args(f, "500", "9", gz);
             let to_file = ptemu(&[&args[..], &["-o", s(&file)]].concat());
             assert!(to_file.status.success(), "{f}: {}", text(&to_file.stderr));
             let to_stdout = ptemu(&[&args[..], &["-o", "-"]].concat());
@@ -170,21 +177,11 @@ fn stats_reads_stdin_for_every_format() {
     for f in FORMATS {
         for gz in [false, true] {
             let file = dir.path().join(format!("{f}.{gz}"));
-            let mut args = vec![
-                "gen",
-                "--format",
-                f,
-                "--records",
-                "300",
-                "--seed",
-                "5",
-                "-o",
-                s(&file),
-            ];
-            if gz {
-                args.push("--gzip");
-            }
-            assert!(ptemu(&args).status.success(), "{f}");
+            let args = gen_args(f, "300", "5", gz);
+            assert!(
+                ptemu(&[&args[..], &["-o", s(&file)]].concat()).status.success(),
+                "{f}"
+            );
             let from_file = stats_json(&[s(&file), "--format", f]);
             let bytes = std::fs::read(&file).unwrap();
             let o = ptemu_stdin(&["stats", "-", "--format", f, "--json"], &bytes);
