@@ -258,3 +258,105 @@ fn bad_input_exits_2_with_file_and_position() {
         &["/nonexistent/trace"],
     );
 }
+
+/// The ways a gzip file can be broken: a bad CRC, a bad size, the 8-byte trailer cut off, bytes
+/// after the member, and a second member cut short (`cat a.gz; head -c 30 b.gz`).
+fn broken_gzips(a: &[u8], b: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let mut crc = a.to_vec();
+    let n = crc.len();
+    crc[n - 8] ^= 1;
+    let mut size = a.to_vec();
+    size[n - 1] ^= 1;
+    vec![
+        ("bad CRC", crc),
+        ("bad size", size),
+        ("trailer cut off", a[..n - 8].to_vec()),
+        (
+            "garbage after the member",
+            [a, b"garbage after the member"].concat(),
+        ),
+        ("second member cut short", [a, &b[..30]].concat()),
+    ]
+}
+
+/// Every format refuses a broken gzip file, named, with exit 2, from a file and from stdin: one
+/// reading path keeps the decompressor's error (it used to be dropped for Penn and gem5, which
+/// reported the records before the break as the whole trace).
+#[test]
+fn broken_gzip_is_refused_for_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in FORMATS {
+        let mut members = Vec::new();
+        for seed in ["1", "2"] {
+            let path = dir.path().join(format!("{f}.{seed}.gz"));
+            let args = gen_args(f, "1000", seed, true);
+            assert!(ptemu(&[&args[..], &["-o", s(&path)]].concat()).status.success());
+            members.push(std::fs::read(&path).unwrap());
+        }
+        for (what, body) in broken_gzips(&members[0], &members[1]) {
+            let path = dir.path().join(format!("{f}.broken.gz"));
+            std::fs::write(&path, &body).unwrap();
+            let o = ptemu(&["stats", s(&path), "--format", f]);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{f}, {what}: {err}");
+            assert!(err.contains("broken.gz"), "{f}, {what}: {err}");
+            let o = ptemu_stdin(&["stats", "-", "--format", f], &body);
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{f}, {what}, stdin: {}",
+                text(&o.stderr)
+            );
+            let run = dir.path().join("run");
+            let o = ptemu(&["simulate", s(&path), "--format", f, "--out", s(&run), "-q"]);
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{f}, {what}, simulate: {}",
+                text(&o.stderr)
+            );
+            assert!(!run.exists(), "{f}, {what}: simulate left {}", run.display());
+        }
+    }
+}
+
+/// A gzip error on stdin is reported when the bad bytes arrive, not when the writer closes the
+/// pipe: the writer here keeps it open until ptemu has exited.
+#[test]
+fn a_bad_gzip_on_stdin_is_reported_while_the_pipe_is_still_open() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.gz");
+    let args = gen_args("penn", "1000", "1", true);
+    assert!(ptemu(&[&args[..], &["-o", s(&path)]].concat()).status.success());
+    let mut body = std::fs::read(&path).unwrap();
+    let n = body.len();
+    body[n - 8] ^= 1;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["stats", "-", "--format", "penn"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&body).unwrap();
+    stdin.flush().unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    drop(stdin);
+    let status = status.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("ptemu still waits for stdin to close after a bad CRC")
+    });
+    assert_eq!(status.code(), Some(2));
+}

@@ -65,8 +65,18 @@ pub struct SourceError {
 }
 
 impl SourceError {
-    /// An error at `position`.
+    /// An error at `position`. When the file shrank under its map while it was read, the bytes
+    /// the reader found wrong may be the zeros that replaced the lost pages: the error then says
+    /// what happened instead (an I/O error, which `--lenient` does not skip).
     pub fn at(file: &str, position: Position, kind: ErrorKind, message: impl Into<String>) -> Self {
+        if super::map_guard::shrunk_while_read(file) {
+            let why = io::Error::other(format!(
+                "the file changed size while it was read (the bytes here were lost: another process \
+                 truncated or rewrote it); the reader found: {}",
+                message.into()
+            ));
+            return SourceError::io(file, Some(position), why);
+        }
         SourceError {
             file: file.to_owned(),
             position: Some(position),

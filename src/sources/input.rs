@@ -1,8 +1,15 @@
 //! Opening a trace: a file or stdin (`-`), gzip detected by its magic bytes (`1f 8b`), never by
 //! the file name. Compressed input is inflated on a second thread so parsing and decompression
 //! overlap; the reader sees plain bytes either way.
+//!
+//! This is the one reading path of every format, and it makes errors impossible to lose: a read
+//! or inflate error (a bad CRC or size, a cut-off trailer, bytes after the last member) is
+//! returned again by every later read, never followed by a clean end of input, so a reader that
+//! retries after an error (or ignores one on a fast path) still stops with it. A mapped file that
+//! shrinks while it is read is an error too, not a SIGBUS ([`super::map_guard`]).
 
 use super::error::{Result, SourceError};
+use super::map_guard::Guard;
 use flate2::read::MultiGzDecoder;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
@@ -46,23 +53,28 @@ impl Input {
             .map(|m| m.is_file() && m.len() > 0)
             .unwrap_or(false);
         if regular {
-            // SAFETY: the map is read-only and private to this reader. A file truncated by another
-            // process while mapped would fault; trace files are not rewritten while ptemu reads.
+            // SAFETY: the map is read-only and private to this reader. A file another process
+            // shrinks meanwhile would fault on pages past its new end: the guard turns that into
+            // an error (`Mapped::fill_buf`), and without a guard the file is read, not mapped.
             if let Ok(map) = unsafe { memmap2::MmapOptions::new().map(&file) } {
                 if map[..map.len().min(2)] != GZIP_MAGIC {
-                    let _ = map.advise(memmap2::Advice::Sequential);
-                    let mut mapped = Mapped {
-                        map,
-                        pos: 0,
-                        released: 0,
-                        populated: 0,
-                    };
-                    mapped.slide_window();
-                    return Ok(Input {
-                        name,
-                        gzip: false,
-                        inner: Box::new(mapped),
-                    });
+                    if let Some(guard) = Guard::new(&name, map.as_ptr(), map.len()) {
+                        let _ = map.advise(memmap2::Advice::Sequential);
+                        let mut mapped = Mapped {
+                            guard,
+                            map,
+                            file,
+                            pos: 0,
+                            released: 0,
+                            populated: 0,
+                        };
+                        mapped.slide_window();
+                        return Ok(Input {
+                            name,
+                            gzip: false,
+                            inner: Box::new(mapped),
+                        });
+                    }
                 }
             }
         }
@@ -82,7 +94,7 @@ impl Input {
                 Err(e) => return Err(SourceError::io(&name, None, e)),
             }
         }
-        let whole = io::Cursor::new(head[..got].to_vec()).chain(reader);
+        let whole = Sticky::new(io::Cursor::new(head[..got].to_vec()).chain(reader));
         let gzip = head[..got] == GZIP_MAGIC;
         let inner: Box<dyn BufRead + Send> = if gzip {
             Box::new(Inflater::spawn(whole))
@@ -123,6 +135,54 @@ impl BufRead for Input {
     }
 }
 
+/// An error kept to be returned again: its kind and its text.
+#[derive(Clone, Debug)]
+struct Failed {
+    kind: io::ErrorKind,
+    message: String,
+}
+
+impl Failed {
+    fn of(e: &io::Error) -> Failed {
+        Failed {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    fn again(&self) -> io::Error {
+        io::Error::new(self.kind, self.message.clone())
+    }
+}
+
+/// A byte source whose first error is its last word: every read after it fails the same way
+/// (a plain `Read` may report an error once and then a clean end of file).
+struct Sticky<R> {
+    inner: R,
+    failed: Option<Failed>,
+}
+
+impl<R> Sticky<R> {
+    fn new(inner: R) -> Sticky<R> {
+        Sticky { inner, failed: None }
+    }
+}
+
+impl<R: Read> Read for Sticky<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if let Some(f) = &self.failed {
+            return Err(f.again());
+        }
+        match self.inner.read(out) {
+            Err(e) if e.kind() != io::ErrorKind::Interrupted => {
+                self.failed = Some(Failed::of(&e));
+                Err(e)
+            }
+            r => r,
+        }
+    }
+}
+
 /// The window of a mapped file kept resident: pages are faulted in a window ahead of the read
 /// position and dropped from the process a window behind it, so the resident set stays about
 /// two windows whatever the file size.
@@ -130,7 +190,11 @@ const WINDOW: usize = 8 << 20;
 
 /// A plain file read through a memory map: no copy into a buffer.
 struct Mapped {
+    /// Declared before `map`, so it is dropped (unwatched) before the map is unmapped.
+    guard: Guard,
     map: memmap2::Mmap,
+    /// The mapped file, to compare its size with the map's at the end.
+    file: File,
     pos: usize,
     /// Everything below this was dropped from the resident set.
     released: usize,
@@ -166,9 +230,33 @@ impl Mapped {
     }
 }
 
+impl Mapped {
+    /// The error for a file that changed size under the map, if it did: a fault past its new end
+    /// was taken, or (checked at the end of input) its size is no longer the map's.
+    fn changed(&self, at_end: bool) -> io::Result<()> {
+        let now = if self.guard.hit() {
+            self.file.metadata().map(|m| m.len()).ok()
+        } else if at_end {
+            match self.file.metadata() {
+                Ok(m) if m.len() == self.map.len() as u64 => return Ok(()),
+                Ok(m) => Some(m.len()),
+                Err(_) => return Ok(()),
+            }
+        } else {
+            return Ok(());
+        };
+        let now = now.map_or_else(|| "unknown".into(), |n| format!("{n}"));
+        Err(io::Error::other(format!(
+            "the file changed size while it was read ({} bytes when opened, {now} now): another \
+             process truncated or rewrote it",
+            self.map.len()
+        )))
+    }
+}
+
 impl Read for Mapped {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let n = (&self.map[self.pos..]).read(out)?;
+        let n = self.fill_buf()?.read(out)?;
         self.pos += n;
         self.slide_window();
         Ok(n)
@@ -176,7 +264,11 @@ impl Read for Mapped {
 }
 
 impl BufRead for Mapped {
+    #[inline]
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.guard.hit() || self.pos == self.map.len() {
+            self.changed(self.pos == self.map.len())?;
+        }
         Ok(&self.map[self.pos..])
     }
     fn consume(&mut self, amt: usize) {
@@ -196,6 +288,8 @@ struct Inflater {
     current: Vec<u8>,
     pos: usize,
     done: bool,
+    /// The inflate or read error that ended the input, returned by every later read.
+    failed: Option<Failed>,
 }
 
 impl Inflater {
@@ -239,6 +333,7 @@ impl Inflater {
             current: Vec::new(),
             pos: 0,
             done: false,
+            failed: None,
         }
     }
 }
@@ -266,6 +361,9 @@ impl Read for Inflater {
 impl BufRead for Inflater {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         while self.pos == self.current.len() && !self.done {
+            if let Some(f) = &self.failed {
+                return Err(f.again());
+            }
             let Some(chunks) = &self.chunks else {
                 break;
             };
@@ -276,7 +374,7 @@ impl BufRead for Inflater {
                     let _ = self.spent.try_send(old);
                 }
                 Ok(Err(e)) => {
-                    self.done = true;
+                    self.failed = Some(Failed::of(&e));
                     return Err(e);
                 }
                 Err(_) => self.done = true,

@@ -11,6 +11,7 @@ pub mod error;
 pub mod gem5;
 pub mod input;
 pub mod kaplan;
+mod map_guard;
 pub mod penn;
 pub mod rng;
 
