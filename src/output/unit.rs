@@ -110,7 +110,9 @@ impl Core {
     }
 
     /// Stores one run of stream bytes and counts it; the first run into a region records the
-    /// region (`touched` is the cursor's flag for its current region).
+    /// region (`touched` is the cursor's flag for its current region). Two entries may name the
+    /// same base with different sizes: the largest size that received bytes is kept, so the
+    /// region's dump covers every byte written through either.
     pub fn store<M: PhysMemory>(
         &mut self,
         mem: &mut M,
@@ -123,7 +125,8 @@ impl Core {
         if !*touched {
             *touched = true;
             if let Some(r) = self.regions.as_mut() {
-                r.insert(base, size);
+                let kept = r.entry(base).or_insert(size);
+                *kept = (*kept).max(size);
             }
         }
         self.stats.bytes_written += run.len() as u64;
