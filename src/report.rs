@@ -1,7 +1,7 @@
 //! `report.json` and the region dumps of `ptemu write` (contract in the README).
 
 use crate::memory::PhysMemory;
-use crate::output::{OutputEvent, OutputStats, OutputUnit};
+use crate::output::{EventCounts, EventLog, OutputEvent, OutputStats, OutputUnit};
 use serde::Serialize;
 use std::fs;
 use std::io::{self, Write};
@@ -41,18 +41,34 @@ impl MsrSnapshot {
 pub struct Report {
     /// MSR values (after TraceEn=0 when written by `ptemu write`).
     pub msr: MsrSnapshot,
-    /// Every event, in order.
+    /// The first events, in order (every one in `events.jsonl`).
     pub events: Vec<OutputEvent>,
+    /// Every event, counted by kind.
+    pub event_counts: EventCounts,
+    /// How many events there were in all.
+    pub events_total: u64,
     /// Byte counts.
     pub stats: OutputStats,
 }
 
 impl Report {
-    /// Snapshot of `unit` now.
+    /// Snapshot of `unit` now, with the events it still holds (none drained).
     pub fn of(unit: &OutputUnit) -> Self {
+        let mut log = EventLog::new(usize::MAX);
+        for e in unit.events() {
+            // Without a writer, recording cannot fail.
+            let _ = log.record(e);
+        }
+        Report::with_log(unit, &log)
+    }
+
+    /// Snapshot of `unit` now, with the events of `log` (the unit drained into it).
+    pub fn with_log(unit: &OutputUnit, log: &EventLog) -> Self {
         Report {
             msr: MsrSnapshot::of(unit),
-            events: unit.events().to_vec(),
+            events: log.first().to_vec(),
+            event_counts: log.counts(),
+            events_total: log.counts().total(),
             stats: unit.stats(),
         }
     }
@@ -75,7 +91,8 @@ pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result
     }
 }
 
-fn tmp_sibling(path: &Path) -> PathBuf {
+/// The temporary name [`write_atomic`] writes `path` under: `NAME.tmp-PID` beside it.
+pub fn tmp_sibling(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".tmp-{}", std::process::id()));
     path.with_file_name(name)

@@ -54,7 +54,15 @@ fn write_demo_layout_follows_the_report_contract() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let report: Value = serde_json::from_slice(&std::fs::read(c.out().join("report.json")).unwrap()).unwrap();
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-    assert_eq!(keys(&report), ["events", "msr", "stats"]);
+    assert_eq!(
+        keys(&report),
+        ["event_counts", "events", "events_total", "msr", "stats"]
+    );
+    assert_eq!(
+        report["event_counts"],
+        serde_json::json!({"pmi": 3, "stopped": 1, "error": 0, "wrap": 1, "erratum": 0})
+    );
+    assert_eq!(report["events_total"], 5);
     assert_eq!(
         keys(&report["msr"]),
         [
@@ -77,6 +85,13 @@ fn write_demo_layout_follows_the_report_contract() {
     assert_eq!(kinds, ["pmi", "wrap", "pmi", "stopped", "pmi"]);
     assert_eq!(events[1]["rule"], "W5");
     assert_eq!(events[3]["stream_offset"], 98304);
+    // events.jsonl: every event, one JSON object a line, the same as the report's first ones.
+    let lines: Vec<Value> = std::fs::read_to_string(c.out().join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(&lines, events);
     assert_eq!(report["stats"]["bytes_lost"], 4096);
     // S3: MSRs after TraceEn=0 point at the STOP entry, one past its end; TraceEn clear, ToPA kept.
     assert_eq!(report["msr"]["output_base"], 0x10000);

@@ -52,3 +52,313 @@ fn w1_a_region_named_twice_is_dumped_at_its_largest_size() {
     assert_eq!(region[..10_000 - 8192], data[8192..]);
     assert_eq!(region[10_000 - 8192..], data[10_000 - 8192..8192]);
 }
+
+/// Runs `ptemu ARGS` with `len` bytes of `byte` fed to stdin from a thread, and returns its exit
+/// code and its own peak resident set in KiB (`wait4` reports the child's own usage; the stream is
+/// made 64 KiB at a time, so the child does not start with a large parent's pages).
+#[allow(clippy::zombie_processes)] // waited for by wait4, which clippy does not know
+fn run_measured(args: &[&str], byte: u8, len: usize) -> (Option<i32>, i64) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let block = [byte; 1 << 16];
+        (0..len / block.len()).try_for_each(|_| pipe.write_all(&block))
+    });
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is valid; wait4 fills it for this child, which is not waited for
+    // elsewhere.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    feeder.join().unwrap().unwrap();
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, usage.ru_maxrss)
+}
+
+/// R3 (the single range wraps to offset 0 when full) a million times over: every wrap event is in
+/// events.jsonl, the report keeps the first 1,000 and the counts, and memory stays flat in the
+/// number of events (it grew by some 40 MB per million before events were streamed).
+#[test]
+fn r3_wrap_events_stream_to_events_jsonl_with_flat_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = file(
+        dir.path(),
+        "tiny.toml",
+        "cpu = \"icelake\"\n[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0x7f\n",
+    );
+    let mut peaks = Vec::new();
+    for mib in [4usize, 64] {
+        let out = dir.path().join(format!("out{mib}"));
+        let args = [
+            "write",
+            "--layout",
+            s(&layout),
+            "--stream",
+            "-",
+            "--out",
+            s(&out),
+            "-q",
+        ];
+        let (code, peak_kib) = run_measured(&args, 0x5a, mib << 20);
+        assert_eq!(code, Some(0));
+        peaks.push(peak_kib);
+        let wraps = (mib << 20) as u64 / 128;
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        assert_eq!(report["events_total"], wraps);
+        assert_eq!(report["event_counts"]["wrap"], wraps);
+        assert_eq!(report["events"].as_array().unwrap().len(), 1000);
+        let jsonl = std::fs::read_to_string(out.join("events.jsonl")).unwrap();
+        assert_eq!(jsonl.lines().count() as u64, wraps);
+        let last: serde_json::Value = serde_json::from_str(jsonl.lines().last().unwrap()).unwrap();
+        assert_eq!(last["rule"], "R3");
+        assert_eq!(last["stream_offset"], wraps * 128);
+    }
+    assert!(
+        peaks[1] < peaks[0] + 12 * 1024,
+        "peak RSS {} KiB for 32K events, {} KiB for 512K",
+        peaks[0],
+        peaks[1]
+    );
+}
+
+/// Every entry of `dir`, recursively, with each file's bytes: what a run may not change.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Option<Vec<u8>>)> {
+    let mut all = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                all.push((p.clone(), None));
+                todo.push(p);
+            } else {
+                all.push((p.clone(), Some(std::fs::read(&p).unwrap())));
+            }
+        }
+    }
+    all.sort();
+    all
+}
+
+const PENN: &str = "tests/data/penn/sjeng-1K.trace";
+
+/// A run that fails while writing its outputs (`trace.pt` is a directory, `regions` a file, the
+/// input turns out bad halfway) leaves DIR exactly as it was: no new trace.pt beside the old
+/// report.json, no replaced image.bin, no temporary file or directory.
+#[test]
+fn a_failed_run_leaves_the_output_directory_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = ptemu(&["simulate", PENN, "--format", "penn", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut bad = std::fs::read(PENN).unwrap();
+    bad.extend_from_slice(b"this is not a Penn line\n");
+    let bad = file(dir.path(), "bad.trace", &bad);
+    let other = file(
+        dir.path(),
+        "gcc.trace",
+        std::fs::read("tests/data/penn/gcc-1K.trace").unwrap(),
+    );
+
+    // Bad input found after the first thousand records.
+    let before = snapshot(&out);
+    let o = ptemu(&["simulate", s(&bad), "--format", "penn", "--out", s(&out), "-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(snapshot(&out), before, "bad input");
+
+    // regions/ replaced by a file: the commit fails before anything moves.
+    std::fs::remove_dir_all(out.join("regions")).unwrap();
+    std::fs::write(out.join("regions"), b"a file").unwrap();
+    let before = snapshot(&out);
+    let o = ptemu(&["simulate", s(&other), "--format", "penn", "--out", s(&out), "-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("regions is not a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(snapshot(&out), before, "regions as a file");
+
+    // trace.pt as a directory; `ptemu write` the same way.
+    std::fs::remove_file(out.join("regions")).unwrap();
+    std::fs::remove_file(out.join("trace.pt")).unwrap();
+    std::fs::create_dir(out.join("trace.pt")).unwrap();
+    let before = snapshot(&out);
+    let o = ptemu(&["simulate", s(&other), "--format", "penn", "--out", s(&out), "-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("trace.pt is a directory"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(snapshot(&out), before, "trace.pt as a directory");
+    std::fs::write(out.join("regions"), b"a file").unwrap();
+    let layout = file(
+        dir.path(),
+        "l.toml",
+        "[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0xfff\n",
+    );
+    let st = file(dir.path(), "s.bin", stream(0, 5000));
+    let before = snapshot(&out);
+    let o = write(&layout, &st, &out);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(snapshot(&out), before, "write, regions as a file");
+}
+
+/// Bad input with an `--out` whose directories do not exist yet: the run removes every directory
+/// it created, parents included.
+#[test]
+fn a_failed_run_removes_the_directories_it_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bad = std::fs::read(PENN).unwrap();
+    bad.extend_from_slice(b"garbage\n");
+    let bad = file(dir.path(), "bad.trace", &bad);
+    let out = dir.path().join("a/b/c");
+    let o = ptemu(&["simulate", s(&bad), "--format", "penn", "--out", s(&out), "-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(!dir.path().join("a").exists(), "a/ was left behind");
+    let layout = file(dir.path(), "bad.toml", "[output]\nscheme = \"nope\"\n");
+    let st = file(dir.path(), "s.bin", stream(0, 100));
+    let o = write(&layout, &st, &out);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!dir.path().join("a").exists(), "a/ was left behind by write");
+    // The same run with good input creates them all and leaves no staging directory.
+    let o = ptemu(&["simulate", PENN, "--format", "penn", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "events.jsonl",
+            "image.bin",
+            "image.json",
+            "regions",
+            "report.json",
+            "trace.pt"
+        ]
+    );
+}
+
+/// Sends `signal` to `child` once `ready` holds (polled), and returns its exit code.
+fn signal_when(child: &mut std::process::Child, signal: i32, ready: impl Fn() -> bool) -> Option<i32> {
+    let start = std::time::Instant::now();
+    while !ready() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the child never got ready"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child ended before the signal"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: kill has no memory-safety preconditions; the child has not been waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    child.wait().unwrap().code()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// SIGINT, SIGTERM and SIGHUP while `simulate` and `write` are writing (their input pipe held
+/// open) and while `gen` writes a large file: exit code 128 + the signal, and no temporary file,
+/// staging directory or created directory left behind.
+#[test]
+fn a_signal_cleans_up_and_exits_128_plus_the_signal() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let layout = file(
+        dir.path(),
+        "l.toml",
+        "[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0xfff\n",
+    );
+    let staging = |out: &Path| {
+        std::fs::read_dir(out)
+            .map(|mut d| {
+                d.any(|e| {
+                    e.unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with(".ptemu-staging-")
+                })
+            })
+            .unwrap_or(false)
+    };
+    let sample = std::fs::read(PENN).unwrap();
+    for (signal, cmd) in [
+        (libc::SIGINT, "simulate"),
+        (libc::SIGTERM, "write"),
+        (libc::SIGHUP, "simulate"),
+    ] {
+        let out = dir.path().join(format!("new/{cmd}-{signal}"));
+        let args: Vec<&str> = match cmd {
+            "simulate" => vec!["simulate", "-", "--format", "penn", "--out", s(&out), "-q"],
+            _ => vec![
+                "write",
+                "--layout",
+                s(&layout),
+                "--stream",
+                "-",
+                "--out",
+                s(&out),
+                "-q",
+            ],
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Part of the input, then the pipe stays open: the run waits with its outputs half made.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&sample[..sample.len() / 2]).unwrap();
+        stdin.flush().unwrap();
+        let code = signal_when(&mut child, signal, || staging(&out));
+        drop(stdin);
+        assert_eq!(code, Some(128 + signal), "{cmd}");
+        assert!(
+            !dir.path().join("new").exists(),
+            "{cmd}: left {:?}",
+            entries(dir.path())
+        );
+    }
+    // gen to a file: the temporary file goes.
+    let big = dir.path().join("big.trace");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["gen", "--format", "penn", "--records", "100000000", "-o", s(&big)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let tmp_exists = || {
+        entries(dir.path())
+            .iter()
+            .any(|n| n.starts_with("big.trace.tmp-"))
+    };
+    let code = signal_when(&mut child, libc::SIGTERM, tmp_exists);
+    assert_eq!(code, Some(128 + libc::SIGTERM));
+    assert_eq!(entries(dir.path()), ["l.toml"], "gen left files behind");
+}

@@ -12,9 +12,11 @@ macro_rules! outln {
     }};
 }
 
+mod cleanup;
 mod layout_cmd;
 mod output;
 mod packet_cmd;
+mod run_dir;
 mod simulate_cmd;
 mod source_cmd;
 mod summary;

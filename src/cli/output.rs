@@ -1,8 +1,9 @@
 //! Where a command's output goes: a file, written whole or not at all, or stdout for `-`; and how
 //! a write failure reaches the user.
 
+use super::cleanup::Registered;
 use super::Failure;
-use ptemu::report::write_atomic;
+use ptemu::report::{tmp_sibling, write_atomic};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -18,6 +19,8 @@ pub fn write_output(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result
         let mut out = BufWriter::new(io::stdout().lock());
         fill(&mut out).and_then(|()| out.flush())
     } else {
+        // Removed on a signal while it is written.
+        let _interrupted = Registered::new(&tmp_sibling(path));
         write_atomic(path, fill)
     };
     result.map_err(|e| write_failure(&path.display().to_string(), e))

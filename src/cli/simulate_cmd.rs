@@ -1,10 +1,12 @@
 //! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
 
 use super::output::print;
+use super::run_dir::RunDir;
 use super::summary::{halt_note, write_output_state};
 use super::Failure;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::layout::Layout;
+use ptemu::output::EventLog;
 use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
 use ptemu::simulate::{self, Options, Outcome, RunInfo, SimReport};
@@ -72,45 +74,26 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let (input, fetch) = inputs(&a)?;
     let name = input.name().to_owned();
 
-    let created = !a.out.exists();
-    fs::create_dir_all(&a.out).map_err(|e| Failure::input(format!("{}: {e}", a.out.display())))?;
-    let trace_path = a.out.join("trace.pt");
-    let tmp = a.out.join(format!("trace.pt.tmp-{}", std::process::id()));
-    let cleanup = || {
-        let _ = fs::remove_file(&tmp);
-        if created {
-            let _ = fs::remove_dir(&a.out);
-        }
+    let out_error = |e: std::io::Error| Failure::input(format!("{}: writing outputs: {e}", a.out.display()));
+    let dir = RunDir::create(&a.out).map_err(out_error)?;
+    let create = |name: &str| {
+        fs::File::create(dir.staged(name))
+            .map(|f| BufWriter::with_capacity(1 << 20, f))
+            .map_err(out_error)
     };
-    let sink = fs::File::create(&tmp)
-        .map(|f| BufWriter::with_capacity(1 << 20, f))
-        .map_err(|e| Failure::input(format!("{}: {e}", tmp.display())))?;
+    let sink = create("trace.pt")?;
+    let events = EventLog::default().streaming_to(create("events.jsonl")?);
 
     let bar = progress_bar(a.quiet);
     let started = std::time::Instant::now();
-    let result = simulate::run(&opts, input, fetch, sink, &mut |records| {
+    let result = simulate::run(&opts, input, fetch, sink, events, &mut |records| {
         bar.set_position(records)
     });
     bar.finish_and_clear();
     let run_info = RunInfo::now(started.elapsed().as_secs_f64());
-    let (outcome, sink) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            cleanup();
-            return Err(Failure::input(e.to_string()));
-        }
-    };
-    let written = finish(&a.out, &opts, &outcome, run_info, sink, &tmp, &trace_path);
-    let report = match written {
-        Ok(r) => r,
-        Err(e) => {
-            cleanup();
-            return Err(Failure::input(format!(
-                "{}: writing outputs: {e}",
-                a.out.display()
-            )));
-        }
-    };
+    // On an error `dir` is dropped, which removes everything the run made.
+    let (outcome, sink) = result.map_err(|e| Failure::input(e.to_string()))?;
+    let report = finish(dir, &opts, &outcome, run_info, sink).map_err(out_error)?;
     if !a.quiet {
         print(&summary(&name, &a, &opts, &outcome, &report))?;
     }
@@ -207,47 +190,43 @@ fn progress_bar(quiet: bool) -> ProgressBar {
     bar
 }
 
-/// Writes the image files, moves trace.pt into place, then regions/ and report.json; returns the
-/// report.
+/// Writes the image files, regions/ and report.json into the staging directory, then moves every
+/// output into place at once; returns the report.
 fn finish(
-    out: &Path,
+    dir: RunDir,
     opts: &Options,
     outcome: &Outcome,
     run_info: RunInfo,
     sink: BufWriter<fs::File>,
-    tmp: &Path,
-    trace_path: &Path,
 ) -> std::io::Result<SimReport> {
     sink.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    let image_path = out.join("image.bin");
-    let json_path = out.join("image.json");
+    let mut outputs = vec!["trace.pt", "events.jsonl"];
+    let mut stale = vec![];
     let ptxed = match &outcome.image {
         Some(img) => {
-            write_atomic(&image_path, |w| w.write_all(&img.bytes))?;
-            write_atomic(&json_path, |w| {
+            write_atomic(&dir.staged("image.bin"), |w| w.write_all(&img.bytes))?;
+            write_atomic(&dir.staged("image.json"), |w| {
                 serde_json::to_writer(&mut *w, &serde_json::json!({ "base": img.base }))?;
                 w.write_all(b"\n")
             })?;
+            outputs.extend(["image.bin", "image.json"]);
             Some(img.ptxed_command(
-                &trace_path.display().to_string(),
-                &image_path.display().to_string(),
+                &dir.final_path("trace.pt").display().to_string(),
+                &dir.final_path("image.bin").display().to_string(),
                 opts.ptxed_timing(),
             ))
         }
+        // No stale image from an earlier run next to a trace it does not belong to.
         None => {
-            // No stale image from an earlier run next to a trace it does not belong to.
-            for p in [&image_path, &json_path] {
-                if p.exists() {
-                    fs::remove_file(p)?;
-                }
-            }
+            stale.extend(["image.bin", "image.json"]);
             None
         }
     };
-    fs::rename(tmp, trace_path)?;
     let mut report = SimReport::new(outcome, opts, ptxed);
     report.run = Some(run_info);
-    write_outputs_with(out, &outcome.unit, &outcome.mem, &report)?;
+    write_outputs_with(dir.staging(), &outcome.unit, &outcome.mem, &report)?;
+    outputs.extend(["regions", "report.json"]);
+    dir.commit(&outputs, &stale)?;
     Ok(report)
 }
 
@@ -303,7 +282,7 @@ fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -
         s.output.bytes_lost,
         halt_note(&run.unit)
     );
-    write_output_state(o, &r.events, 8, &run.unit, &r.msr);
+    write_output_state(o, &run.events, 8, &run.unit, &r.msr);
     let out = &a.out;
     outln!(o, "  files in {}:", out.display());
     outln!(

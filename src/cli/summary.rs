@@ -1,27 +1,22 @@
 //! The parts of the console summary that `ptemu write` and `ptemu simulate` share.
 
+use ptemu::output::EventLog;
 use ptemu::report::MsrSnapshot;
-use ptemu::{EventKind, OutputEvent, OutputUnit};
+use ptemu::OutputUnit;
 
 /// Appends to `o` the output events by kind and the first `listed` of them, the operational error
 /// if any, and the MSRs after TraceEn=0.
-pub fn write_output_state(
-    o: &mut String,
-    events: &[OutputEvent],
-    listed: usize,
-    unit: &OutputUnit,
-    m: &MsrSnapshot,
-) {
-    let count = |k| events.iter().filter(|e| e.kind == k).count();
+pub fn write_output_state(o: &mut String, log: &EventLog, listed: usize, unit: &OutputUnit, m: &MsrSnapshot) {
+    let counts = log.counts();
     outln!(
         o,
         "  output events: {} PMI, {} wrap, {} stopped, {} error",
-        count(EventKind::Pmi),
-        count(EventKind::Wrap),
-        count(EventKind::Stopped),
-        count(EventKind::Error)
+        counts.pmi,
+        counts.wrap,
+        counts.stopped,
+        counts.error
     );
-    for e in events.iter().take(listed) {
+    for e in log.first().iter().take(listed) {
         let place = match (e.table, e.index) {
             (Some(t), Some(i)) => format!("table {t:#x} entry {i:#x}"),
             _ => "range".to_string(),
@@ -34,8 +29,9 @@ pub fn write_output_state(
             format!("{:?}", e.kind).to_lowercase()
         );
     }
-    if events.len() > listed {
-        outln!(o, "    ... {} more in report.json", events.len() - listed);
+    let shown = log.first().len().min(listed) as u64;
+    if counts.total() > shown {
+        outln!(o, "    ... {} more in events.jsonl", counts.total() - shown);
     }
     if let Some(v) = unit.last_violation() {
         outln!(o, "  error: {v}");

@@ -1,11 +1,13 @@
 //! `ptemu write`.
 
 use super::output::print;
+use super::run_dir::RunDir;
 use super::summary::{halt_note, write_output_state};
 use super::Failure;
 use ptemu::layout::Layout;
+use ptemu::output::EventLog;
 use ptemu::regs::msr::IA32_RTIT_CTL;
-use ptemu::report::{region_file_name, write_outputs, Report};
+use ptemu::report::{region_file_name, write_outputs_with, Report};
 use ptemu::{OutputUnit, SparseMemory};
 use std::fs::File;
 use std::io::{self, Read};
@@ -29,6 +31,10 @@ pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> R
     layout
         .apply(&mut unit, &mut mem)
         .map_err(|e| Failure::input(format!("{}: programming the MSRs: {e}", layout_path.display())))?;
+    let out_error = |e: io::Error| Failure::input(format!("{}: writing outputs: {e}", out.display()));
+    let dir = RunDir::create(out).map_err(out_error)?;
+    let events_file = File::create(dir.staged("events.jsonl")).map_err(out_error)?;
+    let mut log = EventLog::default().streaming_to(io::BufWriter::new(events_file));
     let mut buf = vec![0u8; CHUNK];
     let mut offset = 0u64;
     loop {
@@ -45,24 +51,29 @@ pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> R
         };
         unit.write(&mut mem, &buf[..n])
             .map_err(|e| Failure::input(format!("stream byte {offset}: {e}")))?;
+        log.absorb(&mut unit).map_err(out_error)?;
         offset += n as u64;
     }
     let ctl = unit.registers().ctl.with_trace_en(false);
     unit.wrmsr(&mut mem, IA32_RTIT_CTL, ctl.bits())
         .map_err(|e| Failure::input(format!("disabling tracing: {e}")))?;
-    write_outputs(out, &unit, &mem)
-        .map_err(|e| Failure::input(format!("{}: writing outputs: {e}", out.display())))?;
+    log.absorb(&mut unit)
+        .and_then(|()| log.flush())
+        .map_err(out_error)?;
+    let report = Report::with_log(&unit, &log);
+    write_outputs_with(dir.staging(), &unit, &mem, &report)
+        .and_then(|()| dir.commit(&["events.jsonl", "regions", "report.json"], &[]))
+        .map_err(out_error)?;
     if !quiet {
-        print(&summary(&layout, &unit, out))?;
+        print(&summary(&layout, &unit, &log, &report, out))?;
     }
     Ok(())
 }
 
 /// The console summary of a `ptemu write` run.
-fn summary(layout: &Layout, unit: &OutputUnit, out: &Path) -> String {
+fn summary(layout: &Layout, unit: &OutputUnit, log: &EventLog, r: &Report, out: &Path) -> String {
     let mut text = String::new();
     let o = &mut text;
-    let r = Report::of(unit);
     let s = r.stats;
     outln!(o, "ptemu write: cpu {}, {:?} output", layout.cpu, layout.scheme);
     outln!(
@@ -73,7 +84,7 @@ fn summary(layout: &Layout, unit: &OutputUnit, out: &Path) -> String {
         s.bytes_lost,
         halt_note(unit)
     );
-    write_output_state(o, &r.events, usize::MAX, unit, &r.msr);
+    write_output_state(o, log, usize::MAX, unit, &r.msr);
     let regions: Vec<_> = unit.written_regions().collect();
     outln!(
         o,

@@ -297,6 +297,12 @@ impl OutputUnit {
         &self.core.events
     }
 
+    /// Removes the events so far, in order, keeping the storage for the next ones: a long run
+    /// drains them as it goes (into an [`super::EventLog`], say) to keep memory flat.
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, OutputEvent> {
+        self.core.events.drain(..)
+    }
+
     /// Takes the events so far, leaving none.
     pub fn take_events(&mut self) -> Vec<OutputEvent> {
         std::mem::take(&mut self.core.events)

@@ -12,7 +12,7 @@ pub use report::{peak_rss_bytes, RunInfo, SimReport, SimStats, SourceSummary};
 use crate::image::{CodeImage, ImageBuilder, ImageErrors, PtxedTiming};
 use crate::layout::{Layout, Scheme};
 use crate::memory::{MemError, SparseMemory, Tee};
-use crate::output::{MsrError, OutputUnit};
+use crate::output::{EventLog, MsrError, OutputUnit};
 use crate::regs::check::check_write;
 use crate::regs::msr::IA32_RTIT_CTL;
 use crate::regs::{Msr, RtitCtl};
@@ -125,13 +125,19 @@ pub enum SimError {
     /// Writing the byte sink failed.
     #[error("writing trace bytes: {0}")]
     Sink(#[from] io::Error),
+    /// Writing the event stream failed.
+    #[error("writing output events: {0}")]
+    Events(io::Error),
 }
 
 /// What a simulation produced.
 #[derive(Debug)]
 pub struct Outcome {
-    /// The output unit after the disabling WRMSR (registers, events, byte counts, regions).
+    /// The output unit after the disabling WRMSR (registers, byte counts, regions); its events
+    /// were drained into `events` as the run went.
     pub unit: OutputUnit,
+    /// Every output event: counted, the first kept, all streamed where the log says.
+    pub events: EventLog,
     /// The simulated memory holding the ToPA tables and the regions.
     pub mem: SparseMemory,
     /// What the tracer generated.
@@ -176,13 +182,15 @@ impl Feed {
 
 /// Runs the simulation: programs the output MSRs from the layout, enables tracing with a WRMSR
 /// just before the first traced instruction (SIM3), feeds every event, disables tracing with a
-/// WRMSR at the IP after the last one, and copies every accepted byte to `sink`. `progress` runs
-/// every [`PROGRESS_EVERY`] events with the records read so far.
+/// WRMSR at the IP after the last one, and copies every accepted byte to `sink`. The output
+/// unit's events are drained into `events` after every batch, so memory stays flat however many
+/// there are. `progress` runs every [`PROGRESS_EVERY`] events with the records read so far.
 pub fn run<W: Write>(
     opts: &Options,
     input: Input,
     fetch: Option<Input>,
     sink: W,
+    mut events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
     let name = input.name().to_owned();
@@ -247,6 +255,9 @@ pub fn run<W: Write>(
         }
         count += events.len() as u64;
         events.clear();
+        events_log
+            .extend(tracer.drain_output_events())
+            .map_err(SimError::Events)?;
         if count >= next_report {
             next_report = count + PROGRESS_EVERY;
             progress(feed.source().stats().records);
@@ -271,14 +282,20 @@ pub fn run<W: Write>(
         events = count,
         instructions = tracer.stats().instructions,
         trace_bytes,
-        output_events = tracer.unit().events().len(),
+        output_events = events_log.counts().total(),
         "simulated"
     );
     let (mem, sink) = mem.finish()?;
     let stats = tracer.stats();
+    let mut unit = tracer.into_unit();
+    events_log
+        .absorb(&mut unit)
+        .and_then(|()| events_log.flush())
+        .map_err(SimError::Events)?;
     Ok((
         Outcome {
-            unit: tracer.into_unit(),
+            unit,
+            events: events_log,
             mem,
             tracer: stats,
             source,

@@ -2,7 +2,7 @@
 //! plus what the reader and the tracer counted.
 
 use super::{Options, Outcome};
-use crate::output::{EventKind, OutputEvent, OutputStats};
+use crate::output::{EventCounts, OutputEvent, OutputStats};
 use crate::regs::ctl_text::CtlDisplay;
 use crate::report::MsrSnapshot;
 use serde::Serialize;
@@ -13,8 +13,13 @@ use std::collections::BTreeMap;
 pub struct SimReport {
     /// MSR values after the disabling WRMSR.
     pub msr: MsrSnapshot,
-    /// Every output event (PMI, wrap, stopped, error), in order.
+    /// The first output events (PMI, wrap, stopped, error), in order; every one is in
+    /// `events.jsonl`.
     pub events: Vec<OutputEvent>,
+    /// Every output event, counted by kind.
+    pub event_counts: EventCounts,
+    /// How many output events there were in all.
+    pub events_total: u64,
     /// Counts.
     pub stats: SimStats,
     /// The input as the reader saw it.
@@ -129,10 +134,13 @@ impl SimReport {
     pub fn new(outcome: &Outcome, opts: &Options, ptxed: Option<String>) -> Self {
         let t = &outcome.tracer;
         let unit = &outcome.unit;
-        let count = |k| unit.events().iter().filter(|e| e.kind == k).count() as u64;
+        let log = &outcome.events;
+        let counts = log.counts();
         SimReport {
             msr: MsrSnapshot::of(unit),
-            events: unit.events().to_vec(),
+            events: log.first().to_vec(),
+            event_counts: counts,
+            events_total: counts.total(),
             stats: SimStats {
                 output: unit.stats(),
                 records: outcome.source.records,
@@ -144,8 +152,8 @@ impl SimReport {
                 compressed_returns: t.compressed_returns,
                 psbs: t.psbs,
                 overflows: t.overflows,
-                pmis: count(EventKind::Pmi),
-                wraps: count(EventKind::Wrap),
+                pmis: counts.pmi,
+                wraps: counts.wrap,
                 trace_bytes: outcome.trace_bytes,
                 bytes_per_instruction: if t.instructions == 0 {
                     0.0

@@ -159,6 +159,11 @@ impl Tracer {
         &self.unit
     }
 
+    /// Removes the output unit's pending events ([`OutputUnit::drain_events`]).
+    pub fn drain_output_events(&mut self) -> std::vec::Drain<'_, crate::output::OutputEvent> {
+        self.unit.drain_events()
+    }
+
     /// Takes the output unit back, after a [`Tracer::flush`].
     pub fn into_unit(self) -> OutputUnit {
         self.unit
