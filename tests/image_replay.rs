@@ -276,6 +276,88 @@ fn absurd_spans_and_empty_traces_are_refused() {
     );
 }
 
+/// The bounds are checked as the image grows: the builder is refused at the first instruction
+/// past either (span, distinct instructions) and keeps nothing more, so memory stays bounded and a
+/// caller stops at once instead of after the whole trace.
+#[test]
+fn the_span_and_the_instruction_count_are_bounded_as_they_grow() {
+    let mut b = ImageBuilder::with_limit(0x1000);
+    b.add_shape(1, 0x1000, Shape::Nop { len: 1 });
+    assert!(!b.is_refused());
+    b.add_shape(2, 0x1800, Shape::Nop { len: 1 });
+    assert!(!b.is_refused());
+    b.add_shape(3, 0x2001, Shape::Nop { len: 1 });
+    assert!(b.is_refused(), "refused at the line that passed the limit");
+    assert_eq!(b.len(), 0, "a refused builder keeps nothing");
+    for line in 4..1000 {
+        b.add_shape(line, 0x1000 + line, Shape::Nop { len: 1 });
+    }
+    assert_eq!(b.len(), 0);
+    let e = b.build().unwrap_err();
+    assert_eq!(e.total, 1);
+    assert!(
+        matches!(
+            e.errors[0],
+            ImageError::TooLarge {
+                lines: (1, 3),
+                low: 0x1000,
+                high: 0x2002,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // 0x1000 bytes of span allow 0x1000 / SPAN_PER_SITE distinct instructions.
+    let most = 0x1000 / ptemu::image::SPAN_PER_SITE;
+    let mut b = ImageBuilder::with_limit(0x1000);
+    for i in 0..most {
+        b.add_shape(i + 1, 0x1000 + i, Shape::Nop { len: 1 });
+        b.add_shape(i + 1, 0x1000 + i, Shape::Nop { len: 1 });
+    }
+    assert!(!b.is_refused());
+    b.add_shape(most + 1, 0x1000 + most, Shape::Nop { len: 1 });
+    assert!(b.is_refused());
+    let e = b.build().unwrap_err();
+    assert_eq!(
+        e.errors,
+        [ImageError::TooMany {
+            limit: most,
+            line: most + 1
+        }]
+    );
+}
+
+/// SIM9: a Penn trace whose code spans more than the image limit stops at the line that passes it,
+/// with exit 2, before the rest of the input is read (a bad line after it is never reached).
+#[test]
+fn sim9_simulate_stops_at_the_line_that_makes_the_image_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("far.trace");
+    // A NOP, a JMP 512 MiB up (past the 256 MiB limit), two NOPs there (line 3 passes the
+    // limit), a bad line never reached.
+    let lines = [
+        "1 400620 -1 -1 -1 - - -         0            0       400623            0 NOP        NOP",
+        "1 400623 -1 -1 -1 R T -       -96            0       400625     20400620 J        JMP_IMM",
+        "1 20400620 -1 -1 -1 - - -         0            0     20400623            0 NOP        NOP",
+        "1 20400623 -1 -1 -1 - - -         0            0     20400626            0 NOP        NOP",
+        "not a penn line",
+    ];
+    std::fs::write(&trace, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("out");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["simulate", trace.to_str().unwrap(), "--format", "penn", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("over the limit") && err.contains("to 20400623, line 3"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
 #[test]
 fn the_ptxed_command_loads_the_image_at_its_base() {
     let img = CodeImage {

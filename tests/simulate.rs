@@ -632,7 +632,14 @@ fn sim10_bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
     assert_eq!(before, after);
     assert_eq!(
         files_in(&good.out),
-        ["events.jsonl", "image.bin", "image.json", "regions", "report.json", "trace.pt"]
+        [
+            "events.jsonl",
+            "image.bin",
+            "image.json",
+            "regions",
+            "report.json",
+            "trace.pt"
+        ]
     );
 }
 

@@ -53,6 +53,13 @@ pub enum ImageError {
         /// The lines of the lowest and of the highest instruction.
         lines: (u64, u64),
     },
+    /// More distinct instructions than the builder keeps (its memory bound).
+    TooMany {
+        /// The bound.
+        limit: u64,
+        /// The line of the first instruction past it.
+        line: u64,
+    },
     /// No instruction at all.
     Empty,
 }
@@ -93,6 +100,10 @@ impl fmt::Display for ImageError {
                 high - low,
                 lines.0,
                 lines.1
+            ),
+            ImageError::TooMany { limit, line } => write!(
+                f,
+                "line {line}: more than {limit} distinct instructions, the most an image is built from"
             ),
             ImageError::Empty => f.write_str("no instruction to put in the image"),
         }

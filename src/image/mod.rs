@@ -54,13 +54,25 @@ struct Site {
     shape: Shape,
 }
 
-/// Collects executed instructions and builds their [`CodeImage`].
+/// Collects executed instructions and builds their [`CodeImage`]. The span and the number of
+/// distinct instructions are checked as they grow: once either is past its bound the builder is
+/// refused ([`ImageBuilder::is_refused`]), keeps nothing more, and a caller can stop at once.
 #[derive(Debug)]
 pub struct ImageBuilder {
     sites: FxHashMap<u64, Site>,
     errors: ImageErrors,
     limit: u64,
+    /// The lowest PC and its line.
+    low: (u64, u64),
+    /// One past the highest instruction byte, and its line.
+    high: (u64, u64),
+    refused: bool,
 }
+
+/// Bytes of image span per distinct instruction the builder keeps at most: an image of `limit`
+/// bytes is built from at most `limit / SPAN_PER_SITE` instructions (8 Mi for the default), which
+/// bounds the builder's memory (some 40 bytes each) to about the image's own size.
+pub const SPAN_PER_SITE: u64 = 32;
 
 impl Default for ImageBuilder {
     fn default() -> Self {
@@ -114,7 +126,16 @@ impl ImageBuilder {
                 total: 0,
             },
             limit,
+            low: (u64::MAX, 0),
+            high: (0, 0),
+            refused: false,
         }
+    }
+
+    /// Whether the image is already refused (too large, or too many instructions): nothing added
+    /// from now on changes that, and [`ImageBuilder::build`] returns the error.
+    pub fn is_refused(&self) -> bool {
+        self.refused
     }
 
     /// Adds one executed Penn macro-op.
@@ -125,8 +146,14 @@ impl ImageBuilder {
     /// Adds an instruction of `shape` at `pc`, seen at trace line `line`. A different shape at
     /// the same PC is recorded as a [`ImageError::Conflict`] (reported by [`ImageBuilder::build`]).
     pub fn add_shape(&mut self, line: u64, pc: u64, shape: Shape) {
+        if self.refused {
+            return;
+        }
         match self.sites.get_mut(&pc) {
             None => {
+                if !self.grow(line, pc, shape) {
+                    return;
+                }
                 self.sites.insert(pc, Site { line, shape });
             }
             Some(site) => match merge(site.shape, shape) {
@@ -140,6 +167,36 @@ impl ImageBuilder {
                 }),
             },
         }
+    }
+
+    /// Takes a new PC into the span and the count; `false` (and refused) past either bound.
+    fn grow(&mut self, line: u64, pc: u64, shape: Shape) -> bool {
+        if pc < self.low.0 {
+            self.low = (pc, line);
+        }
+        let end = pc.saturating_add(u64::from(shape.size()));
+        if end > self.high.0 {
+            self.high = (end, line);
+        }
+        let error = if self.high.0.saturating_sub(self.low.0) > self.limit {
+            ImageError::TooLarge {
+                low: self.low.0,
+                high: self.high.0,
+                limit: self.limit,
+                lines: (self.low.1, self.high.1),
+            }
+        } else if self.sites.len() as u64 >= (self.limit / SPAN_PER_SITE).max(1) {
+            ImageError::TooMany {
+                limit: (self.limit / SPAN_PER_SITE).max(1),
+                line,
+            }
+        } else {
+            return true;
+        };
+        self.errors.push(error);
+        self.refused = true;
+        self.sites = FxHashMap::default();
+        false
     }
 
     /// Distinct PCs so far.
@@ -159,7 +216,12 @@ impl ImageBuilder {
             sites,
             mut errors,
             limit,
+            refused,
+            ..
         } = self;
+        if refused {
+            return Err(errors);
+        }
         let mut sites: Vec<(u64, Site)> = sites.into_iter().collect();
         sites.sort_unstable_by_key(|(pc, _)| *pc);
         let (Some(&(low, first)), Some(&(last_pc, last))) = (sites.first(), sites.last()) else {

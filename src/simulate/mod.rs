@@ -157,18 +157,27 @@ enum Feed {
 }
 
 impl Feed {
-    fn next(&mut self, out: &mut Vec<Event>) -> Result<bool, SourceError> {
+    /// The next record's events; an image past its bounds ends the run at once (SIM9), not after
+    /// the whole input.
+    fn next(&mut self, out: &mut Vec<Event>, name: &str) -> Result<bool, SimError> {
         match self {
             Feed::Penn(src, image) => match src.push_macro_op(out)? {
                 None => Ok(false),
                 Some(op) => {
                     if let Some(b) = image {
                         b.add(&op);
+                        if b.is_refused() {
+                            let refused = std::mem::take(b);
+                            return Err(SimError::Image {
+                                name: name.to_owned(),
+                                errors: refused.build().expect_err("a refused image does not build"),
+                            });
+                        }
                     }
                     Ok(true)
                 }
             },
-            Feed::Other(src) => src.next_events(out),
+            Feed::Other(src) => Ok(src.next_events(out)?),
         }
     }
 
@@ -227,7 +236,7 @@ pub fn run<W: Write>(
         // Whole records' events, about BATCH at a time: the tracer runs a batch faster than the
         // same events one by one.
         while more && events.len() < BATCH {
-            more = feed.next(&mut events)?;
+            more = feed.next(&mut events, &name)?;
         }
         let mut rest = &events[..];
         if ip.is_none() {
