@@ -87,7 +87,7 @@ fn run_measured(args: &[&str], byte: u8, len: usize) -> (Option<i32>, i64) {
 /// events.jsonl, the report keeps the first 1,000 and the counts, and memory stays flat in the
 /// number of events (it grew by some 40 MB per million before events were streamed).
 #[test]
-fn r3_wrap_events_stream_to_events_jsonl_with_flat_memory() {
+fn sim13_r3_wrap_events_stream_to_events_jsonl_with_flat_memory() {
     let dir = tempfile::tempdir().unwrap();
     let layout = file(
         dir.path(),
@@ -155,7 +155,7 @@ const PENN: &str = "tests/data/penn/sjeng-1K.trace";
 /// input turns out bad halfway) leaves DIR exactly as it was: no new trace.pt beside the old
 /// report.json, no replaced image.bin, no temporary file or directory.
 #[test]
-fn a_failed_run_leaves_the_output_directory_as_it_was() {
+fn sim11_a_failed_run_leaves_the_output_directory_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let o = ptemu(&["simulate", PENN, "--format", "penn", "--out", s(&out), "-q"]);
@@ -217,7 +217,7 @@ fn a_failed_run_leaves_the_output_directory_as_it_was() {
 /// Bad input with an `--out` whose directories do not exist yet: the run removes every directory
 /// it created, parents included.
 #[test]
-fn a_failed_run_removes_the_directories_it_created() {
+fn sim11_a_failed_run_removes_the_directories_it_created() {
     let dir = tempfile::tempdir().unwrap();
     let mut bad = std::fs::read(PENN).unwrap();
     bad.extend_from_slice(b"garbage\n");
@@ -284,7 +284,7 @@ fn entries(dir: &Path) -> Vec<String> {
 /// open) and while `gen` writes a large file: exit code 128 + the signal, and no temporary file,
 /// staging directory or created directory left behind.
 #[test]
-fn a_signal_cleans_up_and_exits_128_plus_the_signal() {
+fn sim12_a_signal_cleans_up_and_exits_128_plus_the_signal() {
     use std::io::Write;
     use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();

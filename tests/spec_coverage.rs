@@ -253,7 +253,7 @@ fn every_generation_rule_is_in_the_spec_and_named_by_a_test_that_exists() {
 fn every_simulate_rule_is_named_by_a_test_that_exists() {
     let rows = rule_rows("simulate.md");
     let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
-    let want: Vec<String> = (1..=10).map(|n| format!("SIM{n}")).collect();
+    let want: Vec<String> = (1..=13).map(|n| format!("SIM{n}")).collect();
     assert_eq!(ids, want, "spec/simulate.md rows");
     assert_named_by_tests(&rows);
 }
