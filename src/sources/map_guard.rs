@@ -28,6 +28,10 @@ static NAMES: Mutex<[Option<String>; SLOTS]> = Mutex::new([const { None }; SLOTS
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
 static INSTALL: Once = Once::new();
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The SIGBUS action before ours (written once, before the handler is installed), restored for a
+/// fault outside every guarded map so the program's own handler or the default action takes it.
+#[cfg(unix)]
+static PREVIOUS: std::sync::OnceLock<libc::sigaction> = std::sync::OnceLock::new();
 
 /// A guarded map's slot: the map at `[start, start + len)` is watched until this is dropped
 /// (drop it before unmapping).
@@ -101,6 +105,11 @@ fn install() {
             action.sa_sigaction = on_sigbus as *const () as usize;
             action.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
             libc::sigemptyset(&mut action.sa_mask);
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) != 0 {
+                return;
+            }
+            let _ = PREVIOUS.set(previous);
             if libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) == 0 {
                 INSTALLED.store(true, Ordering::Release);
             }
@@ -137,9 +146,13 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
             }
         }
     }
-    // Not a guarded map: the default action, which the faulting access now takes again.
-    // SAFETY: resetting a signal's disposition is async-signal-safe.
+    // Not a guarded map: the action before ours (the default, or the program's own handler),
+    // which the faulting access now takes again.
+    // SAFETY: sigaction is async-signal-safe; PREVIOUS was set before this handler was installed.
     unsafe {
-        libc::signal(libc::SIGBUS, libc::SIG_DFL);
+        match PREVIOUS.get() {
+            Some(previous) => libc::sigaction(libc::SIGBUS, previous, std::ptr::null_mut()),
+            None => libc::signal(libc::SIGBUS, libc::SIG_DFL) as libc::c_int,
+        };
     }
 }
