@@ -9,7 +9,7 @@ use ptemu::layout::Layout;
 use ptemu::output::EventLog;
 use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
-use ptemu::simulate::{self, Options, Outcome, RunInfo, SimReport};
+use ptemu::simulate::{self, Options, Outcome, RunInfo, SimError, SimReport};
 use ptemu::sources::{Format, Input, ReadOptions};
 use ptemu::{CpuProfile, TracerConfig};
 use std::fs;
@@ -92,7 +92,11 @@ pub fn run(a: Args) -> Result<(), Failure> {
     bar.finish_and_clear();
     let run_info = RunInfo::now(started.elapsed().as_secs_f64());
     // On an error `dir` is dropped, which removes everything the run made.
-    let (outcome, sink) = result.map_err(|e| Failure::input(e.to_string()))?;
+    let (outcome, sink) = result.map_err(|e| match e {
+        // Writing DIR failed, not the input: name DIR (a full disk, say).
+        SimError::Sink(_) | SimError::Events(_) => Failure::input(format!("{}: {e}", a.out.display())),
+        e => Failure::input(e.to_string()),
+    })?;
     let report = finish(dir, &opts, &outcome, run_info, sink).map_err(out_error)?;
     if !a.quiet {
         print(&summary(&name, &a, &opts, &outcome, &report))?;
