@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cli::{ptemu, s, text};
+use common::cli::{ptemu, ptemu_spawn, s, text};
 use common::stream;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -59,14 +59,7 @@ fn w1_a_region_named_twice_is_dumped_at_its_largest_size() {
 #[allow(clippy::zombie_processes)] // waited for by wait4, which clippy does not know
 fn run_measured(args: &[&str], byte: u8, len: usize) -> (Option<i32>, i64) {
     use std::io::Write;
-    use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ptemu_spawn(args);
     let mut pipe = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let block = [byte; 1 << 16];
@@ -169,38 +162,25 @@ fn sim11_a_failed_run_leaves_the_output_directory_as_it_was() {
         std::fs::read("tests/data/penn/gcc-1K.trace").unwrap(),
     );
 
-    // Bad input found after the first thousand records.
-    let before = snapshot(&out);
-    let o = ptemu(&["simulate", s(&bad), "--format", "penn", "--out", s(&out), "-q"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert_eq!(snapshot(&out), before, "bad input");
-
+    // A simulate run into `out` that must fail with `needle` in its message and change nothing.
+    let fails_unchanged = |input: &Path, needle: &str, what: &str| {
+        let before = snapshot(&out);
+        let o = ptemu(&["simulate", s(input), "--format", "penn", "--out", s(&out), "-q"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert!(err.contains(needle), "{what}: {err}");
+        assert_eq!(snapshot(&out), before, "{what}");
+    };
+    fails_unchanged(&bad, "bad.trace: line 1001", "bad input after a thousand records");
     // regions/ replaced by a file: the commit fails before anything moves.
     std::fs::remove_dir_all(out.join("regions")).unwrap();
     std::fs::write(out.join("regions"), b"a file").unwrap();
-    let before = snapshot(&out);
-    let o = ptemu(&["simulate", s(&other), "--format", "penn", "--out", s(&out), "-q"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("regions is not a directory"),
-        "{}",
-        text(&o.stderr)
-    );
-    assert_eq!(snapshot(&out), before, "regions as a file");
-
+    fails_unchanged(&other, "regions is not a directory", "regions as a file");
     // trace.pt as a directory; `ptemu write` the same way.
     std::fs::remove_file(out.join("regions")).unwrap();
     std::fs::remove_file(out.join("trace.pt")).unwrap();
     std::fs::create_dir(out.join("trace.pt")).unwrap();
-    let before = snapshot(&out);
-    let o = ptemu(&["simulate", s(&other), "--format", "penn", "--out", s(&out), "-q"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("trace.pt is a directory"),
-        "{}",
-        text(&o.stderr)
-    );
-    assert_eq!(snapshot(&out), before, "trace.pt as a directory");
+    fails_unchanged(&other, "trace.pt is a directory", "trace.pt as a directory");
     std::fs::write(out.join("regions"), b"a file").unwrap();
     let layout = file(
         dir.path(),
@@ -234,13 +214,8 @@ fn sim11_a_failed_run_removes_the_directories_it_created() {
     // The same run with good input creates them all and leaves no staging directory.
     let o = ptemu(&["simulate", PENN, "--format", "penn", "--out", s(&out), "-q"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let mut names: Vec<String> = std::fs::read_dir(&out)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
     assert_eq!(
-        names,
+        entries(&out),
         [
             "events.jsonl",
             "image.bin",
@@ -286,7 +261,6 @@ fn entries(dir: &Path) -> Vec<String> {
 #[test]
 fn sim12_a_signal_cleans_up_and_exits_128_plus_the_signal() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let layout = file(
         dir.path(),
@@ -325,13 +299,7 @@ fn sim12_a_signal_cleans_up_and_exits_128_plus_the_signal() {
                 "-q",
             ],
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = ptemu_spawn(&args);
         // Part of the input, then the pipe stays open: the run waits with its outputs half made.
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(&sample[..sample.len() / 2]).unwrap();
@@ -347,12 +315,7 @@ fn sim12_a_signal_cleans_up_and_exits_128_plus_the_signal() {
     }
     // gen to a file: the temporary file goes.
     let big = dir.path().join("big.trace");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(["gen", "--format", "penn", "--records", "100000000", "-o", s(&big)])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ptemu_spawn(&["gen", "--format", "penn", "--records", "100000000", "-o", s(&big)]);
     let tmp_exists = || {
         entries(dir.path())
             .iter()

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{ptemu, ptemu_stdin, s, text};
+use common::cli::{ptemu, ptemu_spawn, ptemu_stdin, s, text};
 use serde_json::Value;
 
 fn stats_json(args: &[&str]) -> Value {
@@ -325,7 +325,6 @@ fn broken_gzip_is_refused_for_every_format() {
 #[test]
 fn a_bad_gzip_on_stdin_is_reported_while_the_pipe_is_still_open() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p.gz");
     let args = gen_args("penn", "1000", "1", true);
@@ -333,13 +332,7 @@ fn a_bad_gzip_on_stdin_is_reported_while_the_pipe_is_still_open() {
     let mut body = std::fs::read(&path).unwrap();
     let n = body.len();
     body[n - 8] ^= 1;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(["stats", "-", "--format", "penn"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = ptemu_spawn(&["stats", "-", "--format", "penn"]);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&body).unwrap();
     stdin.flush().unwrap();

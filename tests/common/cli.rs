@@ -12,6 +12,18 @@ pub fn ptemu(args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Starts `ptemu ARGS` with stdin piped (taken by the caller) and stdout and stderr discarded: for
+/// tests that hold the pipe open, signal the child or wait for it their own way.
+pub fn ptemu_spawn(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs `ptemu ARGS` with `input` on stdin and waits for it. A feeder thread writes stdin while
 /// the output is read, so neither side can block the other; a command that stops reading early
 /// (a bad record) closes the pipe, which is not an error here.
