@@ -7,6 +7,7 @@
 //! `spec/output.md`.
 #![warn(missing_docs)]
 
+pub mod config_file;
 pub mod image;
 pub mod layout;
 pub mod memory;

@@ -139,9 +139,7 @@ fn options(a: &Args) -> Result<Options, Failure> {
         opts.msrs.push(msr_assignment(text)?);
     }
     if let Some(p) = &a.tracer_config {
-        let text = fs::read_to_string(p).map_err(|e| Failure::input(format!("{}: {e}", p.display())))?;
-        opts.tracer = toml::from_str::<TracerConfig>(&text)
-            .map_err(|e| Failure::input(format!("{}: {}", p.display(), e.message())))?;
+        opts.tracer = TracerConfig::load(p).map_err(Failure::input)?;
     }
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
         tracing::warn!(

@@ -67,29 +67,53 @@ struct U64(u64);
 
 impl<'de> Deserialize<'de> for U64 {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(i64),
-            Str(String),
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = U64;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number: a TOML integer, or a string such as \"0xffff000000000000\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<U64, E> {
+                u64::try_from(i)
+                    .map(U64)
+                    .map_err(|_| E::custom(format!("{i} is negative")))
+            }
+            fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<U64, E> {
+                Ok(U64(u))
+            }
+            fn visit_i128<E: serde::de::Error>(self, i: i128) -> Result<U64, E> {
+                u64::try_from(i)
+                    .map(U64)
+                    .map_err(|_| E::custom(format!("{i} does not fit in 64 bits (0..=0xffffffffffffffff)")))
+            }
+            fn visit_u128<E: serde::de::Error>(self, u: u128) -> Result<U64, E> {
+                self.visit_i128(i128::try_from(u).unwrap_or(i128::MAX))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<U64, E> {
+                parse_u64(s).map(U64).ok_or_else(|| {
+                    E::custom(format!(
+                        "`{}` is not a number (decimal digits, or 0x and hex digits)",
+                        s.chars().take(40).collect::<String>()
+                    ))
+                })
+            }
         }
-        match Raw::deserialize(d)? {
-            Raw::Int(i) => u64::try_from(i)
-                .map(U64)
-                .map_err(|_| serde::de::Error::custom("negative value")),
-            Raw::Str(s) => parse_u64(&s).map(U64).ok_or_else(|| {
-                serde::de::Error::custom(format!("`{s}` is not a number (decimal or 0x hex)"))
-            }),
-        }
+        d.deserialize_any(Visitor)
     }
 }
 
+/// A number written as decimal digits or `0x` and hex digits, `_` allowed between digits; no
+/// sign, no other prefix.
 fn parse_u64(s: &str) -> Option<u64> {
     let s = s.trim().replace('_', "");
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => s.parse().ok(),
+    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None => (s.as_str(), 10),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
     }
+    u64::from_str_radix(digits, radix).ok()
 }
 
 #[derive(Deserialize)]
@@ -186,34 +210,48 @@ impl RawEntry {
     }
 }
 
-/// The Size code of "4K" … "128M".
+/// The Size code of "4K" … "128M" (any text: `None` for anything else).
 pub fn size_code_of(s: &str) -> Option<u8> {
     let s = s.trim().to_ascii_uppercase();
-    let (num, unit) = s.split_at(s.len().checked_sub(1)?);
-    let n: u64 = num.parse().ok()?;
-    let bytes = n.checked_mul(match unit {
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        _ => return None,
-    })?;
+    let (num, unit) = if let Some(n) = s.strip_suffix('K') {
+        (n, 1u64 << 10)
+    } else {
+        (s.strip_suffix('M')?, 1u64 << 20)
+    };
+    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let bytes = num.parse::<u64>().ok()?.checked_mul(unit)?;
     (0..16u8).find(|&c| 4096u64 << c == bytes)
 }
 
-fn line_of(src: &str, span: Range<usize>) -> usize {
-    src[..span.start.min(src.len())]
-        .bytes()
-        .filter(|&b| b == b'\n')
-        .count()
-        + 1
+/// Line numbers of byte offsets in a text, each found by a binary search over the line starts
+/// (counted once), so a layout of N entries is located in O(N log N), not O(N²).
+struct Lines {
+    starts: Vec<usize>,
+}
+
+impl Lines {
+    fn new(src: &str) -> Lines {
+        let starts = std::iter::once(0)
+            .chain(memchr::memchr_iter(b'\n', src.as_bytes()).map(|i| i + 1))
+            .collect();
+        Lines { starts }
+    }
+
+    /// The 1-based line of the span's start.
+    fn of(&self, span: Range<usize>) -> usize {
+        self.starts.partition_point(|&s| s <= span.start)
+    }
 }
 
 impl Layout {
-    /// Reads and parses a layout file.
+    /// Reads (at most [`crate::config_file::MAX_CONFIG_BYTES`]) and parses a layout file.
     pub fn load(path: &Path) -> Result<Layout, LayoutError> {
-        let src = std::fs::read_to_string(path).map_err(|e| LayoutError {
+        let src = crate::config_file::read_config(path).map_err(|message| LayoutError {
             path: path.into(),
             line: None,
-            message: format!("cannot read: {e}"),
+            message,
         })?;
         Layout::parse(path, &src)
     }
@@ -225,6 +263,8 @@ impl Layout {
             line,
             message,
         };
+        let lines = Lines::new(src);
+        let line_of = |_: &str, span: Range<usize>| lines.of(span);
         let raw: RawLayout = toml::from_str(src).map_err(|e| {
             let line = e.span().map(|s| line_of(src, s));
             err(line, e.message().to_string())

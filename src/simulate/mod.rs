@@ -125,6 +125,9 @@ pub enum SimError {
     /// Writing the byte sink failed.
     #[error("writing trace bytes: {0}")]
     Sink(#[from] io::Error),
+    /// A tracer setting is out of its range ([`TracerConfig::validate`]).
+    #[error("tracer settings: {0}")]
+    Config(String),
     /// Writing the event stream failed.
     #[error("writing output events: {0}")]
     Events(io::Error),
@@ -202,6 +205,7 @@ pub fn run<W: Write>(
     mut events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
+    opts.tracer.validate().map_err(SimError::Config)?;
     let name = input.name().to_owned();
     let mut feed = match opts.format {
         Format::Penn => Feed::Penn(

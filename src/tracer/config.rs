@@ -46,3 +46,97 @@ impl Default for TracerConfig {
         }
     }
 }
+
+/// The largest `flush_bytes`: 1 MiB (the tracer's buffer is this plus 4 KiB).
+pub const MAX_FLUSH_BYTES: usize = 1 << 20;
+/// The largest `cycles_per_instruction` and back-pressure `per_cycles`.
+pub const MAX_CYCLES: u32 = 1 << 20;
+/// The largest back-pressure `buffer_bytes`.
+pub const MAX_BUFFER_BYTES: u32 = 1 << 24;
+
+impl TracerConfig {
+    /// Reads a tracer config file (TOML, at most [`crate::config_file::MAX_CONFIG_BYTES`]) and
+    /// checks it ([`TracerConfig::validate`]); the error names the file and the line or field.
+    pub fn load(path: &std::path::Path) -> Result<TracerConfig, String> {
+        let name = path.display();
+        let text = crate::config_file::read_config(path).map_err(|e| format!("{name}: {e}"))?;
+        let cfg: TracerConfig = toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            match line {
+                Some(l) => format!("{name}:{l}: {}", e.message()),
+                None => format!("{name}: {}", e.message()),
+            }
+        })?;
+        cfg.validate().map_err(|e| format!("{name}: {e}"))?;
+        Ok(cfg)
+    }
+
+    /// Checks every setting against its range (spec/generation.md, "Tracer settings"): the clock
+    /// ratios non-zero, `tsc_per_art` 2..=512 (TMA's 9-bit FastCounter holds the fraction of an
+    /// ART tick), and every size and period bounded so no setting can exhaust memory or overflow.
+    /// The error names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let c = &self.clock;
+        let range = |field: &str, v: u64, lo: u64, hi: u64, why: &str| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("{field} = {v} is outside {lo}..={hi} ({why})"))
+            }
+        };
+        range(
+            "clock.core_ratio",
+            c.core_ratio.into(),
+            1,
+            255,
+            "the CBR payload, a non-zero ratio",
+        )?;
+        range(
+            "clock.nominal_ratio",
+            c.nominal_ratio.into(),
+            1,
+            255,
+            "the TSC:bus ratio, non-zero",
+        )?;
+        range(
+            "clock.tsc_per_art",
+            c.tsc_per_art.into(),
+            2,
+            512,
+            "CPUID.15H EBX/EAX; TMA's 9-bit FastCounter holds the fraction of an ART tick",
+        )?;
+        range(
+            "cycles_per_instruction",
+            self.cycles_per_instruction.into(),
+            1,
+            MAX_CYCLES.into(),
+            "core cycles per instruction",
+        )?;
+        range(
+            "flush_bytes",
+            self.flush_bytes as u64,
+            0,
+            MAX_FLUSH_BYTES as u64,
+            "bytes buffered before the output unit takes them",
+        )?;
+        if let Some(b) = &self.overflow {
+            range(
+                "overflow.buffer_bytes",
+                b.buffer_bytes.into(),
+                0,
+                MAX_BUFFER_BYTES.into(),
+                "the internal buffer; below 256 counts as 256",
+            )?;
+            range(
+                "overflow.per_cycles",
+                b.per_cycles.into(),
+                1,
+                MAX_CYCLES.into(),
+                "the drain period in core cycles",
+            )?;
+        }
+        Ok(())
+    }
+}
