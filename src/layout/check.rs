@@ -97,9 +97,11 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
     let mut offset = u64::from(ptrs.output_offset());
     let mut visited = BTreeSet::new();
     let mut regions: BTreeMap<u64, u64> = BTreeMap::new();
+    // The walk goes on through unlisted memory too (it reads as 0 there: a 4K region at 0x0), as
+    // the unit's does, so an error past it is found (T8 at an unlisted entry 1, say).
     while visited.insert((table, index)) {
         report.walk.push((table, index));
-        let mut off_the_list = unlisted(report, table, index);
+        let listed = !unlisted(report, table, index);
         let c = match current_entry(cpu, &mem, table, index) {
             Ok(c) => c,
             Err(EntryError::Rule(v)) => {
@@ -113,12 +115,13 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
                 break;
             }
         };
+        let mut current_listed = listed;
         if c.hopped {
             if !visited.insert((c.table, 0)) {
                 break;
             }
             report.walk.push((c.table, 0));
-            off_the_list = unlisted(report, c.table, 0);
+            current_listed = !unlisted(report, c.table, 0);
             offset = 0;
         }
         let size = c.entry.region_size();
@@ -134,19 +137,50 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
             break;
         }
         offset = 0;
-        regions.insert(c.entry.base(), size);
-        if c.entry.stop() || off_the_list {
-            break; // STOP ends the walk; past unlisted memory every entry is a 4K region at 0
+        let kept = regions.entry(c.entry.base()).or_insert(size);
+        *kept = (*kept).max(size);
+        if c.entry.stop() {
+            break; // STOP ends the walk
         }
-        (table, index) = (c.table, if c.index == MAX_INDEX { 0 } else { c.index + 1 });
+        let next = if c.index == MAX_INDEX { 0 } else { c.index + 1 };
+        index = if current_listed || cpu.single_entry_topa() {
+            next
+        } else {
+            // Unlisted entries of one table all read as the same zero entry, which was just
+            // taken: on a multi-entry CPU the walk meets nothing new before the next listed
+            // entry, or the wrap to entry 0 (W5).
+            next_listed(&entries, c.table, c.index).unwrap_or(0)
+        };
+        table = c.table;
+    }
+    // Output overwrites a table entry that lies inside any region the walk writes (regions merged
+    // into disjoint spans first, so a large region below a small one is not missed).
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for (&base, &size) in &regions {
+        let end = base.saturating_add(size);
+        match spans.last_mut() {
+            Some(last) if base <= last.1 => last.1 = last.1.max(end),
+            _ => spans.push((base, end)),
+        }
     }
     for (&pa, _) in entries.iter() {
-        if let Some((&base, &size)) = regions.range(..=pa).next_back() {
-            if pa < base + size {
-                report.warnings.push(format!(
-                    "ToPA entry at {pa:#x} lies inside output region {base:#x}+{size:#x}: trace output will overwrite it"
-                ));
-            }
+        let k = spans.partition_point(|&(base, _)| base <= pa);
+        if k > 0 && pa < spans[k - 1].1 {
+            let (base, end) = spans[k - 1];
+            report.warnings.push(format!(
+                "ToPA entry at {pa:#x} lies inside output span {base:#x}..{end:#x}: trace output will overwrite it"
+            ));
         }
     }
+}
+
+/// The index of the first listed entry of `table` after `index`, if any.
+fn next_listed(entries: &BTreeMap<u64, u64>, table: u64, index: u32) -> Option<u32> {
+    let from = table + 8 * (u64::from(index) + 1);
+    let to = table + 8 * (u64::from(MAX_INDEX) + 1);
+    entries
+        .range(from..to)
+        .map(|(&pa, _)| pa - table)
+        .find(|off| off % 8 == 0)
+        .map(|off| (off / 8) as u32)
 }
