@@ -47,9 +47,12 @@ fn layout_toml() -> impl Strategy<Value = String> {
         })
 }
 
+/// An operational error where it was met: table, index, rule ID.
+type Met = (Option<u64>, Option<u32>, String);
+
 /// Writes 256 KiB through `layout` as `ptemu write` does: the #GP of programming it, or the
 /// operational errors the walk met, as (table, index, rule).
-fn write_errors(layout: &Layout) -> Result<Vec<(Option<u64>, Option<u32>, String)>, String> {
+fn write_errors(layout: &Layout) -> Result<Vec<Met>, String> {
     let mut mem = SparseMemory::new();
     let mut unit = OutputUnit::new(layout.cpu.clone());
     layout.apply(&mut unit, &mut mem).map_err(|e| e.to_string())?;
@@ -63,7 +66,7 @@ fn write_errors(layout: &Layout) -> Result<Vec<(Option<u64>, Option<u32>, String
 }
 
 /// What the check reported, as (table, index, rule).
-fn check_errors(report: &layout::CheckReport) -> Vec<(Option<u64>, Option<u32>, String)> {
+fn check_errors(report: &layout::CheckReport) -> Vec<Met> {
     report
         .violations
         .iter()
