@@ -12,10 +12,41 @@ pub fn is_std(path: &Path) -> bool {
     path == Path::new("-")
 }
 
+/// Whether descriptor 1 was closed when the process started, recorded before the Rust runtime
+/// runs: the runtime then reopens a closed standard descriptor on `/dev/null`, after which a
+/// closed stdout can no longer be told from a redirect to `/dev/null`.
+static STDOUT_CLOSED_AT_START: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(target_os = "linux")]
+#[used]
+#[link_section = ".init_array"]
+static RECORD_STDOUT: extern "C" fn() = record_stdout;
+
+/// Runs from `.init_array`, before `main` and before the runtime touches the descriptors.
+#[cfg(target_os = "linux")]
+extern "C" fn record_stdout() {
+    // SAFETY: F_GETFD on a descriptor number has no memory effects.
+    if unsafe { libc::fcntl(1, libc::F_GETFD) } == -1 {
+        STDOUT_CLOSED_AT_START.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Fails when stdout is closed (`ptemu dump t.pt >&-`): the writes would otherwise vanish into
+/// the `/dev/null` the runtime put there, and the command end with exit 0 having written nothing.
+pub fn stdout_is_open() -> Result<(), Failure> {
+    // SAFETY: F_GETFD on a descriptor number has no memory effects.
+    let closed_now = unsafe { libc::fcntl(1, libc::F_GETFD) } == -1;
+    if closed_now || STDOUT_CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(write_failure("stdout", io::Error::from_raw_os_error(libc::EBADF)));
+    }
+    Ok(())
+}
+
 /// Writes `fill`'s bytes to `path`: to stdout for `-` (streamed), else to a temporary sibling
 /// renamed over `path` once complete, so a failure leaves no half-written file.
 pub fn write_output(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> Result<(), Failure> {
     let result = if is_std(path) {
+        stdout_is_open()?;
         let mut out = BufWriter::new(io::stdout().lock());
         fill(&mut out).and_then(|()| out.flush())
     } else {
@@ -39,6 +70,7 @@ pub fn write_failure(what: &str, e: io::Error) -> Failure {
 /// Writes a command's console output to stdout; a failed write is a [`write_failure`] (so a closed
 /// pipe ends the command quietly, and a full disk is an error, not a panic as with `println!`).
 pub fn print(text: &str) -> Result<(), Failure> {
+    stdout_is_open()?;
     let mut out = io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())

@@ -1,55 +1,34 @@
 //! `ptemu dump` and `ptemu asm`.
 
-use super::output::{is_std, write_failure, write_output};
+use super::output::{is_std, stdout_is_open, write_failure, write_output};
 use super::Failure;
 use ptemu::packet::text::{parse_line, to_text, ParseState};
 use ptemu::packet::PacketDecoder;
-use std::fs::File;
-use std::io::{self, BufWriter, Read, Write};
+use ptemu::sources::input::WholeFile;
+use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-/// The bytes of `path` (`-` = stdin); files are mapped, not read, so large traces cost no memory.
-enum Input {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
+/// The bytes of `path` (`-` = stdin): see [`WholeFile`].
+fn open(path: &Path) -> Result<WholeFile, Failure> {
+    let name = if is_std(path) {
+        "stdin".into()
+    } else {
+        path.display().to_string()
+    };
+    WholeFile::open(path).map_err(|e| Failure::input(format!("{name}: cannot read: {e}")))
 }
 
-impl Input {
-    fn open(path: &Path) -> Result<Self, Failure> {
-        let name = path.display();
-        if is_std(path) {
-            let mut v = Vec::new();
-            io::stdin()
-                .read_to_end(&mut v)
-                .map_err(|e| Failure::input(format!("stdin: {e}")))?;
-            return Ok(Input::Owned(v));
-        }
-        let f = File::open(path).map_err(|e| Failure::input(format!("{name}: cannot open: {e}")))?;
-        let len = f
-            .metadata()
-            .map_err(|e| Failure::input(format!("{name}: {e}")))?
-            .len();
-        if len == 0 {
-            return Ok(Input::Owned(Vec::new()));
-        }
-        // SAFETY: the map is read-only and lives while we read it; a trace file truncated by another
-        // process during the dump would fault, as with any file mapping.
-        let map = unsafe { memmap2::Mmap::map(&f) }
-            .map_err(|e| Failure::input(format!("{name}: cannot map: {e}")))?;
-        Ok(Input::Mapped(map))
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Input::Mapped(m) => m,
-            Input::Owned(v) => v,
-        }
-    }
+/// A file that changed under its map is an error naming it.
+fn unchanged(input: &WholeFile, path: &Path) -> Result<(), Failure> {
+    input
+        .changed()
+        .map_err(|e| Failure::input(format!("{}: {e}", path.display())))
 }
 
 /// `ptemu dump`.
 pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), Failure> {
-    let input = Input::open(path)?;
+    stdout_is_open()?;
+    let input = open(path)?;
     let data = input.bytes();
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -57,16 +36,29 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
     let mut d = PacketDecoder::new(data, 0);
     let mut errors = 0u64;
     if !no_sync && !d.sync_forward() {
-        writeln!(
-            out,
-            "[no PSB in {} bytes; use --no-sync to decode from byte 0]",
-            data.len()
-        )
+        if json {
+            let note = serde_json::json!({"offset": 0, "skipped": data.len(), "note": "no PSB; use --no-sync to decode from byte 0"});
+            writeln!(out, "{note}")
+        } else {
+            writeln!(
+                out,
+                "[no PSB in {} bytes; use --no-sync to decode from byte 0]",
+                data.len()
+            )
+        }
         .map_err(io_err)?;
-        return Ok(());
+        out.flush().map_err(io_err)?;
+        return unchanged(&input, path);
     }
     if !no_sync && d.offset() > 0 {
-        writeln!(out, "[{} bytes before the first PSB skipped]", d.offset()).map_err(io_err)?;
+        if json {
+            let note =
+                serde_json::json!({"offset": 0, "skipped": d.offset(), "note": "bytes before the first PSB"});
+            writeln!(out, "{note}")
+        } else {
+            writeln!(out, "[{} bytes before the first PSB skipped]", d.offset())
+        }
+        .map_err(io_err)?;
     }
     while let Some(r) = d.next_packet() {
         match r {
@@ -115,6 +107,7 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
         }
     }
     out.flush().map_err(io_err)?;
+    unchanged(&input, path)?;
     if errors > 0 {
         return Err(Failure::found(format!(
             "{}: {errors} decode error(s)",
@@ -126,7 +119,10 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
 
 /// `ptemu asm`.
 pub fn asm(path: &Path, output: &Path) -> Result<(), Failure> {
-    let input = Input::open(path)?;
+    if is_std(output) {
+        stdout_is_open()?;
+    }
+    let input = open(path)?;
     let text = std::str::from_utf8(input.bytes()).map_err(|e| {
         Failure::input(format!(
             "{}: not UTF-8 text at byte {}",
@@ -146,5 +142,6 @@ pub fn asm(path: &Path, output: &Path) -> Result<(), Failure> {
             Err(e) => return Err(Failure::input(format!("{}:{}: {e}", path.display(), i + 1))),
         }
     }
+    unchanged(&input, path)?;
     write_output(output, |w| w.write_all(&bytes))
 }

@@ -87,7 +87,7 @@ pub fn write_args(p: &Packet, out: &mut impl Write) -> fmt::Result {
                 out.write_str(", mult")?;
             }
             if let Some(n) = icnt {
-                write!(out, ", icnt {n}")?;
+                write!(out, ", icnt {n:#x}")?;
             }
             Ok(())
         }
@@ -107,13 +107,27 @@ pub struct ParseState {
     block: Option<bool>,
 }
 
+/// `s` as an error message quotes it: at most 40 characters, then `…` (a bad line may be huge).
+fn clip(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+/// Decimal digits, or `0x` and hex digits: no sign, nothing else.
 fn num(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => s.parse(),
+    let (digits, radix) = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => (h, 16),
+        None => (s, 10),
     };
-    r.map_err(|_| format!("`{s}` is not a number"))
+    let r = if !digits.is_empty() && digits.chars().all(|c| c.is_digit(radix)) {
+        u64::from_str_radix(digits, radix).ok()
+    } else {
+        None
+    };
+    r.ok_or_else(|| format!("`{}` is not a number", clip(s)))
 }
 
 fn small<T: TryFrom<u64>>(s: &str, what: &str) -> Result<T, String> {
@@ -125,7 +139,7 @@ fn small<T: TryFrom<u64>>(s: &str, what: &str) -> Result<T, String> {
 fn pair(s: &str) -> Result<(&str, &str), String> {
     s.split_once(':')
         .map(|(a, b)| (a.trim(), b.trim()))
-        .ok_or_else(|| format!("expected `a: b`, got `{s}`"))
+        .ok_or_else(|| format!("expected `a: b`, got `{}`", clip(s)))
 }
 
 fn cstate(s: &str) -> Result<u8, String> {
@@ -133,9 +147,9 @@ fn cstate(s: &str) -> Result<u8, String> {
         .trim()
         .strip_prefix('c')
         .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("`{s}` is not a C-state (c0..c15)"))?;
+        .ok_or_else(|| format!("`{}` is not a C-state (c0..c15)", clip(s)))?;
     if n > 15 {
-        return Err(format!("`{s}` is not a C-state (c0..c15)"));
+        return Err(format!("`{}` is not a C-state (c0..c15)", clip(s)));
     }
     Ok((n + 15) & 0xf)
 }
@@ -145,7 +159,8 @@ fn ip_payload(args: &str) -> Result<IpPayload, String> {
         return Ok(IpPayload::SUPPRESSED);
     }
     let (ipc, raw) = pair(args)?;
-    let ipc = Ipc::from_bits(small(ipc, "IPBytes")?).ok_or_else(|| format!("IPBytes {ipc} is reserved"))?;
+    let ipc =
+        Ipc::from_bits(small(ipc, "IPBytes")?).ok_or_else(|| format!("IPBytes {} is reserved", clip(ipc)))?;
     let raw = num(raw)?;
     if raw & !ipc.mask() != 0 {
         return Err(format!("payload {raw:#x} does not fit IPBytes {}", ipc as u8));
@@ -172,7 +187,10 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
     let flags = |allowed: &[&str], from: usize| -> Result<Vec<bool>, String> {
         for f in &list[from.min(list.len())..] {
             if !allowed.contains(f) {
-                return Err(format!("`{f}` is not one of {allowed:?}"));
+                return Err(format!("`{}` is not one of {allowed:?}", clip(f)));
+            }
+            if list[from.min(list.len())..].iter().filter(|g| *g == f).count() > 1 {
+                return Err(format!("`{f}` is given twice"));
             }
         }
         Ok(allowed
@@ -185,6 +203,15 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             .copied()
             .ok_or_else(|| format!("{name} needs arguments"))
     };
+    // The argument of a packet that takes exactly one.
+    let only = || match list.len() {
+        1 => Ok(list[0]),
+        0 => Err(format!("{name} needs an argument")),
+        _ => Err(format!("{name} takes one argument, not `{}`", clip(rest))),
+    };
+    if matches!(name, "pad" | "psb" | "psbend" | "ovf" | "stop") && !rest.is_empty() {
+        return Err(format!("{name} takes no arguments, not `{}`", clip(rest)));
+    }
     let p = match name {
         "pad" => Packet::Pad,
         "psb" => Packet::Psb,
@@ -234,29 +261,27 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             }
         }
         "cbr" => Packet::Cbr {
-            ratio: small(first()?, "ratio")?,
+            ratio: small(only()?, "ratio")?,
         },
-        "tsc" => Packet::Tsc { tsc: num(first()?)? },
+        "tsc" => Packet::Tsc { tsc: num(only()?)? },
         "mtc" => Packet::Mtc {
-            ctc: small(first()?, "ctc")?,
+            ctc: small(only()?, "ctc")?,
         },
         "tma" if list.len() == 2 => Packet::Tma {
             ctc: small(list[0], "ctc")?,
             fc: small(list[1], "fc")?,
         },
-        "cyc" => Packet::Cyc {
-            value: num(first()?)?,
-        },
-        "vmcs" => Packet::Vmcs { base: num(first()?)? },
+        "cyc" => Packet::Cyc { value: num(only()?)? },
+        "vmcs" => Packet::Vmcs { base: num(only()?)? },
         "mnt" => Packet::Mnt {
-            payload: num(first()?)?,
+            payload: num(only()?)?,
         },
         "ptw" => {
             let (n, payload) = pair(first()?)?;
             let size = match n {
                 "4" => PtwSize::Four,
                 "8" => PtwSize::Eight,
-                _ => return Err(format!("PTW size is 4 or 8, not {n}")),
+                _ => return Err(format!("PTW size is 4 or 8, not {}", clip(n))),
             };
             Packet::Ptw {
                 size,
@@ -307,7 +332,7 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
         }
         "bip" => {
             let sz4 = st.block.ok_or("bip outside a bbp block")?;
-            let (id, payload) = pair(first()?)?;
+            let (id, payload) = pair(only()?)?;
             Packet::Bip {
                 id: small(id, "id")?,
                 payload: num(payload)?,
@@ -323,7 +348,7 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             }
         }
         "evd" => {
-            let (ty, payload) = pair(first()?)?;
+            let (ty, payload) = pair(only()?)?;
             Packet::Evd {
                 ty: small(ty, "type")?,
                 payload: num(payload)?,
@@ -333,11 +358,20 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             let mut icnt = None;
             let (mut ip, mut mult) = (false, false);
             for w in &list[1.min(list.len())..] {
+                let word = w.split_whitespace().next().unwrap_or("");
+                let twice = match word {
+                    "ip" => std::mem::replace(&mut ip, true),
+                    "mult" => std::mem::replace(&mut mult, true),
+                    "icnt" => icnt.is_some(),
+                    _ => false,
+                };
+                if twice {
+                    return Err(format!("`{word}` is given twice"));
+                }
                 match *w {
-                    "ip" => ip = true,
-                    "mult" => mult = true,
+                    "ip" | "mult" => {}
                     w if w.starts_with("icnt") => icnt = Some(small(&w[4..], "icnt")?),
-                    w => return Err(format!("`{w}` is not ip, mult or icnt N")),
+                    w => return Err(format!("`{}` is not ip, mult or icnt N", clip(w))),
                 }
             }
             Packet::Trig {
@@ -348,7 +382,12 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             }
         }
         "" => return Ok(None),
-        other => return Err(format!("unknown packet `{other}` (or wrong number of arguments)")),
+        other => {
+            return Err(format!(
+                "unknown packet `{}` (or wrong number of arguments)",
+                clip(other)
+            ))
+        }
     };
     // The encoder checks the field ranges; report them here with the line.
     let mut buf = [0u8; super::MAX_PACKET_LEN];
@@ -375,7 +414,7 @@ mod tests {
             "pwre       c0.0, hw",
             "pwrx       c1, c6, wake 0x1",
             "cfe        0x3: 0xf0, ip",
-            "trig       0xa1, ip, mult, icnt 23",
+            "trig       0xa1, ip, mult, icnt 0x17",
         ] {
             let p = parse_line(line, &mut st).unwrap().unwrap();
             assert_eq!(to_text(&p), line);
@@ -389,6 +428,24 @@ mod tests {
             "seven bits do not fit TNT-8"
         );
         assert!(parse_line("bip 1: 2", &mut st).is_err());
+        for extra in [
+            "pad pad",
+            "psb extra",
+            "ovf 1",
+            "ptw 8: 0x1, ip, ip",
+            "mode.exec cs.l, cs.l",
+            "tsc 1, 2",
+            "cbr 3 4",
+            "trig 0xa1, ip, ip",
+            "trig 0xa1, icnt 1, icnt 2",
+            "tsc +5",
+            "tsc 0x+5",
+        ] {
+            assert!(parse_line(extra, &mut st).is_err(), "{extra}");
+        }
+        let long = format!("tsc {}", "9".repeat(1 << 20));
+        let e = parse_line(&long, &mut st).unwrap_err();
+        assert!(e.len() < 100, "the message quotes a clip of the token: {e}");
         assert!(parse_line("tip 5: 0x10", &mut st).is_err());
     }
 }

@@ -386,3 +386,80 @@ impl BufRead for Inflater {
         self.pos = (self.pos + amt).min(self.current.len());
     }
 }
+
+/// A whole file as bytes, for tools that need it all at once (`ptemu dump`, `ptemu asm`): a
+/// non-empty regular file is mapped (no copy) under the SIGBUS guard; anything else (a FIFO, a
+/// device, an empty file) is read, never sized by its metadata.
+pub struct WholeFile {
+    inner: Whole,
+}
+
+enum Whole {
+    /// Declared guard first: dropped (unwatched) before the map is unmapped.
+    Mapped(Guard, memmap2::Mmap, File),
+    Read(Vec<u8>),
+}
+
+impl std::fmt::Debug for WholeFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WholeFile")
+            .field("len", &self.bytes().len())
+            .finish()
+    }
+}
+
+impl WholeFile {
+    /// Opens `path` (`-` is stdin, read to its end).
+    pub fn open(path: &Path) -> io::Result<WholeFile> {
+        if path.as_os_str() == "-" {
+            let mut v = Vec::new();
+            io::stdin().read_to_end(&mut v)?;
+            return Ok(WholeFile {
+                inner: Whole::Read(v),
+            });
+        }
+        let mut file = File::open(path)?;
+        let meta = file.metadata()?;
+        if meta.is_file() && meta.len() > 0 {
+            // SAFETY: read-only and private; a file another process shrinks meanwhile reads as
+            // zeros past its new end under the guard, and `changed` then reports it.
+            if let Ok(map) = unsafe { memmap2::Mmap::map(&file) } {
+                if let Some(guard) = Guard::new(&path.display().to_string(), map.as_ptr(), map.len()) {
+                    return Ok(WholeFile {
+                        inner: Whole::Mapped(guard, map, file),
+                    });
+                }
+            }
+        }
+        let mut v = Vec::new();
+        file.read_to_end(&mut v)?;
+        Ok(WholeFile {
+            inner: Whole::Read(v),
+        })
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.inner {
+            Whole::Mapped(_, map, _) => map,
+            Whole::Read(v) => v,
+        }
+    }
+
+    /// An error if the mapped file changed size since it was opened (what was read past its new
+    /// end was zeros, not the file): check after using the bytes.
+    pub fn changed(&self) -> io::Result<()> {
+        let Whole::Mapped(guard, map, file) = &self.inner else {
+            return Ok(());
+        };
+        let now = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if guard.hit() || now != map.len() as u64 {
+            return Err(io::Error::other(format!(
+                "the file changed size while it was read ({} bytes when opened, {now} now): \
+                 another process truncated or rewrote it",
+                map.len()
+            )));
+        }
+        Ok(())
+    }
+}

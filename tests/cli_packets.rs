@@ -1,0 +1,137 @@
+//! `ptemu dump` and `ptemu asm` on the inputs and outputs a shell gives them: FIFOs and devices
+//! read as what they yield, every `--json` line an object, extra tokens refused with a short
+//! message, and a closed stdout an error rather than a silent exit 0.
+
+mod common;
+
+use common::cli::{ptemu, s, text};
+use std::path::{Path, PathBuf};
+
+/// A trace to work on: the bundled sample simulated into `dir/sim`.
+fn sample_trace(dir: &Path) -> PathBuf {
+    let out = dir.join("sim");
+    let o = ptemu(&["simulate", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    out.join("trace.pt")
+}
+
+/// A FIFO at `dir/name` that a thread fills with `body` once opened.
+fn fifo(dir: &Path, name: &str, body: Vec<u8>) -> (PathBuf, std::thread::JoinHandle<()>) {
+    let path = dir.join(name);
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap()
+        .success());
+    let p = path.clone();
+    let writer = std::thread::spawn(move || std::fs::write(p, body).unwrap());
+    (path, writer)
+}
+
+#[test]
+fn dump_and_asm_read_fifos_as_what_they_yield() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = sample_trace(dir.path());
+    let bytes = std::fs::read(&trace).unwrap();
+    let from_file = ptemu(&["dump", s(&trace)]);
+    assert!(from_file.status.success());
+    let (pipe, writer) = fifo(dir.path(), "t.fifo", bytes.clone());
+    let from_fifo = ptemu(&["dump", s(&pipe)]);
+    writer.join().unwrap();
+    assert!(from_fifo.status.success(), "{}", text(&from_fifo.stderr));
+    assert_eq!(text(&from_fifo.stdout), text(&from_file.stdout));
+    let (pipe, writer) = fifo(dir.path(), "txt.fifo", from_file.stdout.clone());
+    let out = dir.path().join("b.pt");
+    let o = ptemu(&["asm", s(&pipe), "-o", s(&out)]);
+    writer.join().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        bytes,
+        "asm from a FIFO, byte-identical"
+    );
+}
+
+#[test]
+fn every_dump_json_line_is_a_json_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = std::fs::read(sample_trace(dir.path())).unwrap();
+    let cases = [
+        ("nopsb.bin", b"abc".to_vec(), "no PSB"),
+        (
+            "prefix.pt",
+            [b"xx".as_slice(), &trace].concat(),
+            "before the first PSB",
+        ),
+    ];
+    for (name, body, note) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        let o = ptemu(&["dump", "--json", s(&path)]);
+        let out = text(&o.stdout);
+        for line in out.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(v.is_object(), "{line}");
+        }
+        let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert!(first["note"].as_str().unwrap().contains(note), "{first}");
+        assert!(first["skipped"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn asm_refuses_extra_tokens_naming_the_line_and_quotes_briefly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o.pt");
+    for bad in [
+        "pad pad",
+        "psb extra",
+        "ptw 8: 0x1, ip, ip",
+        "tsc 1, 2",
+        "trig 0x1, ip, ip",
+    ] {
+        let src = dir.path().join("bad.txt");
+        std::fs::write(&src, format!("psb\n{bad}\n")).unwrap();
+        let o = ptemu(&["asm", s(&src), "-o", s(&out)]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("bad.txt:2"), "{bad}: {err}");
+        assert!(!out.exists());
+    }
+    // A 16 MB bad line: the message quotes a few dozen characters of it, not the line.
+    let src = dir.path().join("huge.txt");
+    std::fs::write(&src, format!("tsc {}\n", "9".repeat(16 << 20))).unwrap();
+    let o = ptemu(&["asm", s(&src), "-o", s(&out)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stderr.len() < 300, "{} bytes of message", o.stderr.len());
+}
+
+/// `>&-`: stdout closed. The runtime would put `/dev/null` there and the output vanish with exit
+/// 0; each command that writes to stdout exits 2 naming it instead. `>/dev/null` stays fine.
+#[test]
+fn a_closed_stdout_is_an_error_not_a_silent_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = sample_trace(dir.path());
+    let penn = "tests/data/penn/sjeng-1K.trace";
+    let cases: [&[&str]; 3] = [
+        &["dump", s(&trace)],
+        &["stats", penn, "--format", "penn"],
+        &["gen", "--format", "penn", "--records", "10", "-o", "-"],
+    ];
+    for args in cases {
+        for (redirect, code) in [(">&-", 2), (">/dev/null", 0)] {
+            let o = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("exec \"$0\" \"$@\" {redirect}"))
+                .arg(env!("CARGO_BIN_EXE_ptemu"))
+                .args(args)
+                .output()
+                .unwrap();
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(code), "{args:?} {redirect}: {err}");
+            if code == 2 {
+                assert!(err.contains("stdout: writing: Bad file descriptor"), "{err}");
+            }
+        }
+    }
+}
