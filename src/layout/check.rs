@@ -184,3 +184,47 @@ fn next_listed(entries: &BTreeMap<u64, u64>, table: u64, index: u32) -> Option<u
         .find(|off| off % 8 == 0)
         .map(|off| (off / 8) as u32)
 }
+
+/// The property `layout check` keeps, for fuzzing: programs `layout` and writes 256 KiB through
+/// the output unit as `ptemu write` does, and fails naming what the write met that [`check`] did
+/// not report (a #GP, or an operational error at its entry and rule). Only when the check warns
+/// that output overwrites a table may the write meet more.
+pub fn recheck(layout: &Layout) -> Result<(), String> {
+    let report = check(layout);
+    let mut mem = SparseMemory::new();
+    let mut unit = crate::OutputUnit::new(layout.cpu.clone());
+    if let Err(e) = layout.apply(&mut unit, &mut mem) {
+        return match report.faults.is_empty() {
+            true => Err(format!("programming it failed ({e}), the check found no #GP")),
+            false => Ok(()),
+        };
+    }
+    if !report.faults.is_empty() {
+        return Err(format!(
+            "the check found {:?}, programming it succeeded",
+            report.faults
+        ));
+    }
+    unit.write(&mut mem, &vec![0u8; 256 << 10])
+        .map_err(|e| e.to_string())?;
+    if report.warnings.iter().any(|w| w.contains("will overwrite it")) {
+        return Ok(());
+    }
+    for e in unit
+        .events()
+        .iter()
+        .filter(|e| e.kind == crate::output::EventKind::Error)
+    {
+        let met = report
+            .violations
+            .iter()
+            .any(|v| (v.table, v.index, Some(v.rule)) == (e.table, e.index, e.rule));
+        if !met {
+            return Err(format!(
+                "write met {e:?}; the check reported {:?}",
+                report.violations
+            ));
+        }
+    }
+    Ok(())
+}

@@ -6,7 +6,7 @@
 mod check;
 mod parse;
 
-pub use check::{check, CheckReport};
+pub use check::{check, recheck, CheckReport};
 pub use parse::{EntrySpec, LayoutError, Scheme, TableSpec};
 
 use crate::memory::PhysMemory;

@@ -174,24 +174,70 @@ fn bench(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The fuzz targets, one per reader and one for the packet decoder, and the test files that seed
-/// each corpus.
-const FUZZ_TARGETS: &[(&str, &[&str])] = &[
-    (
-        "penn",
-        &[
+/// A fuzz target, the test files that seed its corpus, and whether its input starts with a mode
+/// byte (the readers' targets: strict 0 or lenient 1), so each seed is stored once per mode.
+struct FuzzTarget {
+    name: &'static str,
+    seeds: &'static [&'static str],
+    mode_byte: bool,
+}
+
+/// The fuzz targets: one per reader, the packet decoder, the output unit, the layout parser, the
+/// tracer config and the `asm` text.
+const FUZZ_TARGETS: &[FuzzTarget] = &[
+    FuzzTarget {
+        name: "penn",
+        seeds: &[
             "tests/data/penn/sjeng-1K.trace",
             "tests/data/penn/CSC656-test-handedited.trace",
         ],
-    ),
-    ("byu", &[]),
-    ("byu_p2", &["tests/data/byu-p2/trace_small.tr"]),
-    ("kaplan", &[]),
-    (
-        "gem5",
-        &["tests/data/gem5/system.cpu.traceListener.fetchtrace.proto.gz"],
-    ),
-    ("packets", &[]),
+        mode_byte: true,
+    },
+    FuzzTarget {
+        name: "byu",
+        seeds: &[],
+        mode_byte: true,
+    },
+    FuzzTarget {
+        name: "byu_p2",
+        seeds: &["tests/data/byu-p2/trace_small.tr"],
+        mode_byte: true,
+    },
+    FuzzTarget {
+        name: "kaplan",
+        seeds: &[],
+        mode_byte: true,
+    },
+    FuzzTarget {
+        name: "gem5",
+        seeds: &["tests/data/gem5/system.cpu.traceListener.fetchtrace.proto.gz"],
+        mode_byte: true,
+    },
+    FuzzTarget {
+        name: "packets",
+        seeds: &[],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "output_unit",
+        seeds: &[],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "layout",
+        seeds: &["examples/demo-layout.toml", "src/simulate/default-layout.toml"],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "tracer_config",
+        seeds: &[],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "asm",
+        seeds: &[],
+        mode_byte: false,
+    },
 ];
 
 /// Runs every fuzz target (or the named ones) for SECONDS each (default 60) with cargo-fuzz,
@@ -209,15 +255,25 @@ fn fuzz(args: &[String]) -> Result<(), String> {
     }
     let fuzz_dir = root().join("fuzz");
     let mut summary = Vec::new();
-    for (target, seeds) in FUZZ_TARGETS {
+    for FuzzTarget {
+        name: target,
+        seeds,
+        mode_byte,
+    } in FUZZ_TARGETS
+    {
         if !names.is_empty() && !names.iter().any(|n| n == target) {
             continue;
         }
         let corpus = fuzz_dir.join("corpus").join(target);
         std::fs::create_dir_all(&corpus).map_err(|e| format!("{}: {e}", corpus.display()))?;
         for (i, seed) in seeds.iter().enumerate() {
-            // The first byte picks strict (0) or lenient (1) reading; seed both.
             let body = std::fs::read(root().join(seed)).map_err(|e| format!("{seed}: {e}"))?;
+            if !mode_byte {
+                let path = corpus.join(format!("seed-{i}"));
+                std::fs::write(&path, &body).map_err(|e| format!("{}: {e}", path.display()))?;
+                continue;
+            }
+            // The first byte picks strict (0) or lenient (1) reading; seed both.
             for mode in [0u8, 1] {
                 let mut data = vec![mode];
                 data.extend_from_slice(&body);
@@ -297,13 +353,13 @@ mod tests {
             .filter(|n| *n != "ptemu-fuzz")
             .collect();
         declared.sort_unstable();
-        let mut listed: Vec<&str> = FUZZ_TARGETS.iter().map(|(t, _)| *t).collect();
+        let mut listed: Vec<&str> = FUZZ_TARGETS.iter().map(|t| t.name).collect();
         listed.sort_unstable();
         assert_eq!(listed, declared);
-        for (target, seeds) in FUZZ_TARGETS {
-            let src = root().join(format!("fuzz/fuzz_targets/{target}.rs"));
+        for t in FUZZ_TARGETS {
+            let src = root().join(format!("fuzz/fuzz_targets/{}.rs", t.name));
             assert!(src.exists(), "{}", src.display());
-            for seed in *seeds {
+            for seed in t.seeds {
                 assert!(root().join(seed).exists(), "{seed}");
             }
         }
