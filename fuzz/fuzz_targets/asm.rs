@@ -12,7 +12,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             continue;
         };
         let mut bytes = Vec::new();
-        p.encode_to_vec(&mut bytes).expect("parse_line checked the fields");
+        p.encode_to_vec(&mut bytes)
+            .expect("parse_line checked the fields");
         let mut d = PacketDecoder::new(&bytes, 0);
         if !matches!(p, ptemu::packet::Packet::Bip { .. }) {
             // A BIP decodes only inside its block; the others stand alone.
@@ -21,7 +22,9 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
         }
         let shown = to_text(&p);
         let mut st2 = st;
-        let again = parse_line(&shown, &mut st2).expect("dump's text parses").expect("a packet");
+        let again = parse_line(&shown, &mut st2)
+            .expect("dump's text parses")
+            .expect("a packet");
         assert_eq!(again, p, "{line} -> {shown}");
     }
 });

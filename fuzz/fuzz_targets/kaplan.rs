@@ -1,3 +1,6 @@
 //! Fuzz target: arbitrary bytes through the kaplan reader and its mapping (`sources::read_arbitrary`).
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| ptemu::sources::read_arbitrary(ptemu::sources::Format::Kaplan, data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ptemu::sources::read_arbitrary(
+    ptemu::sources::Format::Kaplan,
+    data
+));

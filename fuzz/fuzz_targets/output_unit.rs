@@ -127,7 +127,11 @@ fn against_the_model(b: &mut Bytes) {
     if b.u8() % 4 == 0 {
         // Single range: 128 B .. 16 KiB, sometimes a bad mask, misaligned or past the end.
         let size = 1u64 << (7 + b.u8() % 8);
-        let mask = if b.u8() % 10 == 0 { (size - 1) ^ 0x80 | 0x100 } else { size - 1 };
+        let mask = if b.u8() % 10 == 0 {
+            (size - 1) ^ 0x80 | 0x100
+        } else {
+            size - 1
+        };
         let base = 0x100_0000 + if b.u8() % 10 == 0 { 0x80 } else { 0 };
         let offset = u64::from(b.u8()) * size / 240;
         let cpu = CpuProfile::named("alderlake").unwrap();
@@ -151,7 +155,10 @@ fn against_the_model(b: &mut Bytes) {
         0 => u64::from(b.u8()) * 64,
         _ => 0,
     };
-    let ctl = RtitCtl::new().with_trace_en(true).with_topa(true).with_branch_en(true);
+    let ctl = RtitCtl::new()
+        .with_trace_en(true)
+        .with_topa(true)
+        .with_branch_en(true);
     let ops = ops(b);
     if let Err(m) = run_both(cpu, entries, table, 0x7f | index << 7 | offset << 32, ctl, &ops) {
         panic!("ToPA: {m}");

@@ -19,5 +19,12 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     opts.tracer = cfg;
     opts.image = false;
     let input = Input::from_bytes("sample", SAMPLE[..SAMPLE.len() / 4].to_vec()).unwrap();
-    let _ = simulate::run(&opts, input, None, std::io::sink(), Default::default(), &mut |_| {});
+    let _ = simulate::run(
+        &opts,
+        input,
+        None,
+        std::io::sink(),
+        Default::default(),
+        &mut |_| {},
+    );
 });
