@@ -135,3 +135,26 @@ fn a_closed_stdout_is_an_error_not_a_silent_success() {
         }
     }
 }
+
+/// The text after the offset column of each line of a dump.
+fn packet_columns(dump: &str) -> Vec<&str> {
+    dump.lines().map(|l| l[16..].trim()).collect()
+}
+
+#[test]
+fn asm_assembles_every_kind_of_libipt_golden_packet_and_dump_gives_the_same_text() {
+    let golden = "tests/data/asm/libipt-golden.txt";
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("g.pt");
+    let o = ptemu(&["asm", golden, "-o", s(&out)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let back = ptemu(&["dump", s(&out)]);
+    assert!(back.status.success(), "{}", text(&back.stderr));
+    let want = std::fs::read_to_string(golden).unwrap();
+    assert_eq!(packet_columns(&text(&back.stdout)), packet_columns(&want));
+    let kinds: std::collections::BTreeSet<&str> = packet_columns(&want)
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert!(kinds.len() >= 28, "{kinds:?}");
+}

@@ -1,5 +1,5 @@
 //! Fuzz target: any text as a tracer config (`--tracer-config`). Parsing never panics; a config
-//! that parses and validates runs a short simulation of the bundled Penn sample without a panic,
+//! that parses and validates runs a short simulation of the bundled Penn sample with TSC, MTC and CYC on without a panic,
 //! an allocation failure or a hang.
 #![no_main]
 use ptemu::simulate::{self, default_layout, Options};
@@ -17,6 +17,8 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     }
     let mut opts = Options::new(Format::Penn, default_layout());
     opts.tracer = cfg;
+    // Timing packets on, so the clock settings shape the stream (TSC, TMA, MTC, CYC).
+    opts.ctl = opts.ctl.with_tsc_en(true).with_mtc_en(true).with_cyc_en(true);
     opts.image = false;
     let input = Input::from_bytes("sample", SAMPLE[..SAMPLE.len() / 4].to_vec()).unwrap();
     let _ = simulate::run(

@@ -230,12 +230,12 @@ const FUZZ_TARGETS: &[FuzzTarget] = &[
     },
     FuzzTarget {
         name: "tracer_config",
-        seeds: &[],
+        seeds: &["examples/tracer-config.toml"],
         mode_byte: false,
     },
     FuzzTarget {
         name: "asm",
-        seeds: &[],
+        seeds: &["tests/data/asm/libipt-golden.txt"],
         mode_byte: false,
     },
 ];
