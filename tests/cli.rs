@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{ptemu, ptemu_stdin, s, text};
+use common::cli::{ptemu, ptemu_stdin, s, text, write_args};
 use common::stream;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -28,16 +28,10 @@ impl Case {
         self.dir.path().join("out")
     }
     fn write(&self, layout: &Path, stream: &Path) -> Output {
-        ptemu(&[
-            "write",
-            "--layout",
-            s(layout),
-            "--stream",
-            s(stream),
-            "--out",
-            s(&self.out()),
-            "--quiet",
-        ])
+        let out = self.out();
+        let mut args = write_args(layout, s(stream), &out);
+        args.push("--quiet");
+        ptemu(&args)
     }
 }
 
@@ -395,15 +389,7 @@ fn console_output_to_a_closed_pipe_or_a_full_device_never_panics() {
         vec!["layout", "default"],
         vec!["layout", "check", s(&demo)],
         vec!["simulate", "--out", s(&out)],
-        vec![
-            "write",
-            "--layout",
-            s(&demo),
-            "--stream",
-            s(&stream),
-            "--out",
-            s(&out),
-        ],
+        write_args(&demo, s(&stream), &out),
         vec!["dump", s(&pt)],
     ];
     for args in &commands {

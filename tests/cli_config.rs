@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{ptemu, s, text};
+use common::cli::{ptemu, s, text, write_args};
 use std::path::{Path, PathBuf};
 
 fn file(dir: &Path, name: &str, body: impl AsRef<[u8]>) -> PathBuf {
@@ -29,18 +29,7 @@ fn refused_everywhere(dir: &Path, layout: &Path, needles: &[&str]) {
     let st = file(dir, "s.bin", [0u8; 64]);
     let out = dir.join("out");
     refused(&["layout", "check", s(layout)], needles);
-    refused(
-        &[
-            "write",
-            "--layout",
-            s(layout),
-            "--stream",
-            s(&st),
-            "--out",
-            s(&out),
-        ],
-        needles,
-    );
+    refused(&write_args(layout, s(&st), &out), needles);
     refused(&["simulate", "--layout", s(layout), "--out", s(&out)], needles);
     assert!(!out.exists());
 }
@@ -80,10 +69,11 @@ fn numbers_take_no_sign_and_no_stray_prefix_and_say_when_they_do_not_fit() {
     }
 }
 
-/// Line numbers are found by a binary search over line starts counted once: 100,000 entries
-/// parse in about a second in a debug build (the old per-entry recount took 49 s in release).
+/// A layout of 100,000 entries is refused at the right line of its last entry (line numbers come
+/// from a binary search over line starts counted once; how parse time grows is measured by
+/// `cargo xtask bench`, benches/layout.rs: the old per-entry recount took 49 s in release here).
 #[test]
-fn a_layout_of_100k_entries_parses_in_linear_time() {
+fn a_layout_of_100k_entries_names_the_line_of_its_last_entry() {
     let dir = tempfile::tempdir().unwrap();
     let mut body = String::from(TOPA_HEAD);
     body.push_str("entries = [\n");
@@ -95,14 +85,8 @@ fn a_layout_of_100k_entries_parses_in_linear_time() {
     }
     body.push_str("  { end = 0x10000 },\n  { region = 0x1000, size = \"zz\" },\n]\n");
     let layout = file(dir.path(), "big.toml", body);
-    let start = std::time::Instant::now();
     // The last line is bad: its line number is the proof the lines were counted right.
     refused(&["layout", "check", s(&layout)], &["big.toml:100008"]);
-    assert!(
-        start.elapsed() < std::time::Duration::from_secs(60),
-        "{:?}: quadratic again?",
-        start.elapsed()
-    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cli::{ptemu, ptemu_spawn, s, text};
+use common::cli::{ptemu, ptemu_spawn, s, text, write_args};
 use common::stream;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -16,16 +16,9 @@ fn file(dir: &Path, name: &str, body: impl AsRef<[u8]>) -> PathBuf {
 }
 
 fn write(layout: &Path, stream: &Path, out: &Path) -> Output {
-    ptemu(&[
-        "write",
-        "--layout",
-        s(layout),
-        "--stream",
-        s(stream),
-        "--out",
-        s(out),
-        "--quiet",
-    ])
+    let mut args = write_args(layout, s(stream), out);
+    args.push("--quiet");
+    ptemu(&args)
 }
 
 /// Two entries with one region base, 8K then 4K with STOP (rule W1: each byte lands at the
@@ -90,16 +83,8 @@ fn sim13_r3_wrap_events_stream_to_events_jsonl_with_flat_memory() {
     let mut peaks = Vec::new();
     for mib in [4usize, 64] {
         let out = dir.path().join(format!("out{mib}"));
-        let args = [
-            "write",
-            "--layout",
-            s(&layout),
-            "--stream",
-            "-",
-            "--out",
-            s(&out),
-            "-q",
-        ];
+        let mut args = write_args(&layout, "-", &out);
+        args.push("-q");
         let (code, peak_kib) = run_measured(&args, 0x5a, mib << 20);
         assert_eq!(code, Some(0));
         peaks.push(peak_kib);
@@ -288,16 +273,7 @@ fn sim12_a_signal_cleans_up_and_exits_128_plus_the_signal() {
         let out = dir.path().join(format!("new/{cmd}-{signal}"));
         let args: Vec<&str> = match cmd {
             "simulate" => vec!["simulate", "-", "--format", "penn", "--out", s(&out), "-q"],
-            _ => vec![
-                "write",
-                "--layout",
-                s(&layout),
-                "--stream",
-                "-",
-                "--out",
-                s(&out),
-                "-q",
-            ],
+            _ => [write_args(&layout, "-", &out), vec!["-q"]].concat(),
         };
         let mut child = ptemu_spawn(&args);
         // Part of the input, then the pipe stays open: the run waits with its outputs half made.

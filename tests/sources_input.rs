@@ -22,6 +22,16 @@ fn read_to_end(input: &mut Input) -> (usize, Option<std::io::Error>) {
     }
 }
 
+/// Cuts the file at `path` to `len` bytes, as another writer would.
+fn cut(path: &std::path::Path, len: u64) {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
 #[test]
 fn a_mapped_file_cut_short_while_read_is_an_error_not_a_sigbus() {
     let dir = tempfile::tempdir().unwrap();
@@ -31,12 +41,7 @@ fn a_mapped_file_cut_short_while_read_is_an_error_not_a_sigbus() {
     let mut head = vec![0u8; 1 << 20];
     input.read_exact(&mut head).unwrap();
     // Another writer cuts the file to one page: every mapped page past it is gone.
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    cut(&path, 4096);
     let (_, err) = read_to_end(&mut input);
     let err = err.expect("reading past the new end is an error").to_string();
     assert!(err.contains("changed size") && err.contains("4096 now"), "{err}");
@@ -52,12 +57,7 @@ fn a_mapped_file_cut_inside_its_last_page_is_an_error_at_the_end() {
     let mut input = Input::open(&path).unwrap();
     let mut head = [0u8; 100];
     input.read_exact(&mut head).unwrap();
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(9_000)
-        .unwrap();
+    cut(&path, 9_000);
     let (_, err) = read_to_end(&mut input);
     let err = err.expect("a size change is reported at the end").to_string();
     assert!(err.contains("10000 bytes when opened, 9000 now"), "{err}");
@@ -88,12 +88,7 @@ fn stats_on_a_file_cut_while_read_exits_2_or_counts_it_whole() {
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(30));
-    OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(4096)
-        .unwrap();
+    cut(&path, 4096);
     let o = child.wait_with_output().unwrap();
     let err = text(&o.stderr);
     match o.status.code() {

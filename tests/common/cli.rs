@@ -55,3 +55,17 @@ pub fn text(b: &[u8]) -> String {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// The arguments of `ptemu write --layout LAYOUT --stream STREAM --out OUT` (STREAM may be `-`);
+/// the caller adds flags such as `-q`.
+pub fn write_args<'a>(layout: &'a Path, stream: &'a str, out: &'a Path) -> Vec<&'a str> {
+    vec![
+        "write",
+        "--layout",
+        s(layout),
+        "--stream",
+        stream,
+        "--out",
+        s(out),
+    ]
+}

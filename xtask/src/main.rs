@@ -166,7 +166,7 @@ fn simulate(args: &[String]) -> Result<(), String> {
 /// the test packages: they are installed first, as for `cargo xtask test`).
 fn bench(args: &[String]) -> Result<(), String> {
     ensure_packages(TEST_PACKAGES)?;
-    for name in ["output", "packets", "tracer", "sources", "simulate"] {
+    for name in ["output", "packets", "tracer", "sources", "simulate", "layout"] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);
         run(cmd)?;
