@@ -13,6 +13,7 @@ pub mod layout;
 pub mod memory;
 pub mod output;
 pub mod packet;
+pub mod packing;
 pub mod regs;
 pub mod report;
 pub mod rules;

@@ -158,3 +158,46 @@ fn asm_assembles_every_kind_of_libipt_golden_packet_and_dump_gives_the_same_text
         .collect();
     assert!(kinds.len() >= 28, "{kinds:?}");
 }
+
+#[test]
+fn hw_repack_lays_out_a_trace_as_the_cpu_would_and_compare_measures_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // The bundled sample as simulate writes it, repacked for skylake: the same packets, PADs
+    // between them, and every PAD run is the one the layout predicts.
+    let trace = sample_trace(dir.path());
+    let out = dir.path().join("sky.pt");
+    let o = ptemu(&["repack", s(&trace), "--cpu", "skylake", "-o", s(&out)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let packets_of = |p: &Path| -> Vec<String> {
+        let o = ptemu(&["dump", s(p)]);
+        assert!(o.status.success());
+        packet_columns(&text(&o.stdout))
+            .into_iter()
+            .filter(|l| *l != "pad")
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(packets_of(&out), packets_of(&trace));
+    let o = ptemu(&["repack", s(&out), "--compare", "--json"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["matched"], v["packets"], "{v}");
+    // --packing none takes every PAD out again.
+    let bare = dir.path().join("bare.pt");
+    let o = ptemu(&["repack", s(&out), "--packing", "none", "-o", s(&bare)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = ptemu(&["dump", s(&bare)]);
+    assert!(!text(&o.stdout).contains(" pad"), "PADs left");
+    assert_eq!(packets_of(&bare), packets_of(&trace));
+    // Bad bytes: exit 2 naming the file and the offset, and no output file.
+    let mut bytes = std::fs::read(&trace).unwrap();
+    bytes.truncate(100);
+    bytes.extend_from_slice(&[0x02, 0xff]);
+    let bad = dir.path().join("bad.pt");
+    std::fs::write(&bad, &bytes).unwrap();
+    let never = dir.path().join("never.pt");
+    let o = ptemu(&["repack", s(&bad), "-o", s(&never)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("bad.pt: byte 0x"), "{}", text(&o.stderr));
+    assert!(!never.exists());
+}

@@ -9,7 +9,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 /// The bytes of `path` (`-` = stdin): see [`WholeFile`].
-fn open(path: &Path) -> Result<WholeFile, Failure> {
+pub(super) fn open(path: &Path) -> Result<WholeFile, Failure> {
     let name = if is_std(path) {
         "stdin".into()
     } else {
@@ -19,7 +19,7 @@ fn open(path: &Path) -> Result<WholeFile, Failure> {
 }
 
 /// A file that changed under its map is an error naming it.
-fn unchanged(input: &WholeFile, path: &Path) -> Result<(), Failure> {
+pub(super) fn unchanged(input: &WholeFile, path: &Path) -> Result<(), Failure> {
     input
         .changed()
         .map_err(|e| Failure::input(format!("{}: {e}", path.display())))

@@ -2,6 +2,7 @@
 //!
 //! The values and their sources are listed in `spec/cpu-profiles.md`.
 
+use crate::packing::Packing;
 use bitflags::bitflags;
 use std::fmt;
 
@@ -101,6 +102,9 @@ pub struct CpuProfile {
     /// Single-entry ToPA (MENTRY=0) only: the PMI of an INT region fires when at most this many
     /// bytes of the region remain (P4). ptemu's default is 512, Linux's `TOPA_PMI_MARGIN`.
     pub early_pmi_margin: u32,
+    /// How this CPU lays packets out in its output (spec/hardware.md): the layout measured on
+    /// Skylake for `skylake` and the later client and server cores, none for the others.
+    pub packing: Packing,
 }
 
 /// An unknown profile name.
@@ -188,6 +192,10 @@ impl CpuProfile {
             linear_address_bits: la,
             errata,
             early_pmi_margin: DEFAULT_EARLY_PMI_MARGIN,
+            packing: match name {
+                "skylake" | "icelake" | "alderlake" | "sapphirerapids" => Packing::Hardware,
+                _ => Packing::None,
+            },
         })
     }
 

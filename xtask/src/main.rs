@@ -35,8 +35,9 @@ fn main() {
         "simulate" => simulate(rest),
         "bench" => bench(rest),
         "fuzz" => fuzz(rest),
+        "hwcheck" => hwcheck(rest),
         _ => {
-            eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...] | fuzz [SECONDS] [TARGET...]>");
+            eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...] | fuzz [SECONDS] [TARGET...] | hwcheck [DIR]>");
             exit(if task == "help" { 0 } else { 2 });
         }
     };
@@ -160,6 +161,43 @@ fn simulate(args: &[String]) -> Result<(), String> {
         cmd.arg("--out").arg(root().join("target/ptemu-simulate"));
     }
     run(cmd)
+}
+
+/// `ptemu repack --compare` on every `.pt` file of DIR (default `../shared/hw-traces`, real
+/// hardware traces that are not part of the project): how many PAD runs the skylake layout
+/// predicts (spec/hardware.md). Not run in CI: the traces are not in a clean clone.
+fn hwcheck(args: &[String]) -> Result<(), String> {
+    let dir = args
+        .first()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("../shared/hw-traces"));
+    let mut traces: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "pt"))
+        .collect();
+    traces.sort();
+    if traces.is_empty() {
+        return Err(format!("{}: no .pt files", dir.display()));
+    }
+    for t in traces {
+        let mut cmd = cargo();
+        cmd.args([
+            "run",
+            "--quiet",
+            "--release",
+            "--bin",
+            "ptemu",
+            "--",
+            "repack",
+            "--cpu",
+            "skylake",
+            "--compare",
+        ])
+        .arg(&t);
+        run(cmd)?;
+    }
+    Ok(())
 }
 
 /// Every benchmark: the output unit against memcpy, the packet layer against libipt (which needs

@@ -1,0 +1,120 @@
+//! `ptemu repack`: a trace's packets laid out as a CPU's output would be (spec/hardware.md).
+
+use super::output::{is_std, stdout_is_open, write_output};
+use super::packet_cmd::{open, unchanged};
+use super::Failure;
+use ptemu::packet::{Packet, PacketDecoder};
+use ptemu::packing::{agreement, Packing, Repacker};
+use ptemu::regs::CpuProfile;
+use std::path::{Path, PathBuf};
+
+/// The command line of `ptemu repack`.
+pub struct Args {
+    pub file: PathBuf,
+    pub cpu: String,
+    pub packing: Option<String>,
+    pub output: Option<PathBuf>,
+    pub compare: bool,
+    pub json: bool,
+    pub no_sync: bool,
+}
+
+/// The layout to use: `--packing`, else the profile's.
+fn packing_of(args: &Args) -> Result<Packing, Failure> {
+    let cpu = CpuProfile::named(&args.cpu).map_err(|e| Failure::input(e.to_string()))?;
+    match &args.packing {
+        None => Ok(cpu.packing),
+        Some(name) => Packing::named(name).ok_or_else(|| {
+            Failure::input(format!(
+                "unknown packing `{name}` (known: {})",
+                Packing::NAMES.join(", ")
+            ))
+        }),
+    }
+}
+
+/// Every packet of `data` with its offset and length, from the first PSB (or byte 0); a byte
+/// that does not decode is an error naming the file and offset.
+fn packets(path: &Path, data: &[u8], no_sync: bool) -> Result<Vec<(u64, Packet, usize)>, Failure> {
+    let mut d = PacketDecoder::new(data, 0);
+    if !no_sync && !d.sync_forward() {
+        return Err(Failure::input(format!(
+            "{}: no PSB in {} bytes (use --no-sync to decode from byte 0)",
+            path.display(),
+            data.len()
+        )));
+    }
+    let mut out = Vec::new();
+    while let Some(r) = d.next_packet() {
+        let (offset, p) =
+            r.map_err(|e| Failure::input(format!("{}: byte {:#x}: {e}", path.display(), e.offset)))?;
+        out.push((offset, p, (d.offset() - offset) as usize));
+    }
+    Ok(out)
+}
+
+/// `ptemu repack`.
+pub fn run(args: &Args) -> Result<(), Failure> {
+    let packing = packing_of(args)?;
+    if args.output.as_deref().is_some_and(is_std) {
+        stdout_is_open()?;
+    }
+    let input = open(&args.file)?;
+    let data = input.bytes();
+    let list = packets(&args.file, data, args.no_sync)?;
+    unchanged(&input, &args.file)?;
+    if args.compare {
+        let a = agreement(packing, &list);
+        let share = if a.packets == 0 {
+            100.0
+        } else {
+            100.0 * a.matched as f64 / a.packets as f64
+        };
+        let text = if args.json {
+            serde_json::json!({
+                "file": args.file.display().to_string(),
+                "packing": packing.name(),
+                "packets": a.packets,
+                "matched": a.matched,
+                "share": share,
+                "missed_by_kind": a.missed_by_kind,
+                "first_misses": a.misses.iter().map(|m| serde_json::json!({
+                    "offset": m.0, "packet": m.1, "pads": m.2, "predicted": m.3
+                })).collect::<Vec<_>>(),
+            })
+            .to_string()
+        } else {
+            let mut t = format!(
+                "{}: {} of {} packets ({share:.2}%) have the PAD run the {} layout predicts",
+                args.file.display(),
+                a.matched,
+                a.packets,
+                packing.name()
+            );
+            for (kind, n) in &a.missed_by_kind {
+                t.push_str(&format!("\n  missed before {kind}: {n}"));
+            }
+            for (off, kind, seen, want) in &a.misses {
+                t.push_str(&format!(
+                    "\n  {off:#010x} {kind}: {seen} PAD(s), predicted {want}"
+                ));
+            }
+            t
+        };
+        return super::output::print(&format!("{text}\n"));
+    }
+    let output = args
+        .output
+        .as_deref()
+        .expect("clap requires -o without --compare");
+    write_output(output, |w| {
+        let mut r = Repacker::new(packing);
+        for &(offset, p, len) in &list {
+            if p != Packet::Pad {
+                let at = offset as usize;
+                r.push(w, &p, &data[at..at + len])?;
+            }
+        }
+        r.finish(w)
+    })
+}

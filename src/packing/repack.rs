@@ -1,0 +1,210 @@
+//! Laying out whole packets (`ptemu repack`), and measuring how well a packing predicts the PAD
+//! runs of a stream that already has them (`cargo xtask hwcheck`).
+
+use super::{Packing, Shape};
+use crate::packet::Packet;
+use std::io::{self, Write};
+
+/// The longest run of MODE packets held for the packet they are glued to (HW5): MODE.TSX and
+/// MODE.Exec, two bytes each, and room for repeats.
+const MAX_HELD: usize = 16;
+
+/// Lays out packets given one at a time, as `packing` says, writing the bytes to a sink. PADs in
+/// the input are the caller's to drop.
+pub struct Repacker {
+    packing: Packing,
+    /// Stream position of the next byte written.
+    pos: u64,
+    /// MODE packets waiting for the packet that follows them (HW5).
+    held: [u8; MAX_HELD],
+    held_len: usize,
+    /// The shape of the last packet written, whose PADs after it are not yet written.
+    last: Option<Shape>,
+    /// The last packet was a PSBEND.
+    after_psbend: bool,
+}
+
+/// PAD bytes before a packet of `shape` and `len` bytes with `glued` MODE bytes before it, at
+/// `pos`; `after_psbend`: the packet before it was a PSBEND.
+fn before(packing: Packing, after_psbend: bool, pos: u64, shape: Shape, len: usize, glued: usize) -> u64 {
+    match shape {
+        Shape::Psb => packing.pads_before_psb(pos, after_psbend),
+        _ => packing.pads_before(pos, shape, len, glued),
+    }
+}
+
+const PADS: [u8; 16] = [0; 16];
+
+impl Repacker {
+    /// A repacker starting at stream position 0.
+    pub fn new(packing: Packing) -> Self {
+        Repacker {
+            packing,
+            pos: 0,
+            held: [0; MAX_HELD],
+            held_len: 0,
+            last: None,
+            after_psbend: false,
+        }
+    }
+
+    /// Stream position of the next byte.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    fn pads<W: Write + ?Sized>(&mut self, out: &mut W, n: u64) -> io::Result<()> {
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(PADS.len() as u64);
+            out.write_all(&PADS[..k as usize])?;
+            left -= k;
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    fn bytes<W: Write + ?Sized>(&mut self, out: &mut W, b: &[u8]) -> io::Result<()> {
+        out.write_all(b)?;
+        self.pos += b.len() as u64;
+        Ok(())
+    }
+
+    /// The PADs owed after the last packet (HW3, HW4).
+    fn settle<W: Write + ?Sized>(&mut self, out: &mut W) -> io::Result<()> {
+        if let Some(shape) = self.last.take() {
+            let n = self.packing.pads_after(self.pos, shape);
+            self.pads(out, n)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the held MODE packets as packets of their own (nothing followed that takes them).
+    fn release<W: Write + ?Sized>(&mut self, out: &mut W) -> io::Result<()> {
+        let held = self.held;
+        let mut at = 0;
+        while at < self.held_len {
+            let n = 2; // MODE packets are two bytes
+            let pads = self.packing.pads_before(self.pos, Shape::Mode, n, 0);
+            self.pads(out, pads)?;
+            self.bytes(out, &held[at..at + n])?;
+            at += n;
+        }
+        self.held_len = 0;
+        Ok(())
+    }
+
+    /// Writes packet `p`, whose encoding is `bytes`, with the PADs the packing puts before it.
+    pub fn push<W: Write + ?Sized>(&mut self, out: &mut W, p: &Packet, bytes: &[u8]) -> io::Result<()> {
+        let shape = Shape::of(p);
+        self.settle(out)?;
+        if shape == Shape::Mode && self.packing != Packing::None {
+            if self.held_len + bytes.len() > MAX_HELD {
+                self.release(out)?;
+            }
+            self.held[self.held_len..self.held_len + bytes.len()].copy_from_slice(bytes);
+            self.held_len += bytes.len();
+            self.after_psbend = false;
+            return Ok(());
+        }
+        let glued = if self.held_len > 0 && shape.takes_modes(p) {
+            self.held_len
+        } else {
+            self.release(out)?;
+            0
+        };
+        let pads = before(
+            self.packing,
+            self.after_psbend,
+            self.pos,
+            shape,
+            bytes.len(),
+            glued,
+        );
+        self.pads(out, pads)?;
+        let held = self.held;
+        self.bytes(out, &held[..glued])?;
+        self.held_len = 0;
+        self.bytes(out, bytes)?;
+        self.after_psbend = *p == Packet::PsbEnd;
+        self.last = Some(shape);
+        Ok(())
+    }
+
+    /// Writes what is still held and the PADs owed after the last packet (a disable's 16-byte
+    /// alignment, HW4).
+    pub fn finish<W: Write + ?Sized>(&mut self, out: &mut W) -> io::Result<()> {
+        self.release(out)?;
+        self.settle(out)
+    }
+}
+
+/// How well a packing predicts the PAD runs of a stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Agreement {
+    /// Packets other than PAD.
+    pub packets: u64,
+    /// Of them, those whose run of PADs before them the packing predicts exactly.
+    pub matched: u64,
+    /// The first few packets it does not: (offset, packet name, PADs seen, PADs predicted).
+    pub misses: Vec<(u64, &'static str, u64, u64)>,
+    /// Misses per packet name.
+    pub missed_by_kind: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// How many misses [`Agreement::misses`] lists.
+const LISTED_MISSES: usize = 20;
+
+/// Compares `packing` with the PADs of a stream: `packets` are its packets in order with their
+/// offsets and lengths, PADs included. Each prediction starts where the stream's previous packet
+/// ended, so one miss does not shift the rest; the first packet, with nothing before it, is not
+/// counted.
+pub fn agreement(packing: Packing, packets: &[(u64, Packet, usize)]) -> Agreement {
+    let real: Vec<&(u64, Packet, usize)> = packets.iter().filter(|p| p.1 != Packet::Pad).collect();
+    let mut a = Agreement::default();
+    let mut i = 0;
+    let mut prev: Option<(u64, Shape)> = None; // end and shape of the packet before
+    let mut after_psbend = false;
+    while i < real.len() {
+        // A run of MODE packets and the packet after them are placed together (HW5).
+        let mut j = i;
+        while j < real.len() && Shape::of(&real[j].1) == Shape::Mode {
+            j += 1;
+        }
+        let glue = j < real.len()
+            && j > i
+            && Shape::of(&real[j].1).takes_modes(&real[j].1)
+            && packing != Packing::None;
+        let last = if glue { j } else { i };
+        let glued: usize = real[i..j].iter().map(|x| x.2).sum();
+        for (k, &&(off, p, len)) in real[i..=last].iter().enumerate() {
+            let shape = Shape::of(&p);
+            if let Some((end, prev_shape)) = prev {
+                let after = packing.pads_after(end, prev_shape);
+                let at = end + after;
+                let before = match (glue, k) {
+                    (true, 0) => {
+                        let target = real[j];
+                        before(packing, after_psbend, at, Shape::of(&target.1), target.2, glued)
+                    }
+                    (true, _) => 0,
+                    (false, _) => before(packing, after_psbend, at, shape, len, 0),
+                };
+                a.packets += 1;
+                let (seen, predicted) = (off - end, after + before);
+                if predicted == seen {
+                    a.matched += 1;
+                } else {
+                    *a.missed_by_kind.entry(p.name()).or_default() += 1;
+                    if a.misses.len() < LISTED_MISSES {
+                        a.misses.push((off, p.name(), seen, predicted));
+                    }
+                }
+            }
+            after_psbend = p == Packet::PsbEnd;
+            prev = Some((off + len as u64, shape));
+        }
+        i = last + 1;
+    }
+    a
+}

@@ -1,0 +1,223 @@
+//! The hardware layout (spec/hardware.md, HW1-HW5): packet sequences built here, laid out by
+//! `ptemu::packing::Repacker`, against the bytes written out by hand from the rules.
+
+use ptemu::packet::{IpPayload, Ipc, Packet, Tnt};
+use ptemu::packing::{agreement, Packing, Repacker};
+
+/// Lays `packets` out with `packing`; the bytes.
+fn lay(packing: Packing, packets: &[Packet]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut r = Repacker::new(packing);
+    for p in packets {
+        let mut b = Vec::new();
+        p.encode_to_vec(&mut b).unwrap();
+        r.push(&mut out, p, &b).unwrap();
+    }
+    r.finish(&mut out).unwrap();
+    out
+}
+
+/// The bytes of `parts`: packets encoded, numbers as that many PADs.
+enum Part {
+    P(Packet),
+    Pad(usize),
+}
+use Part::{Pad, P};
+
+fn bytes(parts: &[Part]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for part in parts {
+        match part {
+            P(p) => {
+                p.encode_to_vec(&mut out).unwrap();
+            }
+            Pad(n) => out.extend(std::iter::repeat_n(0u8, *n)),
+        }
+    }
+    out
+}
+
+fn tnt() -> Packet {
+    Packet::Tnt8(Tnt::from_outcomes(&[true]))
+}
+fn ip(ipc: Ipc, raw: u64) -> IpPayload {
+    IpPayload::new(ipc, raw)
+}
+fn tip16() -> Packet {
+    Packet::Tip(ip(Ipc::Update16, 0x1234))
+}
+fn tip32() -> Packet {
+    Packet::Tip(ip(Ipc::Update32, 0x4012_3456))
+}
+const PIP: Packet = Packet::Pip {
+    cr3: 0x1ee4_0000,
+    nr: true,
+};
+const VMCS: Packet = Packet::Vmcs { base: 0x4_1670_d000 };
+const CBR: Packet = Packet::Cbr { ratio: 0x26 };
+const TSX: Packet = Packet::ModeTsx {
+    intx: false,
+    abrt: false,
+};
+const EXEC: Packet = Packet::ModeExec {
+    csl: true,
+    csd: false,
+    if_: false,
+};
+
+/// Checks the layout of `packets` against `want`, and that the layout, read back, agrees with
+/// itself (every PAD run predicted).
+fn check(packets: &[Packet], want: &[Part]) {
+    let got = lay(Packing::Hardware, packets);
+    assert_eq!(got, bytes(want));
+    let mut d = ptemu::packet::PacketDecoder::new(&got, 0);
+    let mut list = Vec::new();
+    while let Some(r) = d.next_packet() {
+        let (off, p) = r.unwrap();
+        list.push((off, p, (d.offset() - off) as usize));
+    }
+    let a = agreement(Packing::Hardware, &list);
+    assert_eq!(a.matched, a.packets, "{:?}", a.misses);
+}
+
+#[test]
+fn hw1_psb_starts_at_an_8_byte_boundary() {
+    check(
+        &[Packet::Psb, Packet::PsbEnd, tnt(), Packet::Psb],
+        &[
+            P(Packet::Psb),
+            P(Packet::PsbEnd),
+            P(tnt()),
+            Pad(5),
+            P(Packet::Psb),
+        ],
+    );
+}
+
+#[test]
+fn hw2_a_packet_that_would_cross_an_8_byte_boundary_starts_at_the_next() {
+    // 5 TNTs, a 3-byte TIP fits exactly (5..8); then TNT at 8, 5-byte TIP at 9..14, TNT at 14,
+    // and a 3-byte TIP would cross 16: it goes to 16.
+    let ps = [
+        tnt(),
+        tnt(),
+        tnt(),
+        tnt(),
+        tnt(),
+        tip16(),
+        tnt(),
+        tip32(),
+        tnt(),
+        tip16(),
+    ];
+    check(
+        &ps,
+        &[
+            P(tnt()),
+            P(tnt()),
+            P(tnt()),
+            P(tnt()),
+            P(tnt()),
+            P(tip16()),
+            P(tnt()),
+            P(tip32()),
+            P(tnt()),
+            Pad(1),
+            P(tip16()),
+        ],
+    );
+}
+
+#[test]
+fn hw3_a_48_bit_payload_starts_at_an_8_byte_boundary_and_pads_its_unit() {
+    let fup = Packet::Fup(ip(Ipc::Sext48, 0x42_1ddd));
+    let tip = Packet::Tip(ip(Ipc::Sext48, 0x42_afb0));
+    // FUP: header at 7, payload 8..14, PAD 14..16; TIP header at 23, payload at 24.
+    check(
+        &[fup, tip, tnt()],
+        &[Pad(7), P(fup), Pad(2), Pad(7), P(tip), Pad(2), P(tnt())],
+    );
+    // PIP and VMCS have 2-byte headers; VMCS's payload is 5 bytes, 3 PADs end its unit.
+    check(
+        &[tnt(), PIP, VMCS, tnt()],
+        &[
+            P(tnt()),
+            Pad(5),
+            P(PIP),
+            Pad(2),
+            Pad(6),
+            P(VMCS),
+            Pad(3),
+            P(tnt()),
+        ],
+    );
+}
+
+#[test]
+fn hw3_hw5_psb_plus_without_fup_is_54_bytes_as_hardware_lays_it_out() {
+    let ps = [Packet::Psb, TSX, PIP, VMCS, CBR, Packet::PsbEnd];
+    check(
+        &ps,
+        &[
+            P(Packet::Psb),
+            P(TSX),
+            Pad(4),
+            P(PIP),
+            Pad(8),
+            P(VMCS),
+            Pad(3),
+            P(CBR),
+            P(Packet::PsbEnd),
+        ],
+    );
+    assert_eq!(lay(Packing::Hardware, &ps).len(), 54);
+}
+
+#[test]
+fn hw5_mode_packets_sit_against_the_ip_packet_psb_plus_with_fup_is_70_bytes() {
+    let fup = Packet::Fup(ip(Ipc::Sext48, 0x42_1ddd));
+    let ps = [Packet::Psb, TSX, EXEC, fup, PIP, VMCS, CBR, Packet::PsbEnd];
+    check(
+        &ps,
+        &[
+            P(Packet::Psb),
+            Pad(3),
+            P(TSX),
+            P(EXEC),
+            P(fup),
+            Pad(8),
+            P(PIP),
+            Pad(8),
+            P(VMCS),
+            Pad(3),
+            P(CBR),
+            P(Packet::PsbEnd),
+        ],
+    );
+    assert_eq!(lay(Packing::Hardware, &ps).len(), 70);
+    // After PSBEND, MODE.Exec and TIP.PGE: MODE.Exec directly before the TIP.PGE header.
+    let pge = Packet::TipPge(ip(Ipc::Sext48, 0xffff_81a0_0020));
+    check(
+        &[Packet::Psb, Packet::PsbEnd, EXEC, pge],
+        &[P(Packet::Psb), P(Packet::PsbEnd), Pad(3), P(EXEC), P(pge), Pad(2)],
+    );
+}
+
+#[test]
+fn hw4_after_a_disable_the_data_ends_16_byte_aligned() {
+    let pgd = Packet::TipPgd(IpPayload::SUPPRESSED);
+    check(&[tnt(), pgd], &[P(tnt()), P(pgd), Pad(14)]);
+    // A PSB right after a PSBEND comes from an enable after a disable: 16-byte aligned.
+    check(
+        &[Packet::Psb, Packet::PsbEnd, Packet::Psb],
+        &[P(Packet::Psb), P(Packet::PsbEnd), Pad(14), P(Packet::Psb)],
+    );
+}
+
+#[test]
+fn packing_none_puts_no_pad_anywhere() {
+    let fup = Packet::Fup(ip(Ipc::Sext48, 0x42_1ddd));
+    let ps = [Packet::Psb, TSX, EXEC, fup, PIP, VMCS, CBR, Packet::PsbEnd, tnt()];
+    let parts: Vec<Part> = ps.iter().map(|p| P(*p)).collect();
+    assert_eq!(lay(Packing::None, &ps), bytes(&parts));
+}
