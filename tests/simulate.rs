@@ -422,7 +422,7 @@ fn sim1_sim6_sim7_every_format_sample_gives_a_trace_libipt_reads_and_the_regions
 #[test]
 fn sim6_sim7_every_format_generated_gives_a_trace_libipt_reads_and_the_regions_hold() {
     let dir = tempfile::tempdir().unwrap();
-    let layout = small_regions_layout(dir.path(), 0, 16);
+    let layout = small_regions_layout(dir.path(), 0, 32);
     let mut wrapped = 0;
     let mut whole = 0;
     for f in ["byu", "byu-p2", "penn", "kaplan", "gem5"] {
@@ -442,7 +442,7 @@ fn sim6_sim7_every_format_generated_gives_a_trace_libipt_reads_and_the_regions_h
         let r = simulate(&args);
         packet_decodes(&r);
         assert!(r.stat("records") >= 20_000, "{f}");
-        if regions_match_trace(&r, 0, 16) {
+        if regions_match_trace(&r, 0, 32) {
             wrapped += 1;
         } else {
             whole += 1;

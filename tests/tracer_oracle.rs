@@ -9,6 +9,7 @@ use common::query::{error_name, QEvent, Query, Timing};
 use common::trace::*;
 use proptest::prelude::*;
 use ptemu::packet::PtwSize;
+use ptemu::packing::Packing;
 use ptemu::regs::RtitCtl;
 use ptemu::tracer::{Backpressure, Event, FarKind, TracerConfig};
 
@@ -404,11 +405,13 @@ struct Setup {
     fup_on_ptw: bool,
     filter: bool,
     overflow: Option<u32>,
+    /// The hardware layout (PADs as Skylake puts them, spec/hardware.md) or none.
+    packed: bool,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
     (
-        any::<[bool; 8]>(),
+        any::<[bool; 9]>(),
         0u8..4,
         prop_oneof![3 => Just(None), 1 => (1u32..4).prop_map(Some)],
     )
@@ -423,6 +426,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             fup_on_ptw: b[6],
             filter: b[7],
             overflow,
+            packed: b[8],
         })
 }
 
@@ -433,6 +437,11 @@ fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
             buffer_bytes: 256,
             drain_bytes: drain,
             per_cycles: 8,
+        }),
+        packing: Some(if s.packed {
+            Packing::Hardware
+        } else {
+            Packing::None
         }),
         ..TracerConfig::default()
     };

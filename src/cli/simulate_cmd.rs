@@ -52,9 +52,13 @@ pub struct Args {
     #[arg(long, value_name = "NAME=VALUE")]
     msr: Vec<String>,
     /// Tracer settings (TOML): clock, cycles_per_instruction, long_tnt, tsx, overflow,
-    /// flush_bytes (spec/generation.md).
+    /// flush_bytes, packing (spec/generation.md).
     #[arg(long, value_name = "FILE")]
     tracer_config: Option<PathBuf>,
+    /// How packets are laid out: none (no PADs) or hardware (as Skylake and later lay them out,
+    /// spec/hardware.md). Default: the CPU profile's.
+    #[arg(long, value_name = "none|hardware")]
+    packing: Option<String>,
     /// Skip bad records and count them instead of stopping at the first.
     #[arg(long)]
     lenient: bool,
@@ -140,6 +144,14 @@ fn options(a: &Args) -> Result<Options, Failure> {
     }
     if let Some(p) = &a.tracer_config {
         opts.tracer = TracerConfig::load(p).map_err(Failure::input)?;
+    }
+    if let Some(name) = &a.packing {
+        opts.tracer.packing = Some(ptemu::packing::Packing::named(name).ok_or_else(|| {
+            Failure::input(format!(
+                "--packing: unknown packing `{name}` (known: {})",
+                ptemu::packing::Packing::NAMES.join(", ")
+            ))
+        })?);
     }
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
         tracing::warn!(

@@ -8,7 +8,7 @@
 
 mod repack;
 
-pub use repack::{agreement, Agreement, Repacker};
+pub use repack::{agreement, Agreement, Repacker, SliceWriter};
 
 use crate::packet::{Ipc, Packet, PtwSize};
 

@@ -10,7 +10,9 @@ use std::io::{self, Write};
 const MAX_HELD: usize = 16;
 
 /// Lays out packets given one at a time, as `packing` says, writing the bytes to a sink. PADs in
-/// the input are the caller's to drop.
+/// the input are the caller's to drop. The tracer keeps one as it generates (a copy marks a
+/// point to return to).
+#[derive(Clone, Copy, Debug)]
 pub struct Repacker {
     packing: Packing,
     /// Stream position of the next byte written.
@@ -51,6 +53,27 @@ impl Repacker {
     /// Stream position of the next byte.
     pub fn position(&self) -> u64 {
         self.pos
+    }
+
+    /// The layout it applies.
+    pub fn packing(&self) -> Packing {
+        self.packing
+    }
+
+    /// Tracing is disabled (TraceEn 1 -> 0): what is held and owed is written, then PADs to a
+    /// 16-byte boundary (HW4).
+    pub fn disable<W: Write + ?Sized>(&mut self, out: &mut W) -> io::Result<()> {
+        self.finish(out)?;
+        let n = self.packing.pads_at_disable(self.pos);
+        self.pads(out, n)
+    }
+
+    /// Forgets what is held and owed (the output was lost: STOP or an error), keeping the
+    /// position.
+    pub fn drop_pending(&mut self) {
+        self.held_len = 0;
+        self.last = None;
+        self.after_psbend = false;
     }
 
     fn pads<W: Write + ?Sized>(&mut self, out: &mut W, n: u64) -> io::Result<()> {
@@ -136,6 +159,32 @@ impl Repacker {
     pub fn finish<W: Write + ?Sized>(&mut self, out: &mut W) -> io::Result<()> {
         self.release(out)?;
         self.settle(out)
+    }
+}
+
+/// A [`Write`] into a fixed buffer from `*len` on, moving `*len`; an error once it is full.
+pub struct SliceWriter<'a> {
+    /// The buffer.
+    pub buf: &'a mut [u8],
+    /// Bytes of it in use.
+    pub len: &'a mut usize,
+}
+
+impl Write for SliceWriter<'_> {
+    #[inline]
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let end = *self.len + b.len();
+        let room = self
+            .buf
+            .get_mut(*self.len..end)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::WriteZero, "packet buffer full"))?;
+        room.copy_from_slice(b);
+        *self.len = end;
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

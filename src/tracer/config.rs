@@ -1,6 +1,7 @@
 //! Tracer settings that are not in IA32_RTIT_CTL: the clock, TNT size, back-pressure.
 
 use super::clock::ClockConfig;
+use crate::packing::Packing;
 
 /// The back-pressure model behind OVF (OVF1): the trace unit's internal buffer holds
 /// `buffer_bytes` and drains `drain_bytes` every `per_cycles` core cycles.
@@ -32,6 +33,8 @@ pub struct TracerConfig {
     pub overflow: Option<Backpressure>,
     /// Packet bytes are handed to the output unit once this many are buffered (OUT1). Default 1024.
     pub flush_bytes: usize,
+    /// How packets are laid out (spec/hardware.md); `None` (the default): the CPU profile's.
+    pub packing: Option<Packing>,
 }
 
 impl Default for TracerConfig {
@@ -43,6 +46,7 @@ impl Default for TracerConfig {
             tsx: true,
             overflow: None,
             flush_bytes: 1024,
+            packing: None,
         }
     }
 }

@@ -8,6 +8,7 @@
 
 use super::{Clock, Event, RetStack, Tracer, TracerStats};
 use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
+use crate::packing::{Packing, Repacker, SliceWriter};
 
 /// The tracer state the fast path touches (the general path uses it too). Small, so that a batch
 /// copies it cheaply; the counters here are the only copy of theirs ([`Tracer::stats`] merges
@@ -37,6 +38,8 @@ pub(super) struct Hot {
     pub(super) packets_lost: u64,
     /// TNT-8, TNT-64 and TIP packets sent on the fast path.
     pub(super) fast_packets: [u64; 3],
+    /// Where packets go in the stream: the CPU's layout (spec/hardware.md).
+    pub(super) pack: Repacker,
 }
 
 /// What the fast path reads but never changes.
@@ -216,6 +219,9 @@ impl Hot {
     /// Encodes `p` at the end of the buffer; false (and counted lost) if it cannot be.
     #[inline(always)]
     pub(super) fn emit(&mut self, p: &Packet, buf: &mut [u8]) -> bool {
+        if self.pack.packing() != Packing::None {
+            return self.emit_packed(p, buf);
+        }
         let Some(room) = buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
             // Unreachable with the headroom `Tracer::new` reserves; never panic on it.
             self.packets_lost += 1;
@@ -232,6 +238,44 @@ impl Hot {
                 false
             }
         }
+    }
+
+    /// [`Hot::emit`] with PADs where the CPU puts them (HW1-HW5): the packet is encoded aside,
+    /// then laid out by the packing stage; the PADs count as trace bytes (PSB2).
+    #[inline(never)]
+    fn emit_packed(&mut self, p: &Packet, buf: &mut [u8]) -> bool {
+        let mut tmp = [0u8; MAX_PACKET_LEN];
+        let Ok(n) = self.enc.encode(p, &mut tmp) else {
+            self.packets_lost += 1;
+            return false;
+        };
+        let start = self.len;
+        let mut w = SliceWriter {
+            buf,
+            len: &mut self.len,
+        };
+        if self.pack.push(&mut w, p, &tmp[..n]).is_err() {
+            // Unreachable with the headroom `Tracer::new` reserves; never panic on it.
+            self.len = start;
+            self.packets_lost += 1;
+            return false;
+        }
+        self.psb_bytes += (self.len - start) as u64;
+        true
+    }
+
+    /// The PADs a disable ends the data with, and anything the layout still holds (HW4).
+    pub(super) fn pack_disable(&mut self, buf: &mut [u8]) {
+        let start = self.len;
+        let mut w = SliceWriter {
+            buf,
+            len: &mut self.len,
+        };
+        if self.pack.disable(&mut w).is_err() {
+            self.len = start;
+            self.packets_lost += 1;
+        }
+        self.psb_bytes += (self.len - start) as u64;
     }
 
     /// [`Tracer::put`] without back-pressure: the packet counts at once (`kind` is its

@@ -28,6 +28,7 @@ pub use stats::TracerStats;
 use crate::memory::{MemError, PhysMemory};
 use crate::output::{MsrError, OutputUnit};
 use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt};
+use crate::packing::Repacker;
 use crate::regs::check::check_write;
 use crate::regs::{Msr, RtitCtl};
 use fast::Hot;
@@ -60,6 +61,7 @@ struct Mark {
     psb_bytes: u64,
     last_cyc: u64,
     mode_sent: Option<(ExecMode, bool)>,
+    pack: Repacker,
     kinds: usize,
     /// The first event whose packets are lost if this one is dropped: the oldest with a TNT bit
     /// still pending, else this one.
@@ -126,6 +128,7 @@ impl Tracer {
                 compressed_returns: 0,
                 packets_lost: 0,
                 fast_packets: [0; 3],
+                pack: Repacker::new(cfg.packing.unwrap_or(unit.cpu().packing)),
             },
             stats: TracerStats::default(),
             clock: Clock::new(cfg.clock),
@@ -225,6 +228,7 @@ impl Tracer {
                 self.hot.ip = ip;
                 if self.triggered {
                     self.disable_packets();
+                    self.hot.pack_disable(&mut self.buf);
                 }
                 self.drain(mem)?;
                 self.triggered = false;
@@ -927,6 +931,7 @@ impl Tracer {
             psb_bytes: self.hot.psb_bytes,
             last_cyc: self.clock.last_cyc,
             mode_sent: self.mode_sent,
+            pack: self.hot.pack,
             kinds: self.nkinds,
             first_lost: if self.hot.tnt.count > 0 {
                 self.hot.tnt_first_event
@@ -958,6 +963,7 @@ impl Tracer {
         self.hot.psb_bytes = mark.psb_bytes;
         self.clock.last_cyc = mark.last_cyc;
         self.mode_sent = mark.mode_sent;
+        self.hot.pack = mark.pack;
         self.nkinds = mark.kinds;
     }
 
@@ -1005,6 +1011,7 @@ impl Tracer {
         self.packet_en = false;
         self.hot.len = 0;
         self.hot.tnt = Tnt { bits: 0, count: 0 };
+        self.hot.pack.drop_pending();
     }
 }
 
