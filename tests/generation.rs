@@ -631,6 +631,32 @@ fn flt1_pip1_cr3_filter_and_pip_on_mov_cr3() {
     assert_eq!(ev[4], QEvent::Enabled { ip: START + 6 });
 }
 
+/// PIP1 with PacketEn = 0: a MOV CR3 outside the IP filter range, in a traced context (OS = 1),
+/// still sends PIP (SDM case 5f; 3,942 such PIPs in real Skylake traces, spec/hardware.md), and
+/// libipt reports the paging event; with OS = 0 it does not.
+#[test]
+fn pip1_mov_cr3_outside_the_filter_range_sends_pip() {
+    for os in [true, false] {
+        let mut r = TraceRig::new(TracerConfig::default());
+        r.tracer.set_state(WRMSR_IP, 0, 0x1000, ExecMode::Bits64);
+        r.wrmsr(ADDR0_A, 0x60_0000);
+        r.wrmsr(ADDR0_B, 0x60_0fff);
+        r.start(user().with_os(os).with_addr0_cfg(1));
+        r.ev(Event::Cr3Write {
+            ip: START,
+            len: 3,
+            cr3: 0x2000,
+        });
+        r.stop_at(START + 3);
+        let names = r.names();
+        assert_eq!(names.contains(&"pip"), os, "OS={os}: {names:?}");
+        assert!(!names.contains(&"tip.pge"), "never enabled: {names:?}");
+        if os {
+            assert!(all_events(&r).contains(&QEvent::Paging { cr3: 0x2000 }));
+        }
+    }
+}
+
 #[test]
 fn flt3_out2_trace_stop_range_stops_everything() {
     let mut r = TraceRig::new(TracerConfig::default());

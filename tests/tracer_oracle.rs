@@ -189,9 +189,17 @@ struct Model {
 }
 
 impl Model {
+    /// ContextEn (no CR3 filter here): CPL against OS/User.
+    fn level(&self, cpl: u8) -> bool {
+        if cpl == 0 {
+            self.os
+        } else {
+            self.user
+        }
+    }
+
     fn traced(&self, ip: u64, cpl: u8) -> bool {
-        let level = if cpl == 0 { self.os } else { self.user };
-        level && self.filter.is_none_or(|(a, b)| a <= ip && ip <= b)
+        self.level(cpl) && self.filter.is_none_or(|(a, b)| a <= ip && ip <= b)
     }
 }
 
@@ -321,7 +329,22 @@ impl Driver {
                 )?;
                 self.enabled = true;
             }
-            (false, false) => {}
+            (false, false) => {
+                // PIP1: a MOV CR3 in a traced context sends PIP with PacketEn = 0 too (outside the
+                // filter range; SDM case 5f).
+                if let Event::Cr3Write { cr3, .. } = *e {
+                    if m.os && m.level(self.cpl) {
+                        self.expect_event(
+                            |q| {
+                                *q == QEvent::Paging {
+                                    cr3: cr3 & 0x000f_ffff_ffff_ffe0,
+                                }
+                            },
+                            &format!("paging {cr3:#x} outside the filter"),
+                        )?;
+                    }
+                }
+            }
         }
         self.ip = to;
         self.cpl = cpl;

@@ -427,10 +427,12 @@ impl Tracer {
                 self.linear(ip, len);
             }
             Event::Cr3Write { ip, len, cr3 } => {
+                let context_before = self.context_en();
                 self.cr3 = cr3;
                 let next = ip.wrapping_add(u64::from(len));
-                // PIP1: with OS = 1, while tracing before or after the write.
-                if self.ctl.os() && (self.packet_en || self.packet_en_at(next)) {
+                // PIP1: with TriggerEn and OS = 1 in a traced context (before or after the write,
+                // for CR3 filtering), whether or not PacketEn is 1 (SDM cases 5d and 5f).
+                if self.triggered && self.ctl.os() && (context_before || self.context_en()) {
                     self.flush_tnt();
                     self.put_pip();
                 }
@@ -635,7 +637,18 @@ impl Tracer {
                 }
                 self.enable_packets(to);
             }
-            (false, false) => {}
+            (false, false) => {
+                // PIP2: a far transfer that changes CR3 sends PIP with TriggerEn, ContextEn and
+                // OS = 1 even outside the filter ranges (SDM cases 10f-13f).
+                if let Cofi::Far {
+                    cr3_changed: true, ..
+                } = cofi
+                {
+                    if self.triggered && self.ctl.os() && self.context_en() {
+                        self.put_pip();
+                    }
+                }
+            }
         }
         self.packet_en = pe1;
         if stop {
