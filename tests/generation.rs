@@ -77,16 +77,17 @@ fn all_events(r: &TraceRig) -> Vec<QEvent> {
 #[test]
 fn psb1_tim1_psb_plus_holds_what_ctl_enables() {
     let cases: [(&str, RtitCtl, &[&str]); 4] = [
-        ("skylake", user(), &["psb", "cbr", "mode.tsx", "psbend"]),
+        // HW9: Skylake and Ice Lake order MODE.TSX, [MODE.Exec, FUP], PIP, VMCS, CBR.
+        ("skylake", user(), &["psb", "mode.tsx", "cbr", "psbend"]),
         (
             "skylake",
             user().with_tsc_en(true).with_mtc_en(true).with_os(true),
-            &["psb", "tsc", "tma", "cbr", "pip", "mode.tsx", "psbend"],
+            &["psb", "tsc", "tma", "mode.tsx", "pip", "cbr", "psbend"],
         ),
         (
             "icelake",
             user().with_tsc_en(true),
-            &["psb", "tsc", "cbr", "mode.tsx", "psbend"],
+            &["psb", "tsc", "mode.tsx", "cbr", "psbend"],
         ),
         (
             "generic-max",
@@ -945,4 +946,168 @@ fn tim3_the_clock_runs_while_trigger_en_is_off() {
     r.tracer.event(&mut r.mem, &Event::Cycles(99)).unwrap();
     assert_eq!(r.tracer.clock().cycles(), 100, "1 per instruction + 99");
     assert_eq!(r.tracer.stats().instructions, 1);
+}
+
+/// A rig on `cpu` with `cfg`, tracing user code.
+fn rig_on(cpu: &str, cfg: TracerConfig) -> TraceRig {
+    let mut r = TraceRig::with_cpu(cpu, cfg);
+    r.start(user());
+    r
+}
+
+/// The IPBytes of every IP packet named `name`, in order.
+fn forms(r: &TraceRig, name: &str) -> Vec<Ipc> {
+    r.packets()
+        .iter()
+        .filter(|p| p.name() == name)
+        .filter_map(|p| p.ip_payload().map(|i| i.ipc))
+        .collect()
+}
+
+/// HW6, HW7 (spec/hardware.md): Skylake never uses update-48, never compresses FUP, TIP.PGE or
+/// TIP.PGD, nor the first TIP after a PSB; Ice Lake sends FUP and TIP.PGE with all 64 bits; the
+/// SDM style takes the shortest form each time. libipt reads every one to the same IPs.
+#[test]
+fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
+    let run = |cpu: &str| {
+        let mut r = rig_on(cpu, TracerConfig::default());
+        // 0x40_xxxx -> 0x40_2000 (update-16 against the enable's IP, but the first TIP after
+        // the PSB), -> 0x40_2010 (update-16), -> 0x7f00_0000_1000 (upper 16 bits equal:
+        // update-48 for the SDM style).
+        for target in [0x40_2000u64, 0x40_2010, 0x7f00_0000_1000] {
+            r.ev(Event::IndirectJump { ip: START, target });
+        }
+        r.ev(far(
+            FarKind::Interrupt { vector: 0x20 },
+            0x7f00_0000_1000,
+            0x7f00_0000_1040,
+            3,
+        ));
+        r.stop_at(0x7f00_0000_1040);
+        let ev = all_events(&r);
+        assert!(
+            ev.contains(&QEvent::AsyncBranch {
+                from: 0x7f00_0000_1000,
+                to: 0x7f00_0000_1040
+            }),
+            "{cpu}: {ev:?}"
+        );
+        r
+    };
+    use Ipc::*;
+    let sdm = run("generic-max");
+    assert_eq!(forms(&sdm, "tip.pge"), [Update32]);
+    assert_eq!(forms(&sdm, "tip"), [Update16, Update16, Update48, Update16]);
+    assert_eq!(forms(&sdm, "fup"), [Update16, Update16]);
+    let sky = run("skylake");
+    assert_eq!(forms(&sky, "tip.pge"), [Sext48]);
+    assert_eq!(forms(&sky, "tip"), [Sext48, Update16, Sext48, Update16]);
+    assert_eq!(forms(&sky, "fup"), [Sext48, Sext48]);
+    let ice = run("icelake");
+    assert_eq!(forms(&ice, "tip.pge"), [Full]);
+    assert_eq!(forms(&ice, "tip"), [Sext48, Update16, Sext48, Update16]);
+    assert_eq!(forms(&ice, "fup"), [Full, Full]);
+}
+
+/// HW8: with `enable_with_fup` the enable's PSB+ holds MODE.Exec and FUP(IP), then TIP.PGE(IP)
+/// follows without another MODE.Exec, as Skylake sends it; by default the PSB+ has no FUP and
+/// MODE.Exec, TIP.PGE follow it.
+#[test]
+fn hw8_the_enable_shape_with_and_without_fup_in_psb_plus() {
+    let shape = |enable_with_fup: bool| {
+        let mut r = rig_on(
+            "skylake",
+            TracerConfig {
+                enable_with_fup,
+                ..TracerConfig::default()
+            },
+        );
+        r.stop_at(START);
+        r.names()
+    };
+    assert_eq!(
+        shape(true)[..6],
+        ["psb", "mode.tsx", "mode.exec", "fup", "cbr", "psbend"]
+    );
+    assert_eq!(shape(true)[6], "tip.pge");
+    assert_eq!(
+        shape(false)[..6],
+        ["psb", "mode.tsx", "cbr", "psbend", "mode.exec", "tip.pge"]
+    );
+}
+
+/// HW10: after an overflow Skylake sends OVF, a PSB+ without FUP, then MODE.Exec and
+/// TIP.PGE(IP); libipt reports the overflow, then tracing enabled at that IP.
+#[test]
+fn hw10_ovf_is_followed_by_psb_plus_then_tip_pge() {
+    let mut r = TraceRig::with_cpu(
+        "skylake",
+        TracerConfig {
+            overflow: Some(Backpressure {
+                buffer_bytes: 256,
+                drain_bytes: 1,
+                per_cycles: 4,
+            }),
+            ..TracerConfig::default()
+        },
+    );
+    r.start(user());
+    for i in 0..400u64 {
+        r.ev(Event::IndirectJump {
+            ip: 0x40_1000,
+            target: 0x40_1000 + (i % 9) * 0x1_2345,
+        });
+    }
+    r.ev(Event::Cycles(100_000));
+    r.ev(Event::IndirectJump {
+        ip: 0x40_1000,
+        target: 0x40_9000,
+    });
+    r.stop_at(0x40_9000);
+    let n = r.names();
+    let ovf = n.iter().position(|&p| p == "ovf").expect("an overflow");
+    assert_eq!(
+        n[ovf..ovf + 6],
+        ["ovf", "psb", "mode.tsx", "cbr", "psbend", "mode.exec"]
+    );
+    assert_eq!(n[ovf + 6], "tip.pge");
+    let ev = all_events(&r);
+    let at = ev
+        .iter()
+        .position(|e| *e == QEvent::Overflow { ip: None })
+        .expect("libipt reports the overflow");
+    assert!(matches!(ev[at + 1], QEvent::Enabled { .. }), "{ev:?}");
+}
+
+/// HW11: with PSBFreq = 0 Skylake's PSBs come every ~1,920 bytes (15/16 of 2 KiB, counted with
+/// PADs), at 8-byte boundaries; the SDM style's every 2,048 or a few more.
+#[test]
+fn hw11_psb_distance_is_15_16_of_the_period_counted_with_pads() {
+    let distances = |cpu: &str| {
+        let mut r = rig_on(cpu, TracerConfig::default());
+        for i in 0..6000u64 {
+            r.ev(Event::IndirectJump {
+                ip: 0x40_1000,
+                target: 0x40_1000 + (i % 97) * 0x1_0101,
+            });
+        }
+        r.stop_at(0x40_1000);
+        let bytes = r.bytes();
+        let mut d = ptemu::packet::PacketDecoder::new(&bytes, 0);
+        let mut psbs = Vec::new();
+        while let Some(p) = d.next_packet() {
+            let (off, p) = p.unwrap();
+            if p == Packet::Psb {
+                psbs.push(off);
+            }
+        }
+        assert!(psbs.len() > 5, "{cpu}: {psbs:?}");
+        psbs.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>()
+    };
+    for d in distances("skylake") {
+        assert!((1920..1936).contains(&d) && d % 8 == 0, "skylake: {d}");
+    }
+    for d in distances("generic-max") {
+        assert!((2048..2072).contains(&d), "generic-max: {d}");
+    }
 }

@@ -10,6 +10,7 @@ use common::trace::*;
 use proptest::prelude::*;
 use ptemu::packet::PtwSize;
 use ptemu::packing::Packing;
+use ptemu::regs::PacketStyle;
 use ptemu::regs::RtitCtl;
 use ptemu::tracer::{Backpressure, Event, FarKind, TracerConfig};
 
@@ -430,6 +431,8 @@ struct Setup {
     overflow: Option<u32>,
     /// The hardware layout (PADs as Skylake puts them, spec/hardware.md) or none.
     packed: bool,
+    /// The packet choices (spec/hardware.md HW6-HW11).
+    style: PacketStyle,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -437,8 +440,13 @@ fn setup() -> impl Strategy<Value = Setup> {
         any::<[bool; 9]>(),
         0u8..4,
         prop_oneof![3 => Just(None), 1 => (1u32..4).prop_map(Some)],
+        prop_oneof![
+            Just(PacketStyle::Sdm),
+            Just(PacketStyle::Skylake),
+            Just(PacketStyle::IceLake)
+        ],
     )
-        .prop_map(|(b, psb_freq, overflow)| Setup {
+        .prop_map(|(b, psb_freq, overflow, style)| Setup {
             os: b[0],
             dis_retc: b[1],
             psb_freq,
@@ -450,6 +458,7 @@ fn setup() -> impl Strategy<Value = Setup> {
             filter: b[7],
             overflow,
             packed: b[8],
+            style,
         })
 }
 
@@ -466,6 +475,7 @@ fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
         } else {
             Packing::None
         }),
+        style: Some(s.style),
         ..TracerConfig::default()
     };
     let filter = s.filter.then_some((USER, USER + 0x8000));
@@ -545,12 +555,24 @@ fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
             d.silent_step(e);
             continue;
         }
-        if spans.iter().any(|s| s.resumed_at == index) {
+        if spans.iter().any(|sp| sp.resumed_at == index) {
             let want = d.enabled_model(&model).then_some(d.ip);
-            d.expect_event(
-                |q| *q == QEvent::Overflow { ip: want },
-                &format!("overflow at {want:x?}"),
-            )?;
+            if s.style == PacketStyle::Sdm {
+                // OVF, then FUP(IP) while PacketEn (OVF2).
+                d.expect_event(
+                    |q| *q == QEvent::Overflow { ip: want },
+                    &format!("overflow at {want:x?}"),
+                )?;
+            } else {
+                // HW10: OVF, a PSB+ without FUP, then TIP.PGE(IP) while PacketEn.
+                d.expect_event(|q| *q == QEvent::Overflow { ip: None }, "overflow")?;
+                if let Some(ip) = want {
+                    d.expect_event(
+                        |q| *q == QEvent::Enabled { ip },
+                        &format!("enabled at {ip:#x} after the overflow"),
+                    )?;
+                }
+            }
             d.enabled = want.is_some();
             d.stack.clear();
         }

@@ -351,6 +351,12 @@ impl PacketEncoder {
         ip.map_or(IpPayload::SUPPRESSED, |ip| self.last_ip.compress(ip))
     }
 
+    /// `ip` compressed against the encoder's last IP without update-48
+    /// ([`crate::packet::LastIp::compress_without_update48`]).
+    pub fn compress_without_update48(&self, ip: u64) -> IpPayload {
+        self.last_ip.compress_without_update48(ip)
+    }
+
     /// Encodes `p` into `out` and tracks last IP. Like [`Packet::encode`], bytes past the packet
     /// (up to 16 in all) may be overwritten when `out` has room for 16.
     #[inline(always)]

@@ -124,6 +124,17 @@ impl IpPayload {
             raw: raw & ipc.mask(),
         }
     }
+
+    /// `ip` not compressed: sext-48 (IPBytes 3) when bits 63:48 copy bit 47 (a canonical
+    /// 48-bit address), else the full 64 bits (IPBytes 6).
+    #[inline]
+    pub fn uncompressed(ip: u64) -> Self {
+        if (((ip << 16) as i64) >> 16) as u64 == ip {
+            IpPayload::new(Ipc::Sext48, ip)
+        } else {
+            IpPayload::new(Ipc::Full, ip)
+        }
+    }
 }
 
 /// Last-IP state: the IP of the last IP packet that carried one (SDM 36-38/39). Reset to 0 at PSB
@@ -198,6 +209,21 @@ impl LastIp {
             Ipc::Full
         };
         IpPayload::new(ipc, ip)
+    }
+
+    /// [`LastIp::compress`] as Skylake and later hardware chooses: update-16 or update-32 when
+    /// they fit, else not compressed ([`IpPayload::uncompressed`]); update-48 is never used
+    /// (spec/hardware.md HW6).
+    #[inline]
+    pub fn compress_without_update48(&self, ip: u64) -> IpPayload {
+        let diff = ip ^ self.ip;
+        if diff >> 16 == 0 {
+            IpPayload::new(Ipc::Update16, ip)
+        } else if diff >> 32 == 0 {
+            IpPayload::new(Ipc::Update32, ip)
+        } else {
+            IpPayload::uncompressed(ip)
+        }
     }
 }
 

@@ -105,6 +105,24 @@ pub struct CpuProfile {
     /// How this CPU lays packets out in its output (spec/hardware.md): the layout measured on
     /// Skylake for `skylake` and the later client and server cores, none for the others.
     pub packing: Packing,
+    /// Which packets this CPU chooses where the SDM leaves a choice (spec/hardware.md HW6-HW10).
+    pub style: PacketStyle,
+}
+
+/// The packet choices of a CPU family where the SDM allows several (spec/hardware.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PacketStyle {
+    /// The SDM's rules with ptemu's own choices: shortest IP forms, PSB+ in the order of
+    /// spec/generation.md PSB1, PSB+ without FUP at enable, OVF then FUP.
+    #[default]
+    Sdm,
+    /// As measured on Skylake: PSB+ order MODE.TSX, MODE.Exec, FUP, PIP, VMCS, CBR; FUP,
+    /// TIP.PGE and TIP.PGD never compressed, no update-48, the first TIP after a PSB not
+    /// compressed; enable as PSB+ with FUP then TIP.PGE; OVF then PSB+; PSB every 15/16 period.
+    Skylake,
+    /// Skylake's choices, with FUP and TIP.PGE carrying the full 64-bit IP (IPBytes 6).
+    IceLake,
 }
 
 /// An unknown profile name.
@@ -195,6 +213,11 @@ impl CpuProfile {
             packing: match name {
                 "skylake" | "icelake" | "alderlake" | "sapphirerapids" => Packing::Hardware,
                 _ => Packing::None,
+            },
+            style: match name {
+                "skylake" => PacketStyle::Skylake,
+                "icelake" | "alderlake" | "sapphirerapids" => PacketStyle::IceLake,
+                _ => PacketStyle::Sdm,
             },
         })
     }

@@ -2,6 +2,7 @@
 
 use super::clock::ClockConfig;
 use crate::packing::Packing;
+use crate::regs::PacketStyle;
 
 /// The back-pressure model behind OVF (OVF1): the trace unit's internal buffer holds
 /// `buffer_bytes` and drains `drain_bytes` every `per_cycles` core cycles.
@@ -35,6 +36,13 @@ pub struct TracerConfig {
     pub flush_bytes: usize,
     /// How packets are laid out (spec/hardware.md); `None` (the default): the CPU profile's.
     pub packing: Option<Packing>,
+    /// Which packets the tracer chooses where the SDM allows several (spec/hardware.md HW6-HW11):
+    /// `sdm`, `skylake` or `icelake`; `None` (the default): the CPU profile's.
+    pub style: Option<PacketStyle>,
+    /// Enable as measured on Skylake (HW8): the enable's PSB+ holds MODE.Exec and FUP(IP), then
+    /// TIP.PGE(IP). Off by default: libipt's instruction decoder (2.1.2) refuses a TIP.PGE while
+    /// the PSB+ FUP has already enabled it (-pte_bad_context).
+    pub enable_with_fup: bool,
 }
 
 impl Default for TracerConfig {
@@ -47,6 +55,8 @@ impl Default for TracerConfig {
             overflow: None,
             flush_bytes: 1024,
             packing: None,
+            style: None,
+            enable_with_fup: false,
         }
     }
 }

@@ -9,6 +9,7 @@
 use super::{Clock, Event, RetStack, Tracer, TracerStats};
 use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
 use crate::packing::{Packing, Repacker, SliceWriter};
+use crate::regs::PacketStyle;
 
 /// The tracer state the fast path touches (the general path uses it too). Small, so that a batch
 /// copies it cheaply; the counters here are the only copy of theirs ([`Tracer::stats`] merges
@@ -40,6 +41,10 @@ pub(super) struct Hot {
     pub(super) fast_packets: [u64; 3],
     /// Where packets go in the stream: the CPU's layout (spec/hardware.md).
     pub(super) pack: Repacker,
+    /// The CPU's packet choices (spec/hardware.md HW6-HW10).
+    pub(super) style: PacketStyle,
+    /// No TIP since the last PSB: with a hardware style the next is not compressed (HW6).
+    pub(super) ip_fresh: bool,
 }
 
 /// What the fast path reads but never changes.
@@ -169,8 +174,22 @@ impl Hot {
     fn tip(&mut self, target: u64, buf: &mut [u8]) {
         self.ip = target;
         self.flush_tnt(buf);
-        let payload = self.enc.compress(Some(target)); // TIP4
+        let payload = self.tip_payload(target);
         self.put(Packet::Tip(payload), TIP, buf);
+    }
+
+    /// The IP field of a TIP to `ip`: TIP4, the shortest form, under the SDM style; with a
+    /// hardware style no update-48 and no compression for the first TIP after a PSB (HW6).
+    #[inline(always)]
+    pub(super) fn tip_payload(&mut self, ip: u64) -> IpPayload {
+        if self.style == PacketStyle::Sdm {
+            return self.enc.compress(Some(ip));
+        }
+        if std::mem::replace(&mut self.ip_fresh, false) {
+            IpPayload::uncompressed(ip)
+        } else {
+            self.enc.compress_without_update48(ip)
+        }
     }
 
     /// TNT1, TNT2, TNT4 (DisTNT and CYC are off on the fast path).

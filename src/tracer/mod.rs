@@ -27,10 +27,10 @@ pub use stats::TracerStats;
 
 use crate::memory::{MemError, PhysMemory};
 use crate::output::{MsrError, OutputUnit};
-use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt};
+use crate::packet::{IpPayload, Ipc, Packet, PacketEncoder, Tnt};
 use crate::packing::Repacker;
 use crate::regs::check::check_write;
-use crate::regs::{Msr, RtitCtl};
+use crate::regs::{Msr, PacketStyle, RtitCtl};
 use fast::Hot;
 use overflow::Overflow;
 
@@ -129,6 +129,8 @@ impl Tracer {
                 packets_lost: 0,
                 fast_packets: [0; 3],
                 pack: Repacker::new(cfg.packing.unwrap_or(unit.cpu().packing)),
+                style: cfg.style.unwrap_or(unit.cpu().style),
+                ip_fresh: true,
             },
             stats: TracerStats::default(),
             clock: Clock::new(cfg.clock),
@@ -714,8 +716,14 @@ impl Tracer {
         self.mode_sent = None; // Table 36-50 case 2d: MODE.Exec with every enable's TIP.PGE
         self.clock.last_cyc = self.clock.cycles();
         self.clock.last_mtc = self.clock.art() >> self.ctl.mtc_freq();
+        let enabled_at_ip = self.packet_en_at(self.hot.ip);
         if self.unit.psb_due_on_enable() {
+            // HW8: Skylake sends the enable's PSB+ with MODE.Exec and FUP(IP) in it, then
+            // TIP.PGE(IP), which libipt's instruction decoder refuses (-pte_bad_context): only
+            // with `enable_with_fup`; else the PSB+ first, then MODE.Exec and TIP.PGE.
+            self.packet_en = enabled_at_ip && self.cfg.enable_with_fup;
             self.psb_plus();
+            self.packet_en = false;
         } else {
             self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
             if self.ctl.tsc_en() {
@@ -725,29 +733,49 @@ impl Tracer {
                 ratio: self.clock.core_ratio(),
             });
         }
-        if self.packet_en_at(self.hot.ip) {
+        if enabled_at_ip {
             self.packet_en = true;
             self.enable_packets(self.hot.ip);
         }
         self.commit_kinds();
     }
 
-    /// PSB1, PSB4: the PSB+ for the current settings and state.
+    /// PSB1, PSB4: the PSB+ for the current settings and state, in the order of the CPU's style
+    /// (HW9 for the hardware styles).
     fn psb_plus(&mut self) {
         self.flush_tnt();
         self.hot.psb_bytes = 0;
         self.put(Packet::Psb);
+        self.hot.ip_fresh = true;
         self.ret.clear();
         self.mode_sent = None;
         self.stats.psbs += 1;
         if self.ctl.tsc_en() {
             self.put_tsc();
         }
+        if self.hot.style == PacketStyle::Sdm {
+            self.psb_cbr();
+            self.psb_context();
+            self.psb_tsx();
+            self.psb_ip();
+        } else {
+            self.psb_tsx();
+            self.psb_ip();
+            self.psb_context();
+            self.psb_cbr();
+        }
+        self.put(Packet::PsbEnd);
+    }
+
+    fn psb_cbr(&mut self) {
         self.put(Packet::Cbr {
             ratio: self.clock.core_ratio(),
         });
-        let context = self.context_en();
-        if context && self.ctl.os() {
+    }
+
+    /// PIP (ContextEn and OS) and VMCS (in VMX non-root).
+    fn psb_context(&mut self) {
+        if self.context_en() && self.ctl.os() {
             self.put_pip();
             if let Some(base) = self.vmcs {
                 self.put(Packet::Vmcs {
@@ -755,17 +783,24 @@ impl Tracer {
                 });
             }
         }
-        if context && self.ctl.branch_en() && self.cfg.tsx {
+    }
+
+    /// MODE.TSX (ContextEn and BranchEn, on a CPU with TSX).
+    fn psb_tsx(&mut self) {
+        if self.context_en() && self.ctl.branch_en() && self.cfg.tsx {
             self.put(Packet::ModeTsx {
                 intx: false,
                 abrt: false,
             });
         }
+    }
+
+    /// MODE.Exec and FUP(IP) while PacketEn.
+    fn psb_ip(&mut self) {
         if self.packet_en {
             self.put_mode_exec();
             self.put_ip(Packet::Fup, self.hot.ip);
         }
-        self.put(Packet::PsbEnd);
     }
 
     fn put_mode_exec(&mut self) {
@@ -841,8 +876,14 @@ impl Tracer {
 
     /// Output bytes between PSBs (PSB2): 2^(PSBFreq + 11).
     #[inline]
+    /// Packet bytes between PSBs (PSB2): 2 KiB << PSBFreq; 15/16 of that under a hardware style
+    /// (HW11: about 1,920 bytes with PSBFreq = 0 on Skylake).
     fn psb_interval(&self) -> u64 {
-        1 << (self.ctl.psb_freq() + 11)
+        let period = 1u64 << (self.ctl.psb_freq() + 11);
+        match self.hot.style {
+            PacketStyle::Sdm => period,
+            PacketStyle::Skylake | PacketStyle::IceLake => period - period / 16,
+        }
     }
 
     /// Bits that fill a TNT (TNT4): 6, or 47 with long TNT.
@@ -917,9 +958,17 @@ impl Tracer {
         self.triggered && self.ctl.branch_en() && self.context_en() && self.filter_en(ip)
     }
 
+    /// An IP packet (`make` builds it from its IP field) for `ip`, its IP field chosen as the
+    /// CPU's style says (TIP4; HW6, HW7).
     #[inline]
     fn put_ip(&mut self, make: fn(IpPayload) -> Packet, ip: u64) {
-        let payload = self.hot.enc.compress(Some(ip)); // TIP4
+        let probe = make(IpPayload::SUPPRESSED);
+        let payload = match (self.hot.style, probe) {
+            (_, Packet::Tip(_)) => self.hot.tip_payload(ip),
+            (PacketStyle::Sdm, _) => self.hot.enc.compress(Some(ip)), // TIP4
+            (PacketStyle::IceLake, Packet::Fup(_) | Packet::TipPge(_)) => IpPayload::new(Ipc::Full, ip),
+            _ => IpPayload::uncompressed(ip),
+        };
         self.put(make(payload));
     }
 
@@ -998,7 +1047,15 @@ impl Tracer {
             self.clock.last_cyc = self.clock.cycles();
             self.put(Packet::Cyc { value: elapsed });
         }
-        if self.packet_en {
+        if self.hot.style != PacketStyle::Sdm {
+            // HW10: OVF, a PSB+ without FUP, then MODE.Exec and TIP.PGE(IP) while PacketEn.
+            let packet_en = std::mem::replace(&mut self.packet_en, false);
+            self.psb_plus();
+            self.packet_en = packet_en;
+            if packet_en {
+                self.enable_packets(self.hot.ip);
+            }
+        } else if self.packet_en {
             self.put_ip(Packet::Fup, self.hot.ip);
         }
     }
