@@ -65,11 +65,14 @@ const EXEC: Packet = Packet::ModeExec {
     if_: false,
 };
 
-/// Checks the layout of `packets` against `want`, and that the layout, read back, agrees with
-/// itself (every PAD run predicted).
+/// Checks the layout of `packets` against `want` (then PADs to a 16-byte boundary: the data
+/// ends as a disable ends it, HW4), and that the layout, read back, agrees with itself (every
+/// PAD run predicted).
 fn check(packets: &[Packet], want: &[Part]) {
     let got = lay(Packing::Hardware, packets);
-    assert_eq!(got, bytes(want));
+    let mut want = bytes(want);
+    want.resize(want.len().next_multiple_of(16), 0);
+    assert_eq!(got, want);
     let mut d = ptemu::packet::PacketDecoder::new(&got, 0);
     let mut list = Vec::new();
     while let Some(r) = d.next_packet() {
@@ -170,7 +173,11 @@ fn hw3_hw5_psb_plus_without_fup_is_54_bytes_as_hardware_lays_it_out() {
             P(Packet::PsbEnd),
         ],
     );
-    assert_eq!(lay(Packing::Hardware, &ps).len(), 54);
+    assert_eq!(
+        lay(Packing::Hardware, &ps)[52..54],
+        [0x02, 0x23],
+        "PSBEND ends at 54"
+    );
 }
 
 #[test]
@@ -194,7 +201,11 @@ fn hw5_mode_packets_sit_against_the_ip_packet_psb_plus_with_fup_is_70_bytes() {
             P(Packet::PsbEnd),
         ],
     );
-    assert_eq!(lay(Packing::Hardware, &ps).len(), 70);
+    assert_eq!(
+        lay(Packing::Hardware, &ps)[68..70],
+        [0x02, 0x23],
+        "PSBEND ends at 70"
+    );
     // After PSBEND, MODE.Exec and TIP.PGE: MODE.Exec directly before the TIP.PGE header.
     let pge = Packet::TipPge(ip(Ipc::Sext48, 0xffff_81a0_0020));
     check(

@@ -60,14 +60,6 @@ impl Repacker {
         self.packing
     }
 
-    /// Tracing is disabled (TraceEn 1 -> 0): what is held and owed is written, then PADs to a
-    /// 16-byte boundary (HW4).
-    pub fn disable<W: Write + ?Sized>(&mut self, out: &mut W) -> io::Result<()> {
-        self.finish(out)?;
-        let n = self.packing.pads_at_disable(self.pos);
-        self.pads(out, n)
-    }
-
     /// Forgets what is held and owed (the output was lost: STOP or an error), keeping the
     /// position.
     pub fn drop_pending(&mut self) {
@@ -154,11 +146,14 @@ impl Repacker {
         Ok(())
     }
 
-    /// Writes what is still held and the PADs owed after the last packet (a disable's 16-byte
-    /// alignment, HW4).
+    /// The end of the data: what is still held, the PADs owed after the last packet, then PADs
+    /// to a 16-byte boundary, as a disable ends the output (HW4: a stream ends at a disable, and
+    /// real buffers are multiples of 16 bytes long).
     pub fn finish<W: Write + ?Sized>(&mut self, out: &mut W) -> io::Result<()> {
         self.release(out)?;
-        self.settle(out)
+        self.settle(out)?;
+        let n = self.packing.pads_at_disable(self.pos);
+        self.pads(out, n)
     }
 }
 

@@ -290,7 +290,7 @@ impl Hot {
             buf,
             len: &mut self.len,
         };
-        if self.pack.disable(&mut w).is_err() {
+        if self.pack.finish(&mut w).is_err() {
             self.len = start;
             self.packets_lost += 1;
         }
