@@ -871,17 +871,23 @@ fn evt1_event_trace_reports_page_faults() {
     assert!(ev.contains(&QEvent::Iret));
 }
 
-#[test]
-fn ovf1_ovf2_ovf3_backpressure_drops_whole_events_then_ovf_fup() {
-    let mut r = TraceRig::new(TracerConfig {
-        overflow: Some(Backpressure {
-            buffer_bytes: 256,
-            drain_bytes: 1,
-            per_cycles: 4,
-        }),
-        ..TracerConfig::default()
-    });
-    r.start(user().with_cyc_en(true));
+/// A tracer on `cpu` whose back-pressure model (256 bytes, 1 byte per 4 cycles) overflows.
+fn overflowing_rig(cpu: &str) -> TraceRig {
+    TraceRig::with_cpu(
+        cpu,
+        TracerConfig {
+            overflow: Some(Backpressure {
+                buffer_bytes: 256,
+                drain_bytes: 1,
+                per_cycles: 4,
+            }),
+            ..TracerConfig::default()
+        },
+    )
+}
+
+/// 400 indirect jumps, more than the back-pressure model drains, then time for it to drain.
+fn overflow_then_drain(r: &mut TraceRig) {
     for i in 0..400u64 {
         r.ev(Event::IndirectJump {
             ip: 0x40_1000,
@@ -889,6 +895,13 @@ fn ovf1_ovf2_ovf3_backpressure_drops_whole_events_then_ovf_fup() {
         });
     }
     r.ev(Event::Cycles(100_000));
+}
+
+#[test]
+fn ovf1_ovf2_ovf3_backpressure_drops_whole_events_then_ovf_fup() {
+    let mut r = overflowing_rig("generic-max");
+    r.start(user().with_cyc_en(true));
+    overflow_then_drain(&mut r);
     r.ev(Event::IndirectJump {
         ip: 0x40_1000,
         target: 0x7f00_0000_1000,
@@ -1040,25 +1053,9 @@ fn hw8_the_enable_shape_with_and_without_fup_in_psb_plus() {
 /// TIP.PGE(IP); libipt reports the overflow, then tracing enabled at that IP.
 #[test]
 fn hw10_ovf_is_followed_by_psb_plus_then_tip_pge() {
-    let mut r = TraceRig::with_cpu(
-        "skylake",
-        TracerConfig {
-            overflow: Some(Backpressure {
-                buffer_bytes: 256,
-                drain_bytes: 1,
-                per_cycles: 4,
-            }),
-            ..TracerConfig::default()
-        },
-    );
+    let mut r = overflowing_rig("skylake");
     r.start(user());
-    for i in 0..400u64 {
-        r.ev(Event::IndirectJump {
-            ip: 0x40_1000,
-            target: 0x40_1000 + (i % 9) * 0x1_2345,
-        });
-    }
-    r.ev(Event::Cycles(100_000));
+    overflow_then_drain(&mut r);
     r.ev(Event::IndirectJump {
         ip: 0x40_1000,
         target: 0x40_9000,

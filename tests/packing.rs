@@ -18,6 +18,7 @@ fn lay(packing: Packing, packets: &[Packet]) -> Vec<u8> {
 }
 
 /// The bytes of `parts`: packets encoded, numbers as that many PADs.
+#[derive(Clone)]
 enum Part {
     P(Packet),
     Pad(usize),
@@ -156,22 +157,18 @@ fn hw3_a_48_bit_payload_starts_at_an_8_byte_boundary_and_pads_its_unit() {
     );
 }
 
+/// The end of every PSB+ in the traces: PIP's header before a unit, VMCS's the same one unit
+/// later, CBR after VMCS's unit, PSBEND.
+fn psb_plus_tail() -> Vec<Part> {
+    vec![P(PIP), Pad(8), P(VMCS), Pad(3), P(CBR), P(Packet::PsbEnd)]
+}
+
 #[test]
 fn hw3_hw5_psb_plus_without_fup_is_54_bytes_as_hardware_lays_it_out() {
     let ps = [Packet::Psb, TSX, PIP, VMCS, CBR, Packet::PsbEnd];
     check(
         &ps,
-        &[
-            P(Packet::Psb),
-            P(TSX),
-            Pad(4),
-            P(PIP),
-            Pad(8),
-            P(VMCS),
-            Pad(3),
-            P(CBR),
-            P(Packet::PsbEnd),
-        ],
+        &[vec![P(Packet::Psb), P(TSX), Pad(4)], psb_plus_tail()].concat(),
     );
     assert_eq!(
         lay(Packing::Hardware, &ps)[52..54],
@@ -184,23 +181,8 @@ fn hw3_hw5_psb_plus_without_fup_is_54_bytes_as_hardware_lays_it_out() {
 fn hw5_mode_packets_sit_against_the_ip_packet_psb_plus_with_fup_is_70_bytes() {
     let fup = Packet::Fup(ip(Ipc::Sext48, 0x42_1ddd));
     let ps = [Packet::Psb, TSX, EXEC, fup, PIP, VMCS, CBR, Packet::PsbEnd];
-    check(
-        &ps,
-        &[
-            P(Packet::Psb),
-            Pad(3),
-            P(TSX),
-            P(EXEC),
-            P(fup),
-            Pad(8),
-            P(PIP),
-            Pad(8),
-            P(VMCS),
-            Pad(3),
-            P(CBR),
-            P(Packet::PsbEnd),
-        ],
-    );
+    let head = vec![P(Packet::Psb), Pad(3), P(TSX), P(EXEC), P(fup), Pad(8)];
+    check(&ps, &[head, psb_plus_tail()].concat());
     assert_eq!(
         lay(Packing::Hardware, &ps)[68..70],
         [0x02, 0x23],

@@ -87,28 +87,7 @@ enum Command {
     /// Lay a trace's packets out as a CPU's output would (spec/hardware.md): every PAD dropped,
     /// the same packets written with the PADs the CPU puts between them. With --compare, write
     /// nothing and print how many of the trace's own PAD runs that layout predicts.
-    Repack {
-        /// Trace file ("-" for stdin).
-        file: PathBuf,
-        /// The CPU profile whose layout to use.
-        #[arg(long, default_value = "skylake")]
-        cpu: String,
-        /// Override the profile's layout: none or hardware.
-        #[arg(long)]
-        packing: Option<String>,
-        /// Output trace file ("-" for stdout).
-        #[arg(short, long, required_unless_present = "compare")]
-        output: Option<PathBuf>,
-        /// Print the agreement of the trace's PADs with the layout instead of writing.
-        #[arg(long, conflicts_with = "output")]
-        compare: bool,
-        /// With --compare: one JSON object.
-        #[arg(long, requires = "compare")]
-        json: bool,
-        /// Decode from byte 0 instead of from the first PSB.
-        #[arg(long)]
-        no_sync: bool,
-    },
+    Repack(repack_cmd::Args),
     /// Write a synthetic trace in one of the input formats (same seed, same bytes).
     Gen {
         /// Format: byu, byu-p2, penn, kaplan, gem5.
@@ -239,23 +218,7 @@ pub fn run() -> ExitCode {
             no_sync,
         } => packet_cmd::dump(&file, json, lastip, no_sync),
         Command::Asm { file, output } => packet_cmd::asm(&file, &output),
-        Command::Repack {
-            file,
-            cpu,
-            packing,
-            output,
-            compare,
-            json,
-            no_sync,
-        } => repack_cmd::run(&repack_cmd::Args {
-            file,
-            cpu,
-            packing,
-            output,
-            compare,
-            json,
-            no_sync,
-        }),
+        Command::Repack(args) => repack_cmd::run(&args),
         Command::Gen {
             format,
             records,

@@ -9,14 +9,28 @@ use ptemu::regs::CpuProfile;
 use std::path::{Path, PathBuf};
 
 /// The command line of `ptemu repack`.
+#[derive(clap::Args)]
 pub struct Args {
-    pub file: PathBuf,
-    pub cpu: String,
-    pub packing: Option<String>,
-    pub output: Option<PathBuf>,
-    pub compare: bool,
-    pub json: bool,
-    pub no_sync: bool,
+    /// Trace file ("-" for stdin).
+    file: PathBuf,
+    /// The CPU profile whose layout to use.
+    #[arg(long, default_value = "skylake")]
+    cpu: String,
+    /// Override the profile's layout: none or hardware.
+    #[arg(long)]
+    packing: Option<String>,
+    /// Output trace file ("-" for stdout).
+    #[arg(short, long, required_unless_present = "compare")]
+    output: Option<PathBuf>,
+    /// Print the agreement of the trace's PADs with the layout instead of writing.
+    #[arg(long, conflicts_with = "output")]
+    compare: bool,
+    /// With --compare: one JSON object.
+    #[arg(long, requires = "compare")]
+    json: bool,
+    /// Decode from byte 0 instead of from the first PSB.
+    #[arg(long)]
+    no_sync: bool,
 }
 
 /// The layout to use: `--packing`, else the profile's.
