@@ -189,6 +189,18 @@ fn hw_repack_lays_out_a_trace_as_the_cpu_would_and_compare_measures_it() {
     let o = ptemu(&["dump", s(&bare)]);
     assert!(!text(&o.stdout).contains(" pad"), "PADs left");
     assert_eq!(packets_of(&bare), packets_of(&trace));
+    // Bytes before the first PSB are skipped, and said so.
+    let mut pre = vec![0x06u8, 0x06, 0x06];
+    pre.extend(std::fs::read(&trace).unwrap());
+    let pre_path = dir.path().join("pre.pt");
+    std::fs::write(&pre_path, pre).unwrap();
+    let o = ptemu(&["repack", s(&pre_path), "-o", s(&dir.path().join("pre-out.pt"))]);
+    assert!(o.status.success());
+    assert!(
+        text(&o.stderr).contains("3 bytes before the first PSB skipped"),
+        "{}",
+        text(&o.stderr)
+    );
     // Bad bytes: exit 2 naming the file and the offset, and no output file.
     let mut bytes = std::fs::read(&trace).unwrap();
     bytes.truncate(100);

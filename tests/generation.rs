@@ -75,7 +75,7 @@ fn all_events(r: &TraceRig) -> Vec<QEvent> {
 }
 
 #[test]
-fn psb1_tim1_psb_plus_holds_what_ctl_enables() {
+fn psb1_tim1_hw9_psb_plus_holds_what_ctl_enables() {
     let cases: [(&str, RtitCtl, &[&str]); 4] = [
         // HW9: Skylake and Ice Lake order MODE.TSX, [MODE.Exec, FUP], PIP, VMCS, CBR.
         ("skylake", user(), &["psb", "mode.tsx", "cbr", "psbend"]),

@@ -257,3 +257,24 @@ fn every_simulate_rule_is_named_by_a_test_that_exists() {
     assert_eq!(ids, want, "spec/simulate.md rows");
     assert_named_by_tests(&rows);
 }
+
+/// spec/hardware.md: the rules HW1..HW11 of its two rule tables (the tables of measurements
+/// between them aside), each named by a test.
+#[test]
+fn every_hardware_rule_is_named_by_a_test() {
+    let fns = test_fns();
+    let mut ids = Vec::new();
+    for heading in ["## Layout rules", "## Choice rules"] {
+        for row in table_rows("hardware.md", heading) {
+            let id = row.split(" | ").next().unwrap().trim_start_matches("| ").trim();
+            if id.starts_with("HW") {
+                ids.push(id.to_string());
+            }
+        }
+    }
+    let want: Vec<String> = (1..=11).map(|n| format!("HW{n}")).collect();
+    assert_eq!(ids, want, "spec/hardware.md rows");
+    for id in &ids {
+        assert!(names_rule(&fns, id), "{id}: no test names it");
+    }
+}

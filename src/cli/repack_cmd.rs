@@ -58,6 +58,13 @@ fn packets(path: &Path, data: &[u8], no_sync: bool) -> Result<Vec<(u64, Packet, 
             data.len()
         )));
     }
+    if d.offset() > 0 {
+        tracing::warn!(
+            "{}: {} bytes before the first PSB skipped (use --no-sync to keep them)",
+            path.display(),
+            d.offset()
+        );
+    }
     let mut out = Vec::new();
     while let Some(r) = d.next_packet() {
         let (offset, p) =
