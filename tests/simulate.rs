@@ -344,6 +344,15 @@ fn sim2_the_bundled_sample_is_sjeng() {
     let file = simulate(&[SJENG, "--format", "penn"]);
     assert_eq!(bundled.trace, file.trace);
     replays(&bundled, &fs::read(SJENG).unwrap());
+    // The default CPU (alderlake) lays packets out and chooses them as hardware does
+    // (spec/hardware.md), and the report says so; --packing none takes the PADs out.
+    assert_eq!(bundled.report["cpu"], "alderlake");
+    assert_eq!(bundled.report["packing"], "hardware");
+    assert_eq!(bundled.report["style"], "icelake");
+    let plain = simulate(&["--packing", "none"]);
+    assert_eq!(plain.report["packing"], "none");
+    assert!(plain.trace.len() < bundled.trace.len());
+    replays(&plain, &fs::read(SJENG).unwrap());
     for want in [
         "packets: ",
         "bytes per instruction",

@@ -26,6 +26,10 @@ pub struct SimReport {
     pub input: SourceSummary,
     /// The CPU profile.
     pub cpu: String,
+    /// How packets were laid out (spec/hardware.md HW1-HW5): the profile's, or the override.
+    pub packing: crate::packing::Packing,
+    /// Which packets were chosen (spec/hardware.md HW6-HW11): the profile's, or the override.
+    pub style: crate::regs::PacketStyle,
     /// IA32_RTIT_CTL as the enabling WRMSR wrote it, and as fields.
     pub ctl: CtlSummary,
     /// The code image (Penn input): base and size.
@@ -167,6 +171,8 @@ impl SimReport {
                 approximations: outcome.source.approximations.clone(),
             },
             cpu: opts.layout.cpu.name.clone(),
+            packing: opts.tracer.packing.unwrap_or(opts.layout.cpu.packing),
+            style: opts.tracer.style.unwrap_or(opts.layout.cpu.style),
             ctl: CtlSummary {
                 value: opts.ctl.bits(),
                 fields: CtlDisplay(opts.ctl).to_string(),
