@@ -212,6 +212,27 @@ fn sim11_a_failed_run_removes_the_directories_it_created() {
     );
 }
 
+/// SIGKILL cannot be caught, so a killed run leaves its staging directory; the next run in the
+/// same DIR removes it (its process is gone) and leaves a live process's alone.
+#[test]
+fn sim12_a_killed_runs_staging_directory_is_removed_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = out.join(format!(".ptemu-staging-{dead}"));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("trace.pt"), b"half").unwrap();
+    let live = out.join(format!(".ptemu-staging-{}", std::process::id()));
+    std::fs::create_dir(&live).unwrap();
+    let o = ptemu(&["simulate", PENN, "--format", "penn", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(!stale.exists(), "the killed run's staging directory is gone");
+    assert!(live.exists(), "a live process's staging directory stays");
+}
+
 /// Sends `signal` to `child` once `ready` holds (polled), and returns its exit code.
 fn signal_when(child: &mut std::process::Child, signal: i32, ready: impl Fn() -> bool) -> Option<i32> {
     let start = std::time::Instant::now();

@@ -55,6 +55,7 @@ impl RunDir {
         remove_path(&run.staging);
         run.staging_guard = Some(Registered::new(&run.staging));
         fs::create_dir(&run.staging)?;
+        remove_stale_staging(dir);
         Ok(run)
     }
 
@@ -131,6 +132,35 @@ impl Drop for RunDir {
             for (d, _) in self.created.iter().rev() {
                 let _ = fs::remove_dir(d);
             }
+        }
+    }
+}
+
+/// Removes the staging directories in `dir` left by runs that were killed (SIGKILL cannot be
+/// caught): `.ptemu-staging-PID` whose process no longer exists. A live PID's is another run's
+/// (or a process that reused the PID): it stays.
+fn remove_stale_staging(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".ptemu-staging-"))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid <= 0 || pid as u32 == std::process::id() {
+            continue;
+        }
+        // SAFETY: kill with signal 0 only checks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            tracing::debug!("removing {} (left by a killed run)", entry.path().display());
+            let _ = fs::remove_dir_all(entry.path());
         }
     }
 }
