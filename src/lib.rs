@@ -4,7 +4,9 @@
 //! the RTIT MSRs with their #GP rules ([`regs`]), ToPA tables and single-range output with STOP,
 //! INT, END, wrap and operational errors ([`output`]), writing into simulated physical memory the
 //! caller owns ([`memory`]). Every behaviour cites a rule ID ([`rules::Rule`]) documented in
-//! `spec/output.md`.
+//! `spec/output.md`. The [`tracer`] generates the packets ([`packet`]) from retired-instruction
+//! and branch events, chosen and laid out with PADs as the CPU profile's hardware does
+//! ([`packing`], `spec/hardware.md`).
 #![warn(missing_docs)]
 
 pub mod config_file;
