@@ -632,8 +632,8 @@ fn flt1_pip1_cr3_filter_and_pip_on_mov_cr3() {
     assert_eq!(ev[4], QEvent::Enabled { ip: START + 6 });
 }
 
-/// PIP1 with PacketEn = 0: a MOV CR3 outside the IP filter range, in a traced context (OS = 1),
-/// still sends PIP (SDM case 5f; 3,942 such PIPs in real Skylake traces, spec/hardware.md), and
+/// PIP1 with PacketEn = 0: a MOV CR3, and a far transfer that changes CR3, outside the IP filter
+/// range, in a traced context (OS = 1), still send PIP (SDM case 5f; 3,942 such PIPs in real Skylake traces, spec/hardware.md), and
 /// libipt reports the paging event; with OS = 0 it does not.
 #[test]
 fn pip1_mov_cr3_outside_the_filter_range_sends_pip() {
@@ -648,12 +648,24 @@ fn pip1_mov_cr3_outside_the_filter_range_sends_pip() {
             len: 3,
             cr3: 0x2000,
         });
-        r.stop_at(START + 3);
-        let names = r.names();
-        assert_eq!(names.contains(&"pip"), os, "OS={os}: {names:?}");
+        // A far transfer that changes CR3 (an interrupt into the kernel), still outside the range.
+        r.ev(Event::Far {
+            kind: FarKind::Interrupt { vector: 0x20 },
+            from: START + 3,
+            to: KERNEL,
+            cpl: 0,
+            mode: ExecMode::Bits64,
+            cr3: Some(0x3000),
+        });
+        r.stop_at(KERNEL);
+        let names = body(&r);
+        let pips = names.iter().filter(|&&n| n == "pip").count();
+        assert_eq!(pips, if os { 2 } else { 0 }, "OS={os}: {names:?}");
         assert!(!names.contains(&"tip.pge"), "never enabled: {names:?}");
         if os {
-            assert!(all_events(&r).contains(&QEvent::Paging { cr3: 0x2000 }));
+            let ev = all_events(&r);
+            assert!(ev.contains(&QEvent::Paging { cr3: 0x2000 }), "{ev:?}");
+            assert!(ev.contains(&QEvent::Paging { cr3: 0x3000 }), "{ev:?}");
         }
     }
 }
@@ -978,7 +990,7 @@ fn forms(r: &TraceRig, name: &str) -> Vec<Ipc> {
 }
 
 /// HW6, HW7 (spec/hardware.md): Skylake never uses update-48, never compresses FUP, TIP.PGE or
-/// TIP.PGD, nor the first TIP after a PSB; Ice Lake sends FUP and TIP.PGE with all 64 bits; the
+/// TIP.PGD, nor the first TIP after a PSB+ with FUP (a TIP after a TIP.PGE is compressed); Ice Lake sends FUP and TIP.PGE with all 64 bits; the
 /// SDM style takes the shortest form each time. libipt reads every one to the same IPs.
 #[test]
 fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
@@ -1012,14 +1024,44 @@ fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
     assert_eq!(forms(&sdm, "tip.pge"), [Update32]);
     assert_eq!(forms(&sdm, "tip"), [Update16, Update16, Update48, Update16]);
     assert_eq!(forms(&sdm, "fup"), [Update16, Update16]);
+    // The TIP after the enable's TIP.PGE is compressed (137 of 137 in real traces).
     let sky = run("skylake");
     assert_eq!(forms(&sky, "tip.pge"), [Sext48]);
-    assert_eq!(forms(&sky, "tip"), [Sext48, Update16, Sext48, Update16]);
+    assert_eq!(forms(&sky, "tip"), [Update16, Update16, Sext48, Update16]);
     assert_eq!(forms(&sky, "fup"), [Sext48, Sext48]);
     let ice = run("icelake");
     assert_eq!(forms(&ice, "tip.pge"), [Full]);
-    assert_eq!(forms(&ice, "tip"), [Sext48, Update16, Sext48, Update16]);
+    assert_eq!(forms(&ice, "tip"), [Update16, Update16, Sext48, Update16]);
     assert_eq!(forms(&ice, "fup"), [Full, Full]);
+    // The first TIP after a PSB+ with FUP is sent whole (165 of 165), the others compressed.
+    let mut r = rig_on("skylake", TracerConfig::default());
+    for i in 0..3000u64 {
+        r.ev(Event::IndirectJump {
+            ip: 0x40_1000,
+            target: 0x40_1000 + (i % 97) * 0x10,
+        });
+    }
+    r.stop_at(0x40_1000);
+    let p = r.packets();
+    let mut after_psb = None;
+    let (mut whole, mut compressed) = (0, 0);
+    for p in &p {
+        match p {
+            Packet::Psb => after_psb = Some(false),
+            Packet::Fup(_) if after_psb == Some(false) => after_psb = Some(true),
+            Packet::Tip(ip) => {
+                if after_psb.take() == Some(true) {
+                    assert_eq!(ip.ipc, Sext48, "the first TIP after a PSB+ with FUP");
+                    whole += 1;
+                } else {
+                    assert_eq!(ip.ipc, Update16);
+                    compressed += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(whole >= 2 && compressed > 1000, "{whole} {compressed}");
 }
 
 /// HW8: with `enable_with_fup` the enable's PSB+ holds MODE.Exec and FUP(IP), then TIP.PGE(IP)

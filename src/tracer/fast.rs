@@ -7,7 +7,7 @@
 //! in registers instead of reading and writing the tracer once per event.
 
 use super::{Clock, Event, RetStack, Tracer, TracerStats};
-use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
+use crate::packet::{IpPayload, Ipc, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
 use crate::packing::{Packing, Repacker, SliceWriter};
 use crate::regs::PacketStyle;
 
@@ -43,8 +43,30 @@ pub(super) struct Hot {
     pub(super) pack: Repacker,
     /// The CPU's packet choices (spec/hardware.md HW6-HW10).
     pub(super) style: PacketStyle,
-    /// No TIP since the last PSB: with a hardware style the next is not compressed (HW6).
+    /// No TIP, TIP.PGE or TIP.PGD since the last PSB: with a hardware style the next TIP is not
+    /// compressed (HW6).
     pub(super) ip_fresh: bool,
+}
+
+/// The packets that carry an IP, for choosing its form ([`Hot::ip_payload`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum IpKind {
+    Tip,
+    TipPge,
+    TipPgd,
+    Fup,
+}
+
+impl IpKind {
+    /// The packet of this kind carrying `ip`.
+    pub(super) fn packet(self, ip: IpPayload) -> Packet {
+        match self {
+            IpKind::Tip => Packet::Tip(ip),
+            IpKind::TipPge => Packet::TipPge(ip),
+            IpKind::TipPgd => Packet::TipPgd(ip),
+            IpKind::Fup => Packet::Fup(ip),
+        }
+    }
 }
 
 /// What the fast path reads but never changes.
@@ -174,21 +196,25 @@ impl Hot {
     fn tip(&mut self, target: u64, buf: &mut [u8]) {
         self.ip = target;
         self.flush_tnt(buf);
-        let payload = self.tip_payload(target);
+        let payload = self.ip_payload(IpKind::Tip, target);
         self.put(Packet::Tip(payload), TIP, buf);
     }
 
-    /// The IP field of a TIP to `ip`: TIP4, the shortest form, under the SDM style; with a
-    /// hardware style no update-48 and no compression for the first TIP after a PSB (HW6).
+    /// The IP field of an IP packet of `kind` to `ip`. The SDM style takes the shortest form
+    /// (TIP4). The hardware styles (HW6, HW7) never use update-48 and compress only a TIP, and
+    /// not the first TIP after a PSB: until a TIP, TIP.PGE or TIP.PGD has gone out since the
+    /// PSB (the PSB+ FUP does not count), a TIP is sent whole. Ice Lake sends FUP and TIP.PGE
+    /// with all 64 bits.
     #[inline(always)]
-    pub(super) fn tip_payload(&mut self, ip: u64) -> IpPayload {
+    pub(super) fn ip_payload(&mut self, kind: IpKind, ip: u64) -> IpPayload {
         if self.style == PacketStyle::Sdm {
             return self.enc.compress(Some(ip));
         }
-        if std::mem::replace(&mut self.ip_fresh, false) {
-            IpPayload::uncompressed(ip)
-        } else {
-            self.enc.compress_without_update48(ip)
+        let fresh = kind != IpKind::Fup && std::mem::replace(&mut self.ip_fresh, false);
+        match (self.style, kind) {
+            (PacketStyle::IceLake, IpKind::Fup | IpKind::TipPge) => IpPayload::new(Ipc::Full, ip),
+            (_, IpKind::Tip) if !fresh => self.enc.compress_without_update48(ip),
+            _ => IpPayload::uncompressed(ip),
         }
     }
 

@@ -27,11 +27,11 @@ pub use stats::TracerStats;
 
 use crate::memory::{MemError, PhysMemory};
 use crate::output::{MsrError, OutputUnit};
-use crate::packet::{IpPayload, Ipc, Packet, PacketEncoder, Tnt};
+use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt};
 use crate::packing::Repacker;
 use crate::regs::check::check_write;
 use crate::regs::{Msr, PacketStyle, RtitCtl};
-use fast::Hot;
+use fast::{Hot, IpKind};
 use overflow::Overflow;
 
 /// How a control transfer is reported while tracing stays on, and how it leaves tracing.
@@ -460,7 +460,7 @@ impl Tracer {
                         ip: fup,
                     });
                     if fup {
-                        self.put_ip(Packet::Fup, ip);
+                        self.put_ip(IpKind::Fup, ip);
                     }
                 }
                 self.linear(ip, len);
@@ -494,7 +494,7 @@ impl Tracer {
                     let with_ip = self.packet_en;
                     self.put(Packet::Exstop { ip: with_ip });
                     if with_ip {
-                        self.put_ip(Packet::Fup, ip);
+                        self.put_ip(IpKind::Fup, ip);
                     }
                 }
             }
@@ -560,7 +560,7 @@ impl Tracer {
                     self.push(push);
                     self.flush_tnt();
                     self.cyc();
-                    self.put_ip(Packet::Tip, to);
+                    self.put_ip(IpKind::Tip, to);
                 }
                 Cofi::Return if compress => {
                     self.ret.pop();
@@ -570,7 +570,7 @@ impl Tracer {
                 Cofi::Return => {
                     self.flush_tnt();
                     self.cyc();
-                    self.put_ip(Packet::Tip, to);
+                    self.put_ip(IpKind::Tip, to);
                 }
                 Cofi::Far {
                     kind,
@@ -581,7 +581,7 @@ impl Tracer {
                     self.event_trace(kind);
                     self.cyc();
                     if kind.is_async() {
-                        self.put_ip(Packet::Fup, from);
+                        self.put_ip(IpKind::Fup, from);
                     }
                     if cr3_changed && self.ctl.os() {
                         self.put_pip();
@@ -592,7 +592,7 @@ impl Tracer {
                         });
                     }
                     self.mode_exec_if_changed(); // MODE1
-                    self.put_ip(Packet::Tip, to);
+                    self.put_ip(IpKind::Tip, to);
                 }
             },
             (true, false) => {
@@ -616,13 +616,13 @@ impl Tracer {
                     self.event_trace(kind);
                     self.cyc();
                     if kind.is_async() {
-                        self.put_ip(Packet::Fup, from);
+                        self.put_ip(IpKind::Fup, from);
                     }
                 } else {
                     self.cyc();
                 }
                 if with_ip || stop {
-                    self.put_ip(Packet::TipPgd, to);
+                    self.put_ip(IpKind::TipPgd, to);
                 } else {
                     self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
                 }
@@ -640,7 +640,7 @@ impl Tracer {
                 self.enable_packets(to);
             }
             (false, false) => {
-                // PIP2: a far transfer that changes CR3 sends PIP with TriggerEn, ContextEn and
+                // PIP1: a far transfer that changes CR3 sends PIP with TriggerEn, ContextEn and
                 // OS = 1 even outside the filter ranges (SDM cases 10f-13f).
                 if let Cofi::Far {
                     cr3_changed: true, ..
@@ -667,7 +667,7 @@ impl Tracer {
         if self.mode_sent != Some(now) {
             self.put_mode_exec();
         }
-        self.put_ip(Packet::TipPge, ip);
+        self.put_ip(IpKind::TipPge, ip);
     }
 
     /// PGD3: FUP(CLIP), TIP.PGD() while PacketEn, for a WRMSR that clears TraceEn.
@@ -683,7 +683,7 @@ impl Tracer {
         } else if self.packet_en {
             self.flush_tnt();
             self.cyc();
-            self.put_ip(Packet::Fup, self.hot.ip);
+            self.put_ip(IpKind::Fup, self.hot.ip);
             self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
         } else {
             self.flush_tnt();
@@ -799,7 +799,7 @@ impl Tracer {
     fn psb_ip(&mut self) {
         if self.packet_en {
             self.put_mode_exec();
-            self.put_ip(Packet::Fup, self.hot.ip);
+            self.put_ip(IpKind::Fup, self.hot.ip);
         }
     }
 
@@ -958,18 +958,12 @@ impl Tracer {
         self.triggered && self.ctl.branch_en() && self.context_en() && self.filter_en(ip)
     }
 
-    /// An IP packet (`make` builds it from its IP field) for `ip`, its IP field chosen as the
-    /// CPU's style says (TIP4; HW6, HW7).
+    /// An IP packet of `kind` for `ip`, its IP field in the form the CPU's style chooses (TIP4;
+    /// HW6, HW7).
     #[inline]
-    fn put_ip(&mut self, make: fn(IpPayload) -> Packet, ip: u64) {
-        let probe = make(IpPayload::SUPPRESSED);
-        let payload = match (self.hot.style, probe) {
-            (_, Packet::Tip(_)) => self.hot.tip_payload(ip),
-            (PacketStyle::Sdm, _) => self.hot.enc.compress(Some(ip)), // TIP4
-            (PacketStyle::IceLake, Packet::Fup(_) | Packet::TipPge(_)) => IpPayload::new(Ipc::Full, ip),
-            _ => IpPayload::uncompressed(ip),
-        };
-        self.put(make(payload));
+    fn put_ip(&mut self, kind: IpKind, ip: u64) {
+        let payload = self.hot.ip_payload(kind, ip);
+        self.put(kind.packet(payload));
     }
 
     #[inline]
@@ -1056,7 +1050,7 @@ impl Tracer {
                 self.enable_packets(self.hot.ip);
             }
         } else if self.packet_en {
-            self.put_ip(Packet::Fup, self.hot.ip);
+            self.put_ip(IpKind::Fup, self.hot.ip);
         }
     }
 
