@@ -1,6 +1,8 @@
 //! The hardware layout (spec/hardware.md, HW1-HW5): packet sequences built here, laid out by
 //! `ptemu::packing::Repacker`, against the bytes written out by hand from the rules.
 
+mod common;
+
 use ptemu::packet::{IpPayload, Ipc, Packet, Tnt};
 use ptemu::packing::{agreement, Packing, Repacker};
 
@@ -74,12 +76,7 @@ fn check(packets: &[Packet], want: &[Part]) {
     let mut want = bytes(want);
     want.resize(want.len().next_multiple_of(16), 0);
     assert_eq!(got, want);
-    let mut d = ptemu::packet::PacketDecoder::new(&got, 0);
-    let mut list = Vec::new();
-    while let Some(r) = d.next_packet() {
-        let (off, p) = r.unwrap();
-        list.push((off, p, (d.offset() - off) as usize));
-    }
+    let list = common::packets::decoded(&got).unwrap();
     let a = agreement(Packing::Hardware, &list);
     assert_eq!(a.matched, a.packets, "{:?}", a.misses);
 }
@@ -215,19 +212,7 @@ fn packing_none_puts_no_pad_anywhere() {
     assert_eq!(lay(Packing::None, &ps), bytes(&parts));
 }
 
-mod common;
 use proptest::prelude::*;
-
-/// Every packet of `bytes` with offset and length, PADs included (ptemu's decoder).
-fn decoded(bytes: &[u8]) -> Vec<(u64, Packet, usize)> {
-    let mut d = ptemu::packet::PacketDecoder::new(bytes, 0);
-    let mut list = Vec::new();
-    while let Some(r) = d.next_packet() {
-        let (off, p) = r.unwrap();
-        list.push((off, p, (d.offset() - off) as usize));
-    }
-    list
-}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
@@ -241,7 +226,7 @@ proptest! {
     ) {
         let seq: Vec<Packet> = seq.into_iter().filter(|p| *p != Packet::Pad).collect();
         let packed = lay(Packing::Hardware, &seq);
-        let list = decoded(&packed);
+        let list = common::packets::decoded(&packed).unwrap();
         let ours: Vec<Packet> = list.iter().map(|x| x.1).filter(|p| *p != Packet::Pad).collect();
         prop_assert_eq!(&ours, &seq);
         let theirs: Vec<Packet> = common::libipt::decode(&packed)

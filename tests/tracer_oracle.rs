@@ -464,40 +464,29 @@ fn setup() -> impl Strategy<Value = Setup> {
 
 /// HW1-HW5: the tracer's packed stream is what `ptemu repack` makes of its packets, byte for byte.
 fn same_as_repacked(bytes: &[u8]) -> Result<(), String> {
-    let mut d = ptemu::packet::PacketDecoder::new(bytes, 0);
+    let list = common::packets::decoded(bytes)?;
     let mut out = Vec::new();
-    let mut r = ptemu::packing::Repacker::new(Packing::Hardware);
-    while let Some(p) = d.next_packet() {
-        let (off, p) = p.map_err(|e| format!("decode: {e}"))?;
-        if p != ptemu::packet::Packet::Pad {
-            let end = d.offset() as usize;
-            r.push(&mut out, &p, &bytes[off as usize..end]).unwrap();
+    ptemu::packing::repack(Packing::Hardware, bytes, &list, &mut out).unwrap();
+    match out.iter().zip(bytes).position(|(a, b)| a != b) {
+        None if out.len() == bytes.len() => Ok(()),
+        at => {
+            let at = at.unwrap_or(out.len().min(bytes.len())) as u64;
+            let near = |b: &[u8]| -> String {
+                let list = common::packets::decoded(b).unwrap_or_default();
+                let shown: Vec<String> = list
+                    .iter()
+                    .filter(|x| x.0 + 48 >= at && x.0 <= at + 16)
+                    .map(|x| format!("{:#x} {}", x.0, ptemu::packet::text::to_text(&x.1)))
+                    .collect();
+                shown.join("; ")
+            };
+            Err(format!(
+                "repack differs from the tracer's layout at byte {at:#x}:\n tracer {}\n repack {}",
+                near(bytes),
+                near(&out)
+            ))
         }
     }
-    r.finish(&mut out).unwrap();
-    if out != bytes {
-        let at = out
-            .iter()
-            .zip(bytes)
-            .position(|(a, b)| a != b)
-            .unwrap_or(out.len().min(bytes.len()));
-        let show = |b: &[u8]| {
-            let mut d = ptemu::packet::PacketDecoder::new(b, 0);
-            let mut v = Vec::new();
-            while let Some(Ok((o, p))) = d.next_packet() {
-                if o + 48 >= at as u64 && o <= at as u64 + 16 {
-                    v.push(format!("{o:#x} {}", ptemu::packet::text::to_text(&p)));
-                }
-            }
-            v.join("; ")
-        };
-        return Err(format!(
-            "repack differs from the tracer's layout at byte {at:#x}:\n tracer {}\n repack {}",
-            show(bytes),
-            show(&out)
-        ));
-    }
-    Ok(())
 }
 
 fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {

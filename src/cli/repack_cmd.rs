@@ -4,7 +4,7 @@ use super::output::{is_std, stdout_is_open, write_output};
 use super::packet_cmd::{open, unchanged};
 use super::Failure;
 use ptemu::packet::{Packet, PacketDecoder};
-use ptemu::packing::{agreement, Packing, Repacker};
+use ptemu::packing::{agreement, repack, Packing};
 use ptemu::regs::CpuProfile;
 use std::path::{Path, PathBuf};
 
@@ -128,14 +128,5 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         .output
         .as_deref()
         .expect("clap requires -o without --compare");
-    write_output(output, |w| {
-        let mut r = Repacker::new(packing);
-        for &(offset, p, len) in &list {
-            if p != Packet::Pad {
-                let at = offset as usize;
-                r.push(w, &p, &data[at..at + len])?;
-            }
-        }
-        r.finish(w)
-    })
+    write_output(output, |w| repack(packing, data, &list, w))
 }

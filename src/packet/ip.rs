@@ -203,10 +203,8 @@ impl LastIp {
             Ipc::Update32
         } else if diff >> 48 == 0 {
             Ipc::Update48
-        } else if (((ip << 16) as i64) >> 16) as u64 == ip {
-            Ipc::Sext48
         } else {
-            Ipc::Full
+            return IpPayload::uncompressed(ip);
         };
         IpPayload::new(ipc, ip)
     }
@@ -216,13 +214,9 @@ impl LastIp {
     /// (spec/hardware.md HW6).
     #[inline]
     pub fn compress_without_update48(&self, ip: u64) -> IpPayload {
-        let diff = ip ^ self.ip;
-        if diff >> 16 == 0 {
-            IpPayload::new(Ipc::Update16, ip)
-        } else if diff >> 32 == 0 {
-            IpPayload::new(Ipc::Update32, ip)
-        } else {
-            IpPayload::uncompressed(ip)
+        match self.compress(ip) {
+            p if p.ipc == Ipc::Update48 => IpPayload::uncompressed(ip),
+            p => p,
         }
     }
 }

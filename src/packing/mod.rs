@@ -8,7 +8,7 @@
 
 mod repack;
 
-pub use repack::{agreement, Agreement, Repacker, SliceWriter};
+pub use repack::{agreement, repack, Agreement, Repacker, SliceWriter};
 
 use crate::packet::{Ipc, Packet, PtwSize};
 
@@ -123,7 +123,7 @@ impl Packing {
         let len = len as u64;
         let glued = glued as u64;
         match shape {
-            Shape::Psb => to_boundary(pos, UNIT),
+            Shape::Psb => self.pads_before_psb(pos, false),
             Shape::Payload { header } => to_boundary(pos + glued + u64::from(header), UNIT),
             Shape::Mode | Shape::Disable | Shape::Plain => {
                 let all = glued + len;
@@ -159,9 +159,7 @@ impl Packing {
             Packing::Hardware => to_boundary(end, DISABLE_ALIGN),
         }
     }
-}
 
-impl Packing {
     /// PAD bytes before a PSB at `pos`: a unit boundary (HW1). A PSB right after a PSBEND (with
     /// no packet between) can only come from an enable, so tracing was disabled in between and
     /// the output was 16-byte aligned then (HW4): `after_psbend` asks for that alignment.

@@ -157,6 +157,24 @@ impl Repacker {
     }
 }
 
+/// Lays out again the packets of a stream (`data`, decoded into `packets`: offsets and lengths,
+/// PADs included, which are dropped) as `packing` says, into `out` (`ptemu repack`).
+pub fn repack<W: Write + ?Sized>(
+    packing: Packing,
+    data: &[u8],
+    packets: &[(u64, Packet, usize)],
+    out: &mut W,
+) -> io::Result<()> {
+    let mut r = Repacker::new(packing);
+    for &(offset, p, len) in packets {
+        if p != Packet::Pad {
+            let at = offset as usize;
+            r.push(out, &p, &data[at..at + len])?;
+        }
+    }
+    r.finish(out)
+}
+
 /// A [`Write`] into a fixed buffer from `*len` on, moving `*len`; an error once it is full.
 pub struct SliceWriter<'a> {
     /// The buffer.

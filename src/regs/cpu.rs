@@ -125,6 +125,17 @@ pub enum PacketStyle {
     IceLake,
 }
 
+impl PacketStyle {
+    /// The layout a CPU of this style writes: the hardware one for the measured styles, none for
+    /// the SDM's.
+    pub fn packing(self) -> Packing {
+        match self {
+            PacketStyle::Sdm => Packing::None,
+            PacketStyle::Skylake | PacketStyle::IceLake => Packing::Hardware,
+        }
+    }
+}
+
 /// An unknown profile name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown CPU profile `{name}` (known: {})", CpuProfile::NAMES.join(", "))]
@@ -201,6 +212,12 @@ impl CpuProfile {
                 })
             }
         };
+        // spec/hardware.md: the cores measured on (Skylake) or after them (Ice Lake and later).
+        let style = match name {
+            "skylake" => PacketStyle::Skylake,
+            "icelake" | "alderlake" | "sapphirerapids" => PacketStyle::IceLake,
+            _ => PacketStyle::Sdm,
+        };
         Ok(CpuProfile {
             name: name.to_string(),
             pt_supported: true,
@@ -210,15 +227,8 @@ impl CpuProfile {
             linear_address_bits: la,
             errata,
             early_pmi_margin: DEFAULT_EARLY_PMI_MARGIN,
-            packing: match name {
-                "skylake" | "icelake" | "alderlake" | "sapphirerapids" => Packing::Hardware,
-                _ => Packing::None,
-            },
-            style: match name {
-                "skylake" => PacketStyle::Skylake,
-                "icelake" | "alderlake" | "sapphirerapids" => PacketStyle::IceLake,
-                _ => PacketStyle::Sdm,
-            },
+            packing: style.packing(),
+            style,
         })
     }
 

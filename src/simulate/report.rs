@@ -171,8 +171,8 @@ impl SimReport {
                 approximations: outcome.source.approximations.clone(),
             },
             cpu: opts.layout.cpu.name.clone(),
-            packing: opts.tracer.packing.unwrap_or(opts.layout.cpu.packing),
-            style: opts.tracer.style.unwrap_or(opts.layout.cpu.style),
+            packing: opts.tracer.packing_on(&opts.layout.cpu),
+            style: opts.tracer.style_on(&opts.layout.cpu),
             ctl: CtlSummary {
                 value: opts.ctl.bits(),
                 fields: CtlDisplay(opts.ctl).to_string(),

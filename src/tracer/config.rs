@@ -45,6 +45,19 @@ pub struct TracerConfig {
     pub enable_with_fup: bool,
 }
 
+impl TracerConfig {
+    /// The layout the tracer uses on `cpu`: [`TracerConfig::packing`], else the profile's.
+    pub fn packing_on(&self, cpu: &crate::regs::CpuProfile) -> Packing {
+        self.packing.unwrap_or(cpu.packing)
+    }
+
+    /// The packet choices the tracer makes on `cpu`: [`TracerConfig::style`], else the
+    /// profile's.
+    pub fn style_on(&self, cpu: &crate::regs::CpuProfile) -> PacketStyle {
+        self.style.unwrap_or(cpu.style)
+    }
+}
+
 impl Default for TracerConfig {
     fn default() -> Self {
         TracerConfig {

@@ -286,7 +286,7 @@ impl Hot {
     }
 
     /// [`Hot::emit`] with PADs where the CPU puts them (HW1-HW5): the packet is encoded aside,
-    /// then laid out by the packing stage; the PADs count as trace bytes (PSB2).
+    /// then laid out by the packing stage.
     #[inline(never)]
     fn emit_packed(&mut self, p: &Packet, buf: &mut [u8]) -> bool {
         let mut tmp = [0u8; MAX_PACKET_LEN];
@@ -294,33 +294,35 @@ impl Hot {
             self.packets_lost += 1;
             return false;
         };
+        self.lay_out(buf, |pack, w| pack.push(w, p, &tmp[..n]))
+    }
+
+    /// The PADs a disable ends the data with, and anything the layout still holds (HW4).
+    pub(super) fn pack_disable(&mut self, buf: &mut [u8]) {
+        self.lay_out(buf, |pack, w| pack.finish(w));
+    }
+
+    /// Runs `f` on the repacker, writing at the end of the buffer; the bytes it writes, PADs
+    /// included, count toward the PSB distance (PSB2). False, with nothing written and the
+    /// packet counted lost, if the buffer is full (unreachable with the headroom `Tracer::new`
+    /// reserves; never panic on it).
+    fn lay_out(
+        &mut self,
+        buf: &mut [u8],
+        f: impl FnOnce(&mut Repacker, &mut SliceWriter) -> std::io::Result<()>,
+    ) -> bool {
         let start = self.len;
         let mut w = SliceWriter {
             buf,
             len: &mut self.len,
         };
-        if self.pack.push(&mut w, p, &tmp[..n]).is_err() {
-            // Unreachable with the headroom `Tracer::new` reserves; never panic on it.
+        if f(&mut self.pack, &mut w).is_err() {
             self.len = start;
             self.packets_lost += 1;
             return false;
         }
         self.psb_bytes += (self.len - start) as u64;
         true
-    }
-
-    /// The PADs a disable ends the data with, and anything the layout still holds (HW4).
-    pub(super) fn pack_disable(&mut self, buf: &mut [u8]) {
-        let start = self.len;
-        let mut w = SliceWriter {
-            buf,
-            len: &mut self.len,
-        };
-        if self.pack.finish(&mut w).is_err() {
-            self.len = start;
-            self.packets_lost += 1;
-        }
-        self.psb_bytes += (self.len - start) as u64;
     }
 
     /// [`Tracer::put`] without back-pressure: the packet counts at once (`kind` is its

@@ -128,8 +128,8 @@ impl Tracer {
                 compressed_returns: 0,
                 packets_lost: 0,
                 fast_packets: [0; 3],
-                pack: Repacker::new(cfg.packing.unwrap_or(unit.cpu().packing)),
-                style: cfg.style.unwrap_or(unit.cpu().style),
+                pack: Repacker::new(cfg.packing_on(unit.cpu())),
+                style: cfg.style_on(unit.cpu()),
                 ip_fresh: true,
             },
             stats: TracerStats::default(),
@@ -274,7 +274,7 @@ impl Tracer {
                 if done > 0 {
                     rest = &rest[done..];
                     if self.hot.psb_bytes >= self.psb_interval() {
-                        self.psb_plus(); // PSB2
+                        self.psb_plus(self.packet_en); // PSB2
                     }
                     if self.hot.len >= self.cfg.flush_bytes {
                         self.drain_and_refresh(mem)?;
@@ -345,7 +345,7 @@ impl Tracer {
         }
         self.generate(ev);
         if self.hot.psb_bytes >= self.psb_interval() {
-            self.psb_plus(); // PSB2
+            self.psb_plus(self.packet_en); // PSB2
         }
         if let Some(mark) = mark {
             self.end_event(mark);
@@ -721,9 +721,7 @@ impl Tracer {
             // HW8: Skylake sends the enable's PSB+ with MODE.Exec and FUP(IP) in it, then
             // TIP.PGE(IP), which libipt's instruction decoder refuses (-pte_bad_context): only
             // with `enable_with_fup`; else the PSB+ first, then MODE.Exec and TIP.PGE.
-            self.packet_en = enabled_at_ip && self.cfg.enable_with_fup;
-            self.psb_plus();
-            self.packet_en = false;
+            self.psb_plus(enabled_at_ip && self.cfg.enable_with_fup);
         } else {
             self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
             if self.ctl.tsc_en() {
@@ -741,8 +739,9 @@ impl Tracer {
     }
 
     /// PSB1, PSB4: the PSB+ for the current settings and state, in the order of the CPU's style
-    /// (HW9 for the hardware styles).
-    fn psb_plus(&mut self) {
+    /// (HW9 for the hardware styles); `ip`: with MODE.Exec and FUP(IP) (PacketEn, or the
+    /// Skylake enable shape, HW8).
+    fn psb_plus(&mut self, ip: bool) {
         self.flush_tnt();
         self.hot.psb_bytes = 0;
         self.put(Packet::Psb);
@@ -757,10 +756,10 @@ impl Tracer {
             self.psb_cbr();
             self.psb_context();
             self.psb_tsx();
-            self.psb_ip();
+            self.psb_ip(ip);
         } else {
             self.psb_tsx();
-            self.psb_ip();
+            self.psb_ip(ip);
             self.psb_context();
             self.psb_cbr();
         }
@@ -795,9 +794,9 @@ impl Tracer {
         }
     }
 
-    /// MODE.Exec and FUP(IP) while PacketEn.
-    fn psb_ip(&mut self) {
-        if self.packet_en {
+    /// MODE.Exec and FUP(IP), when `ip`.
+    fn psb_ip(&mut self, ip: bool) {
+        if ip {
             self.put_mode_exec();
             self.put_ip(IpKind::Fup, self.hot.ip);
         }
@@ -874,10 +873,9 @@ impl Tracer {
         }
     }
 
-    /// Output bytes between PSBs (PSB2): 2^(PSBFreq + 11).
-    #[inline]
     /// Packet bytes between PSBs (PSB2): 2 KiB << PSBFreq; 15/16 of that under a hardware style
     /// (HW11: about 1,920 bytes with PSBFreq = 0 on Skylake).
+    #[inline]
     fn psb_interval(&self) -> u64 {
         let period = 1u64 << (self.ctl.psb_freq() + 11);
         match self.hot.style {
@@ -1043,10 +1041,8 @@ impl Tracer {
         }
         if self.hot.style != PacketStyle::Sdm {
             // HW10: OVF, a PSB+ without FUP, then MODE.Exec and TIP.PGE(IP) while PacketEn.
-            let packet_en = std::mem::replace(&mut self.packet_en, false);
-            self.psb_plus();
-            self.packet_en = packet_en;
-            if packet_en {
+            self.psb_plus(false);
+            if self.packet_en {
                 self.enable_packets(self.hot.ip);
             }
         } else if self.packet_en {

@@ -135,3 +135,15 @@ pub fn any_sequence() -> impl Strategy<Value = Vec<Packet>> {
     prop::collection::vec(prop_oneof![8 => single, 1 => trig, 1 => block], 0..60)
         .prop_map(|groups| groups.into_iter().flatten().collect())
 }
+
+/// Every packet of `bytes` from offset 0, with its offset and length, PADs included (ptemu's
+/// decoder; a byte that does not decode is an error naming it).
+pub fn decoded(bytes: &[u8]) -> Result<Vec<(u64, Packet, usize)>, String> {
+    let mut d = ptemu::packet::PacketDecoder::new(bytes, 0);
+    let mut list = Vec::new();
+    while let Some(r) = d.next_packet() {
+        let (off, p) = r.map_err(|e| format!("decode: {e}"))?;
+        list.push((off, p, (d.offset() - off) as usize));
+    }
+    Ok(list)
+}
