@@ -17,8 +17,8 @@ pub struct Args {
     #[arg(long, default_value = "skylake")]
     cpu: String,
     /// Override the profile's layout: none or hardware.
-    #[arg(long)]
-    packing: Option<String>,
+    #[arg(long, value_name = "none|hardware")]
+    packing: Option<Packing>,
     /// Output trace file ("-" for stdout).
     #[arg(short, long, required_unless_present = "compare")]
     output: Option<PathBuf>,
@@ -36,15 +36,7 @@ pub struct Args {
 /// The layout to use: `--packing`, else the profile's.
 fn packing_of(args: &Args) -> Result<Packing, Failure> {
     let cpu = CpuProfile::named(&args.cpu).map_err(|e| Failure::input(e.to_string()))?;
-    match &args.packing {
-        None => Ok(cpu.packing),
-        Some(name) => Packing::named(name).ok_or_else(|| {
-            Failure::input(format!(
-                "unknown packing `{name}` (known: {})",
-                Packing::NAMES.join(", ")
-            ))
-        }),
-    }
+    Ok(args.packing.unwrap_or(cpu.packing))
 }
 
 /// Every packet of `data` with its offset and length, from the first PSB (or byte 0); a byte

@@ -58,7 +58,7 @@ pub struct Args {
     /// How packets are laid out: none (no PADs) or hardware (as Skylake and later lay them out,
     /// spec/hardware.md). Default: the CPU profile's.
     #[arg(long, value_name = "none|hardware")]
-    packing: Option<String>,
+    packing: Option<ptemu::packing::Packing>,
     /// Skip bad records and count them instead of stopping at the first.
     #[arg(long)]
     lenient: bool,
@@ -145,14 +145,7 @@ fn options(a: &Args) -> Result<Options, Failure> {
     if let Some(p) = &a.tracer_config {
         opts.tracer = TracerConfig::load(p).map_err(Failure::input)?;
     }
-    if let Some(name) = &a.packing {
-        opts.tracer.packing = Some(ptemu::packing::Packing::named(name).ok_or_else(|| {
-            Failure::input(format!(
-                "--packing: unknown packing `{name}` (known: {})",
-                ptemu::packing::Packing::NAMES.join(", ")
-            ))
-        })?);
-    }
+    opts.tracer.packing = a.packing.or(opts.tracer.packing);
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
         tracing::warn!(
             "IA32_RTIT_CTL.ToPA={} but the layout's scheme is {:?}: the output MSRs are read as the \

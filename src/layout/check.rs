@@ -194,10 +194,10 @@ pub fn recheck(layout: &Layout) -> Result<(), String> {
     let mut mem = SparseMemory::new();
     let mut unit = crate::OutputUnit::new(layout.cpu.clone());
     if let Err(e) = layout.apply(&mut unit, &mut mem) {
-        return match report.faults.is_empty() {
-            true => Err(format!("programming it failed ({e}), the check found no #GP")),
-            false => Ok(()),
-        };
+        if report.faults.is_empty() {
+            return Err(format!("programming it failed ({e}), the check found no #GP"));
+        }
+        return Ok(());
     }
     if !report.faults.is_empty() {
         return Err(format!(

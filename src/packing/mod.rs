@@ -19,7 +19,7 @@ pub enum Packing {
     /// Packets back to back, no PAD (the SDM's minimum; `generic-max`, `broadwell`, `goldmont`).
     #[default]
     None,
-    /// The layout measured on Skylake-class hardware (HW1–HW6): 8-byte units, payload-aligned
+    /// The layout measured on Skylake-class hardware (HW1–HW5): 8-byte units, payload-aligned
     /// 48- and 64-bit values, 16-byte alignment after a disable.
     Hardware,
 }
@@ -28,20 +28,27 @@ impl Packing {
     /// The names `--packing` takes.
     pub const NAMES: &'static [&'static str] = &["none", "hardware"];
 
-    /// The packing called `name`.
-    pub fn named(name: &str) -> Option<Packing> {
-        match name {
-            "none" => Some(Packing::None),
-            "hardware" => Some(Packing::Hardware),
-            _ => None,
-        }
-    }
-
     /// The name of this packing.
     pub fn name(self) -> &'static str {
         match self {
             Packing::None => "none",
             Packing::Hardware => "hardware",
+        }
+    }
+}
+
+impl std::str::FromStr for Packing {
+    type Err = String;
+
+    /// The packing called `name` (one of [`Packing::NAMES`]).
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "none" => Ok(Packing::None),
+            "hardware" => Ok(Packing::Hardware),
+            _ => Err(format!(
+                "unknown packing `{name}` (known: {})",
+                Packing::NAMES.join(", ")
+            )),
         }
     }
 }
