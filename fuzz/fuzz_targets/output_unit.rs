@@ -10,6 +10,7 @@
 #[allow(dead_code)]
 mod output_model;
 
+use libfuzzer_sys::arbitrary::Unstructured;
 use output_model::{run_both, Op};
 use ptemu::output::{MsrError, TopaEntry, MAX_INDEX};
 use ptemu::regs::msr::*;
@@ -17,18 +18,14 @@ use ptemu::regs::{CpuProfile, RtitCtl};
 use ptemu::{OutputUnit, PhysMemory, SparseMemory};
 use std::collections::BTreeMap;
 
-/// Reads the input a few bytes at a time; zeros once it runs out.
-struct Bytes<'a>(&'a [u8]);
+/// The next byte of the input (0 once it runs out).
+fn byte(u: &mut Unstructured) -> u8 {
+    u.arbitrary().unwrap_or(0)
+}
 
-impl Bytes<'_> {
-    fn u8(&mut self) -> u8 {
-        let (b, rest) = self.0.split_first().map_or((0, &[][..]), |(b, r)| (*b, r));
-        self.0 = rest;
-        b
-    }
-    fn u64(&mut self) -> u64 {
-        (0..8).fold(0, |v, i| v | u64::from(self.u8()) << (8 * i))
-    }
+/// The next 8 bytes of the input as a number (0 once it runs out).
+fn word(u: &mut Unstructured) -> u64 {
+    u.arbitrary().unwrap_or(0)
 }
 
 const TABLES: [u64; 3] = [0x1000, 0x2000, 0x3000];
@@ -43,33 +40,33 @@ const MSRS: [u32; 6] = [
 ];
 
 /// A ToPA entry: mostly well-formed regions and ENDs, sometimes any 64 bits.
-fn entry(b: &mut Bytes) -> u64 {
-    let k = b.u8();
+fn entry(b: &mut Unstructured) -> u64 {
+    let k = byte(b);
     match k % 8 {
-        0..=4 => TopaEntry::region(0x10_0000 + u64::from(k >> 3) * 0x4000, b.u8() % 3)
-            .with_int(b.u8() & 1 == 1)
-            .with_stop(b.u8() % 6 == 0)
+        0..=4 => TopaEntry::region(0x10_0000 + u64::from(k >> 3) * 0x4000, byte(b) % 3)
+            .with_int(byte(b) & 1 == 1)
+            .with_stop(byte(b) % 6 == 0)
             .bits(),
-        5 | 6 => TopaEntry::end_to(TABLES[usize::from(b.u8() % 3)]).bits(),
-        _ => b.u64(),
+        5 | 6 => TopaEntry::end_to(TABLES[usize::from(byte(b) % 3)]).bits(),
+        _ => word(b),
     }
 }
 
-fn tables(b: &mut Bytes) -> BTreeMap<u64, u64> {
+fn tables(b: &mut Unstructured) -> BTreeMap<u64, u64> {
     let mut entries = BTreeMap::new();
     for t in TABLES {
-        for i in 0..u64::from(b.u8() % 6) {
+        for i in 0..u64::from(byte(b) % 6) {
             entries.insert(t + 8 * i, entry(b));
         }
     }
-    for k in 0..u64::from(b.u8() % 3) {
+    for k in 0..u64::from(byte(b) % 3) {
         entries.insert(TABLES[0] + 8 * (u64::from(MAX_INDEX) - k), entry(b));
     }
     entries
 }
 
-fn any_sequence(b: &mut Bytes) {
-    let cpu = CpuProfile::named(PROFILES[usize::from(b.u8()) % 4]).unwrap();
+fn any_sequence(b: &mut Unstructured) {
+    let cpu = CpuProfile::named(PROFILES[usize::from(byte(b)) % 4]).unwrap();
     let mut mem = SparseMemory::new();
     for (pa, v) in tables(b) {
         mem.write_u64(pa, v).unwrap();
@@ -77,19 +74,19 @@ fn any_sequence(b: &mut Bytes) {
     let mut unit = OutputUnit::new(cpu);
     let buf = output_model::stream(0, 1 << 14);
     let mut sent = 0u64;
-    for _ in 0..b.u8() % 32 {
-        match b.u8() % 4 {
+    for _ in 0..byte(b) % 32 {
+        match byte(b) % 4 {
             0 | 1 => {
-                let msr = MSRS[usize::from(b.u8()) % MSRS.len()];
-                let value = match b.u8() % 3 {
+                let msr = MSRS[usize::from(byte(b)) % MSRS.len()];
+                let value = match byte(b) % 3 {
                     // TraceEn with ToPA or not and a few common bits, or any value at all.
                     0 => RtitCtl::new()
                         .with_trace_en(true)
-                        .with_topa(b.u8() & 1 == 1)
+                        .with_topa(byte(b) & 1 == 1)
                         .with_branch_en(true)
                         .bits(),
-                    1 => u64::from(b.u8()) << (b.u8() % 64),
-                    _ => b.u64(),
+                    1 => u64::from(byte(b)) << (byte(b) % 64),
+                    _ => word(b),
                 };
                 match unit.wrmsr(&mut mem, msr, value) {
                     Ok(()) | Err(MsrError::Memory(_)) => {}
@@ -98,12 +95,12 @@ fn any_sequence(b: &mut Bytes) {
                 }
             }
             2 => {
-                let n = usize::from(b.u8()) * 64;
+                let n = usize::from(byte(b)) * 64;
                 let _ = unit.write(&mut mem, &buf[..n]);
                 sent += n as u64;
             }
             _ => {
-                let msr = MSRS[usize::from(b.u8()) % MSRS.len()];
+                let msr = MSRS[usize::from(byte(b)) % MSRS.len()];
                 let _ = unit.rdmsr(msr);
             }
         }
@@ -114,26 +111,26 @@ fn any_sequence(b: &mut Bytes) {
     }
 }
 
-fn ops(b: &mut Bytes) -> Vec<Op> {
-    (0..1 + b.u8() % 10)
-        .map(|_| match b.u8() % 7 {
+fn ops(b: &mut Unstructured) -> Vec<Op> {
+    (0..1 + byte(b) % 10)
+        .map(|_| match byte(b) % 7 {
             6 => Op::Toggle,
-            _ => Op::Write(usize::from(b.u8()) * 80 + usize::from(b.u8() % 80)),
+            _ => Op::Write(usize::from(byte(b)) * 80 + usize::from(byte(b) % 80)),
         })
         .collect()
 }
 
-fn against_the_model(b: &mut Bytes) {
-    if b.u8() % 4 == 0 {
+fn against_the_model(b: &mut Unstructured) {
+    if byte(b) % 4 == 0 {
         // Single range: 128 B .. 16 KiB, sometimes a bad mask, misaligned or past the end.
-        let size = 1u64 << (7 + b.u8() % 8);
-        let mask = if b.u8() % 10 == 0 {
+        let size = 1u64 << (7 + byte(b) % 8);
+        let mask = if byte(b) % 10 == 0 {
             (size - 1) ^ 0x80 | 0x100
         } else {
             size - 1
         };
-        let base = 0x100_0000 + if b.u8() % 10 == 0 { 0x80 } else { 0 };
-        let offset = u64::from(b.u8()) * size / 240;
+        let base = 0x100_0000 + if byte(b) % 10 == 0 { 0x80 } else { 0 };
+        let offset = u64::from(byte(b)) * size / 240;
         let cpu = CpuProfile::named("alderlake").unwrap();
         let ctl = RtitCtl::new().with_trace_en(true).with_branch_en(true);
         let ops = ops(b);
@@ -142,17 +139,17 @@ fn against_the_model(b: &mut Bytes) {
         }
         return;
     }
-    let cpu = CpuProfile::named(PROFILES[usize::from(b.u8()) % 3]).unwrap();
+    let cpu = CpuProfile::named(PROFILES[usize::from(byte(b)) % 3]).unwrap();
     let entries = tables(b);
-    let k = b.u8();
+    let k = byte(b);
     let table = TABLES[usize::from(k % 3)] | if k % 17 == 0 { 0x80 } else { 0 };
     let index = if k % 5 == 0 {
-        u64::from(MAX_INDEX) - u64::from(b.u8() % 3)
+        u64::from(MAX_INDEX) - u64::from(byte(b) % 3)
     } else {
-        u64::from(b.u8() % 8)
+        u64::from(byte(b) % 8)
     };
-    let offset = match b.u8() % 4 {
-        0 => u64::from(b.u8()) * 64,
+    let offset = match byte(b) % 4 {
+        0 => u64::from(byte(b)) * 64,
         _ => 0,
     };
     let ctl = RtitCtl::new()
@@ -166,8 +163,8 @@ fn against_the_model(b: &mut Bytes) {
 }
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let mut b = Bytes(data);
-    if b.u8() & 1 == 0 {
+    let mut b = Unstructured::new(data);
+    if byte(&mut b) & 1 == 0 {
         any_sequence(&mut b);
     } else {
         against_the_model(&mut b);
