@@ -980,6 +980,19 @@ fn rig_on(cpu: &str, cfg: TracerConfig) -> TraceRig {
     r
 }
 
+/// A trace on `cpu` of `n` indirect jumps from 0x40_1000 to 97 targets `stride` bytes apart.
+fn jumping(cpu: &str, n: u64, stride: u64) -> TraceRig {
+    let mut r = rig_on(cpu, TracerConfig::default());
+    for i in 0..n {
+        r.ev(Event::IndirectJump {
+            ip: 0x40_1000,
+            target: 0x40_1000 + (i % 97) * stride,
+        });
+    }
+    r.stop_at(0x40_1000);
+    r
+}
+
 /// The IPBytes of every IP packet named `name`, in order.
 fn forms(r: &TraceRig, name: &str) -> Vec<Ipc> {
     r.packets()
@@ -1034,15 +1047,7 @@ fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
     assert_eq!(forms(&ice, "tip"), [Update16, Update16, Sext48, Update16]);
     assert_eq!(forms(&ice, "fup"), [Full, Full]);
     // The first TIP after a PSB+ with FUP is sent whole (165 of 165), the others compressed.
-    let mut r = rig_on("skylake", TracerConfig::default());
-    for i in 0..3000u64 {
-        r.ev(Event::IndirectJump {
-            ip: 0x40_1000,
-            target: 0x40_1000 + (i % 97) * 0x10,
-        });
-    }
-    r.stop_at(0x40_1000);
-    let p = r.packets();
+    let p = jumping("skylake", 3000, 0x10).packets();
     let mut after_psb = None;
     let (mut whole, mut compressed) = (0, 0);
     for p in &p {
@@ -1123,15 +1128,7 @@ fn hw10_ovf_is_followed_by_psb_plus_then_tip_pge() {
 #[test]
 fn hw11_psb_distance_is_15_16_of_the_period_counted_with_pads() {
     let distances = |cpu: &str| {
-        let mut r = rig_on(cpu, TracerConfig::default());
-        for i in 0..6000u64 {
-            r.ev(Event::IndirectJump {
-                ip: 0x40_1000,
-                target: 0x40_1000 + (i % 97) * 0x1_0101,
-            });
-        }
-        r.stop_at(0x40_1000);
-        let bytes = r.bytes();
+        let bytes = jumping(cpu, 6000, 0x1_0101).bytes();
         let mut d = ptemu::packet::PacketDecoder::new(&bytes, 0);
         let mut psbs = Vec::new();
         while let Some(p) = d.next_packet() {
