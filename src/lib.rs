@@ -22,6 +22,7 @@ pub mod rules;
 pub mod simulate;
 pub mod sources;
 pub mod tracer;
+pub mod truth;
 
 pub use memory::{MemError, MmapMemory, PhysMemory, SparseMemory};
 pub use output::{EventKind, MsrError, OutputEvent, OutputUnit};

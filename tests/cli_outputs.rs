@@ -207,7 +207,8 @@ fn sim11_a_failed_run_removes_the_directories_it_created() {
             "image.json",
             "regions",
             "report.json",
-            "trace.pt"
+            "trace.pt",
+            "truth.jsonl"
         ]
     );
 }

@@ -647,7 +647,8 @@ fn sim10_bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
             "image.json",
             "regions",
             "report.json",
-            "trace.pt"
+            "trace.pt",
+            "truth.jsonl"
         ]
     );
 }

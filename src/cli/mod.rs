@@ -21,6 +21,7 @@ mod run_dir;
 mod simulate_cmd;
 mod source_cmd;
 mod summary;
+mod verify_cmd;
 mod write_cmd;
 
 use clap::{Parser, Subcommand};
@@ -127,6 +128,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check a decoder's instruction output against a case's truth.jsonl (spec/truth.md): exit 0
+    /// when it gave every recoverable instruction in order and nothing else, 1 with the first
+    /// divergence, 2 on bad files.
+    Verify(verify_cmd::Args),
     /// Layout files.
     Layout {
         #[command(subcommand)]
@@ -219,6 +224,7 @@ pub fn run() -> ExitCode {
         } => packet_cmd::dump(&file, json, lastip, no_sync),
         Command::Asm { file, output } => packet_cmd::asm(&file, &output),
         Command::Repack(args) => repack_cmd::run(&args),
+        Command::Verify(args) => verify_cmd::run(&args),
         Command::Gen {
             format,
             records,

@@ -9,7 +9,8 @@ use ptemu::layout::Layout;
 use ptemu::output::EventLog;
 use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
-use ptemu::simulate::{self, Options, Outcome, RunInfo, SimError, SimReport};
+use ptemu::simulate::fault::{Fault, Plan};
+use ptemu::simulate::{self, Options, Outcome, RunInfo, SimError, SimReport, TruthSummary};
 use ptemu::sources::{Format, Input, ReadOptions};
 use ptemu::{CpuProfile, TracerConfig};
 use std::fs;
@@ -65,6 +66,16 @@ pub struct Args {
     /// Penn: do not synthesize the code image.
     #[arg(long)]
     no_image: bool,
+    /// Inject a fault: ovf[@N], wrap[@SIZE], stop[@SIZE], gap[@N], corrupt[@OFF],
+    /// corrupt-silent[@OFF] (spec/truth.md). Repeatable; positions not given come from --seed.
+    #[arg(long, value_name = "KIND[@WHERE]")]
+    fault: Vec<Fault>,
+    /// Seed for fault positions not given.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Do not write truth.jsonl (faster on long runs; not with --fault).
+    #[arg(long, conflicts_with = "fault")]
+    no_truth: bool,
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -85,23 +96,68 @@ pub fn run(a: Args) -> Result<(), Failure> {
             .map(|f| BufWriter::with_capacity(1 << 20, f))
             .map_err(out_error)
     };
-    let sink = create("trace.pt")?;
+    let plan = plan(&a);
+    // With consumer-side faults the stored stream goes aside first; trace.pt is what the
+    // consumer got (spec/truth.md FLT3, FLT5-FLT7).
+    let full = if plan.changes_delivery() {
+        "trace.full"
+    } else {
+        "trace.pt"
+    };
+    let sink = create(full)?;
+    let mut spool = if a.no_truth {
+        None
+    } else {
+        Some(create("truth.spool")?)
+    };
     let events = EventLog::default().streaming_to(create("events.jsonl")?);
 
     let bar = progress_bar(a.quiet);
     let started = std::time::Instant::now();
-    let result = simulate::run(&opts, input, fetch, sink, events, &mut |records| {
-        bar.set_position(records)
-    });
+    let result = simulate::run_recording(
+        &opts,
+        input,
+        fetch,
+        sink,
+        spool.as_mut().map(|w| w as &mut dyn std::io::Write),
+        events,
+        &mut |records| bar.set_position(records),
+    );
     bar.finish_and_clear();
     let run_info = RunInfo::now(started.elapsed().as_secs_f64());
-    // On an error `dir` is dropped, which removes everything the run made.
-    let (outcome, sink) = result.map_err(|e| match e {
+    let sim_error = |e: SimError| match e {
         // Writing DIR failed, not the input: name DIR (a full disk, say).
-        SimError::Sink(_) | SimError::Events(_) => Failure::input(format!("{}: {e}", a.out.display())),
+        SimError::Sink(_) | SimError::Events(_) | SimError::Truth(_) => {
+            Failure::input(format!("{}: {e}", a.out.display()))
+        }
         e => Failure::input(e.to_string()),
-    })?;
-    let report = finish(dir, &opts, &outcome, run_info, sink).map_err(out_error)?;
+    };
+    // On an error `dir` is dropped, which removes everything the run made.
+    let (outcome, sink) = result.map_err(sim_error)?;
+    sink.into_inner()
+        .map_err(|e| out_error(e.into_error()))?
+        .sync_all()
+        .map_err(out_error)?;
+    let truth = match spool {
+        Some(w) => {
+            w.into_inner().map_err(|e| out_error(e.into_error()))?;
+            let run = case_json(&opts, &plan, &name);
+            Some(
+                simulate::finish_truth(
+                    &dir.staged(full),
+                    &dir.staged("trace.pt"),
+                    &dir.staged("truth.spool"),
+                    &dir.staged("truth.jsonl"),
+                    &outcome,
+                    &plan,
+                    run,
+                )
+                .map_err(sim_error)?,
+            )
+        }
+        None => None,
+    };
+    let report = finish(dir, &opts, &outcome, run_info, truth.as_ref()).map_err(out_error)?;
     if !a.quiet {
         print(&summary(&name, &a, &opts, &outcome, &report))?;
     }
@@ -156,7 +212,30 @@ fn options(a: &Args) -> Result<Options, Failure> {
     }
     opts.read = ReadOptions { lenient: a.lenient };
     opts.image &= !a.no_image;
+    opts.apply_faults(&plan(a), a.layout.is_some())
+        .map_err(Failure::input)?;
     Ok(opts)
+}
+
+fn plan(a: &Args) -> Plan {
+    Plan {
+        faults: a.fault.clone(),
+        seed: a.seed,
+    }
+}
+
+/// What was done, for the truth's header and `case.json`.
+pub fn case_json(opts: &Options, plan: &Plan, input: &str) -> serde_json::Value {
+    serde_json::json!({
+        "input": input,
+        "format": opts.format.to_string(),
+        "cpu": opts.layout.cpu.name,
+        "ctl": format!("{:#x}", opts.ctl.bits()),
+        "ctl_fields": CtlDisplay(opts.ctl).to_string(),
+        "msrs": opts.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),
+        "faults": plan.faults.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+        "seed": plan.seed,
+    })
 }
 
 fn msr_assignment(text: &str) -> Result<(u32, u64), Failure> {
@@ -204,9 +283,8 @@ fn finish(
     opts: &Options,
     outcome: &Outcome,
     run_info: RunInfo,
-    sink: BufWriter<fs::File>,
+    truth: Option<&TruthSummary>,
 ) -> std::io::Result<SimReport> {
-    sink.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     let mut outputs = vec!["trace.pt", "events.jsonl"];
     let mut stale = vec![];
     let ptxed = match &outcome.image {
@@ -231,6 +309,11 @@ fn finish(
     };
     let mut report = SimReport::new(outcome, opts, ptxed);
     report.run = Some(run_info);
+    report.truth = truth.map(TruthSummary::to_json);
+    match truth {
+        Some(_) => outputs.push("truth.jsonl"),
+        None => stale.push("truth.jsonl"),
+    }
     write_outputs_with(dir.staging(), &outcome.unit, &outcome.mem, &report)?;
     outputs.extend(["regions", "report.json"]);
     dir.commit(&outputs, &stale)?;
@@ -306,6 +389,29 @@ fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -
         names.join(" ")
     );
     outln!(o, "    report.json");
+    if let Some(t) = &r.truth {
+        let c = &t["counts"];
+        let faults: Vec<String> = t["faults"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| format!("{}@{}", f["kind"].as_str().unwrap_or("?"), f["at"]))
+            .collect();
+        outln!(
+            o,
+            "    truth.jsonl   {} instructions: {} required, {} optional, {} lost, {} undefined{}",
+            c["instructions"],
+            c["required"],
+            c["optional"],
+            c["lost"],
+            c["undefined"],
+            if faults.is_empty() {
+                String::new()
+            } else {
+                format!(" (faults: {})", faults.join(", "))
+            }
+        );
+    }
     if let Some(img) = &run.image {
         outln!(
             o,

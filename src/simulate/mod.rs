@@ -5,20 +5,25 @@
 //!
 //! Rules and policies (IDs `SIM*`): `spec/simulate.md`.
 
+mod deliver;
+pub mod fault;
 mod report;
+
+pub use deliver::{finish_truth, TruthSummary};
 
 pub use report::{peak_rss_bytes, RunInfo, SimReport, SimStats, SourceSummary};
 
 use crate::image::{CodeImage, ImageBuilder, ImageErrors, PtxedTiming};
 use crate::layout::{Layout, Scheme};
 use crate::memory::{MemError, SparseMemory, Tee};
+use crate::output::EventKind;
 use crate::output::{EventLog, MsrError, OutputUnit};
 use crate::regs::check::check_write;
 use crate::regs::msr::IA32_RTIT_CTL;
 use crate::regs::{Msr, RtitCtl};
 use crate::sources::penn::PennEvents;
 use crate::sources::{self, EventSource, Format, Input, ReadOptions, SourceError, SourceStats};
-use crate::tracer::{Event, Tracer, TracerConfig, TracerStats};
+use crate::tracer::{Event, Fact, Tracer, TracerConfig, TracerStats};
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -131,6 +136,12 @@ pub enum SimError {
     /// Writing the event stream failed.
     #[error("writing output events: {0}")]
     Events(io::Error),
+    /// A fault cannot be applied to this run (FLT1–FLT7).
+    #[error("{0}")]
+    Fault(String),
+    /// Writing the ground truth failed.
+    #[error("writing the ground truth: {0}")]
+    Truth(io::Error),
 }
 
 /// What a simulation produced.
@@ -151,7 +162,17 @@ pub struct Outcome {
     pub image: Option<CodeImage>,
     /// Bytes copied to the sink: every byte the unit accepted.
     pub trace_bytes: u64,
+    /// Stream offsets of the ToPA PMIs (the first [`MAX_PMIS`]), for the `gap` fault.
+    pub pmis: Vec<u64>,
+    /// Start offsets of every PSB, when the truth was recorded.
+    pub psbs: Vec<u64>,
+    /// Whether output stopped or failed (STOP, TraceStop, an operational error): the stream may
+    /// end inside a packet.
+    pub truncated: bool,
 }
+
+/// PMI offsets kept in [`Outcome::pmis`].
+pub const MAX_PMIS: usize = 1 << 20;
 
 /// Where the events come from: Penn keeps its macro-ops for the code image.
 enum Feed {
@@ -202,6 +223,21 @@ pub fn run<W: Write>(
     input: Input,
     fetch: Option<Input>,
     sink: W,
+    events_log: EventLog,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Outcome, W), SimError> {
+    run_recording(opts, input, fetch, sink, None, events_log, progress)
+}
+
+/// [`run`], recording the ground truth (`spec/truth.md`) when `facts` is given: the tracer's
+/// facts are spooled there as the run goes ([`crate::truth::spool`]), for
+/// [`crate::truth::write`] once the damage is known.
+pub fn run_recording<W: Write>(
+    opts: &Options,
+    input: Input,
+    fetch: Option<Input>,
+    sink: W,
+    mut facts: Option<&mut dyn Write>,
     mut events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
@@ -217,6 +253,11 @@ pub fn run<W: Write>(
     let mut unit = OutputUnit::new(opts.layout.cpu.clone());
     unit.track_regions(true);
     let mut tracer = Tracer::new(unit, opts.tracer.clone());
+    if facts.is_some() {
+        tracer.record_truth();
+    }
+    let mut pmis = Vec::new();
+    let mut psbs = Vec::new();
     // The tables go in before the tee, which must see output bytes only.
     let mut plain = SparseMemory::new();
     opts.layout.place_tables(&mut plain)?;
@@ -268,8 +309,13 @@ pub fn run<W: Write>(
         }
         count += events.len() as u64;
         events.clear();
+        spool_facts(&mut tracer, &mut facts, &mut psbs)?;
         events_log
-            .extend(tracer.drain_output_events())
+            .extend(tracer.drain_output_events().inspect(|e| {
+                if e.kind == EventKind::Pmi && pmis.len() < MAX_PMIS {
+                    pmis.push(e.stream_offset);
+                }
+            }))
             .map_err(SimError::Events)?;
         if count >= next_report {
             next_report = count + PROGRESS_EVERY;
@@ -285,6 +331,10 @@ pub fn run<W: Write>(
     } else {
         tracing::warn!(input = %name, "the input has no instructions: nothing was traced");
     }
+    if let Some(p) = tracer.probe_mut() {
+        p.finish();
+    }
+    spool_facts(&mut tracer, &mut facts, &mut psbs)?;
     let source = feed.source().stats();
     let image = match feed {
         Feed::Penn(_, Some(b)) => Some(b.build().map_err(|errors| SimError::Image { name, errors })?),
@@ -302,9 +352,15 @@ pub fn run<W: Write>(
     let stats = tracer.stats();
     let mut unit = tracer.into_unit();
     events_log
-        .absorb(&mut unit)
+        .extend(unit.drain_events().inspect(|e| {
+            if e.kind == EventKind::Pmi && pmis.len() < MAX_PMIS {
+                pmis.push(e.stream_offset);
+            }
+        }))
         .and_then(|()| events_log.flush())
         .map_err(SimError::Events)?;
+    let counts = events_log.counts();
+    let truncated = counts.of(EventKind::Stopped) + counts.of(EventKind::Error) > 0;
     Ok((
         Outcome {
             unit,
@@ -314,9 +370,30 @@ pub fn run<W: Write>(
             source,
             image,
             trace_bytes,
+            pmis,
+            psbs,
+            truncated,
         },
         sink,
     ))
+}
+
+/// Moves the tracer's finished facts to the spool, keeping the PSB offsets.
+fn spool_facts(
+    tracer: &mut Tracer,
+    facts: &mut Option<&mut dyn Write>,
+    psbs: &mut Vec<u64>,
+) -> Result<(), SimError> {
+    let (Some(w), Some(probe)) = (facts.as_mut(), tracer.probe_mut()) else {
+        return Ok(());
+    };
+    for f in probe.drain() {
+        if let Fact::Psb { start } = f {
+            psbs.push(start);
+        }
+        crate::truth::spool::write_fact(w, &f).map_err(SimError::Truth)?;
+    }
+    Ok(())
 }
 
 /// Writes STATUS, OUTPUT_BASE, MASK_PTRS and the other

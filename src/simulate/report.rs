@@ -38,6 +38,9 @@ pub struct SimReport {
     pub ptxed: Option<String>,
     /// How the run went as a process (set by the CLI).
     pub run: Option<RunInfo>,
+    /// The ground truth's counts and the faults applied (`spec/truth.md`), when it was written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truth: Option<serde_json::Value>,
 }
 
 /// The process side of a run, for sizing and benchmarks.
@@ -183,6 +186,7 @@ impl SimReport {
             }),
             ptxed,
             run: None,
+            truth: None,
         }
     }
 }

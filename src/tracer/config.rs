@@ -17,6 +17,16 @@ pub struct Backpressure {
     pub per_cycles: u32,
 }
 
+impl Backpressure {
+    /// The buffer a forced overflow (`overflow_at`) fills when no `overflow` is set: 1 KiB
+    /// draining 4 bytes a cycle, so about 256 instructions lose their packets.
+    pub const FORCED: Backpressure = Backpressure {
+        buffer_bytes: 1024,
+        drain_bytes: 4,
+        per_cycles: 1,
+    };
+}
+
 /// Tracer settings.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -32,6 +42,11 @@ pub struct TracerConfig {
     pub tsx: bool,
     /// Back-pressure; `None` (the default): output never overflows.
     pub overflow: Option<Backpressure>,
+    /// Instructions (counting from 1) at which the internal buffer is made to overflow (the
+    /// `ovf` fault, FLT2): it is full then and drains as `overflow` says (or as
+    /// [`Backpressure::FORCED`] when `overflow` is unset).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overflow_at: Vec<u64>,
     /// Packet bytes are handed to the output unit once this many are buffered (OUT1). Default 1024.
     pub flush_bytes: usize,
     /// How packets are laid out (spec/hardware.md); `None` (the default): the CPU profile's.
@@ -66,6 +81,7 @@ impl Default for TracerConfig {
             long_tnt: false,
             tsx: true,
             overflow: None,
+            overflow_at: Vec::new(),
             flush_bytes: 1024,
             packing: None,
             style: None,

@@ -13,6 +13,7 @@ mod fast;
 #[cfg(test)]
 mod fast_tests;
 mod overflow;
+mod probe;
 mod retstack;
 mod rules;
 mod stats;
@@ -21,6 +22,7 @@ pub use clock::{Clock, ClockConfig};
 pub use config::{Backpressure, TracerConfig};
 pub use event::{Event, ExecMode, FarKind};
 pub use overflow::OverflowSpan;
+pub use probe::{BranchFact, Carrier, Fact, Loss, Probe};
 pub use retstack::{RetStack, RET_STACK_DEPTH};
 pub use rules::GenRule;
 pub use stats::TracerStats;
@@ -103,6 +105,10 @@ pub struct Tracer {
     fast: bool,
     /// Off in the tests that check the fast path against the general one.
     fast_path: bool,
+    /// Forced overflows (`cfg.overflow_at`) already started.
+    forced: usize,
+    /// The ground-truth recorder ([`Tracer::record_truth`]).
+    probe: Option<Box<Probe>>,
 }
 
 const CFE_INTR: u8 = 1;
@@ -134,7 +140,11 @@ impl Tracer {
             },
             stats: TracerStats::default(),
             clock: Clock::new(cfg.clock),
-            overflow: cfg.overflow.map(Overflow::new),
+            overflow: cfg
+                .overflow
+                .or((!cfg.overflow_at.is_empty()).then_some(Backpressure::FORCED))
+                .map(Overflow::new),
+            forced: 0,
             unit,
             ctl: RtitCtl::default(),
             filter_ranges: Vec::new(),
@@ -155,6 +165,7 @@ impl Tracer {
             nkinds: 0,
             fast: false,
             fast_path: true,
+            probe: None,
             cfg,
         }
     }
@@ -187,6 +198,19 @@ impl Tracer {
     /// Overflows so far, as spans of event indices (OVF1, OVF2).
     pub fn overflows(&self) -> &[OverflowSpan] {
         self.overflow.as_ref().map_or(&[], |o| o.spans.as_slice())
+    }
+
+    /// Records the ground truth from now on (`spec/truth.md`): every traced instruction with the
+    /// packet that carries it. Events then take the general path only.
+    pub fn record_truth(&mut self) {
+        self.probe.get_or_insert_with(Box::default);
+        self.refresh_fast();
+    }
+
+    /// The truth recorder, when [`Tracer::record_truth`] turned it on: drain its facts as the
+    /// run goes, [`Probe::finish`] it at the end.
+    pub fn probe_mut(&mut self) -> Option<&mut Probe> {
+        self.probe.as_deref_mut()
     }
 
     /// Whether packets are generated for control flow now (PacketEn).
@@ -304,6 +328,7 @@ impl Tracer {
             && !self.ctl.cyc_en()
             && !self.ctl.mtc_en()
             && !self.ctl.dis_tnt()
+            && self.probe.is_none()
     }
 
     #[inline(never)]
@@ -337,11 +362,21 @@ impl Tracer {
         // Without back-pressure nothing is ever dropped: no snapshot, packets count at once.
         let mark = self.overflow.is_some().then(|| {
             let m = self.mark();
+            self.force_overflow(m.first_lost);
             self.resolve_overflow();
             m
         });
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.begin();
+        }
+        let dropped = self.stats.dropped_events;
         if cycles > 0 {
             self.tick(cycles);
+        }
+        if self.packet_en {
+            if let Some(p) = self.probe.as_deref_mut() {
+                p.instruction(ev, self.stats.bytes + self.hot.len as u64);
+            }
         }
         self.generate(ev);
         if self.hot.psb_bytes >= self.psb_interval() {
@@ -349,6 +384,9 @@ impl Tracer {
         }
         if let Some(mark) = mark {
             self.end_event(mark);
+        }
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.end(self.stats.dropped_events == dropped, self.hot.tnt_bits);
         }
         if self.stop_pending {
             self.stop_pending = false;
@@ -961,13 +999,23 @@ impl Tracer {
     #[inline]
     fn put_ip(&mut self, kind: IpKind, ip: u64) {
         let payload = self.hot.ip_payload(kind, ip);
-        self.put(kind.packet(payload));
+        self.put_noted(kind.packet(payload), Some(ip));
     }
 
     #[inline]
     fn put(&mut self, p: Packet) {
+        self.put_noted(p, None);
+    }
+
+    /// [`Tracer::put`]; `ip`: the whole IP an IP packet stands for, for the truth recorder.
+    #[inline]
+    fn put_noted(&mut self, p: Packet, ip: Option<u64>) {
+        let start = self.stats.bytes + self.hot.len as u64;
         if !self.hot.emit(&p, &mut self.buf) {
             return;
+        }
+        if let Some(probe) = self.probe.as_deref_mut() {
+            probe.packet(&p, ip, start, self.stats.bytes + self.hot.len as u64);
         }
         match self.kinds.get_mut(self.nkinds) {
             Some(k) if self.overflow.is_some() => {
@@ -1021,6 +1069,17 @@ impl Tracer {
         self.nkinds = mark.kinds;
     }
 
+    /// FLT2: the buffer is full at the instructions `overflow_at` names.
+    fn force_overflow(&mut self, first_lost: u64) {
+        if self.cfg.overflow_at.get(self.forced) != Some(&self.hot.instructions) {
+            return;
+        }
+        self.forced += 1;
+        if let Some(o) = self.overflow.as_mut() {
+            o.force(first_lost);
+        }
+    }
+
     /// OVF2, OVF3: at the first event after the buffer drained, OVF [CYC] [FUP(IP)].
     fn resolve_overflow(&mut self) {
         let Some(o) = self.overflow.as_mut() else {
@@ -1032,6 +1091,9 @@ impl Tracer {
         o.finish(self.hot.events);
         self.stats.overflows += 1;
         self.hot.tnt = Tnt { bits: 0, count: 0 };
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.cleared(self.hot.tnt_bits, Loss::Overflow);
+        }
         self.ret.clear();
         self.put(Packet::Ovf);
         if self.ctl.cyc_en() {
@@ -1072,6 +1134,9 @@ impl Tracer {
         self.hot.len = 0;
         self.hot.tnt = Tnt { bits: 0, count: 0 };
         self.hot.pack.drop_pending();
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.cleared(self.hot.tnt_bits, Loss::Stopped);
+        }
     }
 }
 

@@ -57,6 +57,18 @@ impl Overflow {
         false
     }
 
+    /// The buffer is full now (the `ovf` fault): an overflow starts, losing from `first_lost`.
+    pub fn force(&mut self, first_lost: u64) {
+        self.level = u64::from(self.cfg.buffer_bytes) * u64::from(self.cfg.per_cycles);
+        if !self.active {
+            self.active = true;
+            self.spans.push(OverflowSpan {
+                lost_from: first_lost,
+                resumed_at: u64::MAX,
+            });
+        }
+    }
+
     /// The overflow clears once the buffer is empty.
     pub fn ready(&self) -> bool {
         self.active && self.level == 0

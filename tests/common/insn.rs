@@ -139,3 +139,55 @@ pub fn expected_pcs(ops: &[MacroOp]) -> Vec<u64> {
     }
     v
 }
+
+/// Decodes `trace` as a robust decoder does, into the lines `ptemu verify` reads: each
+/// instruction's IP in hex, `error` where libipt fails, then on at the next PSB.
+pub fn decode_lines(trace: &[u8], image: &Path, base: u64, t: Timing) -> String {
+    let mut buf = trace.to_vec();
+    buf.push(0);
+    let mut c = super::libipt::config_for(&mut buf);
+    c.mtc_freq = t.mtc_freq;
+    c.nom_freq = t.nom_freq;
+    c.cpuid_0x15_eax = t.art_eax;
+    c.cpuid_0x15_ebx = t.art_ebx;
+    let name = CString::new(image.to_str().unwrap()).unwrap();
+    let mut out = String::new();
+    let eos = -(pt_error_code_pte_eos as i32);
+    // SAFETY: as in `decode`.
+    unsafe {
+        let dec = pt_insn_alloc_decoder(&c);
+        assert!(!dec.is_null());
+        let img = pt_insn_get_image(dec);
+        let size = std::fs::metadata(image).unwrap().len();
+        let rc = pt_image_add_file(img, name.as_ptr(), 0, size, std::ptr::null(), base);
+        assert!(rc >= 0, "pt_image_add_file: {rc}");
+        let mut status = pt_insn_sync_forward(dec);
+        loop {
+            if status < 0 {
+                if status == eos {
+                    break;
+                }
+                out.push_str(&format!("error {}\n", super::query::error_name(status)));
+                status = pt_insn_sync_forward(dec);
+                continue;
+            }
+            while status >= 0 && status & pt_status_flag_pts_event_pending as i32 != 0 {
+                let mut ev: pt_event = std::mem::zeroed();
+                status = pt_insn_event(dec, &mut ev, std::mem::size_of::<pt_event>());
+            }
+            if status < 0 {
+                continue;
+            }
+            if status & pt_status_flag_pts_eos as i32 != 0 {
+                break;
+            }
+            let mut insn: pt_insn = std::mem::zeroed();
+            status = pt_insn_next(dec, &mut insn, std::mem::size_of::<pt_insn>());
+            if status >= 0 {
+                out.push_str(&format!("{:#x}\n", insn.ip));
+            }
+        }
+        pt_insn_free_decoder(dec);
+    }
+    out
+}

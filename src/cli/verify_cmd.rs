@@ -1,0 +1,59 @@
+//! `ptemu verify CASE_DIR --ips FILE`: a decoder's instruction output against the case's truth
+//! (`spec/truth.md`, TR8).
+
+use super::output::{is_std, print};
+use super::Failure;
+use ptemu::truth::verify::{check, Pattern};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+/// The arguments of `ptemu verify`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// A case directory (with truth.jsonl), or a truth.jsonl itself.
+    case: PathBuf,
+    /// The decoder's output ("-" for stdin): a line whose first token is a hex number is an
+    /// instruction IP, one whose first token is `error` (or a ptxed `[..: error: ..]` line) an
+    /// error; other lines are ignored.
+    #[arg(long)]
+    ips: PathBuf,
+    /// Print nothing; the exit code says it (0 pass, 1 divergence, 2 bad files).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+fn open(path: &Path) -> Result<Box<dyn BufRead>, Failure> {
+    if is_std(path) {
+        return Ok(Box::new(BufReader::new(io::stdin())));
+    }
+    let f = File::open(path).map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
+    Ok(Box::new(BufReader::with_capacity(1 << 16, f)))
+}
+
+pub fn run(a: &Args) -> Result<(), Failure> {
+    let truth = if a.case.is_dir() {
+        a.case.join("truth.jsonl")
+    } else {
+        a.case.clone()
+    };
+    let name = truth.display().to_string();
+    let pattern = Pattern::read(&name, open(&truth)?).map_err(|e| Failure::input(e.to_string()))?;
+    let verdict =
+        check(&pattern, open(&a.ips)?).map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
+    match verdict.divergence {
+        None => {
+            if !a.quiet {
+                print(&format!(
+                    "ptemu verify: ok: {} instruction line(s) and {} error line(s) agree with {name} ({} instructions a decoder can give)\n",
+                    verdict.ips, verdict.errors, pattern.instructions
+                ))?;
+            }
+            Ok(())
+        }
+        Some(d) => Err(Failure::found(format!(
+            "{}: diverges from {name} at {d}",
+            a.ips.display()
+        ))),
+    }
+}

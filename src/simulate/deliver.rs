@@ -1,0 +1,123 @@
+//! After a run: what the consumer reads (`trace.pt`, faults applied) and the ground truth
+//! (`truth.jsonl`) that says what a decoder must recover from it (`spec/truth.md`).
+
+use super::fault::{Fault, Plan};
+use super::{Options, Outcome, SimError};
+use crate::layout::Scheme;
+use crate::truth::{self, Context, Counts, Delivery};
+use std::fs;
+use std::io::{self, BufWriter};
+use std::path::Path;
+
+/// What [`finish_truth`] wrote.
+#[derive(Clone, Debug)]
+pub struct TruthSummary {
+    /// The truth's counts.
+    pub counts: Counts,
+    /// Each fault with the position it took: the instruction (`ovf`), the buffer size (`wrap`,
+    /// `stop`), the PMI (`gap`), the stream offset (`corrupt*`).
+    pub applied: Vec<(Fault, u64)>,
+    /// Bytes in `trace.pt`.
+    pub delivered: u64,
+}
+
+impl TruthSummary {
+    /// The report's `truth` object.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "version": truth::VERSION,
+            "counts": self.counts,
+            "faults": self.applied.iter().map(|(f, at)| serde_json::json!({
+                "kind": f.kind.name(),
+                "at": at,
+            })).collect::<Vec<_>>(),
+            "delivered_bytes": self.delivered,
+        })
+    }
+}
+
+impl Options {
+    /// Applies the simulation side of `plan` (FLT2–FLT4): the `wrap` or `stop` layout (ToPA on in
+    /// CTL), the forced overflows. Refused with a `layout` of the user's own: a wrap or stop
+    /// fault brings its own.
+    pub fn apply_faults(&mut self, plan: &Plan, own_layout: bool) -> Result<(), String> {
+        plan.validate()?;
+        if let Some(layout) = plan.layout(&self.layout.cpu)? {
+            if own_layout {
+                return Err("--fault wrap and --fault stop set their own layout: drop --layout".into());
+            }
+            self.layout = layout;
+            self.ctl = self.ctl.with_topa(self.layout.scheme == Scheme::Topa);
+        }
+        self.tracer.overflow_at = plan.overflows();
+        Ok(())
+    }
+}
+
+/// Writes `trace_out` (the stream `full` holds, with the consumer-side faults of `plan` applied)
+/// and `truth_out` (from the facts spooled in `spool`); removes `full` (unless it is
+/// `trace_out`) and `spool`. A fault that cannot apply (a gap in a run without PMIs, a wrap the
+/// stream never filled) is [`SimError::Fault`].
+pub fn finish_truth(
+    full: &Path,
+    trace_out: &Path,
+    spool: &Path,
+    truth_out: &Path,
+    outcome: &Outcome,
+    plan: &Plan,
+    run: serde_json::Value,
+) -> Result<TruthSummary, SimError> {
+    let (delivery, damage, mut applied) = if plan.changes_delivery() {
+        let bytes = fs::read(full).map_err(SimError::Truth)?;
+        let d = plan.deliver(&bytes, &outcome.pmis).map_err(SimError::Fault)?;
+        fs::write(trace_out, &d.bytes).map_err(SimError::Truth)?;
+        if full != trace_out {
+            fs::remove_file(full).map_err(SimError::Truth)?;
+        }
+        (d.delivery, d.damage, d.applied)
+    } else {
+        if full != trace_out {
+            fs::rename(full, trace_out).map_err(SimError::Truth)?;
+        }
+        (Delivery::whole(outcome.trace_bytes), Vec::new(), Vec::new())
+    };
+    for f in &plan.faults {
+        match f.kind {
+            truth::Cause::Ovf => {}
+            truth::Cause::Stop => applied.push((*f, f.at.unwrap_or(super::fault::MIN_REGION))),
+            _ => continue,
+        }
+    }
+    let mut ovfs = plan.overflows().into_iter();
+    for f in plan.faults.iter().filter(|f| f.kind == truth::Cause::Ovf) {
+        applied.push((*f, ovfs.next().unwrap_or(0)));
+    }
+    if plan.faults.iter().any(|f| f.kind == truth::Cause::Stop) && !outcome.truncated {
+        return Err(SimError::Fault(format!(
+            "--fault stop: the trace ({} bytes) never filled the STOP region: a longer input or a \
+             smaller size",
+            outcome.trace_bytes
+        )));
+    }
+    let ctx = Context {
+        stored: outcome.trace_bytes,
+        damage,
+        delivery,
+        psbs: outcome.psbs.clone(),
+        truncated: outcome.truncated,
+        run,
+    };
+    let counts = (|| -> io::Result<Counts> {
+        let spooled = fs::File::open(spool)?;
+        let out = BufWriter::with_capacity(1 << 20, fs::File::create(truth_out)?);
+        let counts = truth::write(spooled, &ctx, out)?;
+        fs::remove_file(spool)?;
+        Ok(counts)
+    })()
+    .map_err(SimError::Truth)?;
+    Ok(TruthSummary {
+        counts,
+        applied,
+        delivered: ctx.delivery.len(),
+    })
+}

@@ -1,0 +1,445 @@
+//! What the tracer tells the ground truth (`spec/truth.md`, TR rules): which instructions it
+//! traced, and for each one the packet in the stream that lets a decoder reach it (its
+//! *carrier*), or that no packet does because back-pressure or a STOP lost it.
+//!
+//! A decoder reaches an instruction by following the outcome of the branch before it: a TNT bit,
+//! a TIP, or a sync packet (TIP.PGE, the FUP after OVF). The carrier of an instruction is that
+//! packet. A TNT bit goes out later than its branch, so an instruction after a conditional branch
+//! waits in a small queue until the TNT that holds the bit is emitted (TR2).
+//!
+//! Offsets are positions in the generated stream: bytes the tracer handed to the output unit,
+//! before any loss downstream of it.
+
+use super::event::{Event, FarKind};
+use crate::packet::Packet;
+use std::collections::VecDeque;
+
+/// Why no packet carries an instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loss {
+    /// Back-pressure dropped the packets (OVF1): the instruction ran while the buffer overflowed.
+    Overflow,
+    /// Output stopped (ToPA STOP, TraceStop, an operational error) before the packet went out.
+    Stopped,
+}
+
+/// The packet that lets a decoder reach an instruction, or why there is none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Carrier {
+    /// The packet occupies `start..end` of the generated stream (`start` may include PADs or a
+    /// MODE laid right before it).
+    Packet {
+        /// First byte.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+    },
+    /// No packet: lost.
+    Lost(Loss),
+}
+
+/// What a branch did (the branch fields of an instruction fact).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BranchFact {
+    /// `cond`, `jump`, `call`, `ind-jump`, `ind-call`, `ret` or `far`.
+    pub kind: &'static str,
+    /// Where it went (the fall-through for a conditional branch not taken).
+    pub to: u64,
+    /// Taken (always, but for a conditional branch not taken).
+    pub taken: bool,
+}
+
+/// One fact of the run, in the order it happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fact {
+    /// A traced instruction (PacketEn when it retired).
+    Insn {
+        /// Its IP.
+        ip: u64,
+        /// The generated-stream offset when it executed: every packet before it (PSB+ included).
+        exec: u64,
+        /// The packet that lets a decoder reach it.
+        carrier: Carrier,
+        /// The branch it is, if it is one.
+        branch: Option<BranchFact>,
+    },
+    /// TIP.PGE: packets enabled at `ip`.
+    Enable {
+        /// The first traced IP.
+        ip: u64,
+        /// The packet.
+        start: u64,
+        /// One past it.
+        end: u64,
+    },
+    /// TIP.PGD: packets disabled.
+    Disable {
+        /// The packet.
+        start: u64,
+        /// One past it.
+        end: u64,
+    },
+    /// An asynchronous transfer (interrupt, exception, VM exit): FUP(from) + TIP(to).
+    Async {
+        /// Where the flow was interrupted.
+        from: u64,
+        /// Where it went.
+        to: u64,
+        /// The TIP.
+        start: u64,
+        /// One past it.
+        end: u64,
+    },
+    /// OVF: an internal buffer overflow ended here.
+    Overflow {
+        /// The OVF packet.
+        start: u64,
+        /// One past it.
+        end: u64,
+    },
+    /// A PSB, where a decoder can synchronize.
+    Psb {
+        /// Its first byte.
+        start: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Key {
+    Packet { start: u64, end: u64 },
+    Bit(u64),
+    Lost(Loss),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Note {
+    Tnt {
+        bits: u64,
+        start: u64,
+        end: u64,
+    },
+    Flow {
+        packet: Packet,
+        ip: Option<u64>,
+        start: u64,
+        end: u64,
+    },
+    Psb {
+        start: u64,
+    },
+    PsbEnd,
+    Cleared {
+        total_bits: u64,
+        why: Loss,
+    },
+}
+
+#[derive(Default)]
+struct Current {
+    notes: Vec<Note>,
+    /// Notes before the instruction's own packets, and the instruction.
+    insn: Option<(usize, u64, u64, Option<BranchFact>)>,
+    far: Option<(FarKind, u64, u64)>,
+}
+
+/// Collects [`Fact`]s from the tracer; [`Probe::drain`] takes the finished ones.
+pub struct Probe {
+    ready: Vec<Fact>,
+    /// Facts after the first instruction whose TNT bit is still pending, in order.
+    waiting: VecDeque<(Fact, Option<u64>)>,
+    chain: Key,
+    /// TNT bits added and emitted (or discarded) so far.
+    added: u64,
+    emitted: u64,
+    /// The last TNT packet: the bits it resolved end at `.0`.
+    last_tnt: (u64, u64, u64),
+    in_psb: bool,
+    current: Option<Current>,
+}
+
+impl Default for Probe {
+    fn default() -> Self {
+        Probe {
+            ready: Vec::new(),
+            waiting: VecDeque::new(),
+            chain: Key::Lost(Loss::Stopped),
+            added: 0,
+            emitted: 0,
+            last_tnt: (0, 0, 0),
+            in_psb: false,
+            current: None,
+        }
+    }
+}
+
+fn branch_of(ev: &Event) -> Option<BranchFact> {
+    let b = |kind, to| {
+        Some(BranchFact {
+            kind,
+            to,
+            taken: true,
+        })
+    };
+    match *ev {
+        Event::CondBranch {
+            ip,
+            len,
+            target,
+            taken,
+        } => Some(BranchFact {
+            kind: "cond",
+            to: if taken {
+                target
+            } else {
+                ip.wrapping_add(u64::from(len))
+            },
+            taken,
+        }),
+        Event::Jump { target, .. } => b("jump", target),
+        Event::Call { target, .. } => b("call", target),
+        Event::IndirectJump { target, .. } => b("ind-jump", target),
+        Event::IndirectCall { target, .. } => b("ind-call", target),
+        Event::Return { target, .. } => b("ret", target),
+        Event::Far { kind, to, .. } if !kind.is_async() => b("far", to),
+        _ => None,
+    }
+}
+
+impl Probe {
+    /// Takes the facts whose carriers are known, in order.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Fact> {
+        self.ready.drain(..)
+    }
+
+    /// Everything still waiting for a TNT that will never come (the end of the run): lost.
+    pub fn finish(&mut self) {
+        self.clear(self.added, Loss::Stopped);
+    }
+
+    /// An event starts (its packets are kept or dropped as a whole at [`Probe::end`]).
+    pub(super) fn begin(&mut self) {
+        self.current = Some(Current::default());
+    }
+
+    /// The event's instruction retires now, traced, with the stream at `exec`.
+    pub(super) fn instruction(&mut self, ev: &Event, exec: u64) {
+        let Some(ip) = ev.ip() else { return };
+        if let Some(c) = self.current.as_mut() {
+            if ev.is_instruction() {
+                c.insn = Some((c.notes.len(), ip, exec, branch_of(ev)));
+            }
+            if let Event::Far { kind, from, to, .. } = *ev {
+                c.far = kind.is_async().then_some((kind, from, to));
+            }
+        }
+    }
+
+    /// A packet went into the stream at `start..end`; `ip`: the full IP of an IP packet.
+    pub(super) fn packet(&mut self, p: &Packet, ip: Option<u64>, start: u64, end: u64) {
+        let note = match *p {
+            Packet::Tnt8(t) | Packet::Tnt64(t) => Note::Tnt {
+                bits: u64::from(t.count),
+                start,
+                end,
+            },
+            Packet::Tip(_) | Packet::TipPge(_) | Packet::TipPgd(_) | Packet::Ovf => Note::Flow {
+                packet: *p,
+                ip,
+                start,
+                end,
+            },
+            Packet::Fup(_) if !self.in_psb_after(self.current.as_ref()) => Note::Flow {
+                packet: *p,
+                ip,
+                start,
+                end,
+            },
+            Packet::Psb => Note::Psb { start: end - 16 },
+            Packet::PsbEnd => Note::PsbEnd,
+            _ => return,
+        };
+        self.note(note);
+    }
+
+    /// Pending TNT bits were discarded (OVF, a STOP); `total_bits`: the tracer's count of bits
+    /// added so far.
+    pub(super) fn cleared(&mut self, total_bits: u64, why: Loss) {
+        self.note(Note::Cleared { total_bits, why });
+    }
+
+    /// The event ends: its packets were `kept`, or dropped by back-pressure. `total_bits`: the
+    /// tracer's count of TNT bits added so far.
+    pub(super) fn end(&mut self, kept: bool, total_bits: u64) {
+        let Some(c) = self.current.take() else { return };
+        let before = self.added;
+        if kept {
+            let split = c.insn.map_or(c.notes.len(), |i| i.0);
+            for n in &c.notes[..split] {
+                self.apply(*n);
+            }
+            if let Some((_, ip, exec, branch)) = c.insn {
+                self.insn(ip, exec, branch, self.chain);
+            }
+            let notes_after = &c.notes[split..];
+            for n in notes_after {
+                self.apply(*n);
+            }
+            self.added = self.added.max(total_bits);
+            if self.added > before {
+                let last = self.added - 1;
+                if self.emitted <= last {
+                    self.chain = Key::Bit(last);
+                } else if self.last_tnt.2 > self.end_of(self.chain) {
+                    self.chain = Key::Packet {
+                        start: self.last_tnt.1,
+                        end: self.last_tnt.2,
+                    };
+                }
+            }
+            if let Some((_, from, to)) = c.far {
+                if let Key::Packet { start, end } = self.chain {
+                    self.push(Fact::Async { from, to, start, end }, None);
+                }
+            }
+        } else {
+            // Dropped by back-pressure (OVF1). Straight-line code stays reachable; a branch
+            // whose outcome was dropped is where the flow is lost, until the OVF.
+            if let Some((_, ip, exec, branch)) = c.insn {
+                self.insn(ip, exec, branch, self.chain);
+            }
+            let flow = c
+                .notes
+                .iter()
+                .any(|n| matches!(n, Note::Tnt { .. } | Note::Flow { .. }));
+            if flow || total_bits > before {
+                self.chain = Key::Lost(Loss::Overflow);
+            }
+        }
+    }
+
+    fn in_psb_after(&self, c: Option<&Current>) -> bool {
+        let mut psb = self.in_psb;
+        for n in c.map_or(&[][..], |c| &c.notes) {
+            match n {
+                Note::Psb { .. } => psb = true,
+                Note::PsbEnd => psb = false,
+                _ => {}
+            }
+        }
+        psb
+    }
+
+    fn end_of(&self, k: Key) -> u64 {
+        match k {
+            Key::Packet { end, .. } => end,
+            _ => 0,
+        }
+    }
+
+    fn note(&mut self, n: Note) {
+        match self.current.as_mut() {
+            Some(c) => c.notes.push(n),
+            None => self.apply(n),
+        }
+    }
+
+    fn apply(&mut self, n: Note) {
+        match n {
+            Note::Tnt { bits, start, end } => {
+                let (from, to) = (self.emitted, self.emitted + bits);
+                self.emitted = to;
+                self.added = self.added.max(to);
+                self.last_tnt = (to, start, end);
+                self.resolve(from, to, Key::Packet { start, end });
+            }
+            Note::Flow {
+                packet,
+                ip,
+                start,
+                end,
+            } => {
+                self.chain = Key::Packet { start, end };
+                let fact = match packet {
+                    Packet::TipPge(_) => ip.map(|ip| Fact::Enable { ip, start, end }),
+                    Packet::TipPgd(_) => Some(Fact::Disable { start, end }),
+                    Packet::Ovf => Some(Fact::Overflow { start, end }),
+                    _ => None,
+                };
+                if let Some(f) = fact {
+                    self.push(f, None);
+                }
+            }
+            Note::Psb { start } => {
+                self.in_psb = true;
+                self.push(Fact::Psb { start }, None);
+            }
+            Note::PsbEnd => self.in_psb = false,
+            Note::Cleared { total_bits, why } => self.clear(total_bits, why),
+        }
+    }
+
+    /// Bits up to `total_bits` will never be emitted: whatever waits for them is lost.
+    fn clear(&mut self, total_bits: u64, why: Loss) {
+        let to = total_bits.max(self.emitted);
+        self.resolve(self.emitted, to, Key::Lost(why));
+        self.emitted = to;
+        self.added = self.added.max(to);
+        if matches!(self.chain, Key::Bit(_)) || why == Loss::Overflow {
+            self.chain = Key::Lost(why);
+        }
+    }
+
+    /// Bits `from..to` are carried by `key`: facts waiting for them are finished.
+    fn resolve(&mut self, from: u64, to: u64, key: Key) {
+        if let Key::Bit(b) = self.chain {
+            if (from..to).contains(&b) {
+                self.chain = key;
+            }
+        }
+        for (fact, bit) in self.waiting.iter_mut() {
+            if let Some(b) = *bit {
+                if (from..to).contains(&b) {
+                    if let Fact::Insn { carrier, .. } = fact {
+                        *carrier = carrier_of(key);
+                    }
+                    *bit = None;
+                }
+            }
+        }
+        while self.waiting.front().is_some_and(|(_, bit)| bit.is_none()) {
+            let (f, _) = self.waiting.pop_front().expect("front exists");
+            self.ready.push(f);
+        }
+    }
+
+    fn insn(&mut self, ip: u64, exec: u64, branch: Option<BranchFact>, key: Key) {
+        let fact = Fact::Insn {
+            ip,
+            exec,
+            carrier: carrier_of(key),
+            branch,
+        };
+        let bit = match key {
+            Key::Bit(b) => Some(b),
+            _ => None,
+        };
+        self.push(fact, bit);
+    }
+
+    fn push(&mut self, fact: Fact, bit: Option<u64>) {
+        if bit.is_none() && self.waiting.is_empty() {
+            self.ready.push(fact);
+        } else {
+            self.waiting.push_back((fact, bit));
+        }
+    }
+}
+
+fn carrier_of(key: Key) -> Carrier {
+    match key {
+        Key::Packet { start, end } => Carrier::Packet { start, end },
+        Key::Lost(l) => Carrier::Lost(l),
+        // Replaced when the bit's TNT goes out (or is lost).
+        Key::Bit(_) => Carrier::Lost(Loss::Stopped),
+    }
+}
