@@ -13,6 +13,7 @@ macro_rules! outln {
 }
 
 mod cleanup;
+mod corpus_cmd;
 mod layout_cmd;
 mod output;
 mod packet_cmd;
@@ -128,6 +129,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a decoder test suite (spec/truth.md): DIR/<case>/ with trace.pt, image.bin,
+    /// image.json, truth.jsonl and case.json for clean runs over CTL settings and every fault
+    /// kind, and DIR/manifest.json. Same seed, same bytes.
+    Corpus(corpus_cmd::Args),
     /// Check a decoder's instruction output against a case's truth.jsonl (spec/truth.md): exit 0
     /// when it gave every recoverable instruction in order and nothing else, 1 with the first
     /// divergence, 2 on bad files.
@@ -225,6 +230,7 @@ pub fn run() -> ExitCode {
         Command::Asm { file, output } => packet_cmd::asm(&file, &output),
         Command::Repack(args) => repack_cmd::run(&args),
         Command::Verify(args) => verify_cmd::run(&args),
+        Command::Corpus(args) => corpus_cmd::run(&args),
         Command::Gen {
             format,
             records,

@@ -141,7 +141,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let truth = match spool {
         Some(w) => {
             w.into_inner().map_err(|e| out_error(e.into_error()))?;
-            let run = case_json(&opts, &plan, &name);
+            let run = simulate::corpus::case_run(&opts, &plan, &name);
             Some(
                 simulate::finish_truth(
                     &dir.staged(full),
@@ -222,20 +222,6 @@ fn plan(a: &Args) -> Plan {
         faults: a.fault.clone(),
         seed: a.seed,
     }
-}
-
-/// What was done, for the truth's header and `case.json`.
-pub fn case_json(opts: &Options, plan: &Plan, input: &str) -> serde_json::Value {
-    serde_json::json!({
-        "input": input,
-        "format": opts.format.to_string(),
-        "cpu": opts.layout.cpu.name,
-        "ctl": format!("{:#x}", opts.ctl.bits()),
-        "ctl_fields": CtlDisplay(opts.ctl).to_string(),
-        "msrs": opts.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),
-        "faults": plan.faults.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
-        "seed": plan.seed,
-    })
 }
 
 fn msr_assignment(text: &str) -> Result<(u32, u64), Failure> {

@@ -5,6 +5,7 @@
 //!
 //! Rules and policies (IDs `SIM*`): `spec/simulate.md`.
 
+pub mod corpus;
 mod deliver;
 pub mod fault;
 mod report;

@@ -239,7 +239,8 @@ impl Pattern {
         }
     }
 
-    fn step(&self, states: &BTreeSet<State>, t: Token) -> BTreeSet<State> {
+    /// The states after `t`; `dead`: the furthest position that could not take `t`.
+    fn step(&self, states: &BTreeSet<State>, t: Token, dead: &mut Option<usize>) -> BTreeSet<State> {
         let mut out = BTreeSet::new();
         for &(s, e) in states {
             let next = match (self.items.get(s), t) {
@@ -249,6 +250,9 @@ impl Pattern {
                 (None, Token::Error) if self.truncated => Some((s, e)),
                 _ => None,
             };
+            if next.is_none() && s < self.items.len() {
+                *dead = Some(dead.map_or(s, |d| d.max(s)));
+            }
             out.extend(next);
         }
         self.closure(&mut out);
@@ -287,6 +291,13 @@ pub fn check(pattern: &Pattern, output: impl BufRead) -> std::io::Result<Verdict
         errors: 0,
         divergence: None,
     };
+    // The furthest place the decoder's output left the truth, reported if no way through the
+    // pattern is found: after an undefined span the failure may show only at the end.
+    let mut furthest: Option<(usize, Divergence)> = None;
+    let given = |t: Token| match t {
+        Token::Ip(ip) => format!("{ip:#x}"),
+        Token::Error => "an error".into(),
+    };
     for (n, line) in output.lines().enumerate() {
         let line = line?;
         let Some(t) = token(&line) else { continue };
@@ -294,28 +305,35 @@ pub fn check(pattern: &Pattern, output: impl BufRead) -> std::io::Result<Verdict
             Token::Ip(_) => v.ips += 1,
             Token::Error => v.errors += 1,
         }
-        let next = pattern.step(&states, t);
+        let mut dead = None;
+        let next = pattern.step(&states, t, &mut dead);
+        let here = |s: usize| Divergence {
+            line: n as u64 + 1,
+            expected: pattern.expected(s),
+            given: given(t),
+        };
         if next.is_empty() {
-            let far = states.iter().map(|s| s.0).max().unwrap_or(0);
-            v.divergence = Some(Divergence {
-                line: n as u64 + 1,
-                expected: pattern.expected(far),
-                given: match t {
-                    Token::Ip(ip) => format!("{ip:#x}"),
-                    Token::Error => "an error".into(),
-                },
-            });
+            // Where the furthest way through died now (or past the end of the truth).
+            v.divergence = Some(here(dead.unwrap_or(pattern.items.len())));
             return Ok(v);
+        }
+        if let Some(d) = dead {
+            if furthest.as_ref().is_none_or(|f| d > f.0) {
+                furthest = Some((d, here(d)));
+            }
         }
         states = next;
     }
     let end = pattern.items.len();
     if !states.iter().any(|s| s.0 == end) {
         let far = states.iter().map(|s| s.0).max().unwrap_or(0);
-        v.divergence = Some(Divergence {
-            line: 0,
-            expected: pattern.expected(far),
-            given: String::new(),
+        v.divergence = Some(match furthest {
+            Some((d, div)) if d >= far => div,
+            _ => Divergence {
+                line: 0,
+                expected: pattern.expected(far),
+                given: String::new(),
+            },
         });
     }
     Ok(v)

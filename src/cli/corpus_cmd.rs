@@ -1,0 +1,91 @@
+//! `ptemu corpus DIR [--seed S]`: a decoder test suite, one directory per case (spec/truth.md).
+
+use super::output::print;
+use super::run_dir::RunDir;
+use super::Failure;
+use ptemu::simulate::corpus::{self, CaseSummary};
+use std::path::PathBuf;
+
+/// The arguments of `ptemu corpus`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Output directory: DIR/<case>/ for each case, DIR/manifest.json.
+    dir: PathBuf,
+    /// Seed of the generated input and of the fault positions (same seed, same bytes).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print nothing on success.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn run(a: &Args) -> Result<(), Failure> {
+    let out_error = |e: std::io::Error| Failure::input(format!("{}: {e}", a.dir.display()));
+    let dir = RunDir::create(&a.dir).map_err(out_error)?;
+    let input = corpus::input(a.seed);
+    let specs = corpus::cases(a.seed);
+    let mut cases: Vec<CaseSummary> = Vec::new();
+    for spec in &specs {
+        let c = corpus::write_case(spec, &input, a.seed, &dir.staged(&spec.name))
+            .map_err(|e| Failure::input(format!("case {}: {e}", spec.name)))?;
+        cases.push(c);
+    }
+    let manifest = serde_json::json!({
+        "ptemu": env!("CARGO_PKG_VERSION"),
+        "truth_version": ptemu::truth::VERSION,
+        "seed": a.seed,
+        "input": format!("ptemu gen --format penn --records {} --seed {}", corpus::RECORDS, a.seed),
+        "cases": cases,
+    });
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| out_error(e.into()))? + "\n";
+    std::fs::write(dir.staged("manifest.json"), text).map_err(out_error)?;
+    let mut outputs: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    outputs.push("manifest.json");
+    dir.commit(&outputs, &[]).map_err(out_error)?;
+    if !a.quiet {
+        let mut o = String::new();
+        outln!(
+            o,
+            "ptemu corpus: {} cases in {} (seed {})",
+            cases.len(),
+            a.dir.display(),
+            a.seed
+        );
+        outln!(
+            o,
+            "  {:<18} {:<15} {:>7} {:>8} {:>6} {:>6} {:>6}  faults",
+            "case",
+            "fault",
+            "bytes",
+            "required",
+            "opt",
+            "lost",
+            "undef"
+        );
+        for c in &cases {
+            outln!(
+                o,
+                "  {:<18} {:<15} {:>7} {:>8} {:>6} {:>6} {:>6}  {}",
+                c.name,
+                c.fault,
+                c.trace_bytes,
+                c.truth.required,
+                c.truth.optional,
+                c.truth.lost,
+                c.truth.undefined,
+                c.faults.join(" ")
+            );
+        }
+        outln!(
+            o,
+            "  each case: trace.pt, image.bin, image.json, truth.jsonl, case.json (with its ptxed command)"
+        );
+        outln!(
+            o,
+            "  check a decoder: DECODER ... | ptemu verify {}/<case> --ips -",
+            a.dir.display()
+        );
+        print(&o)?;
+    }
+    Ok(())
+}
