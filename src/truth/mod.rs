@@ -160,12 +160,82 @@ fn classify(carrier: Carrier, exec: u64, ctx: &Context, resync: &[Resync]) -> Op
         .map(|r| r.d.cause)
 }
 
-fn hex(v: u64) -> String {
-    format!("\"{v:#x}\"")
+/// Appends `v` in decimal.
+fn put_dec(b: &mut Vec<u8>, mut v: u64) {
+    let mut tmp = [0u8; 20];
+    let mut n = tmp.len();
+    loop {
+        n -= 1;
+        tmp[n] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    b.extend_from_slice(&tmp[n..]);
 }
 
-fn off_json(ctx: &Context, off: u64) -> String {
-    ctx.delivery.map(off).map_or("null".into(), |o| o.to_string())
+/// Appends `"0x…"`: `v` in lower-case hex, as a JSON string (IPs exceed what a JSON number
+/// holds exactly).
+fn put_hex(b: &mut Vec<u8>, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut tmp = [0u8; 16];
+    let mut n = tmp.len();
+    let mut v = v;
+    loop {
+        n -= 1;
+        tmp[n] = DIGITS[(v & 15) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    b.extend_from_slice(b"\"0x");
+    b.extend_from_slice(&tmp[n..]);
+    b.push(b'"');
+}
+
+/// Appends the delivered offset of generated offset `off`, or `null`.
+fn put_off(b: &mut Vec<u8>, ctx: &Context, off: u64) {
+    match ctx.delivery.map(off) {
+        Some(o) => put_dec(b, o),
+        None => b.extend_from_slice(b"null"),
+    }
+}
+
+/// Lines held back until it is known whether lost instructions follow them (TR3).
+#[derive(Default)]
+struct Held {
+    buf: Vec<u8>,
+    /// Each line's end in `buf` (without its `}`), and whether it is an instruction.
+    lines: Vec<(usize, bool)>,
+}
+
+impl Held {
+    /// Writes the first `n` lines, instructions marked optional or not.
+    fn flush<W: Write>(&mut self, n: usize, optional: bool, out: &mut W, c: &mut Counts) -> io::Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mut start = 0;
+        for &(end, insn) in &self.lines[..n] {
+            out.write_all(&self.buf[start..end])?;
+            if insn && optional {
+                c.optional += 1;
+                out.write_all(b",\"opt\":true}\n")?;
+            } else {
+                c.required += u64::from(insn);
+                out.write_all(b"}\n")?;
+            }
+            start = end;
+        }
+        self.buf.drain(..start);
+        self.lines.drain(..n);
+        for l in &mut self.lines {
+            l.0 -= start;
+        }
+        Ok(())
+    }
 }
 
 /// Writes `truth.jsonl` (TR1–TR7) from the spooled facts: a header line, one line per fact in
@@ -196,30 +266,15 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
     writeln!(out, "{header}")?;
     let mut counts = Counts::default();
     // The instructions reached through the last two carriers: optional if lost ones follow
-    // (TR3). `split`: where the run of the last carrier starts.
-    let mut run: Vec<(bool, String)> = Vec::new();
+    // (TR3). `split`: how many held lines came before the run of the last carrier.
+    let mut held = Held::default();
     let mut split = 0;
     let mut run_key: Option<u64> = None;
     let mut span: Option<Cause> = None;
-    let flush = |run: &mut Vec<(bool, String)>,
-                 upto: usize,
-                 optional: bool,
-                 out: &mut W,
-                 c: &mut Counts|
-     -> io::Result<()> {
-        for (insn, line) in run.drain(..upto) {
-            if insn && optional {
-                c.optional += 1;
-                writeln!(out, "{},\"opt\":true}}", &line[..line.len() - 1])?;
-            } else {
-                c.required += u64::from(insn);
-                writeln!(out, "{line}")?;
-            }
-        }
-        Ok(())
-    };
+    let mut line: Vec<u8> = Vec::with_capacity(256);
     while let Some(fact) = spool::read_fact(&mut spool)? {
-        let line = match fact {
+        line.clear();
+        match fact {
             Fact::Insn {
                 ip,
                 exec,
@@ -228,14 +283,16 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
             } => {
                 let i = counts.instructions;
                 counts.instructions += 1;
-                let mut line = format!("{{\"k\":\"insn\",\"i\":{i},\"ip\":{}", hex(ip));
+                line.extend_from_slice(b"{\"k\":\"insn\",\"i\":");
+                put_dec(&mut line, i);
+                line.extend_from_slice(b",\"ip\":");
+                put_hex(&mut line, ip);
                 if let Some(b) = branch {
-                    line += &format!(
-                        ",\"branch\":\"{}\",\"to\":{},\"taken\":{}",
-                        b.kind,
-                        hex(b.to),
-                        b.taken
-                    );
+                    line.extend_from_slice(b",\"branch\":\"");
+                    line.extend_from_slice(b.kind.as_bytes());
+                    line.extend_from_slice(b"\",\"to\":");
+                    put_hex(&mut line, b.to);
+                    line.extend_from_slice(if b.taken { b",\"taken\":true" } else { b",\"taken\":false" });
                 }
                 match classify(carrier, exec, ctx, &resync) {
                     None => {
@@ -244,15 +301,18 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
                         };
                         span = None;
                         if run_key != Some(end) {
-                            flush(&mut run, split, false, &mut out, &mut counts)?;
-                            split = run.len();
+                            held.flush(split, false, &mut out, &mut counts)?;
+                            split = held.lines.len();
                             run_key = Some(end);
                         }
-                        run.push((true, format!("{line},\"off\":{}}}", off_json(ctx, start))));
+                        line.extend_from_slice(b",\"off\":");
+                        put_off(&mut line, ctx, start);
+                        held.buf.extend_from_slice(&line);
+                        held.lines.push((held.buf.len(), true));
                     }
                     Some(cause) => {
-                        let n = run.len();
-                        flush(&mut run, n, true, &mut out, &mut counts)?;
+                        let n = held.lines.len();
+                        held.flush(n, true, &mut out, &mut counts)?;
                         split = 0;
                         run_key = None;
                         let class = if cause.undefined() { "undefined" } else { "lost" };
@@ -276,38 +336,46 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
                         } else {
                             counts.lost += 1;
                         }
-                        writeln!(out, "{line},\"{class}\":\"{}\"}}", cause.name())?;
+                        out.write_all(&line)?;
+                        writeln!(out, ",\"{class}\":\"{}\"}}", cause.name())?;
                     }
                 }
                 continue;
             }
-            Fact::Enable { ip, start, .. } => format!(
-                "{{\"k\":\"enable\",\"ip\":{},\"off\":{}}}",
-                hex(ip),
-                off_json(ctx, start)
-            ),
-            Fact::Disable { start, .. } => {
-                format!("{{\"k\":\"disable\",\"off\":{}}}", off_json(ctx, start))
+            Fact::Enable { ip, start, .. } => {
+                line.extend_from_slice(b"{\"k\":\"enable\",\"ip\":");
+                put_hex(&mut line, ip);
+                line.extend_from_slice(b",\"off\":");
+                put_off(&mut line, ctx, start);
             }
-            Fact::Async { from, to, start, .. } => format!(
-                "{{\"k\":\"async\",\"from\":{},\"to\":{},\"off\":{}}}",
-                hex(from),
-                hex(to),
-                off_json(ctx, start)
-            ),
+            Fact::Disable { start, .. } => {
+                line.extend_from_slice(b"{\"k\":\"disable\",\"off\":");
+                put_off(&mut line, ctx, start);
+            }
+            Fact::Async { from, to, start, .. } => {
+                line.extend_from_slice(b"{\"k\":\"async\",\"from\":");
+                put_hex(&mut line, from);
+                line.extend_from_slice(b",\"to\":");
+                put_hex(&mut line, to);
+                line.extend_from_slice(b",\"off\":");
+                put_off(&mut line, ctx, start);
+            }
             Fact::Overflow { start, .. } => {
-                format!("{{\"k\":\"overflow\",\"off\":{}}}", off_json(ctx, start))
+                line.extend_from_slice(b"{\"k\":\"overflow\",\"off\":");
+                put_off(&mut line, ctx, start);
             }
             Fact::Psb { .. } => continue,
-        };
-        if run.is_empty() {
-            writeln!(out, "{line}")?;
+        }
+        if held.lines.is_empty() {
+            out.write_all(&line)?;
+            out.write_all(b"}\n")?;
         } else {
-            run.push((false, line));
+            held.buf.extend_from_slice(&line);
+            held.lines.push((held.buf.len(), false));
         }
     }
-    let n = run.len();
-    flush(&mut run, n, false, &mut out, &mut counts)?;
+    let n = held.lines.len();
+    held.flush(n, false, &mut out, &mut counts)?;
     writeln!(
         out,
         "{{\"k\":\"end\",\"counts\":{}}}",
