@@ -278,3 +278,34 @@ fn every_hardware_rule_is_named_by_a_test() {
         assert!(names_rule(&fns, id), "{id}: no test names it");
     }
 }
+
+/// spec/truth.md: the TR, FLT and CORP rules of its tables, each named by a test, every test
+/// they list existing.
+#[test]
+fn every_truth_rule_is_named_by_a_test_that_exists() {
+    let rows: Vec<(String, Vec<String>)> = table_rows("truth.md", "## Rules and model policies")
+        .iter()
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            let id = cells[0].trim_start_matches("| ").trim().to_string();
+            let names = cells
+                .last()
+                .unwrap()
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect();
+            (id, names)
+        })
+        .filter(|(id, _)| id.starts_with("TR") || id.starts_with("FLT") || id.starts_with("CORP"))
+        .collect();
+    let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+    let want: Vec<String> = (1..=8)
+        .map(|n| format!("TR{n}"))
+        .chain((1..=7).map(|n| format!("FLT{n}")))
+        .chain((1..=3).map(|n| format!("CORP{n}")))
+        .collect();
+    assert_eq!(ids, want, "spec/truth.md rows");
+    assert_named_by_tests(&rows);
+}

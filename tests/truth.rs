@@ -4,20 +4,9 @@ mod common;
 
 use common::cli::{ptemu, ptemu_stdin, s, text};
 use common::insn;
-use common::query::Timing;
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
-
-fn timing() -> Timing {
-    let clock = ptemu::TracerConfig::default().clock;
-    Timing {
-        mtc_freq: 3,
-        nom_freq: clock.nominal_ratio,
-        art_eax: 1,
-        art_ebx: clock.tsc_per_art,
-    }
-}
 
 fn gen_penn(dir: &Path, records: u64, seed: u64) -> PathBuf {
     let file = dir.join(format!("penn-{seed}.trace"));
@@ -36,12 +25,15 @@ fn gen_penn(dir: &Path, records: u64, seed: u64) -> PathBuf {
     file
 }
 
+/// The decoder harness of examples/libipt_decode.rs (libipt's instruction decoder, going on at
+/// the next PSB after an error or a PSB+ that contradicts it).
+#[path = "../examples/libipt_decode.rs"]
+#[allow(dead_code)]
+mod libipt_decode;
+
 /// libipt's output over a case directory, as `ptemu verify` reads it.
 fn libipt_lines(case: &Path) -> String {
-    let json: Value = serde_json::from_slice(&fs::read(case.join("image.json")).unwrap()).unwrap();
-    let base = json["base"].as_u64().unwrap();
-    let trace = fs::read(case.join("trace.pt")).unwrap();
-    insn::decode_lines(&trace, &case.join("image.bin"), base, timing())
+    libipt_decode::decode_case(case)
 }
 
 fn verify(case: &Path, lines: &str) -> (bool, String) {
@@ -68,11 +60,11 @@ fn simulate(input: &Path, out: &Path, extra: &[&str]) {
     assert!(o.status.success(), "{extra:?}: {}", text(&o.stderr));
 }
 
-/// FLT2-FLT7, TR2-TR8: every fault kind on one generated Penn trace; libipt's instruction
+/// FLT2-FLT7, TR4-TR8: every fault kind on one generated Penn trace; libipt's instruction
 /// decoder (resynchronizing at the next PSB after an error) is a correct decoder, so `verify`
 /// accepts its output, and each fault made instructions lost or undefined.
 #[test]
-fn tr8_flt2_flt7_libipt_passes_verify_on_every_fault_kind() {
+fn tr4_tr5_tr6_tr8_flt2_flt3_flt4_flt5_flt6_flt7_libipt_passes_verify_on_every_fault_kind() {
     let dir = tempfile::tempdir().unwrap();
     let input = gen_penn(dir.path(), 250_000, 7);
     let small = "src/simulate/gap-layout.toml";
@@ -99,24 +91,8 @@ fn tr8_flt2_flt7_libipt_passes_verify_on_every_fault_kind() {
     }
 }
 
-/// libipt's output over a corpus case, with the timing its case.json names.
 fn case_lines(case: &Path) -> String {
-    let c: Value = serde_json::from_slice(&fs::read(case.join("case.json")).unwrap()).unwrap();
-    let json: Value = serde_json::from_slice(&fs::read(case.join("image.json")).unwrap()).unwrap();
-    let base = json["base"].as_u64().unwrap();
-    let t = &c["timing"];
-    let timing = if t.is_null() {
-        timing()
-    } else {
-        Timing {
-            mtc_freq: t["mtc_freq"].as_u64().unwrap() as u8,
-            nom_freq: t["nom_freq"].as_u64().unwrap() as u8,
-            art_eax: t["cpuid_0x15_eax"].as_u64().unwrap() as u32,
-            art_ebx: t["cpuid_0x15_ebx"].as_u64().unwrap() as u32,
-        }
-    };
-    let trace = fs::read(case.join("trace.pt")).unwrap();
-    insn::decode_lines(&trace, &case.join("image.bin"), base, timing)
+    libipt_decode::decode_case(case)
 }
 
 /// CORP1, CORP2, TR8: the corpus has at least 20 cases covering clean CTL settings and every
@@ -215,4 +191,350 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     v
+}
+
+use ptemu::tracer::{Carrier, Fact, Loss};
+use ptemu::truth::{self as t, Cause, Context, Damage, Delivery};
+
+/// `truth::write` over synthetic facts: instruction `n` executes at stream offset `10 * n` and
+/// is reached through the packet at `carriers[n]` (`None`: lost to an overflow); PSBs at `psbs`.
+fn classes(
+    carriers: &[Option<u64>],
+    psbs: &[u64],
+    damage: &[Damage],
+    stored: u64,
+) -> (Vec<String>, t::Counts, String) {
+    let mut spool = Vec::new();
+    for &p in psbs {
+        t::spool::write_fact(&mut spool, &Fact::Psb { start: p }).unwrap();
+    }
+    for (n, c) in carriers.iter().enumerate() {
+        let carrier = match c {
+            Some(end) => Carrier::Packet {
+                start: end - 1,
+                end: *end,
+            },
+            None => Carrier::Lost(Loss::Overflow),
+        };
+        let f = Fact::Insn {
+            ip: 0x1000 + n as u64,
+            exec: 10 * n as u64,
+            carrier,
+            branch: None,
+        };
+        t::spool::write_fact(&mut spool, &f).unwrap();
+    }
+    let ctx = Context {
+        stored,
+        damage: damage.to_vec(),
+        delivery: Delivery::whole(stored),
+        psbs: psbs.to_vec(),
+        truncated: false,
+        run: serde_json::json!({}),
+    };
+    let mut out = Vec::new();
+    let counts = t::write(&spool[..], &ctx, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let v = text
+        .lines()
+        .filter(|l| l.contains("\"insn\""))
+        .map(|l| {
+            let j: Value = serde_json::from_str(l).unwrap();
+            if j["opt"] == true {
+                "opt".into()
+            } else if let Some(c) = j["lost"].as_str() {
+                format!("lost:{c}")
+            } else if let Some(c) = j["undefined"].as_str() {
+                format!("undef:{c}")
+            } else {
+                "req".into()
+            }
+        })
+        .collect();
+    (v, counts, text)
+}
+
+/// TR1: the header carries the version; every line has its kind; the end line counts them.
+#[test]
+fn tr1_the_truth_file_is_versioned_and_counted() {
+    let (_, counts, text) = classes(&[Some(5), Some(5), Some(15)], &[], &[], 100);
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines[0]["truth"], t::VERSION);
+    assert!(lines[1..].iter().all(|l| l["k"].is_string()));
+    let end = lines.last().unwrap();
+    assert_eq!(end["k"], "end");
+    assert_eq!(end["counts"]["instructions"], 3);
+    assert_eq!(counts.required, 3);
+}
+
+/// TR3, TR4, TR6, TR7: bytes 40..42 cannot decode. Instructions reached through packets that end
+/// by byte 40 are recoverable, the last two carriers' optional (a decoder reads one packet ahead);
+/// the rest is lost up to the first PSB at or after byte 42 (at 60): instructions that execute
+/// after it (the seventh, at 60) are recoverable again. The span requires an error.
+#[test]
+fn tr3_tr4_tr6_tr7_a_corrupt_packet_loses_the_flow_up_to_the_next_psb() {
+    let carriers = [
+        Some(5),
+        Some(20),
+        Some(30),
+        Some(30),
+        Some(45),
+        Some(50),
+        Some(65),
+        Some(75),
+        Some(85),
+    ];
+    let damage = [Damage {
+        cause: Cause::Corrupt,
+        from: 40,
+        to: 42,
+    }];
+    let (v, c, text) = classes(&carriers, &[0, 60], &damage, 100);
+    assert_eq!(
+        v,
+        [
+            "req",
+            "opt",
+            "opt",
+            "opt",
+            "lost:corrupt",
+            "lost:corrupt",
+            "req",
+            "req",
+            "req"
+        ],
+        "{text}"
+    );
+    assert_eq!((c.lost, c.optional, c.spans), (2, 3, 1));
+    assert!(text.contains("\"error\":\"required\""), "{text}");
+    assert!(text.contains("\"resume\":60"), "{text}");
+}
+
+/// TR4: an overflow's dropped carriers are lost; what a later packet carries is not.
+#[test]
+fn tr4_overflow_loses_what_it_dropped() {
+    let (v, _, _) = classes(&[Some(5), Some(8), None, None, Some(30)], &[], &[], 100);
+    assert_eq!(v, ["opt", "opt", "lost:ovf", "lost:ovf", "req"]);
+}
+
+/// TR4: a carrier past the stored end (a STOP) is lost.
+#[test]
+fn tr4_a_stop_loses_the_tail() {
+    let (v, _, _) = classes(&[Some(5), Some(8), Some(12), Some(99)], &[], &[], 50);
+    assert_eq!(v, ["req", "opt", "opt", "lost:stop"]);
+}
+
+/// TR5: a gap's span is undefined (a decoder cannot see the jump), up to the first PSB after it.
+#[test]
+fn tr5_a_gap_is_undefined_up_to_the_next_psb() {
+    let damage = [Damage {
+        cause: Cause::Gap,
+        from: 20,
+        to: 40,
+    }];
+    let (v, c, text) = classes(
+        &[Some(5), Some(25), Some(35), Some(45), Some(55), Some(65)],
+        &[0, 50],
+        &damage,
+        100,
+    );
+    assert_eq!(
+        v,
+        ["opt", "undef:gap", "undef:gap", "undef:gap", "undef:gap", "req"],
+        "{text}"
+    );
+    assert_eq!(c.undefined, 4);
+}
+
+/// FLT1: unknown kinds, bad positions and clashing faults exit 2 and write nothing.
+#[test]
+fn flt1_bad_faults_exit_2_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    for (args, want) in [
+        (&["--fault", "flood"][..], "unknown fault"),
+        (&["--fault", "wrap@5000"][..], "power of two"),
+        (&["--fault", "gap@x"][..], "not a number"),
+        (&["--fault", "wrap", "--fault", "gap"][..], "at most one"),
+        (
+            &["--fault", "stop", "--layout", "src/simulate/gap-layout.toml"][..],
+            "drop --layout",
+        ),
+        // Known only after the run: the bundled sample is too short for these.
+        (&["--fault", "wrap"][..], "never filled"),
+        (&["--fault", "stop"][..], "never filled"),
+        (&["--fault", "gap"][..], "no region filled"),
+        (&["--fault", "corrupt@100000"][..], "no TNT or TIP packet"),
+    ] {
+        let o = ptemu(&[&["simulate", "--out", s(&out), "-q"], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(text(&o.stderr).contains(want), "{args:?}: {}", text(&o.stderr));
+        assert!(!out.exists(), "{args:?} wrote {}", out.display());
+    }
+}
+
+/// TR8: `verify` reads ptxed-style and plain output, names the first divergence with its
+/// instruction, IPs and stream offset (exit 1), and exits 2 on a missing or broken file.
+#[test]
+fn tr8_verify_reads_decoder_output_and_exits_2_on_bad_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = ptemu(&["simulate", "--out", s(&out), "-q"]);
+    assert!(o.status.success());
+    let lines = libipt_lines(&out);
+    // ptxed prints the IP first, then the instruction; plain output without 0x works too.
+    let ptxed: String = lines
+        .lines()
+        .map(|l| format!("{:016x}  nop\n", u64::from_str_radix(&l[2..], 16).unwrap()))
+        .collect();
+    let with_noise = format!("[enabled]\n{ptxed}[disabled]\n");
+    assert!(verify(&out, &with_noise).0);
+    let mut bad: Vec<&str> = lines.lines().collect();
+    bad[10] = "0x4005c0";
+    let (ok, msg) = verify(&out, &(bad.join("\n") + "\n"));
+    assert!(!ok);
+    assert!(
+        msg.contains("line 11") && msg.contains("instruction 10") && msg.contains("stream offset"),
+        "{msg}"
+    );
+    let o = ptemu(&["verify", s(&dir.path().join("nope")), "--ips", "-"]);
+    assert_eq!(o.status.code(), Some(2));
+    fs::write(out.join("truth.jsonl"), "{\"truth\":1}\nnot json\n").unwrap();
+    let o = ptemu_stdin(&["verify", s(&out), "--ips", "-"], b"");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("truth.jsonl: line 2"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+use proptest::prelude::*;
+use ptemu::simulate::corpus::{self, CaseSpec};
+use ptemu::simulate::fault::Fault;
+
+fn penn(records: u64, seed: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    ptemu::sources::penn::generate(records, seed, &mut v).unwrap();
+    v
+}
+
+fn spec(ctl: Vec<&'static str>, cpu: &'static str, faults: Vec<Fault>, small_regions: bool) -> CaseSpec {
+    CaseSpec {
+        name: "case".into(),
+        about: "",
+        ctl,
+        msrs: vec![],
+        cpu,
+        faults,
+        sjeng: false,
+        small_regions,
+    }
+}
+
+/// The insn lines of a truth file: (ip, off, class).
+fn truth_insns(case: &Path) -> Vec<(u64, Option<u64>, String)> {
+    fs::read_to_string(case.join("truth.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"k\":\"insn\""))
+        .map(|l| {
+            let j: Value = serde_json::from_str(l).unwrap();
+            let ip = u64::from_str_radix(&j["ip"].as_str().unwrap()[2..], 16).unwrap();
+            let class = if j["lost"].is_string() || j["undefined"].is_string() {
+                "gone"
+            } else if j["opt"] == true {
+                "opt"
+            } else {
+                "req"
+            };
+            (ip, j["off"].as_u64(), class.to_string())
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// TR2: the truth of a clean run is the input's instruction sequence, every instruction
+    /// required, each at the offset of a packet libipt decodes in trace.pt (the one that carries
+    /// it: TIP.PGE, TIP, TNT or FUP).
+    #[test]
+    fn tr2_clean_truth_is_the_input_instruction_sequence(
+        seed in 0u64..1000,
+        records in 2000u64..20_000,
+        retc in any::<bool>(),
+        psb in 0usize..3,
+        cpu in prop::sample::select(vec!["alderlake", "skylake", "generic-max", "icelake"]),
+    ) {
+        let input = penn(records, seed);
+        let mut ctl = vec![["PSBFreq=0", "PSBFreq=1", "PSBFreq=3"][psb]];
+        if !retc {
+            ctl.push("DisRETC=1");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let case = dir.path().join("case");
+        corpus::write_case(&spec(ctl, cpu, vec![], false), &input, seed, &case).unwrap();
+        let truth = truth_insns(&case);
+        let want = insn::expected_pcs(&insn::macro_ops(&input));
+        let ips: Vec<u64> = truth.iter().map(|t| t.0).collect();
+        prop_assert_eq!(&ips, &want);
+        prop_assert!(truth.iter().all(|t| t.2 == "req"));
+        let trace = fs::read(case.join("trace.pt")).unwrap();
+        let mut at = std::collections::BTreeMap::new();
+        let mut off = 0u64;
+        for (p, size) in common::libipt::decode(&trace).unwrap() {
+            at.insert(off, p);
+            off += size as u64;
+        }
+        for (ip, off, _) in &truth {
+            let off = off.expect("a clean run delivers every carrier");
+            let p = at.get(&off);
+            prop_assert!(
+                matches!(p, Some(ptemu::packet::Packet::Tnt8(_) | ptemu::packet::Packet::Tip(_)
+                    | ptemu::packet::Packet::TipPge(_) | ptemu::packet::Packet::Fup(_))),
+                "instruction {:#x}: offset {} holds {:?}", ip, off, p
+            );
+        }
+    }
+
+    /// TR3-TR7, FLT2-FLT7: a fault of any kind at any place: libipt (a correct decoder) passes
+    /// `verify`, so it gives every instruction the truth requires, none it marks lost, and
+    /// errors only where allowed; and the fault cost something.
+    #[test]
+    fn tr4_tr5_flt2_any_fault_anywhere_marks_what_libipt_cannot_recover(
+        seed in 0u64..1000,
+        kind in 0usize..6,
+        at in 1u64..3000,
+        retc in any::<bool>(),
+        cpu in prop::sample::select(vec!["alderlake", "skylake", "generic-max"]),
+    ) {
+        let input = penn(120_000, seed);
+        let (fault, small) = match kind {
+            0 => (format!("ovf@{}", at * 8), false),
+            1 => ("wrap@4096".to_string(), false),
+            2 => ("stop@4096".to_string(), false),
+            3 => ("gap@1".to_string(), true),
+            4 => (format!("corrupt@{at}"), false),
+            _ => (format!("corrupt-silent@{at}"), false),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let case = dir.path().join("case");
+        let ctl = if retc { vec![] } else { vec!["DisRETC=1"] };
+        let spec = spec(ctl, cpu, vec![fault.parse().unwrap()], small);
+        corpus::write_case(&spec, &input, seed, &case).unwrap();
+        let lines = case_lines(&case);
+        let (ok, msg) = verify(&case, &lines);
+        prop_assert!(ok, "{}: {}", fault, msg);
+        let truth = truth_insns(&case);
+        prop_assert!(truth.iter().any(|t| t.2 == "gone"), "{}: nothing lost", fault);
+    }
+}
+
+/// Proptest cases: 16, or `TRUTH_CASES` for a longer search.
+fn cases() -> u32 {
+    std::env::var("TRUTH_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16)
 }

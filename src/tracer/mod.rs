@@ -105,6 +105,8 @@ pub struct Tracer {
     fast: bool,
     /// Off in the tests that check the fast path against the general one.
     fast_path: bool,
+    /// Output stopped or failed while TraceEn stayed 1 (TriggerEn went to 0, OUT2).
+    output_lost: bool,
     /// Forced overflows (`cfg.overflow_at`) already started.
     forced: usize,
     /// The ground-truth recorder ([`Tracer::record_truth`]).
@@ -145,6 +147,7 @@ impl Tracer {
                 .or((!cfg.overflow_at.is_empty()).then_some(Backpressure::FORCED))
                 .map(Overflow::new),
             forced: 0,
+            output_lost: false,
             unit,
             ctl: RtitCtl::default(),
             filter_ranges: Vec::new(),
@@ -259,6 +262,7 @@ impl Tracer {
                 self.drain(mem)?;
                 self.triggered = false;
                 self.packet_en = false;
+                self.output_lost = false;
             }
             self.unit.wrmsr(mem, msr, value)?;
             if ctl_write && !was_on && value & 1 == 1 {
@@ -354,6 +358,14 @@ impl Tracer {
             0
         };
         if !self.triggered {
+            if self.output_lost {
+                // TR4: what runs after output stopped is lost to the STOP, for the truth.
+                if let Some(p) = self.probe.as_deref_mut() {
+                    p.begin();
+                    p.instruction(ev, self.stats.bytes + self.hot.len as u64);
+                    p.end(true, self.hot.tnt_bits);
+                }
+            }
             // Time passes and the state moves on while nothing is generated.
             self.clock.advance(cycles);
             self.track_only(ev);
@@ -731,6 +743,7 @@ impl Tracer {
 
     /// TraceEn 0->1 with TriggerEn: PSB+ or TSC/TMA/CBR (PSB3, TIM1, TIM4), then PGE1.
     fn on_enable(&mut self) {
+        self.output_lost = false;
         let regs = self.unit.registers();
         self.ctl = regs.ctl;
         self.filter_ranges.clear();
@@ -1010,12 +1023,15 @@ impl Tracer {
     /// [`Tracer::put`]; `ip`: the whole IP an IP packet stands for, for the truth recorder.
     #[inline]
     fn put_noted(&mut self, p: Packet, ip: Option<u64>) {
-        let start = self.stats.bytes + self.hot.len as u64;
         if !self.hot.emit(&p, &mut self.buf) {
             return;
         }
         if let Some(probe) = self.probe.as_deref_mut() {
-            probe.packet(&p, ip, start, self.stats.bytes + self.hot.len as u64);
+            // The packet ends the bytes just laid out (PADs or a held MODE may come before it).
+            let end = self.stats.bytes + self.hot.len as u64;
+            let mut tmp = [0u8; crate::packet::MAX_PACKET_LEN];
+            let len = p.encode_into(&mut tmp).map_or(0, |n| n as u64);
+            probe.packet(&p, ip, end - len, end);
         }
         match self.kinds.get_mut(self.nkinds) {
             Some(k) if self.overflow.is_some() => {
@@ -1130,6 +1146,7 @@ impl Tracer {
     /// TriggerEn went to 0 (STOP, error): nothing more is generated until the next enable.
     fn lose_output(&mut self) {
         self.triggered = false;
+        self.output_lost = true;
         self.packet_en = false;
         self.hot.len = 0;
         self.hot.tnt = Tnt { bits: 0, count: 0 };

@@ -26,8 +26,7 @@ pub enum Loss {
 /// The packet that lets a decoder reach an instruction, or why there is none.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Carrier {
-    /// The packet occupies `start..end` of the generated stream (`start` may include PADs or a
-    /// MODE laid right before it).
+    /// The packet occupies `start..end` of the generated stream.
     Packet {
         /// First byte.
         start: u64,
@@ -384,9 +383,7 @@ impl Probe {
         self.resolve(self.emitted, to, Key::Lost(why));
         self.emitted = to;
         self.added = self.added.max(to);
-        if matches!(self.chain, Key::Bit(_)) || why == Loss::Overflow {
-            self.chain = Key::Lost(why);
-        }
+        self.chain = Key::Lost(why);
     }
 
     /// Bits `from..to` are carried by `key`: facts waiting for them are finished.

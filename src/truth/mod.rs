@@ -292,7 +292,11 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
                     line.extend_from_slice(b.kind.as_bytes());
                     line.extend_from_slice(b"\",\"to\":");
                     put_hex(&mut line, b.to);
-                    line.extend_from_slice(if b.taken { b",\"taken\":true" } else { b",\"taken\":false" });
+                    line.extend_from_slice(if b.taken {
+                        b",\"taken\":true"
+                    } else {
+                        b",\"taken\":false"
+                    });
                 }
                 match classify(carrier, exec, ctx, &resync) {
                     None => {
@@ -374,8 +378,10 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
             held.lines.push((held.buf.len(), false));
         }
     }
+    // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is optional
+    // as before any other loss (TR3).
     let n = held.lines.len();
-    held.flush(n, false, &mut out, &mut counts)?;
+    held.flush(n, ctx.truncated, &mut out, &mut counts)?;
     writeln!(
         out,
         "{{\"k\":\"end\",\"counts\":{}}}",

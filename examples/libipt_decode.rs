@@ -1,0 +1,174 @@
+//! A decoder harness for `ptemu verify`: libipt's instruction-flow decoder over a case directory
+//! (`ptemu corpus` or `ptemu simulate --out`), printing one line per instruction IP and a line
+//! `error …` where decoding fails, the way a robust decoder goes on after damage:
+//!
+//! - from the first PSB;
+//! - after an error, on at the next PSB (`pt_insn_sync_forward`), except for an error inside a
+//!   PSB+: libipt checks a PSB+ against the flow it follows and fails there when they disagree
+//!   (a silently corrupted stream: "trace stream does not match query"); going forward would skip
+//!   that very PSB, so decoding starts again at it (`pt_insn_sync_set`).
+//!
+//! ```text
+//! cargo run --release --example libipt_decode -- CASE_DIR > ips.txt
+//! ptemu verify CASE_DIR --ips ips.txt
+//! ```
+//!
+//! The tests run the same code (tests/truth.rs), so the README's example is what CI checks.
+
+#![allow(non_upper_case_globals)]
+
+use libipt_sys::*;
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The timing parameters libipt needs to follow MTC and CYC.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// IA32_RTIT_CTL.MTCFreq.
+    pub mtc_freq: u8,
+    /// The nominal core:bus ratio.
+    pub nom_freq: u8,
+    /// CPUID.15H:EAX.
+    pub cpuid_0x15_eax: u32,
+    /// CPUID.15H:EBX.
+    pub cpuid_0x15_ebx: u32,
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Decodes `CASE/trace.pt` over `CASE/image.bin` (at `image.json`'s base), with the timing in
+/// `case.json` (or that `ptemu simulate`'s report implies), into verify's lines.
+pub fn decode_case(case: &Path) -> String {
+    let base = json(&case.join("image.json"))["base"]
+        .as_u64()
+        .expect("image.json: base");
+    let clock = ptemu::TracerConfig::default().clock;
+    let mut t = Timing {
+        mtc_freq: 3,
+        nom_freq: clock.nominal_ratio,
+        cpuid_0x15_eax: 1,
+        cpuid_0x15_ebx: clock.tsc_per_art,
+    };
+    if case.join("case.json").is_file() {
+        let c = &json(&case.join("case.json"))["timing"];
+        if !c.is_null() {
+            let n = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("case.json: timing.{k}"));
+            t = Timing {
+                mtc_freq: n("mtc_freq") as u8,
+                nom_freq: n("nom_freq") as u8,
+                cpuid_0x15_eax: n("cpuid_0x15_eax") as u32,
+                cpuid_0x15_ebx: n("cpuid_0x15_ebx") as u32,
+            };
+        }
+    }
+    let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
+    decode_lines(&trace, &case.join("image.bin"), base, t)
+}
+
+/// The PSB whose PSB+ (up to its PSBEND) holds offset `at` in `buf`, if any.
+fn psb_around(buf: &[u8], at: usize) -> Option<usize> {
+    const PSB: [u8; 16] = [
+        0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+    ];
+    let p = (0..=at.min(buf.len().saturating_sub(16)))
+        .rev()
+        .find(|&i| buf[i..].starts_with(&PSB))?;
+    // PSB+ is a few dozen bytes: its PSBEND (02 23) ends it.
+    let end = buf[p + 16..]
+        .windows(2)
+        .take(128)
+        .position(|w| w == [0x02, 0x23])?
+        + p
+        + 18;
+    (at < end).then_some(p)
+}
+
+fn error_text(code: i32) -> String {
+    // SAFETY: pt_errstr returns a static C string.
+    unsafe { std::ffi::CStr::from_ptr(pt_errstr(-code as pt_error_code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Decodes `trace` over the raw image file `image` loaded at `base` (see the module doc).
+pub fn decode_lines(trace: &[u8], image: &Path, base: u64, t: Timing) -> String {
+    let mut buf = trace.to_vec();
+    buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
+    let mut out = String::new();
+    let eos = -(pt_error_code_pte_eos as i32);
+    let name = CString::new(image.to_str().expect("a UTF-8 path")).expect("no NUL in the path");
+    // SAFETY: `buf` and `name` outlive the decoder; every out-pointer is a local of the size
+    // passed.
+    unsafe {
+        let mut c: pt_config = std::mem::zeroed();
+        c.size = std::mem::size_of::<pt_config>();
+        c.begin = buf.as_mut_ptr();
+        c.end = buf.as_mut_ptr().add(buf.len());
+        c.mtc_freq = t.mtc_freq;
+        c.nom_freq = t.nom_freq;
+        c.cpuid_0x15_eax = t.cpuid_0x15_eax;
+        c.cpuid_0x15_ebx = t.cpuid_0x15_ebx;
+        let dec = pt_insn_alloc_decoder(&c);
+        assert!(!dec.is_null(), "pt_insn_alloc_decoder");
+        let size = std::fs::metadata(image).map(|m| m.len()).unwrap_or(0);
+        let rc = pt_image_add_file(
+            pt_insn_get_image(dec),
+            name.as_ptr(),
+            0,
+            size,
+            std::ptr::null(),
+            base,
+        );
+        assert!(rc >= 0, "pt_image_add_file: {}", error_text(rc));
+        // The PSB decoding last started again at, so an error there moves on.
+        let mut restarted: Option<usize> = None;
+        let mut status = pt_insn_sync_forward(dec);
+        loop {
+            if status < 0 {
+                if status == eos {
+                    break;
+                }
+                let _ = writeln!(out, "error {}", error_text(status));
+                let mut at = 0u64;
+                pt_insn_get_offset(dec, &mut at);
+                status = match psb_around(&buf, at as usize) {
+                    Some(p) if restarted != Some(p) => {
+                        restarted = Some(p);
+                        pt_insn_sync_set(dec, p as u64)
+                    }
+                    _ => pt_insn_sync_forward(dec),
+                };
+                continue;
+            }
+            while status >= 0 && status & pt_status_flag_pts_event_pending as i32 != 0 {
+                let mut ev: pt_event = std::mem::zeroed();
+                status = pt_insn_event(dec, &mut ev, std::mem::size_of::<pt_event>());
+            }
+            if status < 0 {
+                continue;
+            }
+            if status & pt_status_flag_pts_eos as i32 != 0 {
+                break;
+            }
+            let mut insn: pt_insn = std::mem::zeroed();
+            status = pt_insn_next(dec, &mut insn, std::mem::size_of::<pt_insn>());
+            if status >= 0 {
+                let _ = writeln!(out, "{:#x}", insn.ip);
+            }
+        }
+        pt_insn_free_decoder(dec);
+    }
+    out
+}
+
+fn main() {
+    let Some(case) = std::env::args_os().nth(1) else {
+        eprintln!("usage: libipt_decode CASE_DIR  (a ptemu corpus case or simulate --out directory)");
+        std::process::exit(2);
+    };
+    print!("{}", decode_case(Path::new(&case)));
+}
