@@ -170,5 +170,9 @@ fn main() {
         eprintln!("usage: libipt_decode CASE_DIR  (a ptemu corpus case or simulate --out directory)");
         std::process::exit(2);
     };
-    print!("{}", decode_case(Path::new(&case)));
+    use std::io::Write as _;
+    // A reader that stops early (`| head`) ends the run quietly.
+    let _ = std::io::stdout()
+        .lock()
+        .write_all(decode_case(Path::new(&case)).as_bytes());
 }

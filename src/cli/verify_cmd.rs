@@ -39,8 +39,11 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     };
     let name = truth.display().to_string();
     let pattern = Pattern::read(&name, open(&truth)?).map_err(|e| Failure::input(e.to_string()))?;
+    let mut ips = open(&a.ips)?;
     let verdict =
-        check(&pattern, open(&a.ips)?).map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
+        check(&pattern, &mut ips).map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
+    // The rest of a pipe is read, so the decoder writing it is not killed by SIGPIPE.
+    let _ = io::copy(&mut ips, &mut io::sink());
     match verdict.divergence {
         None => {
             if !a.quiet {

@@ -49,7 +49,7 @@ impl Options {
             self.layout = layout;
             self.ctl = self.ctl.with_topa(self.layout.scheme == Scheme::Topa);
         }
-        self.tracer.overflow_at = plan.overflows();
+        self.tracer.overflow_at.extend(plan.overflows());
         Ok(())
     }
 }

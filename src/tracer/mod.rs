@@ -120,7 +120,9 @@ const PF_VECTOR: u8 = 14;
 
 impl Tracer {
     /// A tracer around `unit` (whose MSRs the caller programs through [`Tracer::wrmsr`]).
-    pub fn new(unit: OutputUnit, cfg: TracerConfig) -> Self {
+    pub fn new(unit: OutputUnit, mut cfg: TracerConfig) -> Self {
+        cfg.overflow_at.sort_unstable();
+        cfg.overflow_at.dedup();
         let cap = cfg.flush_bytes.max(64) + 4096;
         Tracer {
             hot: Hot {
