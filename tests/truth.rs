@@ -547,3 +547,91 @@ fn cases() -> u32 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(16)
 }
+
+/// TR2: the tracer's facts for a hand-made flow: TIP.PGE then the first instruction, a
+/// conditional branch's successor carried by its TNT, an interrupt's FUP + TIP as one async fact
+/// carrying the handler, then TIP.PGD; every carrier is a packet of the stored stream.
+#[test]
+fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() {
+    use common::trace::{far, TraceRig, WRMSR_IP, WRMSR_LEN};
+    use ptemu::packet::{Packet, PacketDecoder};
+    use ptemu::regs::RtitCtl;
+    use ptemu::tracer::{Event, FarKind};
+
+    let mut rig = TraceRig::new(ptemu::TracerConfig::default());
+    rig.tracer.record_truth();
+    let a = WRMSR_IP + u64::from(WRMSR_LEN);
+    let handler = 0xffff_8000_0000_1000;
+    rig.start(RtitCtl::new().with_branch_en(true).with_user(true).with_os(true));
+    rig.evs(&[
+        Event::Retire { ip: a, len: 3 },
+        Event::CondBranch {
+            ip: a + 3,
+            len: 2,
+            target: a + 0x40,
+            taken: true,
+        },
+        Event::Retire { ip: a + 0x40, len: 4 },
+        far(FarKind::Interrupt { vector: 32 }, a + 0x44, handler, 0),
+        Event::Retire { ip: handler, len: 1 },
+    ]);
+    rig.stop_at(handler + 1);
+    let p = rig.tracer.probe_mut().unwrap();
+    p.finish();
+    let facts: Vec<Fact> = p.drain().collect();
+    let bytes = rig.bytes();
+    let mut at = std::collections::BTreeMap::new();
+    let mut d = PacketDecoder::new(&bytes, 0);
+    while let Some(Ok((off, pkt))) = d.next_packet() {
+        at.insert(off, pkt);
+    }
+    let kinds: Vec<&str> = facts
+        .iter()
+        .filter(|f| !matches!(f, Fact::Psb { .. }))
+        .map(|f| match f {
+            Fact::Insn { .. } => "insn",
+            Fact::Enable { .. } => "enable",
+            Fact::Disable { .. } => "disable",
+            Fact::Async { .. } => "async",
+            Fact::Overflow { .. } => "overflow",
+            Fact::Psb { .. } => "psb",
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["enable", "insn", "insn", "insn", "async", "insn", "disable"]
+    );
+    let carriers: Vec<(u64, &str)> = facts
+        .iter()
+        .filter_map(|f| match f {
+            Fact::Insn {
+                ip,
+                carrier: Carrier::Packet { start, .. },
+                ..
+            } => Some((*ip, at.get(start).map_or("none", |p| p.name()))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        carriers,
+        [
+            (a, "tip.pge"),
+            (a + 3, "tip.pge"),
+            (a + 0x40, "tnt.8"),
+            (handler, "tip")
+        ]
+    );
+    let (from, to, start) = facts
+        .iter()
+        .find_map(|f| match *f {
+            Fact::Async { from, to, start, .. } => Some((from, to, start)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!((from, to), (a + 0x44, handler));
+    assert!(
+        matches!(at.get(&start), Some(Packet::Tip(_))),
+        "{:?}",
+        at.get(&start)
+    );
+}

@@ -224,7 +224,10 @@ impl Probe {
     pub(super) fn instruction(&mut self, ev: &Event, exec: u64) {
         let Some(ip) = ev.ip() else { return };
         if let Some(c) = self.current.as_mut() {
-            if ev.is_instruction() {
+            // An asynchronous transfer happens before the instruction at its FUP IP, which does
+            // not retire (a decoder does not give it); the transfer is an `async` fact.
+            let interrupted = matches!(ev, Event::Far { kind, .. } if kind.is_async());
+            if ev.is_instruction() && !interrupted {
                 c.insn = Some((c.notes.len(), ip, exec, branch_of(ev)));
             }
             if let Event::Far { kind, from, to, .. } = *ev {
