@@ -407,6 +407,8 @@ impl Tracer {
             self.drain(mem)?;
             self.unit.trace_stop(); // FLT3
             self.lose_output();
+            // A TraceStop ends tracing by design: what runs after it is untraced, not lost.
+            self.output_lost = false;
         } else if self.hot.len >= self.cfg.flush_bytes {
             self.drain(mem)?;
         }
