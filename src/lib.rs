@@ -6,7 +6,9 @@
 //! caller owns ([`memory`]). Every behaviour cites a rule ID ([`rules::Rule`]) documented in
 //! `spec/output.md`. The [`tracer`] generates the packets ([`packet`]) from retired-instruction
 //! and branch events, chosen and laid out with PADs as the CPU profile's hardware does
-//! ([`packing`], `spec/hardware.md`).
+//! ([`packing`], `spec/hardware.md`). [`simulate`] runs the whole job on a trace file; [`truth`]
+//! says what a correct decoder must recover from the result, faults included, and checks a
+//! decoder's output against it (`spec/truth.md`).
 #![warn(missing_docs)]
 
 pub mod config_file;

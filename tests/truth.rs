@@ -635,3 +635,16 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
         at.get(&start)
     );
 }
+
+/// TR1: the truth of the bundled sample is the committed file (see tests/data/SOURCE.md): the
+/// format changes only on purpose.
+#[test]
+fn tr1_the_bundled_samples_truth_is_the_committed_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = ptemu(&["simulate", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let got = fs::read_to_string(out.join("truth.jsonl")).unwrap();
+    let want = fs::read_to_string("tests/data/truth/sjeng-1K.truth.jsonl").unwrap();
+    assert_eq!(got, want);
+}

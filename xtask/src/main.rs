@@ -221,7 +221,7 @@ struct FuzzTarget {
 }
 
 /// The fuzz targets: one per reader, the packet decoder, the output unit, the layout parser, the
-/// tracer config and the `asm` text.
+/// tracer config, the `asm` text and `verify`'s truth and decoder-output readers.
 const FUZZ_TARGETS: &[FuzzTarget] = &[
     FuzzTarget {
         name: "penn",
@@ -274,6 +274,11 @@ const FUZZ_TARGETS: &[FuzzTarget] = &[
     FuzzTarget {
         name: "asm",
         seeds: &["tests/data/asm/libipt-golden.txt"],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "truth",
+        seeds: &["tests/data/truth/sjeng-1K.truth.jsonl"],
         mode_byte: false,
     },
 ];
