@@ -374,6 +374,10 @@ fn flt1_bad_faults_exit_2_and_write_nothing() {
         (&["--fault", "stop"][..], "never filled"),
         (&["--fault", "gap"][..], "no region filled"),
         (&["--fault", "corrupt@100000"][..], "no TNT or TIP packet"),
+        (
+            &["--fault", "ovf@100000"][..],
+            "traced no instruction from there on",
+        ),
     ] {
         let o = ptemu(&[&["simulate", "--out", s(&out), "-q"], args].concat());
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -519,24 +523,52 @@ proptest! {
         cpu in prop::sample::select(vec!["alderlake", "skylake", "generic-max"]),
     ) {
         let input = penn(120_000, seed);
+        let ctl = if retc { vec![] } else { vec!["DisRETC=1"] };
+        let dir = tempfile::tempdir().unwrap();
+        // Corruptions land anywhere, or (odd `at`) in the last bytes before a PSB of the stream.
+        let near_psb = |at: u64| -> u64 {
+            if at.is_multiple_of(2) {
+                return at;
+            }
+            let clean = dir.path().join("clean");
+            corpus::write_case(&spec(ctl.clone(), cpu, vec![], false), &input, seed, &clean).unwrap();
+            let trace = fs::read(clean.join("trace.pt")).unwrap();
+            let mut psbs = vec![];
+            let mut p = 1;
+            while let Some(q) = ptemu::packet::find_psb(&trace, p) {
+                psbs.push(q as u64);
+                p = q + 1;
+            }
+            psbs[(at as usize / 2) % psbs.len()] - 1 - at % 4
+        };
         let (fault, small) = match kind {
             0 => (format!("ovf@{}", at * 8), false),
             1 => ("wrap@4096".to_string(), false),
             2 => ("stop@4096".to_string(), false),
             3 => ("gap@1".to_string(), true),
-            4 => (format!("corrupt@{at}"), false),
-            _ => (format!("corrupt-silent@{at}"), false),
+            4 => (format!("corrupt@{}", near_psb(at)), false),
+            _ => (format!("corrupt-silent@{}", near_psb(at)), false),
         };
-        let dir = tempfile::tempdir().unwrap();
         let case = dir.path().join("case");
-        let ctl = if retc { vec![] } else { vec!["DisRETC=1"] };
         let spec = spec(ctl, cpu, vec![fault.parse().unwrap()], small);
         corpus::write_case(&spec, &input, seed, &case).unwrap();
         let lines = case_lines(&case);
         let (ok, msg) = verify(&case, &lines);
         prop_assert!(ok, "{}: {}", fault, msg);
         let truth = truth_insns(&case);
-        prop_assert!(truth.iter().any(|t| t.2 == "gone"), "{}: nothing lost", fault);
+        let text = fs::read_to_string(case.join("truth.jsonl")).unwrap();
+        // Every fault has its span (empty when the damage cost no instruction, TR6).
+        prop_assert!(text.contains("\"k\":\"span\""), "{}: no span", fault);
+        if kind != 2 {
+            prop_assert!(!text.contains("\"lost\":\"stop\""), "{}: lost to a STOP", fault);
+        }
+        // After the damage, the flow is back: the instruction after the last one lost or
+        // undefined is one a decoder must give.
+        if let Some(last) = truth.iter().rposition(|t| t.2 == "gone") {
+            if let Some(next) = truth.get(last + 1) {
+                prop_assert_eq!(next.2.as_str(), "req", "{}", fault);
+            }
+        }
     }
 }
 
@@ -647,4 +679,82 @@ fn tr1_the_bundled_samples_truth_is_the_committed_file() {
     let got = fs::read_to_string(out.join("truth.jsonl")).unwrap();
     let want = fs::read_to_string("tests/data/truth/sjeng-1K.truth.jsonl").unwrap();
     assert_eq!(got, want);
+}
+
+/// FLT2, FLT6, TR4, TR6, TR7 on the places the random tests hit least (found in review): a
+/// corrupt TIP or TNT-8 right before a PSB (the span is empty or ends at that PSB, the error is
+/// still required), two corruptions (each span resumes at its own PSB), an overflow near the end
+/// (its losses are `ovf`, not `stop`), a STOP under an IP filter (only what the filter traces is
+/// lost), a TraceStop (not truncated); libipt passes verify on every one.
+#[test]
+fn flt2_flt6_tr6_tr7_faults_at_the_edges() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = gen_penn(dir.path(), 150_000, 3);
+    let run = |args: &[&str]| -> (PathBuf, String) {
+        let out = dir.path().join(args.join("_").replace(['@', '=', '/'], "-"));
+        simulate(&input, &out, args);
+        let (ok, msg) = verify(&out, &libipt_lines(&out));
+        assert!(ok, "{args:?}: {msg}");
+        (out.clone(), fs::read_to_string(out.join("truth.jsonl")).unwrap())
+    };
+    // The PSBs of the clean stream, and a corruption just before several of them.
+    let (clean, _) = run(&["--ctl", "DisRETC=1"]);
+    let trace = fs::read(clean.join("trace.pt")).unwrap();
+    let mut psbs = vec![];
+    let mut at = 0;
+    while let Some(p) = ptemu::packet::find_psb(&trace, at) {
+        psbs.push(p);
+        at = p + 1;
+    }
+    assert!(psbs.len() > 4);
+    for &p in &psbs[1..5] {
+        for back in 1..=3 {
+            for kind in ["corrupt", "corrupt-silent"] {
+                let f = format!("{kind}@{}", p - back);
+                let (_, truth) = run(&["--ctl", "DisRETC=1", "--fault", &f]);
+                assert!(truth.contains("\"k\":\"span\""), "{f}: no span");
+            }
+        }
+    }
+    let (_, truth) = run(&["--fault", "corrupt@3000", "--fault", "corrupt@8000"]);
+    let resumes: Vec<&str> = truth
+        .lines()
+        .filter(|l| l.contains("\"k\":\"span\""))
+        .map(|l| l.split("\"resume\":").nth(1).unwrap())
+        .collect();
+    assert_eq!(resumes.len(), 2);
+    assert_ne!(resumes[0], resumes[1], "{truth}");
+    let stats: Value = serde_json::from_slice(&fs::read(clean.join("report.json")).unwrap()).unwrap();
+    let n = stats["stats"]["instructions"].as_u64().unwrap();
+    let (_, truth) = run(&["--fault", &format!("ovf@{}", n - 40)]);
+    assert!(truth.contains("\"lost\":\"ovf\""));
+    assert!(!truth.contains("\"lost\":\"stop\""));
+    // Under an IP filter a STOP loses only what the filter would have traced.
+    let filter = [
+        "--ctl",
+        "ADDR0_CFG=1",
+        "--msr",
+        "ADDR0_A=0x400000",
+        "--msr",
+        "ADDR0_B=0x402fff",
+    ];
+    let (_, whole) = run(&filter);
+    let (_, stopped) = run(&[&filter[..], &["--fault", "stop@4096"]].concat());
+    let count = |t: &str| t.lines().filter(|l| l.contains("\"k\":\"insn\"")).count();
+    assert_eq!(count(&stopped), count(&whole));
+    // A TraceStop ends tracing on purpose: not truncated, nothing lost.
+    let (_, ts) = run(&[
+        "--ctl",
+        "ADDR1_CFG=2",
+        "--msr",
+        "ADDR1_A=0x405c00",
+        "--msr",
+        "ADDR1_B=0x405c00",
+    ]);
+    assert!(
+        ts.lines().next().unwrap().contains("\"truncated\":false"),
+        "{}",
+        ts.lines().next().unwrap()
+    );
+    assert!(!ts.contains("\"lost\":\""), "{ts}");
 }

@@ -295,46 +295,55 @@ fn corrupt(bytes: &mut [u8], from: u64, silent: bool) -> Option<(u64, u64)> {
         }
         sync = p;
     }
+    // corrupt: the first TNT or TIP; corrupt-silent: the first TNT-8, else the first TIP.
+    let wanted: &[fn(&Packet) -> bool] = if silent {
+        &[
+            |p| matches!(p, Packet::Tnt8(t) if t.count > 0),
+            |p| matches!(p, Packet::Tip(ip) if ip.ipc != crate::packet::Ipc::Suppressed),
+        ]
+    } else {
+        &[|p| {
+            matches!(p, Packet::Tnt8(t) if t.count > 0)
+                || matches!(p, Packet::Tnt64(_))
+                || matches!(p, Packet::Tip(ip) if ip.ipc != crate::packet::Ipc::Suppressed)
+        }]
+    };
+    let (at, p) = wanted
+        .iter()
+        .find_map(|ok| first_packet(bytes, sync, from, *ok))?;
+    let end = (at + UNDECODABLE.len()).min(bytes.len());
+    let before = bytes[at..end].to_vec();
+    if silent {
+        match p {
+            // The oldest bit sits just below the stop bit.
+            Packet::Tnt8(t) => bytes[at] ^= 1 << t.count,
+            _ => bytes[at + 1] ^= 0x40,
+        }
+    } else {
+        let n = UNDECODABLE.len().min(bytes.len() - at);
+        bytes[at..at + n].copy_from_slice(&UNDECODABLE[..n]);
+    }
+    // The damage ends at the last byte that changed (a `02` over a PSB's own `02` is none).
+    let last = (at..end).filter(|&i| bytes[i] != before[i - at]).max()?;
+    Some((at as u64, (last + 1 - at) as u64))
+}
+
+/// The first packet at or after `from` (outside PSB+) that `ok` accepts, decoding from the PSB at
+/// `sync`.
+fn first_packet(bytes: &[u8], sync: usize, from: u64, ok: fn(&Packet) -> bool) -> Option<(usize, Packet)> {
     let mut dec = PacketDecoder::new(&bytes[sync..], sync as u64);
     let mut in_psb = false;
-    let mut target = None;
     while let Some(Ok((off, p))) = dec.next_packet() {
         match p {
             Packet::Psb => in_psb = true,
             Packet::PsbEnd => in_psb = false,
             _ => {}
         }
-        if off < from || in_psb {
-            continue;
-        }
-        let ok = match p {
-            Packet::Tnt8(t) => t.count > 0,
-            Packet::Tnt64(_) => !silent,
-            Packet::Tip(ip) => ip.ipc != crate::packet::Ipc::Suppressed,
-            _ => false,
-        };
-        if ok {
-            target = Some((off as usize, p));
-            break;
+        if off >= from && !in_psb && ok(&p) {
+            return Some((off as usize, p));
         }
     }
-    let (at, p) = target?;
-    if !silent {
-        let n = UNDECODABLE.len().min(bytes.len() - at);
-        bytes[at..at + n].copy_from_slice(&UNDECODABLE[..n]);
-        return Some((at as u64, n as u64));
-    }
-    match p {
-        Packet::Tnt8(t) => {
-            // The oldest bit sits just below the stop bit.
-            bytes[at] ^= 1 << t.count;
-            Some((at as u64, 1))
-        }
-        _ => {
-            bytes[at + 1] ^= 0x40;
-            Some((at as u64, 2))
-        }
-    }
+    None
 }
 
 #[cfg(test)]

@@ -257,7 +257,7 @@ pub fn run_recording<W: Write>(
     if facts.is_some() {
         tracer.record_truth();
     }
-    let mut pmis = Vec::new();
+    let mut cut = Cuts::default();
     let mut psbs = Vec::new();
     // The tables go in before the tee, which must see output bytes only.
     let mut plain = SparseMemory::new();
@@ -312,11 +312,7 @@ pub fn run_recording<W: Write>(
         events.clear();
         spool_facts(&mut tracer, &mut facts, &mut psbs)?;
         events_log
-            .extend(tracer.drain_output_events().inspect(|e| {
-                if e.kind == EventKind::Pmi && pmis.len() < MAX_PMIS {
-                    pmis.push(e.stream_offset);
-                }
-            }))
+            .extend(tracer.drain_output_events().inspect(|e| cut.note(e)))
             .map_err(SimError::Events)?;
         if count >= next_report {
             next_report = count + PROGRESS_EVERY;
@@ -331,6 +327,19 @@ pub fn run_recording<W: Write>(
         );
     } else {
         tracing::warn!(input = %name, "the input has no instructions: nothing was traced");
+    }
+    let asked = {
+        let mut v = opts.tracer.overflow_at.clone();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    if tracer.forced_overflows() < asked.len() {
+        return Err(SimError::Fault(format!(
+            "ovf@{}: the run traced no instruction from there on ({} instructions in all)",
+            asked[tracer.forced_overflows()],
+            tracer.stats().instructions
+        )));
     }
     if let Some(p) = tracer.probe_mut() {
         p.finish();
@@ -353,15 +362,10 @@ pub fn run_recording<W: Write>(
     let stats = tracer.stats();
     let mut unit = tracer.into_unit();
     events_log
-        .extend(unit.drain_events().inspect(|e| {
-            if e.kind == EventKind::Pmi && pmis.len() < MAX_PMIS {
-                pmis.push(e.stream_offset);
-            }
-        }))
+        .extend(unit.drain_events().inspect(|e| cut.note(e)))
         .and_then(|()| events_log.flush())
         .map_err(SimError::Events)?;
-    let counts = events_log.counts();
-    let truncated = counts.of(EventKind::Stopped) + counts.of(EventKind::Error) > 0;
+    let Cuts { pmis, truncated } = cut;
     Ok((
         Outcome {
             unit,
@@ -377,6 +381,25 @@ pub fn run_recording<W: Write>(
         },
         sink,
     ))
+}
+
+/// What the output events say about the stream: where PMIs fired (for `gap`), and whether it was
+/// cut short (a ToPA STOP or an operational error; a TraceStop ends it on purpose).
+#[derive(Default)]
+struct Cuts {
+    pmis: Vec<u64>,
+    truncated: bool,
+}
+
+impl Cuts {
+    fn note(&mut self, e: &crate::output::OutputEvent) {
+        match e.kind {
+            EventKind::Pmi if self.pmis.len() < MAX_PMIS => self.pmis.push(e.stream_offset),
+            EventKind::Stopped if e.rule != Some(crate::Rule::S6) => self.truncated = true,
+            EventKind::Error => self.truncated = true,
+            _ => {}
+        }
+    }
 }
 
 /// Moves the tracer's finished facts to the spool, keeping the PSB offsets.

@@ -360,8 +360,12 @@ impl Tracer {
             0
         };
         if !self.triggered {
-            if self.output_lost {
-                // TR4: what runs after output stopped is lost to the STOP, for the truth.
+            // TR4: what would have been traced after output stopped is lost to the STOP.
+            let would_trace = self.output_lost
+                && self.ctl.branch_en()
+                && self.context_en()
+                && ev.ip().is_some_and(|ip| self.filter_en(ip));
+            if would_trace {
                 if let Some(p) = self.probe.as_deref_mut() {
                     p.begin();
                     p.instruction(ev, self.stats.bytes + self.hot.len as u64);
@@ -729,6 +733,11 @@ impl Tracer {
         self.resolve_overflow();
         if self.overflow.as_ref().is_some_and(|o| o.active) {
             // The overflow ends with the disable: OVF alone tells the decoder tracing stopped.
+            // The TNT bits still pending were lost with it.
+            self.hot.tnt = Tnt { bits: 0, count: 0 };
+            if let Some(p) = self.probe.as_deref_mut() {
+                p.cleared(self.hot.tnt_bits, Loss::Overflow);
+            }
             self.put(Packet::Ovf);
             if let Some(o) = self.overflow.as_mut() {
                 o.finish(self.hot.events + 1);
@@ -767,6 +776,9 @@ impl Tracer {
             return;
         }
         self.hot.tnt = Tnt { bits: 0, count: 0 };
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.cleared(self.hot.tnt_bits, Loss::Stopped);
+        }
         self.ret.clear();
         self.mode_sent = None; // Table 36-50 case 2d: MODE.Exec with every enable's TIP.PGE
         self.clock.last_cyc = self.clock.cycles();
@@ -1091,13 +1103,28 @@ impl Tracer {
 
     /// FLT2: the buffer is full at the instructions `overflow_at` names.
     fn force_overflow(&mut self, first_lost: u64) {
-        if self.cfg.overflow_at.get(self.forced) != Some(&self.hot.instructions) {
-            return;
+        // An instruction passed while nothing was traced forces the overflow at the next traced
+        // event; several due at once make one overflow.
+        let mut due = false;
+        while self
+            .cfg
+            .overflow_at
+            .get(self.forced)
+            .is_some_and(|&n| n <= self.hot.instructions)
+        {
+            self.forced += 1;
+            due = true;
         }
-        self.forced += 1;
-        if let Some(o) = self.overflow.as_mut() {
-            o.force(first_lost);
+        if due {
+            if let Some(o) = self.overflow.as_mut() {
+                o.force(first_lost);
+            }
         }
+    }
+
+    /// How many of `TracerConfig::overflow_at` have been forced so far (FLT2).
+    pub fn forced_overflows(&self) -> usize {
+        self.forced
     }
 
     /// OVF2, OVF3: at the first event after the buffer drained, OVF [CYC] [FUP(IP)].

@@ -144,20 +144,41 @@ struct Resync {
     resume: u64,
 }
 
-/// How one instruction fares (TR2–TR5): `None` when a decoder recovers it.
-fn classify(carrier: Carrier, exec: u64, ctx: &Context, resync: &[Resync]) -> Option<Cause> {
+/// How one instruction fares (TR2–TR5): `None` when a decoder recovers it, else the cause and
+/// the damage (index into `resync`) it comes from.
+fn classify(carrier: Carrier, exec: u64, ctx: &Context, resync: &[Resync]) -> Option<(Cause, Option<usize>)> {
     let end = match carrier {
-        Carrier::Lost(Loss::Overflow) => return Some(Cause::Ovf),
-        Carrier::Lost(Loss::Stopped) => return Some(Cause::Stop),
+        Carrier::Lost(Loss::Overflow) => return Some((Cause::Ovf, None)),
+        Carrier::Lost(Loss::Stopped) => return Some((Cause::Stop, None)),
         Carrier::Packet { end, .. } => end,
     };
     if end > ctx.stored {
-        return Some(Cause::Stop);
+        return Some((Cause::Stop, None));
     }
     resync
         .iter()
-        .find(|r| end > r.d.from && exec < r.resume)
-        .map(|r| r.d.cause)
+        .position(|r| end > r.d.from && exec < r.resume)
+        .map(|k| (resync[k].d.cause, Some(k)))
+}
+
+/// Writes a span line: what follows, up to the next instruction a decoder recovers, is `cause`'s.
+fn span_line<W: Write>(
+    out: &mut W,
+    ctx: &Context,
+    cause: Cause,
+    resume: Option<u64>,
+    first: u64,
+) -> io::Result<()> {
+    let class = if cause.undefined() { "undefined" } else { "lost" };
+    writeln!(
+        out,
+        "{{\"k\":\"span\",\"class\":\"{class}\",\"cause\":\"{}\",\"first\":{first},\"error\":\"{}\",\"resume\":{}}}",
+        cause.name(),
+        if cause.error_required() { "required" } else { "allowed" },
+        resume
+            .and_then(|r| ctx.delivery.map(r))
+            .map_or("null".into(), |r| r.to_string())
+    )
 }
 
 /// Appends `v` in decimal.
@@ -270,7 +291,8 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
     let mut held = Held::default();
     let mut split = 0;
     let mut run_key: Option<u64> = None;
-    let mut span: Option<Cause> = None;
+    let mut span: Option<(Cause, Option<usize>)> = None;
+    let mut spanned = vec![false; resync.len()];
     let mut line: Vec<u8> = Vec::with_capacity(256);
     while let Some(fact) = spool::read_fact(&mut spool)? {
         line.clear();
@@ -298,48 +320,61 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
                         b",\"taken\":false"
                     });
                 }
+                line.extend_from_slice(b",\"off\":");
+                if let Carrier::Packet { start, .. } = carrier {
+                    put_off(&mut line, ctx, start);
+                } else {
+                    line.extend_from_slice(b"null");
+                }
                 match classify(carrier, exec, ctx, &resync) {
                     None => {
-                        let Carrier::Packet { start, end } = carrier else {
+                        let Carrier::Packet { end, .. } = carrier else {
                             unreachable!("a recoverable instruction has a carrier")
                         };
+                        // Damage this instruction's flow went past without losing anything (a
+                        // packet right before a PSB): its span is empty, but the error it
+                        // causes still belongs there (TR6).
+                        for (k, r) in resync.iter().enumerate() {
+                            if !spanned[k] && end > r.d.from {
+                                spanned[k] = true;
+                                let n = held.lines.len();
+                                held.flush(n, true, &mut out, &mut counts)?;
+                                split = 0;
+                                run_key = None;
+                                counts.spans += 1;
+                                span_line(&mut out, ctx, r.d.cause, Some(r.resume), i)?;
+                            }
+                        }
                         span = None;
                         if run_key != Some(end) {
                             held.flush(split, false, &mut out, &mut counts)?;
                             split = held.lines.len();
                             run_key = Some(end);
                         }
-                        line.extend_from_slice(b",\"off\":");
-                        put_off(&mut line, ctx, start);
                         held.buf.extend_from_slice(&line);
                         held.lines.push((held.buf.len(), true));
                     }
-                    Some(cause) => {
+                    Some((cause, damage)) => {
                         let n = held.lines.len();
                         held.flush(n, true, &mut out, &mut counts)?;
                         split = 0;
                         run_key = None;
-                        let class = if cause.undefined() { "undefined" } else { "lost" };
-                        if span != Some(cause) {
-                            span = Some(cause);
+                        if span != Some((cause, damage)) {
+                            span = Some((cause, damage));
                             counts.spans += 1;
-                            let resume = resync
-                                .iter()
-                                .find(|r| r.d.cause == cause && r.resume != u64::MAX)
-                                .and_then(|r| ctx.delivery.map(r.resume));
-                            writeln!(
-                                out,
-                                "{{\"k\":\"span\",\"class\":\"{class}\",\"cause\":\"{}\",\"first\":{i},\"error\":\"{}\",\"resume\":{}}}",
-                                cause.name(),
-                                if cause.error_required() { "required" } else { "allowed" },
-                                resume.map_or("null".into(), |r| r.to_string())
-                            )?;
+                            if let Some(k) = damage {
+                                spanned[k] = true;
+                            }
+                            let resume = damage.map(|k| resync[k].resume);
+                            span_line(&mut out, ctx, cause, resume, i)?;
                         }
-                        if cause.undefined() {
+                        let class = if cause.undefined() {
                             counts.undefined += 1;
+                            "undefined"
                         } else {
                             counts.lost += 1;
-                        }
+                            "lost"
+                        };
                         out.write_all(&line)?;
                         writeln!(out, ",\"{class}\":\"{}\"}}", cause.name())?;
                     }
@@ -380,8 +415,22 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
     }
     // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is optional
     // as before any other loss (TR3).
+    // Damage after the last instruction's carrier still has its span (and its error).
+    let tail: Vec<usize> = (0..resync.len())
+        .filter(|&k| !spanned[k] && resync[k].d.from < ctx.stored)
+        .collect();
     let n = held.lines.len();
-    held.flush(n, ctx.truncated, &mut out, &mut counts)?;
+    held.flush(n, ctx.truncated || !tail.is_empty(), &mut out, &mut counts)?;
+    for k in tail {
+        counts.spans += 1;
+        span_line(
+            &mut out,
+            ctx,
+            resync[k].d.cause,
+            Some(resync[k].resume),
+            counts.instructions,
+        )?;
+    }
     writeln!(
         out,
         "{{\"k\":\"end\",\"counts\":{}}}",
