@@ -18,6 +18,7 @@ pub mod memory;
 pub mod output;
 pub mod packet;
 pub mod packing;
+pub mod perf_data;
 pub mod regs;
 pub mod report;
 pub mod rules;

@@ -76,6 +76,10 @@ pub struct Args {
     /// Do not write truth.jsonl (faster on long runs; not with --fault).
     #[arg(long, conflicts_with = "fault")]
     no_truth: bool,
+    /// Also write DIR/perf.data (and, for Penn input, DIR/image.elf) for Linux perf's Intel PT
+    /// decoder (spec/perf-data.md).
+    #[arg(long)]
+    perf_data: bool,
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
@@ -157,7 +161,13 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
         None => None,
     };
-    let report = finish(dir, &opts, &outcome, run_info, truth.as_ref()).map_err(out_error)?;
+    let perf = if a.perf_data {
+        Some(write_perf_data(&dir, &opts, &outcome, &plan, &name).map_err(out_error)?)
+    } else {
+        None
+    };
+    let report =
+        finish(dir, &opts, &outcome, run_info, truth.as_ref(), perf.as_deref()).map_err(out_error)?;
     if !a.quiet {
         print(&summary(&name, &a, &opts, &outcome, &report))?;
     }
@@ -270,8 +280,18 @@ fn finish(
     outcome: &Outcome,
     run_info: RunInfo,
     truth: Option<&TruthSummary>,
+    perf: Option<&str>,
 ) -> std::io::Result<SimReport> {
     let mut outputs = vec!["trace.pt", "events.jsonl"];
+    match perf {
+        Some(_) => {
+            outputs.push("perf.data");
+            if outcome.image.is_some() {
+                outputs.push("image.elf");
+            }
+        }
+        None => {}
+    }
     let mut stale = vec![];
     let ptxed = match &outcome.image {
         Some(img) => {
@@ -296,6 +316,7 @@ fn finish(
     let mut report = SimReport::new(outcome, opts, ptxed);
     report.run = Some(run_info);
     report.truth = truth.map(TruthSummary::to_json);
+    report.perf = perf.map(str::to_owned);
     match truth {
         Some(_) => outputs.push("truth.jsonl"),
         None => stale.push("truth.jsonl"),
@@ -304,6 +325,67 @@ fn finish(
     outputs.extend(["regions", "report.json"]);
     dir.commit(&outputs, &stale)?;
     Ok(report)
+}
+
+/// Writes DIR/image.elf (Penn) and DIR/perf.data into the staging directory (spec/perf-data.md);
+/// returns the perf command that decodes it.
+fn write_perf_data(
+    dir: &RunDir,
+    opts: &Options,
+    outcome: &Outcome,
+    plan: &Plan,
+    name: &str,
+) -> std::io::Result<String> {
+    use ptemu::perf_data::{self, Mapping, Spec};
+    let image = match &outcome.image {
+        Some(img) => {
+            let (elf, pgoff) = perf_data::elf::image(&img.bytes, img.base);
+            fs::write(dir.staged("image.elf"), elf)?;
+            let path = std::path::absolute(dir.final_path("image.elf"))?;
+            Some(Mapping::new(
+                path.display().to_string(),
+                img.base,
+                img.bytes.len() as u64,
+                pgoff,
+            ))
+        }
+        None => None,
+    };
+    let clock = &opts.tracer.clock;
+    let spec = Spec {
+        ctl: opts.ctl,
+        tsc_ctc: (clock.tsc_per_art, 1),
+        max_nonturbo_ratio: clock.nominal_ratio,
+        pid: 1000,
+        comm: Path::new(name)
+            .file_name()
+            .map_or("ptemu".into(), |n| n.to_string_lossy().chars().take(15).collect()),
+        image,
+    };
+    let trace_path = dir.staged("trace.pt");
+    let len = fs::metadata(&trace_path)?.len();
+    // One AUX buffer per region a PMI reported, as perf collects them; the rest after the last.
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    if !plan.changes_delivery() {
+        for &p in &outcome.pmis {
+            if p > at && p <= len {
+                chunks.push(p - at);
+                at = p;
+            }
+        }
+    }
+    if len > at {
+        chunks.push(len - at);
+    }
+    let mut trace = std::io::BufReader::new(fs::File::open(&trace_path)?);
+    write_atomic(&dir.staged("perf.data"), |w| {
+        perf_data::write(&spec, &mut trace, &chunks, w)
+    })?;
+    Ok(format!(
+        "perf script -i {} --itrace=i0ns -F ip",
+        std::path::absolute(dir.final_path("perf.data"))?.display()
+    ))
 }
 
 /// The console summary of a `ptemu simulate` run.

@@ -41,6 +41,9 @@ pub struct SimReport {
     /// The ground truth's counts and the faults applied (`spec/truth.md`), when it was written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truth: Option<serde_json::Value>,
+    /// The perf command that decodes DIR/perf.data (`--perf-data`, spec/perf-data.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub perf: Option<String>,
 }
 
 /// The process side of a run, for sizing and benchmarks.
@@ -187,6 +190,7 @@ impl SimReport {
             ptxed,
             run: None,
             truth: None,
+            perf: None,
         }
     }
 }

@@ -1,0 +1,279 @@
+//! `perf.data` output (`spec/perf-data.md`): a file Linux perf's own Intel PT decoder reads, so
+//! `perf script` and the tools built on perf.data decode ptemu's traces.
+//!
+//! The layout follows perf's `tools/perf/util/header.c` (`struct perf_file_header`,
+//! `struct perf_file_attr`), `include/uapi/linux/perf_event.h` (`struct perf_event_attr`, the
+//! `PERF_RECORD_*` records) and `tools/perf/util/intel-pt.h` (the `AUXTRACE_INFO` private
+//! fields). Everything is little-endian, as perf writes it on x86.
+
+pub mod elf;
+
+use crate::regs::RtitCtl;
+use byteorder::{WriteBytesExt, LE};
+use std::io::{self, Read, Write};
+
+/// `PERFILE2`, little-endian.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"PERFILE2");
+/// The PMU type number the file gives the intel_pt event (its `attr.type`, and the AUXTRACE_INFO
+/// field perf matches it with). Any number above the fixed types works; 8 is what Linux gives
+/// intel_pt on most machines.
+pub const PMU_TYPE: u32 = 8;
+/// `sizeof(struct perf_event_attr)` written (PERF_ATTR_SIZE_VER7).
+pub const ATTR_SIZE: usize = 128;
+/// `sizeof(struct perf_file_header)`.
+const FILE_HEADER_SIZE: u64 = 104;
+/// The id of the intel_pt event.
+const EVENT_ID: u64 = 1;
+
+const PERF_RECORD_COMM: u32 = 3;
+const PERF_RECORD_MMAP2: u32 = 10;
+const PERF_RECORD_ITRACE_START: u32 = 12;
+const PERF_RECORD_AUXTRACE_INFO: u32 = 70;
+const PERF_RECORD_AUXTRACE: u32 = 71;
+const PERF_RECORD_MISC_USER: u16 = 2;
+const PERF_AUXTRACE_INTEL_PT: u32 = 1;
+
+const PERF_SAMPLE_IP: u64 = 1 << 0;
+const PERF_SAMPLE_TID: u64 = 1 << 1;
+const PERF_SAMPLE_CPU: u64 = 1 << 7;
+const PERF_SAMPLE_IDENTIFIER: u64 = 1 << 16;
+
+/// The IA32_RTIT_CTL fields perf's intel_pt event carries in `attr.config`, at the same bit
+/// positions (the PMU's `format/` directory: cyc 1, pwr_evt 4, fup_on_ptw 5, mtc 9, tsc 10,
+/// noretcomp 11, ptw 12, branch 13, mtc_period 14-17, cyc_thresh 19-22, psb_period 24-27).
+const CONFIG_FROM_CTL: u64 = 1 << 1
+    | 1 << 4
+    | 1 << 5
+    | 1 << 9
+    | 1 << 10
+    | 1 << 11
+    | 1 << 12
+    | 1 << 13
+    | 0xf << 14
+    | 0xf << 19
+    | 0xf << 24;
+
+/// What goes into a perf.data file besides the trace bytes.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// IA32_RTIT_CTL as the trace was made with.
+    pub ctl: RtitCtl,
+    /// TSC:ART ratio (CPUID.15H EBX/EAX).
+    pub tsc_ctc: (u32, u32),
+    /// The nominal (max non-turbo) ratio.
+    pub max_nonturbo_ratio: u8,
+    /// Process and thread the trace belongs to.
+    pub pid: u32,
+    /// Its command name.
+    pub comm: String,
+    /// The code image: path as the MMAP2 record names it, load address, length, file offset.
+    pub image: Option<Mapping>,
+}
+
+/// A file mapped into the traced process (an MMAP2 record).
+#[derive(Clone, Debug)]
+pub struct Mapping {
+    /// The path perf opens.
+    pub path: String,
+    /// Load address.
+    pub addr: u64,
+    /// Mapped length.
+    pub len: u64,
+    /// File offset of `addr`.
+    pgoff: u64,
+}
+
+impl Mapping {
+    /// `path` mapped at `addr` for `len` bytes from file offset `pgoff`.
+    pub fn new(path: String, addr: u64, len: u64, pgoff: u64) -> Self {
+        Mapping {
+            path,
+            addr,
+            len,
+            pgoff,
+        }
+    }
+}
+
+fn header(w: &mut Vec<u8>, kind: u32, misc: u16, size: usize) {
+    w.write_u32::<LE>(kind).expect("to memory");
+    w.write_u16::<LE>(misc).expect("to memory");
+    w.write_u16::<LE>(size as u16).expect("to memory");
+}
+
+/// A NUL-terminated string padded with NULs to a multiple of 8 bytes.
+fn padded_str(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    while v.len() % 8 != 0 {
+        v.push(0);
+    }
+    v
+}
+
+/// The `perf_event_attr` of the intel_pt event (`ATTR_SIZE` bytes).
+fn attr(spec: &Spec) -> Vec<u8> {
+    let mut a = Vec::with_capacity(ATTR_SIZE);
+    let ctl = spec.ctl;
+    let config = 1 | (ctl.bits() & CONFIG_FROM_CTL);
+    // disabled(0), exclude_user(4), exclude_kernel(5), exclude_hv(6), sample_id_all(18): perf
+    // orders events (which its Intel PT decoder requires) only with sample_id_all.
+    let flags: u64 = 1 | u64::from(!ctl.user()) << 4 | u64::from(!ctl.os()) << 5 | 1 << 6 | 1 << 18;
+    let sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
+    let mut put = |v: u64| a.write_u64::<LE>(v).expect("to memory");
+    put(u64::from(PMU_TYPE) | (ATTR_SIZE as u64) << 32); // type, size
+    put(config);
+    put(1); // sample_period
+    put(sample_type);
+    put(0); // read_format
+    put(flags);
+    a.resize(ATTR_SIZE, 0);
+    a
+}
+
+/// The AUXTRACE_INFO record: perf's intel_pt parameters (`intel-pt.h`'s INTEL_PT_* order).
+fn auxtrace_info(spec: &Spec) -> Vec<u8> {
+    let priv_fields: [u64; 17] = [
+        u64::from(PMU_TYPE),
+        0, // TIME_SHIFT
+        1, // TIME_MULT: perf time = TSC
+        0, // TIME_ZERO
+        1, // CAP_USER_TIME_ZERO
+        // The *_BIT fields are masks of attr.config bits (perf_pmu__format_bits), not indices.
+        1 << 10,   // TSC_BIT
+        1 << 11,   // NORETCOMP_BIT
+        0,         // HAVE_SCHED_SWITCH
+        0,         // SNAPSHOT_MODE
+        0,         // PER_CPU_MMAPS: per-thread buffers
+        1 << 9,    // MTC_BIT
+        0xf << 14, // MTC_FREQ_BITS
+        u64::from(spec.tsc_ctc.0),
+        u64::from(spec.tsc_ctc.1),
+        1 << 1, // CYC_BIT
+        u64::from(spec.max_nonturbo_ratio),
+        0, // FILTER_STR_LEN
+    ];
+    let size = 8 + 8 + 8 * priv_fields.len();
+    let mut r = Vec::with_capacity(size);
+    header(&mut r, PERF_RECORD_AUXTRACE_INFO, 0, size);
+    r.write_u32::<LE>(PERF_AUXTRACE_INTEL_PT).expect("to memory");
+    r.write_u32::<LE>(0).expect("to memory");
+    for v in priv_fields {
+        r.write_u64::<LE>(v).expect("to memory");
+    }
+    r
+}
+
+/// The `sample_id` trailer of a non-sample record (`sample_id_all`, in `sample_type` order: TID,
+/// TIME, CPU, IDENTIFIER), at time 0, before any trace.
+const SAMPLE_ID_SIZE: usize = 24;
+
+fn sample_id(r: &mut Vec<u8>, pid: u32) {
+    for v in [pid, pid] {
+        r.write_u32::<LE>(v).expect("to memory");
+    }
+    r.write_u64::<LE>(0).expect("to memory"); // cpu, res
+    r.write_u64::<LE>(EVENT_ID).expect("to memory");
+}
+
+/// COMM, MMAP2 and ITRACE_START for the traced process.
+fn sideband(spec: &Spec) -> Vec<u8> {
+    let mut r = Vec::new();
+    let comm = padded_str(&spec.comm);
+    header(&mut r, PERF_RECORD_COMM, 0, 8 + 8 + comm.len() + SAMPLE_ID_SIZE);
+    r.write_u32::<LE>(spec.pid).expect("to memory");
+    r.write_u32::<LE>(spec.pid).expect("to memory");
+    r.extend_from_slice(&comm);
+    sample_id(&mut r, spec.pid);
+    if let Some(m) = &spec.image {
+        let name = padded_str(&m.path);
+        header(
+            &mut r,
+            PERF_RECORD_MMAP2,
+            PERF_RECORD_MISC_USER,
+            8 + 8 + 24 + 24 + 8 + name.len() + SAMPLE_ID_SIZE,
+        );
+        for v in [spec.pid, spec.pid] {
+            r.write_u32::<LE>(v).expect("to memory");
+        }
+        for v in [m.addr, m.len, m.pgoff] {
+            r.write_u64::<LE>(v).expect("to memory");
+        }
+        r.extend_from_slice(&[0; 24]); // maj, min, ino, ino_generation
+        r.write_u32::<LE>(5).expect("to memory"); // PROT_READ | PROT_EXEC
+        r.write_u32::<LE>(2).expect("to memory"); // MAP_PRIVATE
+        r.extend_from_slice(&name);
+        sample_id(&mut r, spec.pid);
+    }
+    header(&mut r, PERF_RECORD_ITRACE_START, 0, 16 + SAMPLE_ID_SIZE);
+    r.write_u32::<LE>(spec.pid).expect("to memory");
+    r.write_u32::<LE>(spec.pid).expect("to memory");
+    sample_id(&mut r, spec.pid);
+    r
+}
+
+/// Writes a perf.data file to `out`: the file header, the intel_pt attribute, then AUXTRACE_INFO,
+/// the sideband records and one AUXTRACE record per chunk of `trace` (read from it in order;
+/// `chunks` are the lengths, summing to the trace's length), each padded to 8 bytes with PADs as
+/// perf pads AUX data.
+pub fn write<R: Read, W: Write + ?Sized>(
+    spec: &Spec,
+    trace: &mut R,
+    chunks: &[u64],
+    out: &mut W,
+) -> io::Result<()> {
+    let mut records = auxtrace_info(spec);
+    records.extend(sideband(spec));
+    let aux_bytes: u64 = chunks.iter().map(|&n| 48 + n.div_ceil(8) * 8).sum();
+    let attrs_offset = FILE_HEADER_SIZE;
+    let attr_size = ATTR_SIZE as u64 + 16;
+    let ids_offset = attrs_offset + attr_size;
+    let data_offset = ids_offset + 8;
+    let data_size = records.len() as u64 + aux_bytes;
+    let mut h = Vec::with_capacity(data_offset as usize);
+    for v in [
+        MAGIC,
+        FILE_HEADER_SIZE,
+        attr_size,
+        attrs_offset,
+        attr_size,
+        data_offset,
+        data_size,
+        0,
+        0,
+    ] {
+        h.write_u64::<LE>(v)?;
+    }
+    h.extend_from_slice(&[0; 32]); // adds_features: none
+    h.extend_from_slice(&attr(spec));
+    h.write_u64::<LE>(ids_offset)?;
+    h.write_u64::<LE>(8)?;
+    h.write_u64::<LE>(EVENT_ID)?;
+    out.write_all(&h)?;
+    out.write_all(&records)?;
+    let mut offset = 0u64;
+    let mut buf = vec![0u8; 1 << 16];
+    for &n in chunks {
+        let padded = n.div_ceil(8) * 8;
+        let mut r = Vec::with_capacity(48);
+        header(&mut r, PERF_RECORD_AUXTRACE, 0, 48);
+        for v in [padded, offset, 0] {
+            r.write_u64::<LE>(v)?;
+        }
+        // idx, tid, cpu (-1: a per-thread buffer, as `perf record --per-thread` makes), reserved.
+        for v in [0, spec.pid, u32::MAX, 0] {
+            r.write_u32::<LE>(v)?;
+        }
+        out.write_all(&r)?;
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(buf.len() as u64) as usize;
+            trace.read_exact(&mut buf[..k])?;
+            out.write_all(&buf[..k])?;
+            left -= k as u64;
+        }
+        out.write_all(&[0; 8][..(padded - n) as usize])?;
+        offset += padded;
+    }
+    out.flush()
+}
