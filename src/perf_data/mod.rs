@@ -105,7 +105,7 @@ fn header(w: &mut Vec<u8>, kind: u32, misc: u16, size: usize) {
 fn padded_str(s: &str) -> Vec<u8> {
     let mut v = s.as_bytes().to_vec();
     v.push(0);
-    while v.len() % 8 != 0 {
+    while !v.len().is_multiple_of(8) {
         v.push(0);
     }
     v
