@@ -283,16 +283,15 @@ fn finish(
     perf: Option<&str>,
 ) -> std::io::Result<SimReport> {
     let mut outputs = vec!["trace.pt", "events.jsonl"];
-    match perf {
-        Some(_) => {
-            outputs.push("perf.data");
-            if outcome.image.is_some() {
-                outputs.push("image.elf");
-            }
-        }
-        None => {}
-    }
     let mut stale = vec![];
+    if perf.is_some() {
+        outputs.push("perf.data");
+        if outcome.image.is_some() {
+            outputs.push("image.elf");
+        }
+    } else {
+        stale.extend(["perf.data", "image.elf"]);
+    }
     let ptxed = match &outcome.image {
         Some(img) => {
             write_atomic(&dir.staged("image.bin"), |w| w.write_all(&img.bytes))?;
