@@ -31,6 +31,10 @@ pub fn token(line: &str) -> Option<Token> {
     if first.starts_with('[') {
         return line.contains(": error").then_some(Token::Error);
     }
+    // perf script's `--itrace=e` lines: " instruction trace error type 1 ...".
+    if first == "instruction" && line.contains("instruction trace error") {
+        return Some(Token::Error);
+    }
     let digits = first
         .strip_prefix("0x")
         .or_else(|| first.strip_prefix("0X"))
@@ -371,7 +375,11 @@ mod tests {
         assert_eq!(token("error: bad packet"), Some(Token::Error));
         assert_eq!(token("[1a0, 401000: error: bad opcode]"), Some(Token::Error));
         assert_eq!(token("[enabled]"), None);
-        assert_eq!(token("instruction trace error"), None);
+        assert_eq!(
+            token(" instruction trace error type 1 time 0 cpu 0 pid 1 tid 1 ip 0x40 code 6: x"),
+            Some(Token::Error)
+        );
+        assert_eq!(token("instruction count 5"), None);
         assert_eq!(token(""), None);
         assert_eq!(token("0x"), None);
     }

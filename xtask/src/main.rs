@@ -13,9 +13,11 @@ struct SystemPackage {
 }
 
 /// System packages the test suite needs beyond the Rust toolchain: the libipt oracle (`libipt-sys`)
-/// builds libipt with cmake and runs bindgen, which loads libclang.
+/// builds libipt with cmake and runs bindgen, which loads libclang; the perf oracle is Debian's
+/// `linux-perf` (`perf script` on ptemu's perf.data, tests/perf_data.rs).
 const TEST_PACKAGES: &[SystemPackage] = &[
     SystemPackage { package: "cmake", probe: "command -v cmake" },
+    SystemPackage { package: "linux-perf", probe: "perf --version" },
     SystemPackage {
         package: "libclang-dev",
         // The package, or libclang.so itself (what it adds); not any libclang-*.so*, which also

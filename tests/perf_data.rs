@@ -1,0 +1,280 @@
+//! `ptemu simulate --perf-data` (spec/perf-data.md) read by Linux perf's own Intel PT decoder
+//! (Debian's `linux-perf`, which `cargo xtask test` installs): the second, independent oracle.
+
+mod common;
+
+use common::cli::{ptemu, s, text};
+use common::insn;
+use common::query::Timing;
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const SJENG: &str = "tests/data/penn/sjeng-1K.trace";
+const GCC: &str = "tests/data/penn/gcc-1K.trace";
+
+fn perf(dir: &Path, args: &[&str]) -> Output {
+    Command::new("perf")
+        .args(["script", "-i"])
+        .arg(dir.join("perf.data"))
+        .args(args)
+        .output()
+        .expect("perf (Debian's linux-perf; cargo xtask test installs it)")
+}
+
+/// `ptemu simulate INPUT --perf-data` into a fresh directory.
+fn simulate(root: &Path, name: &str, input: &str, extra: &[&str]) -> PathBuf {
+    let out = root.join(name);
+    let o = ptemu(
+        &[
+            &[
+                "simulate",
+                input,
+                "--format",
+                "penn",
+                "--perf-data",
+                "-q",
+                "--out",
+                s(&out),
+            ],
+            extra,
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{extra:?}: {}", text(&o.stderr));
+    out
+}
+
+fn hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// perf's instruction IPs and its error lines.
+fn perf_ips(dir: &Path) -> (Vec<u64>, Vec<String>) {
+    let o = perf(dir, &["--itrace=i0nse", "-F", "ip"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let errors = out
+        .lines()
+        .filter(|l| l.contains("trace error"))
+        .map(str::to_owned)
+        .collect();
+    let ips = out
+        .lines()
+        .filter(|l| !l.contains("trace error"))
+        .map(hex)
+        .collect();
+    (ips, errors)
+}
+
+fn truth_ips(dir: &Path) -> Vec<u64> {
+    fs::read_to_string(dir.join("truth.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"k\":\"insn\""))
+        .map(|l| {
+            let j: Value = serde_json::from_str(l).unwrap();
+            hex(j["ip"].as_str().unwrap())
+        })
+        .collect()
+}
+
+fn generated(root: &Path, seed: u64) -> String {
+    let file = root.join(format!("gen-{seed}.trace"));
+    let o = ptemu(&[
+        "gen",
+        "--format",
+        "penn",
+        "--records",
+        "150000",
+        "--seed",
+        &seed.to_string(),
+        "-o",
+        s(&file),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    s(&file).to_owned()
+}
+
+/// PD1: perf script lists exactly the input's instructions, with no instruction trace error,
+/// for the bundled samples and generated traces (recursion past 64 calls) under RET compression
+/// on and off, PSBFreq, TSC/MTC/CYC, TSC off, the three packet styles, and AUX data in one
+/// buffer per 4 KiB region (one AUXTRACE record per PMI).
+#[test]
+fn pd1_perf_script_gives_exactly_the_input_instructions() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = generated(dir.path(), 3);
+    let settings: &[&[&str]] = &[
+        &[],
+        &["--ctl", "DisRETC=1"],
+        &[
+            "--ctl",
+            "PSBFreq=1",
+            "--ctl",
+            "MTCEn=1",
+            "--ctl",
+            "CYCEn=1",
+            "--ctl",
+            "MTCFreq=3",
+        ],
+        &["--ctl", "TSCEn=0"],
+        &["--cpu", "skylake"],
+        &["--cpu", "generic-max"],
+        &["--layout", "src/simulate/gap-layout.toml"],
+    ];
+    for (n, input) in [SJENG, GCC, gen.as_str()].iter().enumerate() {
+        for (k, extra) in settings.iter().enumerate() {
+            let out = simulate(dir.path(), &format!("run-{n}-{k}"), input, extra);
+            let (ips, errors) = perf_ips(&out);
+            assert!(errors.is_empty(), "{input} {extra:?}: {errors:?}");
+            let want = truth_ips(&out);
+            assert!(want.len() > 500, "{input}: {} instructions", want.len());
+            if let Some(i) = (0..ips.len().min(want.len())).find(|&i| ips[i] != want[i]) {
+                panic!(
+                    "{input} {extra:?}: instruction {i}: perf {:#x}, traced {:#x}",
+                    ips[i], want[i]
+                );
+            }
+            assert_eq!(ips.len(), want.len(), "{input} {extra:?}");
+        }
+    }
+}
+
+/// Whether an instruction flow shows a taken branch from `a` to `b`: the flow does not fall
+/// through, or `a` is a CALL, JMP or RET (a call to the next instruction is one). A conditional
+/// branch whose target is its fall-through looks the same taken or not.
+fn visible(image: &[u8], base: u64, a: u64, b: u64) -> bool {
+    let mut d = iced_x86::Decoder::with_ip(
+        64,
+        &image[(a - base) as usize..],
+        a,
+        iced_x86::DecoderOptions::NONE,
+    );
+    let i = d.decode();
+    b != a + i.len() as u64
+        || !matches!(
+            i.flow_control(),
+            iced_x86::FlowControl::Next | iced_x86::FlowControl::ConditionalBranch
+        )
+}
+
+/// The taken branches of libipt's instruction flow: consecutive IPs where the second is not the
+/// first's fall-through, or the first is a CALL, JMP or RET (iced-x86 decodes image.bin).
+fn libipt_branches(dir: &Path) -> Vec<(u64, u64)> {
+    let json: Value = serde_json::from_slice(&fs::read(dir.join("image.json")).unwrap()).unwrap();
+    let base = json["base"].as_u64().unwrap();
+    let image = fs::read(dir.join("image.bin")).unwrap();
+    let clock = ptemu::TracerConfig::default().clock;
+    let t = Timing {
+        mtc_freq: 3,
+        nom_freq: clock.nominal_ratio,
+        art_eax: 1,
+        art_ebx: clock.tsc_per_art,
+    };
+    let flow = insn::decode(
+        &fs::read(dir.join("trace.pt")).unwrap(),
+        &dir.join("image.bin"),
+        base,
+        t,
+    );
+    assert_eq!(flow.error, None);
+    flow.ips
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .filter(|&(a, b)| visible(&image, base, a, b))
+        .collect()
+}
+
+/// PD2: `perf script --itrace=b` lists the same taken branches as libipt's instruction flow
+/// (trace begin and end, with a zero side, aside, and taken conditional branches to their own
+/// fall-through, which an instruction flow cannot show).
+#[test]
+fn pd2_perf_lists_the_branches_libipt_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = generated(dir.path(), 5);
+    for (n, (input, extra)) in [
+        (SJENG, &[][..]),
+        (gen.as_str(), &[][..]),
+        (gen.as_str(), &["--ctl", "DisRETC=1"][..]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = simulate(dir.path(), &format!("b-{n}"), input, extra);
+        let json: Value = serde_json::from_slice(&fs::read(out.join("image.json")).unwrap()).unwrap();
+        let base = json["base"].as_u64().unwrap();
+        let image = fs::read(out.join("image.bin")).unwrap();
+        let o = perf(&out, &["--itrace=b", "-F", "hw:ip,addr"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let perf: Vec<(u64, u64)> = text(&o.stdout)
+            .lines()
+            .filter_map(|l| l.split_once("=>"))
+            .map(|(a, b)| (hex(a), hex(b)))
+            .filter(|&(a, b)| a != 0 && b != 0)
+            .filter(|&(a, b)| visible(&image, base, a, b))
+            .collect();
+        let libipt = libipt_branches(&out);
+        assert!(libipt.len() > 50, "{input}: {} branches", libipt.len());
+        if let Some(i) = (0..perf.len().min(libipt.len())).find(|&i| perf[i] != libipt[i]) {
+            panic!(
+                "{input} {extra:?}: branch {i}: perf {:x?}, libipt {:x?} (of {} and {})",
+                perf[i],
+                libipt[i],
+                perf.len(),
+                libipt.len()
+            );
+        }
+        assert_eq!(perf.len(), libipt.len(), "{input} {extra:?}");
+    }
+}
+
+/// PD3: `perf report --stdio` and `perf script` read the file without a warning.
+#[test]
+fn pd3_perf_reads_the_file_without_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = simulate(dir.path(), "w", SJENG, &[]);
+    let report = Command::new("perf")
+        .args(["report", "--stdio", "-i"])
+        .arg(out.join("perf.data"))
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let script = perf(&out, &["--itrace=i0ns", "-F", "ip"]);
+    for (what, o) in [("report", &report), ("script", &script)] {
+        let err = text(&o.stderr).to_lowercase();
+        assert!(
+            !err.contains("warning") && !err.contains("error"),
+            "perf {what}: {err}"
+        );
+    }
+    // The command the summary and report.json give is the one that decodes it.
+    let r: Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
+    let cmd = r["perf"].as_str().unwrap();
+    assert!(
+        cmd.starts_with("perf script -i /") && cmd.ends_with("perf.data --itrace=i0ns -F ip"),
+        "{cmd}"
+    );
+}
+
+/// PD4: on wrapped and STOPped runs perf's output (its errors included) passes `ptemu verify`:
+/// it gives the recoverable part of the truth and nothing else.
+#[test]
+fn pd4_wrapped_and_stopped_runs_give_the_recoverable_truth() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = generated(dir.path(), 7);
+    for fault in ["wrap@4096", "wrap@8192", "stop@4096", "stop@8192"] {
+        let out = simulate(dir.path(), fault, &gen, &["--fault", fault]);
+        let o = perf(&out, &["--itrace=i0nse", "-F", "ip"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let lines = out.join("perf.txt");
+        fs::write(&lines, &o.stdout).unwrap();
+        let v = ptemu(&["verify", s(&out), "--ips", s(&lines)]);
+        assert!(
+            v.status.success(),
+            "{fault}: {}{}",
+            text(&v.stdout),
+            text(&v.stderr)
+        );
+    }
+}
