@@ -351,7 +351,11 @@ fn write_perf_data(
         None => None,
     };
     let clock = &opts.tracer.clock;
+    let filter = image.as_ref().map_or(String::new(), |m| {
+        perf_data::filter_string(opts.ctl, &opts.msrs, m)
+    });
     let spec = Spec {
+        filter,
         ctl: opts.ctl,
         tsc_ctc: (clock.tsc_per_art, 1),
         max_nonturbo_ratio: clock.nominal_ratio,
@@ -489,6 +493,10 @@ fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -
     }
     if let Some(cmd) = &r.ptxed {
         outln!(o, "  replay with libipt's ptxed:");
+        outln!(o, "    {cmd}");
+    }
+    if let Some(cmd) = &r.perf {
+        outln!(o, "  decode with Linux perf (perf.data, spec/perf-data.md):");
         outln!(o, "    {cmd}");
     }
     text

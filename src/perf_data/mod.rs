@@ -68,6 +68,9 @@ pub struct Spec {
     pub comm: String,
     /// The code image: path as the MMAP2 record names it, load address, length, file offset.
     pub image: Option<Mapping>,
+    /// The address filters, in the form `perf record --filter` takes (`filter A/SIZE@FILE`,
+    /// `tracestop A/SIZE@FILE`, comma-separated), or empty.
+    pub filter: String,
 }
 
 /// A file mapped into the traced process (an MMAP2 record).
@@ -84,6 +87,11 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// The file offset of `addr`.
+    pub fn pgoff(&self) -> u64 {
+        self.pgoff
+    }
+
     /// `path` mapped at `addr` for `len` bytes from file offset `pgoff`.
     pub fn new(path: String, addr: u64, len: u64, pgoff: u64) -> Self {
         Mapping {
@@ -151,9 +159,14 @@ fn auxtrace_info(spec: &Spec) -> Vec<u8> {
         u64::from(spec.tsc_ctc.1),
         1 << 1, // CYC_BIT
         u64::from(spec.max_nonturbo_ratio),
-        0, // FILTER_STR_LEN
+        spec.filter.len() as u64, // FILTER_STR_LEN, then the string, NUL-padded to 8 bytes
     ];
-    let size = 8 + 8 + 8 * priv_fields.len();
+    let filter = if spec.filter.is_empty() {
+        Vec::new()
+    } else {
+        padded_str(&spec.filter)
+    };
+    let size = 8 + 8 + 8 * priv_fields.len() + filter.len();
     let mut r = Vec::with_capacity(size);
     header(&mut r, PERF_RECORD_AUXTRACE_INFO, 0, size);
     r.write_u32::<LE>(PERF_AUXTRACE_INTEL_PT).expect("to memory");
@@ -161,11 +174,37 @@ fn auxtrace_info(spec: &Spec) -> Vec<u8> {
     for v in priv_fields {
         r.write_u64::<LE>(v).expect("to memory");
     }
+    r.extend_from_slice(&filter);
     r
 }
 
+/// The `filter` string for IA32_RTIT_CTL's ADDRn_CFG and the ADDRn_A/B values `msrs` writes
+/// (FilterEn ranges as `filter`, TraceStop ranges as `tracestop`), as `perf record` leaves it: in
+/// offsets of the mapped file (`image`), each range cut to the part of the image it covers.
+pub fn filter_string(ctl: RtitCtl, msrs: &[(u32, u64)], image: &Mapping) -> String {
+    let mut parts = Vec::new();
+    let value = |msr: u32| msrs.iter().rev().find(|m| m.0 == msr).map_or(0, |m| m.1);
+    let last = image.addr + image.len.max(1) - 1;
+    for n in 0..4u32 {
+        let kind = match ctl.addr_cfg(n as usize) {
+            1 => "filter",
+            2 => "tracestop",
+            _ => continue,
+        };
+        let (a, b) = (
+            value(0x580 + 2 * n).max(image.addr),
+            value(0x581 + 2 * n).min(last),
+        );
+        if a <= b {
+            let start = image.pgoff + (a - image.addr);
+            parts.push(format!("{kind} {start:#x}/{:#x}@{}", b - a + 1, image.path));
+        }
+    }
+    parts.join(",")
+}
+
 /// The `sample_id` trailer of a non-sample record (`sample_id_all`, in `sample_type` order: TID,
-/// TIME, CPU, IDENTIFIER), at time 0, before any trace.
+/// CPU, IDENTIFIER).
 const SAMPLE_ID_SIZE: usize = 24;
 
 fn sample_id(r: &mut Vec<u8>, pid: u32) {
