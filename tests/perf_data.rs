@@ -102,7 +102,7 @@ fn generated(root: &Path, seed: u64) -> String {
 /// on and off, PSBFreq, TSC/MTC/CYC, TSC off, the three packet styles, AUX data in one buffer
 /// per 4 KiB region (one AUXTRACE record per PMI), and an IP filter (its `filter` string).
 #[test]
-fn pd1_perf_script_gives_exactly_the_input_instructions() {
+fn pd1_pd5_pd6_perf_script_gives_exactly_the_input_instructions() {
     let dir = tempfile::tempdir().unwrap();
     let gen = generated(dir.path(), 3);
     let settings: &[&[&str]] = &[

@@ -309,3 +309,13 @@ fn every_truth_rule_is_named_by_a_test_that_exists() {
     assert_eq!(ids, want, "spec/truth.md rows");
     assert_named_by_tests(&rows);
 }
+
+/// spec/perf-data.md: every PD rule is named by a test, and every test it lists exists.
+#[test]
+fn every_perf_data_rule_is_named_by_a_test_that_exists() {
+    let rows = rule_rows("perf-data.md");
+    let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+    let want: Vec<String> = (1..=6).map(|n| format!("PD{n}")).collect();
+    assert_eq!(ids, want, "spec/perf-data.md rows");
+    assert_named_by_tests(&rows);
+}
