@@ -12,7 +12,7 @@
 //! `cargo test --all-targets`) it is a smoke run on files a thousandth the size.
 
 use flate2::{write::GzEncoder, Compression};
-use ptemu::sources::byu::read::{FixedReader, FixedRecord, BATCH};
+use ptemu::sources::fixed::{FixedReader, FixedRecord, BATCH};
 use ptemu::sources::{self, byu, byu_p2, gem5, kaplan, penn, EventSource, Format, Input, ReadOptions};
 use std::hint::black_box;
 use std::path::{Path, PathBuf};

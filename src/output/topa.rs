@@ -6,8 +6,7 @@ use crate::regs::CpuProfile;
 use crate::rules::Rule;
 use modular_bitfield::prelude::*;
 
-/// The largest entry index of a table: tables hold at most 2^25 entries (T2, W5).
-pub const MAX_INDEX: u32 = (1 << 25) - 1;
+pub use crate::regs::output::MAX_INDEX;
 
 /// One 64-bit ToPA table entry, bit-exact.
 #[bitfield]

@@ -2,6 +2,10 @@
 
 use modular_bitfield::prelude::*;
 
+/// The largest ToPA entry index, the width of MASK_PTRS' index field (bits 31:7, 25 bits): a table
+/// holds at most 2^25 entries (T2, W5).
+pub const MAX_INDEX: u32 = (1 << 25) - 1;
+
 /// IA32_RTIT_OUTPUT_BASE: the ToPA table base or the single-range base.
 #[bitfield]
 #[repr(u64)]
@@ -41,7 +45,7 @@ impl MaskPtrs {
     pub fn topa(index: u32, output_offset: u32) -> Self {
         Self::new()
             .with_lower_mask(0x7f)
-            .with_mask_or_table_offset(index & crate::output::topa::MAX_INDEX)
+            .with_mask_or_table_offset(index & MAX_INDEX)
             .with_output_offset(output_offset)
     }
 

@@ -8,6 +8,7 @@
 pub mod byu;
 pub mod byu_p2;
 pub mod error;
+pub mod fixed;
 pub mod gem5;
 pub mod input;
 pub mod kaplan;

@@ -3,8 +3,8 @@
 //! exactly the records [`Record::from_bytes`] gives one at a time (the tests check it on random
 //! bytes).
 
-use super::read::decode_each;
 use super::record::{Record, RECORD_LEN};
+use crate::sources::fixed::decode_each;
 
 const _: () = assert!(std::mem::size_of::<Record>() == 8 && std::mem::align_of::<Record>() == 4);
 
@@ -56,8 +56,8 @@ unsafe fn shuffle_pairs(bytes: &[u8], out: &mut Vec<Record>) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::read::check_decode_all;
     use super::*;
+    use crate::sources::fixed::check_decode_all;
     use proptest::prelude::*;
 
     proptest! {

@@ -2,9 +2,10 @@
 
 use super::bus::{BusOp, DataKind};
 use super::flow::{Flow, FlowCounts};
-use super::read::{Reader, BATCH};
+use super::read::Reader;
 use super::record::{CycleType, Record};
 use crate::sources::error::{ErrorKind, Result};
+use crate::sources::fixed::BATCH;
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
 use crate::tracer::{Event, ExecMode};
 

@@ -4,9 +4,9 @@ use super::read::Reader;
 use super::record::{Record, ReqType, TIME_SENTINEL};
 use crate::sources::byu::events::{flow_counts, APPROXIMATIONS, START};
 use crate::sources::byu::flow::Flow;
-use crate::sources::byu::read::BATCH;
 use crate::sources::byu::{BusOp, DataKind, SpecialCycle};
 use crate::sources::error::{ErrorKind, Result};
+use crate::sources::fixed::BATCH;
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
 use crate::tracer::Event;
 

@@ -2,13 +2,13 @@
 //! with the 6-byte format, and the block decode (one copy on a little-endian host).
 
 use super::record::{Record, RECORD_LEN};
-use crate::sources::byu::read::{decode_each, fixed_record};
+use crate::sources::fixed::{decode_each, fixed_record};
 
 /// Streams 12-byte records from an [`crate::sources::Input`].
-pub type Reader = crate::sources::byu::read::FixedReader<Record>;
+pub type Reader = crate::sources::fixed::FixedReader<Record>;
 
 /// Writes 12-byte records, the same bytes the reader reads.
-pub type Writer<W> = crate::sources::byu::read::FixedWriter<W, Record>;
+pub type Writer<W> = crate::sources::fixed::FixedWriter<W, Record>;
 
 fixed_record!(Record, RECORD_LEN, decode_all = decode_all);
 
@@ -41,7 +41,7 @@ fn decode_all(bytes: &[u8], out: &mut Vec<Record>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::byu::read::check_decode_all;
+    use crate::sources::fixed::check_decode_all;
     use proptest::prelude::*;
 
     proptest! {

@@ -1,8 +1,8 @@
 //! Reading and writing Kaplan records through two reused page buffers.
 
 use super::record::{parse_hex4, Evicted, Record, HEADER_LEN, PAGE_SIZE};
-use crate::sources::byu::read::fill;
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
+use crate::sources::fixed::fill;
 use crate::sources::Input;
 use std::io::{self, Write};
 
