@@ -19,7 +19,7 @@ pub mod rng;
 pub use error::{ErrorKind, Position, SourceError};
 pub use input::Input;
 
-use crate::tracer::{Event, ExecMode};
+use crate::tracer::Event;
 use std::fmt;
 use std::str::FromStr;
 
@@ -146,16 +146,7 @@ impl SourceStats {
     }
 }
 
-/// The architectural state a trace starts in, for [`crate::Tracer::set_state`] before TraceEn.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StartState {
-    /// Execution mode of the traced code.
-    pub mode: ExecMode,
-    /// CPL of the traced code.
-    pub cpl: u8,
-    /// CR3 of the traced address space.
-    pub cr3: u64,
-}
+pub use crate::tracer::StartState;
 
 /// A trace mapped to tracer events: the reader's side of `ptemu simulate`.
 pub trait EventSource {

@@ -29,6 +29,17 @@ impl ExecMode {
     }
 }
 
+/// The architectural state a trace starts in, for [`crate::Tracer::set_state`] before TraceEn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StartState {
+    /// Execution mode of the traced code.
+    pub mode: ExecMode,
+    /// CPL of the traced code.
+    pub cpl: u8,
+    /// CR3 of the traced address space.
+    pub cr3: u64,
+}
+
 /// What kind of far transfer (SDM Table 36-50 cases 10–13; pt-packets.md §5.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -20,7 +20,7 @@ mod stats;
 
 pub use clock::{Clock, ClockConfig};
 pub use config::{Backpressure, TracerConfig};
-pub use event::{Event, ExecMode, FarKind};
+pub use event::{Event, ExecMode, FarKind, StartState};
 pub use overflow::OverflowSpan;
 pub use probe::{BranchFact, Carrier, Fact, Loss, Probe};
 pub use retstack::{RetStack, RET_STACK_DEPTH};
