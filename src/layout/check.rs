@@ -189,6 +189,7 @@ fn next_listed(entries: &BTreeMap<u64, u64>, table: u64, index: u32) -> Option<u
 /// the output unit as `ptemu write` does, and fails naming what the write met that [`check`] did
 /// not report (a #GP, or an operational error at its entry and rule). Only when the check warns
 /// that output overwrites a table may the write meet more.
+#[doc(hidden)]
 pub fn recheck(layout: &Layout) -> Result<(), String> {
     let report = check(layout);
     let mut mem = SparseMemory::new();

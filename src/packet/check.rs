@@ -35,6 +35,7 @@ impl fmt::Display for Mismatch {
 /// at the next PSB), and checks what the decoder accepted: each packet re-encodes to exactly the
 /// bytes it was decoded from, its text line assembles back to the same packet, and the decoder
 /// always moves forward. Whatever the bytes, it returns (no panic, no hang).
+#[doc(hidden)]
 pub fn recheck(data: &[u8]) -> Result<RecheckStats, Mismatch> {
     let mut d = PacketDecoder::new(data, 0);
     let mut st = ParseState::default();

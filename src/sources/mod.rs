@@ -228,6 +228,7 @@ pub fn generate(
 /// Reads arbitrary bytes as `format` through its mapping to the end or the first error; the
 /// first byte picks strict (even) or lenient (odd) reading. The body of every fuzz target
 /// (`fuzz/`, `cargo xtask fuzz`): whatever the bytes, this must return, never panic or hang.
+#[doc(hidden)]
 pub fn read_arbitrary(format: Format, data: &[u8]) {
     let Some((&mode, body)) = data.split_first() else {
         return;
