@@ -288,6 +288,8 @@ fn finish(
         outputs.push("perf.data");
         if outcome.image.is_some() {
             outputs.push("image.elf");
+        } else {
+            stale.push("image.elf");
         }
     } else {
         stale.extend(["perf.data", "image.elf"]);
@@ -341,8 +343,14 @@ fn write_perf_data(
             let (elf, pgoff) = perf_data::elf::image(&img.bytes, img.base);
             fs::write(dir.staged("image.elf"), elf)?;
             let path = std::path::absolute(dir.final_path("image.elf"))?;
+            let path = path.to_str().ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "--perf-data: perf finds image.elf by its path, which must be UTF-8",
+                )
+            })?;
             Some(Mapping::new(
-                path.display().to_string(),
+                path.to_owned(),
                 img.base,
                 img.bytes.len() as u64,
                 pgoff,
@@ -351,9 +359,14 @@ fn write_perf_data(
         None => None,
     };
     let clock = &opts.tracer.clock;
-    let filter = image.as_ref().map_or(String::new(), |m| {
+    let mut filter = image.as_ref().map_or(String::new(), |m| {
         perf_data::filter_string(opts.ctl, &opts.msrs, m)
     });
+    if !filter.is_empty() && image.as_ref().is_some_and(|m| m.path.contains([' ', ','])) {
+        // perf's filter parser ends a file name at a space or a comma.
+        tracing::warn!("--perf-data: DIR's path has a space or a comma: no IP filter in perf.data");
+        filter.clear();
+    }
     let spec = Spec {
         filter,
         ctl: opts.ctl,
@@ -368,26 +381,23 @@ fn write_perf_data(
     let trace_path = dir.staged("trace.pt");
     let len = fs::metadata(&trace_path)?.len();
     // One AUX buffer per region a PMI reported, as perf collects them; the rest after the last.
-    let mut chunks = Vec::new();
-    let mut at = 0;
-    if !plan.changes_delivery() {
-        for &p in &outcome.pmis {
-            if p > at && p <= len {
-                chunks.push(p - at);
-                at = p;
-            }
-        }
-    }
-    if len > at {
-        chunks.push(len - at);
-    }
+    let cuts: &[u64] = if plan.changes_delivery() {
+        &[]
+    } else {
+        &outcome.pmis
+    };
+    let chunks = perf_data::chunks(len, cuts);
     let mut trace = std::io::BufReader::new(fs::File::open(&trace_path)?);
     write_atomic(&dir.staged("perf.data"), |w| {
         perf_data::write(&spec, &mut trace, &chunks, w)
     })?;
     Ok(format!(
         "perf script -i {} --itrace=i0ns -F ip",
-        std::path::absolute(dir.final_path("perf.data"))?.display()
+        ptemu::image::quote(
+            &std::path::absolute(dir.final_path("perf.data"))?
+                .display()
+                .to_string()
+        )
     ))
 }
 
@@ -460,6 +470,10 @@ fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -
         names.join(" ")
     );
     outln!(o, "    report.json");
+    if r.perf.is_some() {
+        let elf = if run.image.is_some() { ", image.elf" } else { "" };
+        outln!(o, "    perf.data{elf}");
+    }
     if let Some(t) = &r.truth {
         let c = &t["counts"];
         let faults: Vec<String> = t["faults"]

@@ -13,7 +13,7 @@ mod ptxed;
 
 pub use encode::{EncodeError, Shape};
 pub use error::{ImageError, ImageErrors};
-pub use ptxed::PtxedTiming;
+pub use ptxed::{quote, PtxedTiming};
 
 use crate::sources::penn::{BranchKind, MacroOp};
 use rustc_hash::FxHashMap;

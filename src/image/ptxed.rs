@@ -21,7 +21,7 @@ pub struct PtxedTiming {
 }
 
 /// `arg` quoted for a POSIX shell when it holds anything but `[A-Za-z0-9_./:=@%+,-]`.
-fn quote(arg: &str) -> String {
+pub fn quote(arg: &str) -> String {
     let plain = !arg.is_empty()
         && arg
             .bytes()

@@ -20,7 +20,10 @@ pub fn image(code: &[u8], base: u64) -> (Vec<u8>, u64) {
     w.reserve_null_section_index();
     w.reserve_section_index();
     w.reserve_shstrtab_section_index();
-    let text_offset = w.reserve(code.len(), PAGE as usize) as u64;
+    // The file offset and the load address agree modulo the page (the ELF rule for PT_LOAD).
+    let page_start = w.reserve(0, PAGE as usize);
+    w.reserve_until(page_start + (base % PAGE) as usize);
+    let text_offset = w.reserve(code.len(), 1) as u64;
     w.reserve_shstrtab();
     w.reserve_section_headers();
     let len = code.len() as u64;
@@ -44,7 +47,7 @@ pub fn image(code: &[u8], base: u64) -> (Vec<u8>, u64) {
         p_memsz: len,
         p_align: PAGE,
     });
-    w.write_align(PAGE as usize);
+    w.pad_until(text_offset as usize);
     w.write(code);
     w.write_shstrtab();
     w.write_null_section_header();

@@ -106,7 +106,25 @@ impl Mapping {
 fn header(w: &mut Vec<u8>, kind: u32, misc: u16, size: usize) {
     w.write_u32::<LE>(kind).expect("to memory");
     w.write_u16::<LE>(misc).expect("to memory");
-    w.write_u16::<LE>(size as u16).expect("to memory");
+    // Sizes past u16 are refused by `check_sizes` before anything is written.
+    w.write_u16::<LE>(size.min(usize::from(u16::MAX)) as u16)
+        .expect("to memory");
+}
+
+/// Every record's size fits its u16 header field (long paths or filters may not).
+fn check_sizes(records: &[u8]) -> io::Result<()> {
+    let mut at = 0;
+    while at + 8 <= records.len() {
+        let size = usize::from(u16::from_le_bytes([records[at + 6], records[at + 7]]));
+        if size == usize::from(u16::MAX) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a perf.data record would pass 64 KiB (a path or filter too long)",
+            ));
+        }
+        at += size;
+    }
+    Ok(())
 }
 
 /// A NUL-terminated string padded with NULs to a multiple of 8 bytes.
@@ -139,12 +157,20 @@ fn attr(spec: &Spec) -> Vec<u8> {
     a
 }
 
+/// perf's TSC-to-time conversion: time = (TSC * mult) >> shift, so the TSC runs at mult / 2^shift
+/// GHz; with the nominal ratio at 100 MHz a bus tick, mult = 2^shift / (ratio / 10).
+const TIME_SHIFT: u64 = 32;
+
+fn time_mult(nominal_ratio: u8) -> u64 {
+    (10u64 << TIME_SHIFT) / u64::from(nominal_ratio.max(1))
+}
+
 /// The AUXTRACE_INFO record: perf's intel_pt parameters (`intel-pt.h`'s INTEL_PT_* order).
 fn auxtrace_info(spec: &Spec) -> Vec<u8> {
     let priv_fields: [u64; 17] = [
         u64::from(PMU_TYPE),
-        0, // TIME_SHIFT
-        1, // TIME_MULT: perf time = TSC
+        TIME_SHIFT,
+        time_mult(spec.max_nonturbo_ratio),
         0, // TIME_ZERO
         1, // CAP_USER_TIME_ZERO
         // The *_BIT fields are masks of attr.config bits (perf_pmu__format_bits), not indices.
@@ -251,10 +277,29 @@ fn sideband(spec: &Spec) -> Vec<u8> {
     r
 }
 
+/// The AUX buffers of a `len`-byte stream cut after each of `cuts` (stream offsets, in order):
+/// each cut rounded down to a multiple of 8 (only the last buffer is padded, and padding inside
+/// the stream would break a packet), empty buffers dropped.
+pub fn chunks(len: u64, cuts: &[u64]) -> Vec<u64> {
+    let mut v = Vec::new();
+    let mut at = 0;
+    for &c in cuts {
+        let c = c & !7;
+        if c > at && c < len {
+            v.push(c - at);
+            at = c;
+        }
+    }
+    if len > at {
+        v.push(len - at);
+    }
+    v
+}
+
 /// Writes a perf.data file to `out`: the file header, the intel_pt attribute, then AUXTRACE_INFO,
 /// the sideband records and one AUXTRACE record per chunk of `trace` (read from it in order;
-/// `chunks` are the lengths, summing to the trace's length), each padded to 8 bytes with PADs as
-/// perf pads AUX data.
+/// `chunks` are the lengths, summing to the trace's length, all but the last multiples of 8, as
+/// [`chunks`] makes them); the last is padded to 8 bytes with PADs as perf pads AUX data.
 pub fn write<R: Read, W: Write + ?Sized>(
     spec: &Spec,
     trace: &mut R,
@@ -263,6 +308,7 @@ pub fn write<R: Read, W: Write + ?Sized>(
 ) -> io::Result<()> {
     let mut records = auxtrace_info(spec);
     records.extend(sideband(spec));
+    check_sizes(&records)?;
     let aux_bytes: u64 = chunks.iter().map(|&n| 48 + n.div_ceil(8) * 8).sum();
     let attrs_offset = FILE_HEADER_SIZE;
     let attr_size = ATTR_SIZE as u64 + 16;
@@ -312,7 +358,90 @@ pub fn write<R: Read, W: Write + ?Sized>(
             left -= k as u64;
         }
         out.write_all(&[0; 8][..(padded - n) as usize])?;
-        offset += padded;
+        offset += n;
     }
     out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(path: &str) -> Spec {
+        Spec {
+            ctl: RtitCtl::new()
+                .with_trace_en(true)
+                .with_branch_en(true)
+                .with_user(true),
+            tsc_ctc: (100, 1),
+            max_nonturbo_ratio: 24,
+            pid: 1000,
+            comm: "t".into(),
+            image: Some(Mapping::new(path.into(), 0x400000, 0x2000, 0x1000)),
+            filter: String::new(),
+        }
+    }
+
+    #[test]
+    fn chunks_are_cut_at_multiples_of_8_and_only_the_last_is_short() {
+        assert_eq!(chunks(100, &[]), vec![100]);
+        assert_eq!(chunks(100, &[35, 64, 64, 99]), vec![32, 32, 32, 4]);
+        assert_eq!(chunks(100, &[100, 200]), vec![96, 4]);
+        assert_eq!(chunks(0, &[8]), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn the_file_reads_back_record_by_record() {
+        let trace = [0x99u8; 21];
+        let mut out = Vec::new();
+        write(&spec("/x/image.elf"), &mut &trace[..], &[16, 5], &mut out).unwrap();
+        let u64_at = |o: usize| u64::from_le_bytes(out[o..o + 8].try_into().unwrap());
+        assert_eq!(u64_at(0), MAGIC);
+        assert_eq!((u64_at(8), u64_at(16)), (104, 144));
+        let (data, size) = (u64_at(40) as usize, u64_at(48) as usize);
+        assert_eq!(data + size, out.len());
+        // Every record is a multiple of 8 and the AUXTRACE data follows its header.
+        let mut at = data;
+        let mut kinds = vec![];
+        while at < out.len() {
+            let kind = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
+            let len = usize::from(u16::from_le_bytes([out[at + 6], out[at + 7]]));
+            assert_eq!(len % 8, 0, "record {kind} at {at}");
+            kinds.push(kind);
+            at += len;
+            if kind == PERF_RECORD_AUXTRACE {
+                at += u64_at(at - 40) as usize;
+            }
+        }
+        assert_eq!(at, out.len());
+        assert_eq!(kinds, [70, 3, 10, 12, 71, 71]);
+    }
+
+    #[test]
+    fn a_path_too_long_for_a_record_is_an_error_not_a_broken_file() {
+        let long = format!("/{}", "a".repeat(70_000));
+        let e = write(&spec(&long), &mut &[0u8; 8][..], &[8], &mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("64 KiB"), "{e}");
+    }
+
+    #[test]
+    fn filters_are_file_offsets_cut_to_the_image() {
+        let ctl = RtitCtl::new()
+            .with_addr0_cfg(1)
+            .with_addr1_cfg(2)
+            .with_addr2_cfg(1);
+        let m = Mapping::new("/i.elf".into(), 0x400000, 0x2000, 0x1000);
+        let msrs = [
+            (0x580, 0x3ff000),
+            (0x581, 0x400fff),
+            (0x582, 0x401000),
+            (0x583, 0x401003),
+            (0x584, 0x500000),
+            (0x585, 0x500fff),
+        ];
+        assert_eq!(
+            filter_string(ctl, &msrs, &m),
+            "filter 0x1000/0x1000@/i.elf,tracestop 0x2000/0x4@/i.elf"
+        );
+    }
 }
