@@ -35,6 +35,7 @@ const CR3: u64 = 0x1234_5000;
 const TOPA_PMI: u64 = GlobalStatus::TRACE_TOPA_PMI.bits();
 
 /// What a run did.
+#[derive(Debug)]
 pub struct Summary {
     /// Events fed to the tracer.
     pub events: u64,

@@ -62,6 +62,7 @@ fn run_measured(args: &[&str], byte: u8, len: usize) -> (Option<i32>, i64) {
     // SAFETY: a zeroed rusage is valid; wait4 fills it for this child, which is not waited for
     // elsewhere.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `usage` are live locals of the types wait4 writes.
     let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     assert_eq!(pid, child.id() as i32);
     feeder.join().unwrap().unwrap();

@@ -176,6 +176,7 @@ pub fn repack<W: Write + ?Sized>(
 }
 
 /// A [`Write`] into a fixed buffer from `*len` on, moving `*len`; an error once it is full.
+#[derive(Debug)]
 pub struct SliceWriter<'a> {
     /// The buffer.
     pub buf: &'a mut [u8],

@@ -161,6 +161,7 @@ pub fn apply_assignment(ctl: RtitCtl, text: &str) -> Result<RtitCtl, CtlTextErro
 }
 
 /// `ctl` as its set fields, `TraceEn=1 BranchEn=1 ...` (zero fields left out).
+#[derive(Debug)]
 pub struct CtlDisplay(pub RtitCtl);
 
 impl fmt::Display for CtlDisplay {

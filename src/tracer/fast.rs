@@ -14,7 +14,7 @@ use crate::regs::PacketStyle;
 /// The tracer state the fast path touches (the general path uses it too). Small, so that a batch
 /// copies it cheaply; the counters here are the only copy of theirs ([`Tracer::stats`] merges
 /// them in), but for the packets the fast path counts apart from the general path's.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(super) struct Hot {
     pub(super) enc: PacketEncoder,
     /// The IP of the next instruction.

@@ -71,6 +71,7 @@ struct Mark {
 }
 
 /// The tracer: packet generation for one logical processor, feeding its output unit.
+#[derive(Debug)]
 pub struct Tracer {
     /// What the fast path reads and writes (see [`Hot`]).
     hot: Hot,

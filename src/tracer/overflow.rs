@@ -12,6 +12,7 @@ pub struct OverflowSpan {
     pub resumed_at: u64,
 }
 
+#[derive(Debug)]
 pub(super) struct Overflow {
     cfg: Backpressure,
     /// Buffer level in bytes, scaled by `per_cycles` so the drain stays exact.

@@ -133,7 +133,7 @@ enum Note {
     },
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Current {
     notes: Vec<Note>,
     /// Notes before the instruction's own packets, and the instruction.
@@ -142,6 +142,7 @@ struct Current {
 }
 
 /// Collects [`Fact`]s from the tracer; [`Probe::drain`] takes the finished ones.
+#[derive(Debug)]
 pub struct Probe {
     ready: Vec<Fact>,
     /// Facts after the first instruction whose TNT bit is still pending, in order.

@@ -101,6 +101,7 @@ fn ip(p: &pt_packet_ip) -> IpPayload {
 ///
 /// SAFETY (inside): each union member read is the one libipt fills for `type_`.
 pub fn convert(p: &pt_packet) -> Packet {
+    // SAFETY: each union member read is the one libipt fills for `type_`.
     unsafe {
         let pl = &p.payload;
         match p.type_ {
