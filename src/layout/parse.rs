@@ -42,6 +42,7 @@ pub struct EntrySpec {
 
 /// A layout that cannot be used: where, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub struct LayoutError {
     /// The layout file.
     pub path: PathBuf,

@@ -5,6 +5,7 @@ use std::fmt;
 
 /// A rule violation found in the output configuration (an operational error once tracing meets it).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Violation {
     /// The rule violated.
     pub rule: Rule,

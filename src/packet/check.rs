@@ -16,6 +16,7 @@ pub struct RecheckStats {
 
 /// A packet the decoder accepted that the encoder or the text form does not give back.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Mismatch {
     /// Byte offset of the packet.
     pub offset: u64,

@@ -22,6 +22,7 @@ pub enum DecodeErrorKind {
 
 /// A decode error and where it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub struct DecodeError {
     /// Byte offset of the packet that failed.
     pub offset: u64,

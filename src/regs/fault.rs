@@ -92,6 +92,7 @@ impl fmt::Display for GpReason {
 /// A #GP raised by `wrmsr` or `rdmsr`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("#GP: {} {}: {reason} [rule {rule}]", msr.name(), match value { Some(v) => format!("<- {v:#x}"), None => "read".to_string() })]
+#[non_exhaustive]
 pub struct GpFault {
     /// The MSR accessed.
     pub msr: Msr,

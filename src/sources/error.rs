@@ -53,6 +53,7 @@ pub enum ErrorKind {
 
 /// A trace-reading error: the file, the position and what is wrong there.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct SourceError {
     /// The file name as the user gave it ("-" for stdin).
     pub file: String,
