@@ -223,7 +223,7 @@ fn options(a: &Args) -> Result<Options, Failure> {
     opts.read = ReadOptions { lenient: a.lenient };
     opts.image &= !a.no_image;
     opts.apply_faults(&plan(a), a.layout.is_some())
-        .map_err(Failure::input)?;
+        .map_err(|e| Failure::input(e.to_string()))?;
     Ok(opts)
 }
 

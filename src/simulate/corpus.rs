@@ -251,7 +251,7 @@ pub fn write_case(spec: &CaseSpec, input: &[u8], seed: u64, dir: &Path) -> Resul
         seed,
     };
     let mut opts = setup(spec).map_err(|e| SimError::Config(format!("corpus case {}: {e}", spec.name)))?;
-    opts.apply_faults(&plan, false).map_err(SimError::Fault)?;
+    opts.apply_faults(&plan, false)?;
     let (name, bytes) = if spec.sjeng {
         ("sjeng-1K.trace (bundled)".to_string(), SJENG.to_vec())
     } else {

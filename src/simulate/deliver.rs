@@ -1,7 +1,7 @@
 //! After a run: what the consumer reads (`trace.pt`, faults applied) and the ground truth
 //! (`truth.jsonl`) that says what a decoder must recover from it (`spec/truth.md`).
 
-use super::fault::{Fault, Plan};
+use super::fault::{Fault, FaultError, Plan};
 use super::{Options, Outcome, SimError};
 use crate::layout::Scheme;
 use crate::truth::{self, Context, Counts, Delivery};
@@ -40,11 +40,11 @@ impl Options {
     /// Applies the simulation side of `plan` (FLT2–FLT4): the `wrap` or `stop` layout (ToPA on in
     /// CTL), the forced overflows. Refused with a `layout` of the user's own: a wrap or stop
     /// fault brings its own.
-    pub fn apply_faults(&mut self, plan: &Plan, own_layout: bool) -> Result<(), String> {
+    pub fn apply_faults(&mut self, plan: &Plan, own_layout: bool) -> Result<(), FaultError> {
         plan.validate()?;
         if let Some(layout) = plan.layout(&self.layout.cpu)? {
             if own_layout {
-                return Err("--fault wrap and --fault stop set their own layout: drop --layout".into());
+                return Err(FaultError::OwnLayout);
             }
             self.layout = layout;
             self.ctl = self.ctl.with_topa(self.layout.scheme == Scheme::Topa);
@@ -69,7 +69,7 @@ pub fn finish_truth(
 ) -> Result<TruthSummary, SimError> {
     let (delivery, damage, mut applied) = if plan.changes_delivery() {
         let bytes = fs::read(full).map_err(SimError::Truth)?;
-        let d = plan.deliver(&bytes, &outcome.pmis).map_err(SimError::Fault)?;
+        let d = plan.deliver(&bytes, &outcome.pmis)?;
         fs::write(trace_out, &d.bytes).map_err(SimError::Truth)?;
         if full != trace_out {
             fs::remove_file(full).map_err(SimError::Truth)?;
@@ -93,11 +93,7 @@ pub fn finish_truth(
         applied.push((*f, ovfs.next().unwrap_or(0)));
     }
     if plan.faults.iter().any(|f| f.kind == truth::Cause::Stop) && !outcome.truncated {
-        return Err(SimError::Fault(format!(
-            "--fault stop: the trace ({} bytes) never filled the STOP region: a longer input or a \
-             smaller size",
-            outcome.trace_bytes
-        )));
+        return Err(SimError::Fault(FaultError::StopNotFilled(outcome.trace_bytes)));
     }
     let ctx = Context {
         stored: outcome.trace_bytes,

@@ -31,6 +31,88 @@ pub const UNDECODABLE: [u8; 2] = [0x02, 0x02];
 /// The smallest ToPA region, and the default size of the `wrap` and `stop` buffers.
 pub const MIN_REGION: u64 = 4096;
 
+/// Why a fault cannot be requested or applied (FLT1): exit 2, nothing written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FaultError {
+    /// Not one of the six kinds.
+    #[error("unknown fault {0:?}: expected ovf, wrap, stop, gap, corrupt or corrupt-silent, optionally with @WHERE")]
+    UnknownKind(String),
+    /// WHERE is not a number.
+    #[error("{fault:?}: {text:?} is not a number (decimal or 0x...)")]
+    BadNumber {
+        /// The fault as written.
+        fault: String,
+        /// The WHERE part.
+        text: String,
+    },
+    /// A wrap or stop size that is not a ToPA region.
+    #[error("{0}: the buffer size must be a power of two from 4096 to 1 GiB (a ToPA region)")]
+    BadSize(Fault),
+    /// An instruction or PMI number of 0.
+    #[error("{0}: counts start at 1")]
+    Zero(Fault),
+    /// More than one of wrap, stop and gap.
+    #[error("--fault {}: at most one of wrap, stop and gap per run", .0.join(", --fault "))]
+    Combination(Vec<String>),
+    /// wrap or stop with the user's own layout.
+    #[error("--fault wrap and --fault stop set their own layout: drop --layout")]
+    OwnLayout,
+    /// The layout a wrap or stop fault builds is refused.
+    #[error("--fault {0}: {1}")]
+    Layout(Fault, String),
+    /// No packet to corrupt at or after the offset.
+    #[error(
+        "--fault {fault}: no {what} packet at or after stream offset {from} (the stream has {len} bytes)"
+    )]
+    NoPacket {
+        /// The fault.
+        fault: Fault,
+        /// The packets it looks for.
+        what: &'static str,
+        /// The offset.
+        from: u64,
+        /// The stream's length.
+        len: u64,
+    },
+    /// The ring was never filled.
+    #[error("--fault {fault}: the trace ({len} bytes) never filled the {size}-byte ring: a longer input or a smaller size")]
+    RingNotFilled {
+        /// The fault.
+        fault: Fault,
+        /// The stream's length.
+        len: u64,
+        /// The ring's size.
+        size: u64,
+    },
+    /// No PMI fired.
+    #[error("--fault {0}: no region filled (no PMI): a longer input or a layout with smaller INT regions")]
+    NoPmi(Fault),
+    /// Fewer PMIs than the one named.
+    #[error("--fault {fault}: the run raised {pmis} PMI(s), not {n}")]
+    FewPmis {
+        /// The fault.
+        fault: Fault,
+        /// PMIs raised.
+        pmis: usize,
+        /// The PMI asked for.
+        n: u64,
+    },
+    /// The STOP region never filled.
+    #[error(
+        "--fault stop: the trace ({0} bytes) never filled the STOP region: a longer input or a smaller size"
+    )]
+    StopNotFilled(u64),
+    /// The run traced no instruction from the overflow's on.
+    #[error("ovf@{at}: the run traced no instruction from there on ({instructions} instructions in all)")]
+    OvfNotReached {
+        /// The instruction asked for.
+        at: u64,
+        /// Instructions the run had.
+        instructions: u64,
+    },
+}
+
 /// One requested fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fault {
@@ -41,9 +123,9 @@ pub struct Fault {
 }
 
 impl FromStr for Fault {
-    type Err = String;
+    type Err = FaultError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, FaultError> {
         let (kind, at) = match s.split_once('@') {
             Some((k, w)) => (k, Some(w)),
             None => (s, None),
@@ -55,17 +137,14 @@ impl FromStr for Fault {
             "gap" => Cause::Gap,
             "corrupt" => Cause::Corrupt,
             "corrupt-silent" => Cause::CorruptSilent,
-            k => {
-                return Err(format!(
-                    "unknown fault {k:?}: expected ovf, wrap, stop, gap, corrupt or corrupt-silent, \
-                     optionally with @WHERE"
-                ))
-            }
+            k => return Err(FaultError::UnknownKind(k.to_owned())),
         };
         let at = at
             .map(|w| {
-                crate::regs::ctl_text::parse_value(w)
-                    .ok_or_else(|| format!("{s:?}: {w:?} is not a number (decimal or 0x...)"))
+                crate::regs::ctl_text::parse_value(w).ok_or_else(|| FaultError::BadNumber {
+                    fault: s.to_owned(),
+                    text: w.to_owned(),
+                })
             })
             .transpose()?;
         let f = Fault { kind, at };
@@ -84,16 +163,14 @@ impl fmt::Display for Fault {
 }
 
 impl Fault {
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), FaultError> {
         match (self.kind, self.at) {
             (Cause::Wrap | Cause::Stop, Some(size))
                 if size < MIN_REGION || !size.is_power_of_two() || size > 1 << 30 =>
             {
-                Err(format!(
-                    "{self}: the buffer size must be a power of two from 4096 to 1 GiB (a ToPA region)"
-                ))
+                Err(FaultError::BadSize(*self))
             }
-            (Cause::Ovf | Cause::Gap, Some(0)) => Err(format!("{self}: counts start at 1")),
+            (Cause::Ovf | Cause::Gap, Some(0)) => Err(FaultError::Zero(*self)),
             _ => Ok(()),
         }
     }
@@ -123,7 +200,7 @@ pub struct Delivered {
 
 impl Plan {
     /// Checks that the faults can be combined (FLT1): at most one of `wrap`, `stop`, `gap`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FaultError> {
         let buffer: Vec<String> = self
             .faults
             .iter()
@@ -131,10 +208,7 @@ impl Plan {
             .map(|f| f.to_string())
             .collect();
         if buffer.len() > 1 {
-            return Err(format!(
-                "--fault {}: at most one of wrap, stop and gap per run",
-                buffer.join(", --fault ")
-            ));
+            return Err(FaultError::Combination(buffer));
         }
         Ok(())
     }
@@ -144,7 +218,7 @@ impl Plan {
     }
 
     /// The layout a `wrap` or `stop` fault runs on (FLT3, FLT4), for `cpu`.
-    pub fn layout(&self, cpu: &CpuProfile) -> Result<Option<Layout>, String> {
+    pub fn layout(&self, cpu: &CpuProfile) -> Result<Option<Layout>, FaultError> {
         let Some(f) = self
             .faults
             .iter()
@@ -165,8 +239,8 @@ impl Plan {
             cpu.name,
             size / 1024
         );
-        let mut layout =
-            Layout::parse(Path::new("<fault layout>"), &text).map_err(|e| format!("--fault {f}: {e}"))?;
+        let mut layout = Layout::parse(Path::new("<fault layout>"), &text)
+            .map_err(|e| FaultError::Layout(*f, e.to_string()))?;
         layout.cpu = cpu.clone();
         Ok(Some(layout))
     }
@@ -194,7 +268,7 @@ impl Plan {
     /// Applies the consumer-side faults to `full` (every stored byte): the bytes `trace.pt` gets,
     /// where they came from, and the damage (FLT3, FLT5–FLT7). `pmis`: stream offsets of the
     /// ToPA PMIs; `ring`: the circular buffer's size for `wrap`.
-    pub fn deliver(&self, full: &[u8], pmis: &[u64]) -> Result<Delivered, String> {
+    pub fn deliver(&self, full: &[u8], pmis: &[u64]) -> Result<Delivered, FaultError> {
         let len = full.len() as u64;
         let mut bytes = full.to_vec();
         let mut damage = Vec::new();
@@ -208,15 +282,16 @@ impl Plan {
                     let from = f.at.unwrap_or_else(|| len / 4 + rng.below((len / 2).max(1)));
                     let (at, n) =
                         corrupt(&mut bytes, from, f.kind == Cause::CorruptSilent).ok_or_else(|| {
-                            format!(
-                                "--fault {f}: no {} packet at or after stream offset {from} \
-                                 (the stream has {len} bytes)",
-                                if f.kind == Cause::Corrupt {
+                            FaultError::NoPacket {
+                                fault: *f,
+                                what: if f.kind == Cause::Corrupt {
                                     "TNT or TIP"
                                 } else {
                                     "TNT-8 or TIP"
-                                }
-                            )
+                                },
+                                from,
+                                len,
+                            }
                         })?;
                     damage.push(Damage {
                         cause: f.kind,
@@ -228,10 +303,7 @@ impl Plan {
                 Cause::Wrap => {
                     let size = f.at.unwrap_or(MIN_REGION);
                     if len <= size {
-                        return Err(format!(
-                            "--fault {f}: the trace ({len} bytes) never filled the {size}-byte \
-                             ring: a longer input or a smaller size"
-                        ));
+                        return Err(FaultError::RingNotFilled { fault: *f, len, size });
                     }
                     damage.push(Damage {
                         cause: Cause::Wrap,
@@ -245,17 +317,15 @@ impl Plan {
                 }
                 Cause::Gap => {
                     if pmis.is_empty() {
-                        return Err(format!(
-                            "--fault {f}: no region filled (no PMI): a longer input or a layout \
-                             with smaller INT regions"
-                        ));
+                        return Err(FaultError::NoPmi(*f));
                     }
                     let n = f.at.unwrap_or_else(|| 1 + rng.below(pmis.len() as u64));
                     let Some(&to) = pmis.get(n as usize - 1) else {
-                        return Err(format!(
-                            "--fault {f}: the run raised {} PMI(s), not {n}",
-                            pmis.len()
-                        ));
+                        return Err(FaultError::FewPmis {
+                            fault: *f,
+                            pmis: pmis.len(),
+                            n,
+                        });
                     };
                     let from = if n >= 2 { pmis[n as usize - 2] } else { 0 };
                     damage.push(Damage {
@@ -364,10 +434,26 @@ mod tests {
             Cause::CorruptSilent
         );
         assert_eq!("wrap@0x2000".parse::<Fault>().unwrap().at, Some(0x2000));
-        assert!("flood".parse::<Fault>().unwrap_err().contains("unknown fault"));
-        assert!("wrap@5000".parse::<Fault>().unwrap_err().contains("power of two"));
-        assert!("gap@x".parse::<Fault>().unwrap_err().contains("not a number"));
-        assert!("ovf@0".parse::<Fault>().unwrap_err().contains("start at 1"));
+        assert!("flood"
+            .parse::<Fault>()
+            .unwrap_err()
+            .to_string()
+            .contains("unknown fault"));
+        assert!("wrap@5000"
+            .parse::<Fault>()
+            .unwrap_err()
+            .to_string()
+            .contains("power of two"));
+        assert!("gap@x"
+            .parse::<Fault>()
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
+        assert!("ovf@0"
+            .parse::<Fault>()
+            .unwrap_err()
+            .to_string()
+            .contains("start at 1"));
     }
 
     #[test]
@@ -376,6 +462,6 @@ mod tests {
             faults: vec!["wrap".parse().unwrap(), "gap".parse().unwrap()],
             seed: 0,
         };
-        assert!(plan.validate().unwrap_err().contains("at most one"));
+        assert!(plan.validate().unwrap_err().to_string().contains("at most one"));
     }
 }

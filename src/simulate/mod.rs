@@ -138,8 +138,8 @@ pub enum SimError {
     #[error("writing output events: {0}")]
     Events(io::Error),
     /// A fault cannot be applied to this run (FLT1–FLT7).
-    #[error("{0}")]
-    Fault(String),
+    #[error(transparent)]
+    Fault(#[from] fault::FaultError),
     /// Writing the ground truth failed.
     #[error("writing the ground truth: {0}")]
     Truth(io::Error),
@@ -335,11 +335,10 @@ pub fn run_recording<W: Write>(
         v
     };
     if tracer.forced_overflows() < asked.len() {
-        return Err(SimError::Fault(format!(
-            "ovf@{}: the run traced no instruction from there on ({} instructions in all)",
-            asked[tracer.forced_overflows()],
-            tracer.stats().instructions
-        )));
+        return Err(SimError::Fault(fault::FaultError::OvfNotReached {
+            at: asked[tracer.forced_overflows()],
+            instructions: tracer.stats().instructions,
+        }));
     }
     if let Some(p) = tracer.probe_mut() {
         p.finish();
