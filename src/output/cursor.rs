@@ -3,9 +3,9 @@
 //! Both cursors copy the largest run that fits before the next boundary (region end, early-PMI
 //! threshold, range end), so the cost per byte is one `memcpy` share.
 
+use super::core::Core;
 use super::event::EventKind;
 use super::topa::{current_entry, EntryError, TopaEntry, MAX_INDEX};
-use super::unit::Core;
 use crate::memory::{MemError, PhysMemory};
 use crate::rules::Rule;
 

@@ -3,6 +3,7 @@
 //! [`OutputUnit`] is driven through `wrmsr`/`rdmsr` (as an emulator's MSR hooks would) and fed the
 //! packet byte stream with [`OutputUnit::write`]. It writes through any [`crate::memory::PhysMemory`].
 
+mod core;
 mod cursor;
 mod event;
 mod event_log;
