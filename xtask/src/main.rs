@@ -141,6 +141,11 @@ fn test() -> Result<(), String> {
     let mut clippy = cargo();
     clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
     run(clippy)?;
+    // The fuzz crate (outside the workspace) must keep building against the library.
+    let mut fuzz = cargo();
+    fuzz.args(["check", "--bins", "--manifest-path"])
+        .arg(root().join("fuzz/Cargo.toml"));
+    run(fuzz)?;
     let mut test = cargo();
     test.args(["test", "--workspace", "--all-targets"]);
     run(test)?;
