@@ -89,11 +89,11 @@ fn direct_branches_of_every_length_reach_their_target() {
     // Out of rel32 reach.
     assert!(matches!(
         encode::jmp(0x1000, 5, 0x2_0000_0000),
-        Err(encode::EncodeError::Reach { disp_bytes: 4, .. })
+        Err(encode::ShapeError::Reach { disp_bytes: 4, .. })
     ));
     assert!(matches!(
         encode::jcc(0x1000, 3, 0x1000 + 3 + 128),
-        Err(encode::EncodeError::Reach { disp_bytes: 1, .. })
+        Err(encode::ShapeError::Reach { disp_bytes: 1, .. })
     ));
     encode::jcc(0x1000, 3, 0x1000 + 3 + 127).unwrap();
 }

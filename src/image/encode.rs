@@ -126,16 +126,19 @@ impl fmt::Display for Shape {
     }
 }
 
-/// Why a shape cannot be encoded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a shape cannot be encoded (named apart from [`crate::packet::EncodeError`], which is about
+/// packets).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum EncodeError {
+pub enum ShapeError {
     /// No encoding of this kind has this length.
+    #[error("no {shape} encoding: lengths {}..={} only", shape.lengths().start(), shape.lengths().end())]
     Length {
         /// The shape.
         shape: Shape,
     },
     /// The target is out of reach of the displacement that fits the length.
+    #[error("{shape} at {pc:#x}: the target is out of reach of a {disp_bytes}-byte displacement")]
     Reach {
         /// The shape.
         shape: Shape,
@@ -145,36 +148,15 @@ pub enum EncodeError {
         disp_bytes: u8,
     },
     /// iced-x86 refused the instruction, or its decode did not match (an internal error).
+    #[error("encoder: {0}")]
     Encoder(String),
 }
 
-impl fmt::Display for EncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            EncodeError::Length { shape } => {
-                let r = shape.lengths();
-                write!(f, "no {shape} encoding: lengths {}..={} only", r.start(), r.end())
-            }
-            EncodeError::Reach {
-                shape,
-                pc,
-                disp_bytes,
-            } => write!(
-                f,
-                "{shape} at {pc:#x}: the target is out of reach of a {disp_bytes}-byte displacement"
-            ),
-            EncodeError::Encoder(m) => write!(f, "encoder: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for EncodeError {}
-
 /// Encodes `shape` at `pc`: exactly `shape.size()` bytes, checked by decoding them back.
-pub fn encode(shape: Shape, pc: u64) -> Result<Vec<u8>, EncodeError> {
+pub fn encode(shape: Shape, pc: u64) -> Result<Vec<u8>, ShapeError> {
     let len = shape.size();
     if !shape.lengths().contains(&len) {
-        return Err(EncodeError::Length { shape });
+        return Err(ShapeError::Length { shape });
     }
     let bytes = match shape {
         Shape::Nop { len } => nop_bytes(len)?,
@@ -204,15 +186,15 @@ pub fn encode(shape: Shape, pc: u64) -> Result<Vec<u8>, EncodeError> {
     Ok(bytes)
 }
 
-fn iced(e: impl fmt::Display) -> EncodeError {
-    EncodeError::Encoder(e.to_string())
+fn iced(e: impl fmt::Display) -> ShapeError {
+    ShapeError::Encoder(e.to_string())
 }
 
-fn plain(code: Code) -> Result<Instruction, EncodeError> {
+fn plain(code: Code) -> Result<Instruction, ShapeError> {
     Ok(Instruction::with(code))
 }
 
-fn assemble(i: &Instruction, ip: u64) -> Result<Vec<u8>, EncodeError> {
+fn assemble(i: &Instruction, ip: u64) -> Result<Vec<u8>, ShapeError> {
     let mut e = Encoder::new(64);
     e.encode(i, ip).map_err(iced)?;
     Ok(e.take_buffer())
@@ -220,17 +202,17 @@ fn assemble(i: &Instruction, ip: u64) -> Result<Vec<u8>, EncodeError> {
 
 /// `pad` repeated in front of `i` encoded at `ip + pads`, to `len` bytes in all; `base` is the
 /// length of `i`'s encoding (fixed by its code, whatever its IP).
-fn padded_to(pad: u8, len: u8, base: u8, i: &Instruction, ip: u64) -> Result<Vec<u8>, EncodeError> {
+fn padded_to(pad: u8, len: u8, base: u8, i: &Instruction, ip: u64) -> Result<Vec<u8>, ShapeError> {
     let pads = len
         .checked_sub(base)
-        .ok_or_else(|| EncodeError::Encoder(format!("base form of {base} bytes > {len}")))?;
+        .ok_or_else(|| ShapeError::Encoder(format!("base form of {base} bytes > {len}")))?;
     let mut out = vec![pad; usize::from(pads)];
     out.extend(assemble(i, ip.wrapping_add(u64::from(pads)))?);
     Ok(out)
 }
 
 /// [`padded_to`] for an instruction without IP-relative operands (measured at IP 0).
-fn padded(pad: u8, len: u8, i: &Instruction, ip: u64) -> Result<Vec<u8>, EncodeError> {
+fn padded(pad: u8, len: u8, i: &Instruction, ip: u64) -> Result<Vec<u8>, ShapeError> {
     let base = assemble(i, 0)?.len() as u8;
     padded_to(pad, len, base, i, ip)
 }
@@ -258,14 +240,14 @@ fn best_mem(room: u8) -> Option<(u8, MemoryOperand)> {
 
 /// A NOP of `len` bytes (1..=15): `90`, `66 90`, or `0F 1F /0` with a growing memory operand,
 /// then `66` prefixes.
-pub fn nop(len: u8) -> Result<Vec<u8>, EncodeError> {
+pub fn nop(len: u8) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::Nop { len }, 0)
 }
 
-fn nop_bytes(len: u8) -> Result<Vec<u8>, EncodeError> {
+fn nop_bytes(len: u8) -> Result<Vec<u8>, ShapeError> {
     let shape = Shape::Nop { len };
     let i = match len {
-        0 | 16.. => return Err(EncodeError::Length { shape }),
+        0 | 16.. => return Err(ShapeError::Length { shape }),
         1 => plain(Code::Nopd)?,
         2 => plain(Code::Nopw)?,
         3 => Instruction::with1(Code::Nop_rm32, MemoryOperand::with_base(Register::RAX)).map_err(iced)?,
@@ -279,14 +261,14 @@ fn nop_bytes(len: u8) -> Result<Vec<u8>, EncodeError> {
 
 /// `PTWRITE r/m64` (`F3 REX.W 0F AE /4`) of `len` bytes (5..=15): `ptwrite rax` for 5, then
 /// growing memory operands, then `2E` prefixes.
-pub fn ptwrite(len: u8) -> Result<Vec<u8>, EncodeError> {
+pub fn ptwrite(len: u8) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::Ptwrite { len }, 0)
 }
 
-fn ptwrite_bytes(len: u8) -> Result<Vec<u8>, EncodeError> {
+fn ptwrite_bytes(len: u8) -> Result<Vec<u8>, ShapeError> {
     let shape = Shape::Ptwrite { len };
     if !(5..=MAX_LEN).contains(&len) {
-        return Err(EncodeError::Length { shape });
+        return Err(ShapeError::Length { shape });
     }
     let i = match best_mem(len - 4) {
         Some((_, m)) => Instruction::with1(Code::Ptwrite_rm64, m),
@@ -298,7 +280,7 @@ fn ptwrite_bytes(len: u8) -> Result<Vec<u8>, EncodeError> {
 
 /// An indirect `FF /2` or `FF /4` of `len` bytes (2..=15): a register for 2, then growing
 /// memory operands, then `2E` prefixes.
-fn indirect(code: Code, len: u8) -> Result<Vec<u8>, EncodeError> {
+fn indirect(code: Code, len: u8) -> Result<Vec<u8>, ShapeError> {
     let i = match best_mem(len - 1) {
         Some((_, m)) => Instruction::with1(code, m),
         None => Instruction::with1(code, Register::RAX),
@@ -308,40 +290,40 @@ fn indirect(code: Code, len: u8) -> Result<Vec<u8>, EncodeError> {
 }
 
 /// An indirect JMP (`FF /4`) of `len` bytes (2..=15).
-pub fn indirect_jump(len: u8) -> Result<Vec<u8>, EncodeError> {
+pub fn indirect_jump(len: u8) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::IndirectJump { len }, 0)
 }
 
 /// An indirect CALL (`FF /2`) of `len` bytes (2..=15).
-pub fn indirect_call(len: u8) -> Result<Vec<u8>, EncodeError> {
+pub fn indirect_call(len: u8) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::IndirectCall { len }, 0)
 }
 
 /// A RET of `len` bytes (1..=15): `C3` after `2E` prefixes.
-pub fn ret(len: u8) -> Result<Vec<u8>, EncodeError> {
+pub fn ret(len: u8) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::Return { len }, 0)
 }
 
 /// `JNE` at `pc` to `target` in `len` bytes (2..=15): `75 rel8` for 2..=5, `0F 85 rel32` for
 /// 6..=15, behind `2E` prefixes.
-pub fn jcc(pc: u64, len: u8, target: u64) -> Result<Vec<u8>, EncodeError> {
+pub fn jcc(pc: u64, len: u8, target: u64) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::Cond { len, target }, pc)
 }
 
 /// `JMP` at `pc` to `target` in `len` bytes (2..=15): `EB rel8` for 2..=4, `E9 rel32` for
 /// 5..=15, behind `2E` prefixes.
-pub fn jmp(pc: u64, len: u8, target: u64) -> Result<Vec<u8>, EncodeError> {
+pub fn jmp(pc: u64, len: u8, target: u64) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::Jump { len, target }, pc)
 }
 
 /// `CALL` at `pc` to `target` in `len` bytes (5..=15): `E8 rel32` behind `2E` prefixes.
-pub fn call(pc: u64, len: u8, target: u64) -> Result<Vec<u8>, EncodeError> {
+pub fn call(pc: u64, len: u8, target: u64) -> Result<Vec<u8>, ShapeError> {
     encode(Shape::Call { len, target }, pc)
 }
 
 /// A direct branch `code` (base form of `base` bytes) at `pc` to `target`, padded to the shape's
 /// length; `Reach` if the displacement does not fit.
-fn direct(shape: Shape, pc: u64, target: u64, code: Code, base: u8) -> Result<Vec<u8>, EncodeError> {
+fn direct(shape: Shape, pc: u64, target: u64, code: Code, base: u8) -> Result<Vec<u8>, ShapeError> {
     let len = shape.size();
     let disp = target.wrapping_sub(pc.wrapping_add(u64::from(len))) as i64;
     let disp_bytes = if base == 2 { 1 } else { 4 };
@@ -351,7 +333,7 @@ fn direct(shape: Shape, pc: u64, target: u64, code: Code, base: u8) -> Result<Ve
         i32::try_from(disp).is_ok()
     };
     if !fits {
-        return Err(EncodeError::Reach {
+        return Err(ShapeError::Reach {
             shape,
             pc,
             disp_bytes,
@@ -362,11 +344,11 @@ fn direct(shape: Shape, pc: u64, target: u64, code: Code, base: u8) -> Result<Ve
 }
 
 /// Decodes `bytes` at `pc` with iced-x86 and checks they are one instruction of the shape.
-pub fn verify(shape: Shape, pc: u64, bytes: &[u8]) -> Result<(), EncodeError> {
+pub fn verify(shape: Shape, pc: u64, bytes: &[u8]) -> Result<(), ShapeError> {
     let mut d = Decoder::with_ip(64, bytes, pc, DecoderOptions::NONE);
     let i = d.decode();
     let bad = |why: &str| {
-        Err(EncodeError::Encoder(format!(
+        Err(ShapeError::Encoder(format!(
             "{shape} at {pc:#x}: {bytes:02x?} {why}"
         )))
     };

@@ -1,6 +1,6 @@
 //! Why a code image cannot be made: each problem names the trace lines involved.
 
-use super::encode::{EncodeError, Shape};
+use super::encode::{Shape, ShapeError};
 use std::fmt;
 
 /// One problem found while building a code image.
@@ -40,7 +40,7 @@ pub enum ImageError {
         /// The line that first showed it.
         line: u64,
         /// Why.
-        error: EncodeError,
+        error: ShapeError,
     },
     /// The executed code spans more bytes than the limit.
     TooLarge {

@@ -11,7 +11,7 @@ pub mod encode;
 mod error;
 mod ptxed;
 
-pub use encode::{EncodeError, Shape};
+pub use encode::{Shape, ShapeError};
 pub use error::{ImageError, ImageErrors};
 pub use ptxed::{quote, PtxedTiming};
 
