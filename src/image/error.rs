@@ -4,10 +4,11 @@ use super::encode::{Shape, ShapeError};
 use std::fmt;
 
 /// One problem found while building a code image.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImageError {
     /// One PC executed as two different instructions.
+    #[error("line {line}: PC {pc:x} is a {other}, but line {first_line} made it a {first}")]
     Conflict {
         /// The PC.
         pc: u64,
@@ -21,6 +22,9 @@ pub enum ImageError {
         other: Shape,
     },
     /// Two executed instructions share bytes.
+    #[error(
+        "line {other_line}: PC {other_pc:x} is inside the {len}-byte instruction at {pc:x} (line {line})"
+    )]
     Overlap {
         /// The lower instruction's PC and its line.
         pc: u64,
@@ -34,6 +38,7 @@ pub enum ImageError {
         other_line: u64,
     },
     /// The instruction cannot be encoded in its traced length.
+    #[error("line {line}: PC {pc:x}: {error}")]
     Encode {
         /// Its PC.
         pc: u64,
@@ -43,6 +48,12 @@ pub enum ImageError {
         error: ShapeError,
     },
     /// The executed code spans more bytes than the limit.
+    #[error(
+        "the code spans {:#x} bytes ({low:x}, line {}, to {high:x}, line {}), over the limit of {limit:#x}",
+        .high - .low,
+        .lines.0,
+        .lines.1
+    )]
     TooLarge {
         /// The lowest PC.
         low: u64,
@@ -54,6 +65,7 @@ pub enum ImageError {
         lines: (u64, u64),
     },
     /// More distinct instructions than the builder keeps (its memory bound).
+    #[error("line {line}: more than {limit} distinct instructions, the most an image is built from")]
     TooMany {
         /// The bound.
         limit: u64,
@@ -61,56 +73,9 @@ pub enum ImageError {
         line: u64,
     },
     /// No instruction at all.
+    #[error("no instruction to put in the image")]
     Empty,
 }
-
-impl fmt::Display for ImageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ImageError::Conflict {
-                pc,
-                first_line,
-                first,
-                line,
-                other,
-            } => write!(
-                f,
-                "line {line}: PC {pc:x} is a {other}, but line {first_line} made it a {first}"
-            ),
-            ImageError::Overlap {
-                pc,
-                line,
-                len,
-                other_pc,
-                other_line,
-            } => write!(
-                f,
-                "line {other_line}: PC {other_pc:x} is inside the {len}-byte instruction at {pc:x} \
-                 (line {line})"
-            ),
-            ImageError::Encode { pc, line, error } => write!(f, "line {line}: PC {pc:x}: {error}"),
-            ImageError::TooLarge {
-                low,
-                high,
-                limit,
-                lines,
-            } => write!(
-                f,
-                "the code spans {:#x} bytes ({low:x}, line {}, to {high:x}, line {}), over the limit of {limit:#x}",
-                high - low,
-                lines.0,
-                lines.1
-            ),
-            ImageError::TooMany { limit, line } => write!(
-                f,
-                "line {line}: more than {limit} distinct instructions, the most an image is built from"
-            ),
-            ImageError::Empty => f.write_str("no instruction to put in the image"),
-        }
-    }
-}
-
-impl std::error::Error for ImageError {}
 
 /// Every problem found (the first [`ImageErrors::KEPT`] of them), and how many there were.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,4 +111,5 @@ impl fmt::Display for ImageErrors {
     }
 }
 
+// A hand-written Display: the list is cut at ten problems, which an #[error] format cannot say.
 impl std::error::Error for ImageErrors {}
