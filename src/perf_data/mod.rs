@@ -103,28 +103,18 @@ impl Mapping {
     }
 }
 
-fn header(w: &mut Vec<u8>, kind: u32, misc: u16, size: usize) {
-    w.write_u32::<LE>(kind).expect("to memory");
-    w.write_u16::<LE>(misc).expect("to memory");
-    // Sizes past u16 are refused by `check_sizes` before anything is written.
-    w.write_u16::<LE>(size.min(usize::from(u16::MAX)) as u16)
-        .expect("to memory");
-}
-
-/// Every record's size fits its u16 header field (long paths or filters may not).
-fn check_sizes(records: &[u8]) -> io::Result<()> {
-    let mut at = 0;
-    while at + 8 <= records.len() {
-        let size = usize::from(u16::from_le_bytes([records[at + 6], records[at + 7]]));
-        if size == usize::from(u16::MAX) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a perf.data record would pass 64 KiB (a path or filter too long)",
-            ));
-        }
-        at += size;
-    }
-    Ok(())
+/// A record header; a size past its u16 field (a path or filter that long) is an error, never
+/// a wrapped size that would make the file unreadable.
+fn header(w: &mut Vec<u8>, kind: u32, misc: u16, size: usize) -> io::Result<()> {
+    let size = u16::try_from(size).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a perf.data record would pass 64 KiB (a path or filter too long)",
+        )
+    })?;
+    w.write_u32::<LE>(kind)?;
+    w.write_u16::<LE>(misc)?;
+    w.write_u16::<LE>(size)
 }
 
 /// A NUL-terminated string padded with NULs to a multiple of 8 bytes.
@@ -166,7 +156,7 @@ fn time_mult(nominal_ratio: u8) -> u64 {
 }
 
 /// The AUXTRACE_INFO record: perf's intel_pt parameters (`intel-pt.h`'s INTEL_PT_* order).
-fn auxtrace_info(spec: &Spec) -> Vec<u8> {
+fn auxtrace_info(spec: &Spec) -> io::Result<Vec<u8>> {
     let priv_fields: [u64; 17] = [
         u64::from(PMU_TYPE),
         TIME_SHIFT,
@@ -194,14 +184,14 @@ fn auxtrace_info(spec: &Spec) -> Vec<u8> {
     };
     let size = 8 + 8 + 8 * priv_fields.len() + filter.len();
     let mut r = Vec::with_capacity(size);
-    header(&mut r, PERF_RECORD_AUXTRACE_INFO, 0, size);
+    header(&mut r, PERF_RECORD_AUXTRACE_INFO, 0, size)?;
     r.write_u32::<LE>(PERF_AUXTRACE_INTEL_PT).expect("to memory");
     r.write_u32::<LE>(0).expect("to memory");
     for v in priv_fields {
         r.write_u64::<LE>(v).expect("to memory");
     }
     r.extend_from_slice(&filter);
-    r
+    Ok(r)
 }
 
 /// The `filter` string for IA32_RTIT_CTL's ADDRn_CFG and the ADDRn_A/B values `msrs` writes
@@ -242,10 +232,10 @@ fn sample_id(r: &mut Vec<u8>, pid: u32) {
 }
 
 /// COMM, MMAP2 and ITRACE_START for the traced process.
-fn sideband(spec: &Spec) -> Vec<u8> {
+fn sideband(spec: &Spec) -> io::Result<Vec<u8>> {
     let mut r = Vec::new();
     let comm = padded_str(&spec.comm);
-    header(&mut r, PERF_RECORD_COMM, 0, 8 + 8 + comm.len() + SAMPLE_ID_SIZE);
+    header(&mut r, PERF_RECORD_COMM, 0, 8 + 8 + comm.len() + SAMPLE_ID_SIZE)?;
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.extend_from_slice(&comm);
@@ -257,7 +247,7 @@ fn sideband(spec: &Spec) -> Vec<u8> {
             PERF_RECORD_MMAP2,
             PERF_RECORD_MISC_USER,
             8 + 8 + 24 + 24 + 8 + name.len() + SAMPLE_ID_SIZE,
-        );
+        )?;
         for v in [spec.pid, spec.pid] {
             r.write_u32::<LE>(v).expect("to memory");
         }
@@ -270,11 +260,11 @@ fn sideband(spec: &Spec) -> Vec<u8> {
         r.extend_from_slice(&name);
         sample_id(&mut r, spec.pid);
     }
-    header(&mut r, PERF_RECORD_ITRACE_START, 0, 16 + SAMPLE_ID_SIZE);
+    header(&mut r, PERF_RECORD_ITRACE_START, 0, 16 + SAMPLE_ID_SIZE)?;
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.write_u32::<LE>(spec.pid).expect("to memory");
     sample_id(&mut r, spec.pid);
-    r
+    Ok(r)
 }
 
 /// The AUX buffers of a `len`-byte stream cut after each of `cuts` (stream offsets, in order):
@@ -306,9 +296,8 @@ pub fn write<R: Read, W: Write + ?Sized>(
     chunks: &[u64],
     out: &mut W,
 ) -> io::Result<()> {
-    let mut records = auxtrace_info(spec);
-    records.extend(sideband(spec));
-    check_sizes(&records)?;
+    let mut records = auxtrace_info(spec)?;
+    records.extend(sideband(spec)?);
     let aux_bytes: u64 = chunks.iter().map(|&n| 48 + n.div_ceil(8) * 8).sum();
     let attrs_offset = FILE_HEADER_SIZE;
     let attr_size = ATTR_SIZE as u64 + 16;
@@ -341,7 +330,7 @@ pub fn write<R: Read, W: Write + ?Sized>(
     for &n in chunks {
         let padded = n.div_ceil(8) * 8;
         let mut r = Vec::with_capacity(48);
-        header(&mut r, PERF_RECORD_AUXTRACE, 0, 48);
+        header(&mut r, PERF_RECORD_AUXTRACE, 0, 48)?;
         for v in [padded, offset, 0] {
             r.write_u64::<LE>(v)?;
         }
