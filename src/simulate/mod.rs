@@ -328,15 +328,9 @@ pub fn run_recording<W: Write>(
     } else {
         tracing::warn!(input = %name, "the input has no instructions: nothing was traced");
     }
-    let asked = {
-        let mut v = opts.tracer.overflow_at.clone();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    if tracer.forced_overflows() < asked.len() {
+    if let Some(at) = tracer.unforced_overflow() {
         return Err(SimError::Fault(fault::FaultError::OvfNotReached {
-            at: asked[tracer.forced_overflows()],
+            at,
             instructions: tracer.stats().instructions,
         }));
     }

@@ -261,26 +261,28 @@ impl Hot {
         })
     }
 
-    /// Encodes `p` at the end of the buffer; false (and counted lost) if it cannot be.
+    /// Encodes `p` at the end of the buffer: its encoded length (the bytes just before the new
+    /// end; PADs or a held MODE the layout writes come before them), or `None` (and counted
+    /// lost) if it cannot be.
     #[inline(always)]
-    pub(super) fn emit(&mut self, p: &Packet, buf: &mut [u8]) -> bool {
+    pub(super) fn emit(&mut self, p: &Packet, buf: &mut [u8]) -> Option<usize> {
         if self.pack.packing() != Packing::None {
             return self.emit_packed(p, buf);
         }
         let Some(room) = buf.get_mut(self.len..self.len + MAX_PACKET_LEN) else {
             // Unreachable with the headroom `Tracer::new` reserves; never panic on it.
             self.packets_lost += 1;
-            return false;
+            return None;
         };
         match self.enc.encode(p, room) {
             Ok(n) => {
                 self.len += n;
                 self.psb_bytes += n as u64;
-                true
+                Some(n)
             }
             Err(_) => {
                 self.packets_lost += 1;
-                false
+                None
             }
         }
     }
@@ -288,13 +290,14 @@ impl Hot {
     /// [`Hot::emit`] with PADs where the CPU puts them (HW1-HW5): the packet is encoded aside,
     /// then laid out by the packing stage.
     #[inline(never)]
-    fn emit_packed(&mut self, p: &Packet, buf: &mut [u8]) -> bool {
+    fn emit_packed(&mut self, p: &Packet, buf: &mut [u8]) -> Option<usize> {
         let mut tmp = [0u8; MAX_PACKET_LEN];
         let Ok(n) = self.enc.encode(p, &mut tmp) else {
             self.packets_lost += 1;
-            return false;
+            return None;
         };
         self.lay_out(buf, |pack, w| pack.push(w, p, &tmp[..n]))
+            .then_some(n)
     }
 
     /// The PADs a disable ends the data with, and anything the layout still holds (HW4).
@@ -330,7 +333,7 @@ impl Hot {
     #[inline(always)]
     fn put(&mut self, p: Packet, kind: usize, buf: &mut [u8]) {
         debug_assert_eq!(FAST_KINDS[kind], p.kind_index());
-        if self.emit(&p, buf) {
+        if self.emit(&p, buf).is_some() {
             self.fast_packets[kind] += 1;
         }
     }

@@ -1040,15 +1040,12 @@ impl Tracer {
     /// [`Tracer::put`]; `ip`: the whole IP an IP packet stands for, for the truth recorder.
     #[inline]
     fn put_noted(&mut self, p: Packet, ip: Option<u64>) {
-        if !self.hot.emit(&p, &mut self.buf) {
+        let Some(len) = self.hot.emit(&p, &mut self.buf) else {
             return;
-        }
+        };
         if let Some(probe) = self.probe.as_deref_mut() {
-            // The packet ends the bytes just laid out (PADs or a held MODE may come before it).
             let end = self.stats.bytes + self.hot.len as u64;
-            let mut tmp = [0u8; crate::packet::MAX_PACKET_LEN];
-            let len = p.encode_into(&mut tmp).map_or(0, |n| n as u64);
-            probe.packet(&p, ip, end - len, end);
+            probe.packet(&p, ip, end - len as u64, end);
         }
         match self.kinds.get_mut(self.nkinds) {
             Some(k) if self.overflow.is_some() => {
@@ -1123,9 +1120,10 @@ impl Tracer {
         }
     }
 
-    /// How many of `TracerConfig::overflow_at` have been forced so far (FLT2).
-    pub fn forced_overflows(&self) -> usize {
-        self.forced
+    /// The first instruction of `TracerConfig::overflow_at` not forced yet (FLT2): after a run,
+    /// one the run never traced.
+    pub fn unforced_overflow(&self) -> Option<u64> {
+        self.cfg.overflow_at.get(self.forced).copied()
     }
 
     /// OVF2, OVF3: at the first event after the buffer drained, OVF [CYC] [FUP(IP)].
