@@ -145,7 +145,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let truth = match spool {
         Some(w) => {
             w.into_inner().map_err(|e| out_error(e.into_error()))?;
-            let run = simulate::corpus::case_run(&opts, &plan, &name);
+            let run = opts.describe(&plan, &name);
             Some(
                 simulate::finish_truth(
                     &dir.staged(full),
@@ -169,7 +169,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let report =
         finish(dir, &opts, &outcome, run_info, truth.as_ref(), perf.as_deref()).map_err(out_error)?;
     if !a.quiet {
-        print(&summary(&name, &a, &opts, &outcome, &report))?;
+        print(&summary(&name, &a, &opts, &outcome, &report, truth.as_ref()))?;
     }
     Ok(())
 }
@@ -402,7 +402,14 @@ fn write_perf_data(
 }
 
 /// The console summary of a `ptemu simulate` run.
-fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -> String {
+fn summary(
+    name: &str,
+    a: &Args,
+    opts: &Options,
+    run: &Outcome,
+    r: &SimReport,
+    truth: Option<&TruthSummary>,
+) -> String {
     let mut text = String::new();
     let o = &mut text;
     let s = &r.stats;
@@ -474,22 +481,17 @@ fn summary(name: &str, a: &Args, opts: &Options, run: &Outcome, r: &SimReport) -
         let elf = if run.image.is_some() { ", image.elf" } else { "" };
         outln!(o, "    perf.data{elf}");
     }
-    if let Some(t) = &r.truth {
-        let c = &t["counts"];
-        let faults: Vec<String> = t["faults"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|f| format!("{}@{}", f["kind"].as_str().unwrap_or("?"), f["at"]))
-            .collect();
+    if let Some(t) = truth {
+        let c = &t.counts;
+        let faults = t.faults();
         outln!(
             o,
             "    truth.jsonl   {} instructions: {} required, {} optional, {} lost, {} undefined{}",
-            c["instructions"],
-            c["required"],
-            c["optional"],
-            c["lost"],
-            c["undefined"],
+            c.instructions,
+            c.required,
+            c.optional,
+            c.lost,
+            c.undefined,
             if faults.is_empty() {
                 String::new()
             } else {

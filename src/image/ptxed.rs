@@ -8,7 +8,7 @@
 use super::CodeImage;
 
 /// Timing parameters a decoder needs to follow MTC and CYC (the values the trace was made with).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct PtxedTiming {
     /// IA32_RTIT_CTL.MTCFreq.
     pub mtc_freq: u8,

@@ -6,7 +6,7 @@ use super::fault::{Fault, Plan};
 use super::{finish_truth, Options, SimError};
 use crate::layout::Layout;
 use crate::output::EventLog;
-use crate::regs::ctl_text::{apply_assignment, config_msr, CtlDisplay};
+use crate::regs::ctl_text::{apply_assignment, config_msr};
 use crate::regs::CpuProfile;
 use crate::sources::{Format, Input};
 use crate::truth::Cause;
@@ -282,7 +282,7 @@ pub fn write_case(spec: &CaseSpec, input: &[u8], seed: u64, dir: &Path) -> Resul
     )?;
     sink.into_inner().map_err(|e| SimError::Truth(e.into_error()))?;
     spool.into_inner().map_err(|e| SimError::Truth(e.into_error()))?;
-    let run = case_run(&opts, &plan, &name);
+    let run = opts.describe(&plan, &name);
     let summary = finish_truth(
         &path(full),
         &path("trace.pt"),
@@ -298,68 +298,33 @@ pub fn write_case(spec: &CaseSpec, input: &[u8], seed: u64, dir: &Path) -> Resul
         text.push('\n');
         fs::write(path(file), text)
     };
-    (|| -> io::Result<()> {
-        fs::write(path("image.bin"), &img.bytes)?;
-        write_json("image.json", &serde_json::json!({ "base": img.base }))?;
-        let timing = opts.ptxed_timing();
-        let faults: Vec<String> = summary
-            .applied
-            .iter()
-            .map(|(f, at)| format!("{}@{at}", f.kind.name()))
-            .collect();
-        write_json(
-            "case.json",
-            &serde_json::json!({
-                "name": spec.name,
-                "about": spec.about,
-                "fault": fault_name(spec),
-                "faults": faults,
-                "seed": seed,
-                "run": run,
-                "packing": opts.tracer.packing_on(&opts.layout.cpu),
-                "timing": timing.map(|t| serde_json::json!({
-                    "mtc_freq": t.mtc_freq,
-                    "nom_freq": t.nom_freq,
-                    "cpuid_0x15_eax": t.cpuid_0x15_eax,
-                    "cpuid_0x15_ebx": t.cpuid_0x15_ebx,
-                })),
-                "ptxed": img.ptxed_command("trace.pt", "image.bin", timing),
-                "truth": summary.counts,
-                "trace_bytes": summary.delivered,
-            }),
-        )
-    })()
-    .map_err(SimError::Truth)?;
-    Ok(CaseSummary {
+    let case = CaseSummary {
         name: spec.name.clone(),
         fault: fault_name(spec),
-        faults: summary
-            .applied
-            .iter()
-            .map(|(f, at)| format!("{}@{at}", f.kind.name()))
-            .collect(),
+        faults: summary.faults(),
         about: spec.about.into(),
         truth: summary.counts,
         trace_bytes: summary.delivered,
-    })
+    };
+    // case.json: the manifest's entry for the case, and how to run a decoder on it.
+    let timing = opts.ptxed_timing();
+    let mut json = serde_json::to_value(&case).map_err(|e| SimError::Truth(e.into()))?;
+    json["seed"] = seed.into();
+    json["run"] = run;
+    json["packing"] = serde_json::json!(opts.tracer.packing_on(&opts.layout.cpu));
+    json["timing"] = serde_json::json!(timing);
+    json["ptxed"] = img.ptxed_command("trace.pt", "image.bin", timing).into();
+    (|| -> io::Result<()> {
+        fs::write(path("image.bin"), &img.bytes)?;
+        write_json("image.json", &serde_json::json!({ "base": img.base }))?;
+        write_json("case.json", &json)
+    })()
+    .map_err(SimError::Truth)?;
+    Ok(case)
 }
 
 fn fault_name(spec: &CaseSpec) -> String {
     spec.faults
         .first()
         .map_or("clean".into(), |f| f.kind.name().to_string())
-}
-
-/// What was done, for the truth's header and `case.json` (`simulate` writes the same).
-pub fn case_run(opts: &Options, plan: &Plan, input: &str) -> serde_json::Value {
-    serde_json::json!({
-        "input": input,
-        "format": opts.format.to_string(),
-        "cpu": opts.layout.cpu.name,
-        "ctl": format!("{:#x}", opts.ctl.bits()),
-        "ctl_fields": CtlDisplay(opts.ctl).to_string(),
-        "msrs": opts.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),
-        "faults": plan.faults.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
-        "seed": plan.seed,
-    })
 }

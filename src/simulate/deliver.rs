@@ -4,6 +4,7 @@
 use super::fault::{Fault, FaultError, Plan};
 use super::{Options, Outcome, SimError};
 use crate::layout::Scheme;
+use crate::regs::ctl_text::CtlDisplay;
 use crate::truth::{self, Context, Counts, Delivery};
 use std::fs;
 use std::io::{self, BufWriter};
@@ -22,6 +23,14 @@ pub struct TruthSummary {
 }
 
 impl TruthSummary {
+    /// Each fault with the position it took, as `KIND@WHERE`.
+    pub fn faults(&self) -> Vec<String> {
+        self.applied
+            .iter()
+            .map(|(f, at)| format!("{}@{at}", f.kind.name()))
+            .collect()
+    }
+
     /// The report's `truth` object.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -37,6 +46,21 @@ impl TruthSummary {
 }
 
 impl Options {
+    /// What was done, for the truth's header and `case.json`: input, format, CPU, CTL, MSRs,
+    /// faults, seed.
+    pub fn describe(&self, plan: &Plan, input: &str) -> serde_json::Value {
+        serde_json::json!({
+            "input": input,
+            "format": self.format.to_string(),
+            "cpu": self.layout.cpu.name,
+            "ctl": format!("{:#x}", self.ctl.bits()),
+            "ctl_fields": CtlDisplay(self.ctl).to_string(),
+            "msrs": self.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),
+            "faults": plan.faults.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+            "seed": plan.seed,
+        })
+    }
+
     /// Applies the simulation side of `plan` (FLT2–FLT4): the `wrap` or `stop` layout (ToPA on in
     /// CTL), the forced overflows. Refused with a `layout` of the user's own: a wrap or stop
     /// fault brings its own.
