@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{ptemu, s, text};
+use common::cli::{gen_penn, ptemu, s, text};
 use common::insn;
 use common::query::Timing;
 use serde_json::Value;
@@ -81,20 +81,7 @@ fn truth_ips(dir: &Path) -> Vec<u64> {
 }
 
 fn generated(root: &Path, seed: u64) -> String {
-    let file = root.join(format!("gen-{seed}.trace"));
-    let o = ptemu(&[
-        "gen",
-        "--format",
-        "penn",
-        "--records",
-        "150000",
-        "--seed",
-        &seed.to_string(),
-        "-o",
-        s(&file),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    s(&file).to_owned()
+    s(&gen_penn(root, 150_000, seed)).to_owned()
 }
 
 /// PD1: perf script lists exactly the input's instructions, with no instruction trace error,

@@ -251,10 +251,26 @@ fn every_generation_rule_is_in_the_spec_and_named_by_a_test_that_exists() {
 /// spec/simulate.md: every SIM rule is named by a test, and every test it lists exists.
 #[test]
 fn every_simulate_rule_is_named_by_a_test_that_exists() {
-    let rows = rule_rows("simulate.md");
+    assert_rules("simulate.md", &[("SIM", 13)]);
+}
+
+/// The `## Rules` tables of `spec/FILE` hold exactly PREFIX1..=N for each `(PREFIX, N)`, in that
+/// order (other rows, such as a second table's header, aside), each named by a test, every test
+/// listed existing.
+fn assert_rules(file: &str, want: &[(&str, usize)]) {
+    let rows: Vec<(String, Vec<String>)> = rule_rows(file)
+        .into_iter()
+        .filter(|(id, _)| {
+            want.iter()
+                .any(|(p, _)| id.strip_prefix(p).is_some_and(|n| n.parse::<u32>().is_ok()))
+        })
+        .collect();
     let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
-    let want: Vec<String> = (1..=13).map(|n| format!("SIM{n}")).collect();
-    assert_eq!(ids, want, "spec/simulate.md rows");
+    let expected: Vec<String> = want
+        .iter()
+        .flat_map(|&(p, n)| (1..=n).map(move |k| format!("{p}{k}")))
+        .collect();
+    assert_eq!(ids, expected, "spec/{file} rows");
     assert_named_by_tests(&rows);
 }
 
@@ -279,43 +295,15 @@ fn every_hardware_rule_is_named_by_a_test() {
     }
 }
 
-/// spec/truth.md: the TR, FLT and CORP rules of its tables, each named by a test, every test
-/// they list existing.
+/// spec/truth.md: the TR, FLT and CORP rules of its three tables (under one `## Rules` heading),
+/// each named by a test, every test they list existing.
 #[test]
 fn every_truth_rule_is_named_by_a_test_that_exists() {
-    let rows: Vec<(String, Vec<String>)> = table_rows("truth.md", "## Rules and model policies")
-        .iter()
-        .map(|l| {
-            let cells: Vec<&str> = l.split(" | ").collect();
-            let id = cells[0].trim_start_matches("| ").trim().to_string();
-            let names = cells
-                .last()
-                .unwrap()
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string)
-                .collect();
-            (id, names)
-        })
-        .filter(|(id, _)| id.starts_with("TR") || id.starts_with("FLT") || id.starts_with("CORP"))
-        .collect();
-    let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
-    let want: Vec<String> = (1..=8)
-        .map(|n| format!("TR{n}"))
-        .chain((1..=7).map(|n| format!("FLT{n}")))
-        .chain((1..=3).map(|n| format!("CORP{n}")))
-        .collect();
-    assert_eq!(ids, want, "spec/truth.md rows");
-    assert_named_by_tests(&rows);
+    assert_rules("truth.md", &[("TR", 8), ("FLT", 7), ("CORP", 3)]);
 }
 
 /// spec/perf-data.md: every PD rule is named by a test, and every test it lists exists.
 #[test]
 fn every_perf_data_rule_is_named_by_a_test_that_exists() {
-    let rows = rule_rows("perf-data.md");
-    let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
-    let want: Vec<String> = (1..=6).map(|n| format!("PD{n}")).collect();
-    assert_eq!(ids, want, "spec/perf-data.md rows");
-    assert_named_by_tests(&rows);
+    assert_rules("perf-data.md", &[("PD", 6)]);
 }

@@ -2,28 +2,11 @@
 
 mod common;
 
-use common::cli::{ptemu, ptemu_stdin, s, text};
+use common::cli::{gen_penn, ptemu, ptemu_stdin, s, text};
 use common::insn;
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
-
-fn gen_penn(dir: &Path, records: u64, seed: u64) -> PathBuf {
-    let file = dir.join(format!("penn-{seed}.trace"));
-    let o = ptemu(&[
-        "gen",
-        "--format",
-        "penn",
-        "--records",
-        &records.to_string(),
-        "--seed",
-        &seed.to_string(),
-        "-o",
-        s(&file),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    file
-}
 
 /// The decoder harness of examples/libipt_decode.rs (libipt's instruction decoder, going on at
 /// the next PSB after an error or a PSB+ that contradicts it).

@@ -69,3 +69,22 @@ pub fn write_args<'a>(layout: &'a Path, stream: &'a str, out: &'a Path) -> Vec<&
         s(out),
     ]
 }
+
+/// `ptemu gen --format penn --records RECORDS --seed SEED` into `dir/penn-SEED.trace`.
+pub fn gen_penn(dir: &Path, records: u64, seed: u64) -> std::path::PathBuf {
+    let file = dir.join(format!("penn-{seed}.trace"));
+    let (records, seed) = (records.to_string(), seed.to_string());
+    let o = ptemu(&[
+        "gen",
+        "--format",
+        "penn",
+        "--records",
+        &records,
+        "--seed",
+        &seed,
+        "-o",
+        s(&file),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    file
+}
