@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::cli::{ptemu, ptemu_stdin, s, text};
+use common::cli::{generate, ptemu, ptemu_stdin, s, text};
 use common::insn::{self, expected_pcs, macro_ops};
 use common::query::Timing;
 use proptest::prelude::*;
@@ -66,31 +66,6 @@ fn timing() -> Timing {
         art_eax: 1,
         art_ebx: clock.tsc_per_art,
     }
-}
-
-/// `ptemu gen` of `records` records of `format` into `dir/FORMAT.trace` (and, for gem5, the
-/// fetch trace `dir/FORMAT.fetch`).
-fn generate(dir: &Path, format: &str, records: u64, seed: u64) -> (PathBuf, PathBuf) {
-    let file = dir.join(format!("{format}.trace"));
-    let fetch = dir.join(format!("{format}.fetch"));
-    let (records, seed) = (records.to_string(), seed.to_string());
-    let mut args = vec![
-        "gen",
-        "--format",
-        format,
-        "--records",
-        &records,
-        "--seed",
-        &seed,
-        "-o",
-        s(&file),
-    ];
-    if format == "gem5" {
-        args.extend(["--fetch-trace", s(&fetch)]);
-    }
-    let o = ptemu(&args);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    (file, fetch)
 }
 
 /// libipt's instruction flow over DIR/trace.pt and DIR/image.bin (at image.json's base) must be

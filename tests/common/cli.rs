@@ -1,7 +1,7 @@
 //! Running the `ptemu` binary from the integration tests.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// Runs `ptemu ARGS` and waits for it.
@@ -70,21 +70,32 @@ pub fn write_args<'a>(layout: &'a Path, stream: &'a str, out: &'a Path) -> Vec<&
     ]
 }
 
-/// `ptemu gen --format penn --records RECORDS --seed SEED` into `dir/penn-SEED.trace`.
-pub fn gen_penn(dir: &Path, records: u64, seed: u64) -> std::path::PathBuf {
-    let file = dir.join(format!("penn-{seed}.trace"));
+/// `ptemu gen` of `records` records of `format` into `dir/FORMAT-SEED.trace` (and, for gem5, the
+/// fetch trace `dir/FORMAT-SEED.fetch`).
+pub fn generate(dir: &Path, format: &str, records: u64, seed: u64) -> (PathBuf, PathBuf) {
+    let file = dir.join(format!("{format}-{seed}.trace"));
+    let fetch = dir.join(format!("{format}-{seed}.fetch"));
     let (records, seed) = (records.to_string(), seed.to_string());
-    let o = ptemu(&[
+    let mut args = vec![
         "gen",
         "--format",
-        "penn",
+        format,
         "--records",
         &records,
         "--seed",
         &seed,
         "-o",
         s(&file),
-    ]);
+    ];
+    if format == "gem5" {
+        args.extend(["--fetch-trace", s(&fetch)]);
+    }
+    let o = ptemu(&args);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    file
+    (file, fetch)
+}
+
+/// [`generate`] for Penn: the trace file.
+pub fn gen_penn(dir: &Path, records: u64, seed: u64) -> PathBuf {
+    generate(dir, "penn", records, seed).0
 }
