@@ -587,7 +587,7 @@ fn sim10_bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
     b.truncate(b.len() - 2);
     fs::write(&byu, b).unwrap();
     let e = fails(&[s(&byu), "--format", "byu"], &out);
-    assert!(e.contains("byu.trace") && e.contains("record 100"), "{e}");
+    assert!(e.contains("byu-1.trace") && e.contains("record 100"), "{e}");
     let gem5 = dir.path().join("t.gem5");
     fs::write(&gem5, b"gemX\x00\x01\x02").unwrap();
     let e = fails(&[s(&gem5), "--format", "gem5"], &out);
