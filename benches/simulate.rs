@@ -11,6 +11,9 @@
 //! Penn file and on a BYU file five times its record count (packet-dense), run alternately, best
 //! of each. Target: at most 1.10x.
 //!
+//! The main measures run with `--no-truth`; the ground truth's cost (spec/truth.md, on by default)
+//! is one more line: the 1M-uop file with and without it, alternately.
+//!
 //! Files are generated once into target/bench-data/ (the 20M file is about 1.7 GB);
 //! PTEMU_BENCH_SCALE=0.1 makes them a tenth the size. `cargo test --all-targets` runs this binary
 //! without `--bench`: a smoke run on small files that checks the report, judging nothing.
@@ -31,16 +34,13 @@ const TARGET_MB_S: f64 = 300.0;
 /// The most the hardware layout (spec/hardware.md) may cost over none (issue 22).
 const PACKING_COST: f64 = 1.10;
 
-/// Seconds with the default CPU's hardware layout and with `--packing none` on the same file,
-/// best of `runs` each, run alternately; and the trace bytes of each.
-fn packing_cost(input: &Path, format: Format, runs: usize) -> ((f64, u64), (f64, u64)) {
-    let out = data_dir().join(format!("simulate-packing-{format}"));
-    let (mut packed, mut plain) = ((f64::MAX, 0), (f64::MAX, 0));
+/// Seconds with the arguments `a` and with `b` on the same file, best of `runs` each, run
+/// alternately so that drift of the machine hits both; and the trace bytes of each.
+fn alternate(input: &Path, format: Format, runs: usize, a: &[&str], b: &[&str]) -> ((f64, u64), (f64, u64)) {
+    let out = data_dir().join(format!("simulate-pair-{format}"));
+    let (mut first, mut second) = ((f64::MAX, 0), (f64::MAX, 0));
     for _ in 0..runs {
-        for (extra, best) in [
-            (&["--packing", "hardware"], &mut packed),
-            (&["--packing", "none"], &mut plain),
-        ] {
+        for (extra, best) in [(a, &mut first), (b, &mut second)] {
             let (secs, report) = simulate(input, format, &out, extra);
             let bytes = report["stats"]["trace_bytes"].as_u64().unwrap();
             if secs < best.0 {
@@ -49,7 +49,7 @@ fn packing_cost(input: &Path, format: Format, runs: usize) -> ((f64, u64), (f64,
         }
     }
     let _ = std::fs::remove_dir_all(&out);
-    (packed, plain)
+    (first, second)
 }
 
 fn data_dir() -> PathBuf {
@@ -120,7 +120,8 @@ fn measure(uops: u64, runs: usize) -> Measured {
     for _ in 0..runs {
         // Alternate with the baseline so drift of the machine hits both.
         baseline = baseline.min(parse_only(&input));
-        let (secs, report) = simulate(&input, Format::Penn, &out, &[]);
+        // The trace pipeline alone; what the ground truth adds is measured apart (truth_cost).
+        let (secs, report) = simulate(&input, Format::Penn, &out, &["--no-truth"]);
         if best.as_ref().is_none_or(|(b, _)| secs < *b) {
             best = Some((secs, report));
         }
@@ -208,7 +209,13 @@ fn main() {
     let mut packing = Vec::new();
     for (format, records) in [(Format::Penn, small), (Format::Byu, small * 5)] {
         let input = generated(format, records);
-        let ((packed, packed_bytes), (plain, plain_bytes)) = packing_cost(&input, format, runs.0);
+        let ((packed, packed_bytes), (plain, plain_bytes)) = alternate(
+            &input,
+            format,
+            runs.0,
+            &["--no-truth", "--packing", "hardware"],
+            &["--no-truth", "--packing", "none"],
+        );
         println!(
             "packing, {format}: hardware layout {packed:.3} s ({packed_bytes} trace bytes), none \
              {plain:.3} s ({plain_bytes}): {:.3}x (target <= {PACKING_COST:.2}x: {})",
@@ -218,8 +225,16 @@ fn main() {
         packing.push(serde_json::json!({"format": format, "hardware_seconds": packed,
             "none_seconds": plain, "ratio": packed / plain}));
     }
+    // The ground truth (spec/truth.md), on by default: what it costs over --no-truth.
+    let input = generated(Format::Penn, small);
+    let ((with, _), (without, _)) = alternate(&input, Format::Penn, runs.0, &[], &["--no-truth"]);
+    println!(
+        "truth.jsonl, penn {small} uops: {with:.3} s with it, {without:.3} s without: {:.2}x (measured, no target)",
+        with / without
+    );
     if bench {
         let json = serde_json::json!({
+            "truth": {"uops": small, "with_seconds": with, "without_seconds": without, "ratio": with / without},
             "packing": packing,
             "sizes": rows.iter().map(|(m, rate)| serde_json::json!({
                 "uops": m.uops, "input_mb": m.mb, "seconds": m.secs, "mb_per_s": rate,
