@@ -130,15 +130,10 @@ impl FromStr for Fault {
             Some((k, w)) => (k, Some(w)),
             None => (s, None),
         };
-        let kind = match kind {
-            "ovf" => Cause::Ovf,
-            "wrap" => Cause::Wrap,
-            "stop" => Cause::Stop,
-            "gap" => Cause::Gap,
-            "corrupt" => Cause::Corrupt,
-            "corrupt-silent" => Cause::CorruptSilent,
-            k => return Err(FaultError::UnknownKind(k.to_owned())),
-        };
+        let kind = Cause::ALL
+            .into_iter()
+            .find(|c| c.name() == kind)
+            .ok_or_else(|| FaultError::UnknownKind(kind.to_owned()))?;
         let at = at
             .map(|w| {
                 crate::regs::ctl_text::parse_value(w).ok_or_else(|| FaultError::BadNumber {

@@ -17,8 +17,7 @@ use std::io::{self, Read, Write};
 pub const VERSION: u32 = 1;
 
 /// What made instructions unrecoverable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cause {
     /// An internal buffer overflow: packets were never generated (OVF).
     Ovf,
@@ -35,6 +34,16 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause, in the order `--fault` lists them.
+    pub const ALL: [Cause; 6] = [
+        Cause::Ovf,
+        Cause::Wrap,
+        Cause::Stop,
+        Cause::Gap,
+        Cause::Corrupt,
+        Cause::CorruptSilent,
+    ];
+
     /// Its name in `truth.jsonl` and on the command line.
     pub fn name(self) -> &'static str {
         match self {
