@@ -2,6 +2,7 @@
 //! sized by its metadata (so a FIFO or a device reads as what it yields, and `/dev/zero` is
 //! refused at the bound instead of filling memory), and UTF-8.
 
+use crate::tracer::TracerConfig;
 use std::io::Read;
 use std::path::Path;
 
@@ -25,4 +26,22 @@ pub fn read_config(path: &Path) -> Result<String, String> {
     }
     String::from_utf8(bytes)
         .map_err(|e| format!("not UTF-8 text (byte offset {})", e.utf8_error().valid_up_to()))
+}
+
+/// Reads a tracer config file (TOML, at most [`MAX_CONFIG_BYTES`]) and checks it
+/// ([`TracerConfig::validate`]); the error names the file and the line or field.
+pub fn load_tracer_config(path: &Path) -> Result<TracerConfig, String> {
+    let name = path.display();
+    let text = read_config(path).map_err(|e| format!("{name}: {e}"))?;
+    let cfg: TracerConfig = toml::from_str(&text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        match line {
+            Some(l) => format!("{name}:{l}: {}", e.message()),
+            None => format!("{name}: {}", e.message()),
+        }
+    })?;
+    cfg.validate().map_err(|e| format!("{name}: {e}"))?;
+    Ok(cfg)
 }

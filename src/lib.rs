@@ -9,23 +9,17 @@
 //! ([`packing`], `spec/hardware.md`). [`simulate`] runs the whole job on a trace file; [`truth`]
 //! says what a correct decoder must recover from the result, faults included, and checks a
 //! decoder's output against it (`spec/truth.md`).
-#![warn(missing_docs)]
-
 pub mod config_file;
+pub mod event_log;
 pub mod image;
 pub mod layout;
-pub mod memory;
-pub mod output;
-pub mod packet;
-pub mod packing;
 pub mod perf_data;
-pub mod regs;
 pub mod report;
-pub mod rules;
 pub mod simulate;
 pub mod sources;
-pub mod tracer;
 pub mod truth;
+
+pub use ptemu_core::{memory, output, packet, packing, regs, rules, tracer};
 
 pub use memory::{MemError, MmapMemory, PhysMemory, SparseMemory};
 pub use output::{EventKind, MsrError, OutputEvent, OutputUnit};

@@ -1,7 +1,9 @@
 //! `report.json` and the region dumps of `ptemu write` (contract in the README).
 
+use crate::event_log::EventLog;
 use crate::memory::PhysMemory;
-use crate::output::{EventCounts, EventLog, OutputEvent, OutputStats, OutputUnit};
+use crate::output::EventCounts;
+use crate::output::{OutputEvent, OutputStats, OutputUnit};
 use serde::Serialize;
 use std::fs;
 use std::io::{self, Write};

@@ -217,7 +217,7 @@ fn every_packet_type_has_a_spec_row_and_its_tests_exist() {
     }
     assert_eq!(names.len(), every.len());
     let mut fns = test_fns();
-    for entry in std::fs::read_dir(root().join("src/packet")).unwrap() {
+    for entry in std::fs::read_dir(root().join("ptemu-core/src/packet")).unwrap() {
         let src = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         for part in src.split("fn ").skip(1) {
             fns.insert(

@@ -5,14 +5,14 @@ use super::run_dir::RunDir;
 use super::summary::{halt_note, write_output_state};
 use super::Failure;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ptemu::event_log::EventLog;
 use ptemu::layout::Layout;
-use ptemu::output::EventLog;
 use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
 use ptemu::simulate::fault::{Fault, Plan};
 use ptemu::simulate::{self, Options, Outcome, RunInfo, SimError, SimReport, TruthSummary};
 use ptemu::sources::{Format, Input, ReadOptions};
-use ptemu::{CpuProfile, TracerConfig};
+use ptemu::CpuProfile;
 use std::fs;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -209,7 +209,7 @@ fn options(a: &Args) -> Result<Options, Failure> {
         opts.msrs.push(msr_assignment(text)?);
     }
     if let Some(p) = &a.tracer_config {
-        opts.tracer = TracerConfig::load(p).map_err(Failure::input)?;
+        opts.tracer = ptemu::config_file::load_tracer_config(p).map_err(Failure::input)?;
     }
     opts.tracer.packing = a.packing.or(opts.tracer.packing);
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {

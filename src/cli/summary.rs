@@ -1,6 +1,6 @@
 //! The parts of the console summary that `ptemu write` and `ptemu simulate` share.
 
-use ptemu::output::EventLog;
+use ptemu::event_log::EventLog;
 use ptemu::report::MsrSnapshot;
 use ptemu::OutputUnit;
 

@@ -69,7 +69,7 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
             if let Err(v) = check_entry(cpu, t.base, index, TopaEntry::from(e.raw)) {
                 found.insert((t.base, index, v.rule));
                 let message = format!("{} (line {})", v.message, e.line);
-                report.violations.push(Violation { message, ..v });
+                report.violations.push(v.with_message(message));
             }
         }
     }

@@ -4,8 +4,8 @@
 
 use super::fault::{Fault, Plan};
 use super::{finish_truth, Options, SimError};
+use crate::event_log::EventLog;
 use crate::layout::Layout;
-use crate::output::EventLog;
 use crate::regs::ctl_text::{apply_assignment, config_msr};
 use crate::regs::CpuProfile;
 use crate::sources::{Format, Input};

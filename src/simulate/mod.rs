@@ -14,11 +14,12 @@ pub use deliver::{finish_truth, TruthSummary};
 
 pub use report::{peak_rss_bytes, RunInfo, SimReport, SimStats, SourceSummary};
 
+use crate::event_log::EventLog;
 use crate::image::{CodeImage, ImageBuilder, ImageErrors, PtxedTiming};
 use crate::layout::{Layout, Scheme};
 use crate::memory::{MemError, SparseMemory, Tee};
 use crate::output::EventKind;
-use crate::output::{EventLog, MsrError, OutputUnit};
+use crate::output::{MsrError, OutputUnit};
 use crate::regs::check::check_write;
 use crate::regs::msr::IA32_RTIT_CTL;
 use crate::regs::{Msr, RtitCtl};

@@ -2,7 +2,8 @@
 //! plus what the reader and the tracer counted.
 
 use super::{Options, Outcome};
-use crate::output::{EventCounts, OutputEvent, OutputStats};
+use crate::output::EventCounts;
+use crate::output::{OutputEvent, OutputStats};
 use crate::regs::ctl_text::CtlDisplay;
 use crate::report::MsrSnapshot;
 use serde::Serialize;

@@ -24,27 +24,28 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The input format names: a contract used by `ptemu simulate --format` and `ptemu gen --format`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum Format {
     /// BYU address trace, spec V1.0: 6-byte records, big-endian physical address.
-    #[value(name = "byu")]
+    #[cfg_attr(feature = "cli", value(name = "byu"))]
     #[serde(rename = "byu")]
     Byu,
     /// BYU `p2AddrTr`: 12-byte records, little-endian.
-    #[value(name = "byu-p2")]
+    #[cfg_attr(feature = "cli", value(name = "byu-p2"))]
     #[serde(rename = "byu-p2")]
     ByuP2,
     /// Penn CIS 501 x86 micro-op text trace.
-    #[value(name = "penn")]
+    #[cfg_attr(feature = "cli", value(name = "penn"))]
     #[serde(rename = "penn")]
     Penn,
     /// Kaplan LRU page-image trace.
-    #[value(name = "kaplan")]
+    #[cfg_attr(feature = "cli", value(name = "kaplan"))]
     #[serde(rename = "kaplan")]
     Kaplan,
     /// gem5 elastic data trace or instruction-fetch trace (told apart by the header).
-    #[value(name = "gem5")]
+    #[cfg_attr(feature = "cli", value(name = "gem5"))]
     #[serde(rename = "gem5")]
     Gem5,
 }

@@ -141,6 +141,32 @@ fn test() -> Result<(), String> {
     let mut clippy = cargo();
     clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
     run(clippy)?;
+    // The model alone, as an emulator embeds it: no default features (no mmap, no tracing); and
+    // the library without the command line.
+    let mut core = cargo();
+    core.args([
+        "clippy",
+        "-p",
+        "ptemu-core",
+        "--no-default-features",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(core)?;
+    let mut lib = cargo();
+    lib.args([
+        "clippy",
+        "-p",
+        "ptemu",
+        "--no-default-features",
+        "--lib",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(lib)?;
     // The fuzz crate (outside the workspace) must keep building against the library.
     let mut fuzz = cargo();
     fuzz.args(["check", "--bins", "--manifest-path"])

@@ -2,56 +2,11 @@
 //! one streamed to a writer as JSON lines, so memory stays flat however many events there are
 //! (a gigabyte through a 128-byte single range wraps 8.4 million times).
 
-use super::{EventKind, OutputEvent, OutputUnit};
-use serde::Serialize;
+use crate::output::{EventCounts, OutputEvent, OutputUnit};
 use std::io::{self, Write};
 
 /// Events kept in memory by default (the rest are counted and, with a writer, streamed).
 pub const KEPT_EVENTS: usize = 1000;
-
-/// Counts of output events by kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct EventCounts {
-    /// ToPA PMIs.
-    pub pmi: u64,
-    /// Stops (ToPA STOP, TraceStop).
-    pub stopped: u64,
-    /// Operational errors.
-    pub error: u64,
-    /// Wraps of the walk or the range.
-    pub wrap: u64,
-    /// Errata that apply.
-    pub erratum: u64,
-}
-
-impl EventCounts {
-    /// The count of `kind`.
-    pub fn of(&self, kind: EventKind) -> u64 {
-        match kind {
-            EventKind::Pmi => self.pmi,
-            EventKind::Stopped => self.stopped,
-            EventKind::Error => self.error,
-            EventKind::Wrap => self.wrap,
-            EventKind::Erratum => self.erratum,
-        }
-    }
-
-    fn add(&mut self, kind: EventKind) {
-        let n = match kind {
-            EventKind::Pmi => &mut self.pmi,
-            EventKind::Stopped => &mut self.stopped,
-            EventKind::Error => &mut self.error,
-            EventKind::Wrap => &mut self.wrap,
-            EventKind::Erratum => &mut self.erratum,
-        };
-        *n += 1;
-    }
-
-    /// All events.
-    pub fn total(&self) -> u64 {
-        self.pmi + self.stopped + self.error + self.wrap + self.erratum
-    }
-}
 
 /// A run's output events: drain the unit into it ([`EventLog::absorb`]) as the run goes.
 pub struct EventLog {

@@ -5,8 +5,9 @@
 //! MTC and TMA report) ticks once per `tsc_per_art` TSC ticks (CPUID.15H EBX/EAX).
 
 /// Clock parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct ClockConfig {
     /// Core:bus ratio at start (the CBR payload); must be non-zero.
     pub core_ratio: u8,

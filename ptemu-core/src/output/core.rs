@@ -64,6 +64,7 @@ impl Core {
             self.regs.output_base = OutputBase::from(table);
             self.regs.mask_ptrs = MaskPtrs::topa(index, 0);
         }
+        #[cfg(feature = "tracing")]
         tracing::debug!(violation = %v, "operational error");
         self.event(EventKind::Error, v.table, v.index, Some(v.rule));
         self.last_violation = Some(v);

@@ -13,8 +13,9 @@ pub use repack::{agreement, repack, Agreement, Repacker, SliceWriter};
 use crate::packet::{Ipc, Packet, PtwSize};
 
 /// How packets are laid out.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum Packing {
     /// Packets back to back, no PAD (the SDM's minimum; `generic-max`, `broadwell`, `goldmont`).
     #[default]

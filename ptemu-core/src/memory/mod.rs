@@ -3,12 +3,14 @@
 //! The library never owns the user's memory: [`crate::output::OutputUnit`] takes any
 //! [`PhysMemory`] per call. Two implementations ship: [`SparseMemory`] (page-granular, unwritten
 //! bytes read as zero; the default) and [`MmapMemory`] (a flat file mapped with `memmap2`, for large
-//! buffers shared with other processes).
+//! buffers shared with other processes; feature `mmap`, on by default).
 
+#[cfg(feature = "mmap")]
 mod mmap;
 mod sparse;
 mod tee;
 
+#[cfg(feature = "mmap")]
 pub use mmap::MmapMemory;
 pub use sparse::SparseMemory;
 pub use tee::Tee;

@@ -4,7 +4,8 @@ use super::config::Backpressure;
 
 /// Events lost to one overflow: `lost_from..resumed_at` (event indices, counting from 1 as
 /// [`super::TracerStats::events`] does). The OVF is sent while handling event `resumed_at`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct OverflowSpan {
     /// The first event whose packets were lost (including TNT bits still pending then).
     pub lost_from: u64,

@@ -203,7 +203,8 @@ impl Write for SliceWriter<'_> {
 }
 
 /// How well a packing predicts the PAD runs of a stream.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Agreement {
     /// Packets other than PAD.
     pub packets: u64,

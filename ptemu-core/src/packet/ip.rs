@@ -19,6 +19,7 @@ pub enum Ipc {
     Full = 6,
 }
 
+#[cfg(feature = "serde")]
 impl serde::Serialize for Ipc {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_u8(*self as u8)
@@ -102,7 +103,8 @@ const IPC_SHAPE: [IpcShape; 8] = [
 
 /// The IP field of an IP packet exactly as it sits in the packet: the compression and the payload
 /// bits (only the low `ipc.payload_len()` bytes are meaningful).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct IpPayload {
     /// IPBytes.
     pub ipc: Ipc,

@@ -6,8 +6,9 @@
 use crate::packet::PtwSize;
 
 /// The execution mode a MODE.Exec packet reports (CS.L, CS.D).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum ExecMode {
     /// 16-bit code: CS.L = 0, CS.D = 0.
     Bits16,

@@ -6,14 +6,12 @@
 mod core;
 mod cursor;
 mod event;
-mod event_log;
 mod range;
 pub mod topa;
 mod unit;
 mod violation;
 
-pub use event::{EventKind, OutputEvent};
-pub use event_log::{EventCounts, EventLog, KEPT_EVENTS};
+pub use event::{EventCounts, EventKind, OutputEvent};
 pub use range::{check_range, RangeConfig};
 pub use topa::{check_entry, current_entry, CurrentEntry, EntryError, TopaEntry, MAX_INDEX};
 pub use unit::{MsrError, OutputStats, OutputUnit, ResetKind};

@@ -6,8 +6,9 @@ use crate::regs::PacketStyle;
 
 /// The back-pressure model behind OVF (OVF1): the trace unit's internal buffer holds
 /// `buffer_bytes` and drains `drain_bytes` every `per_cycles` core cycles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Backpressure {
     /// Internal buffer size in bytes (at least 256 is used).
     pub buffer_bytes: u32,
@@ -28,8 +29,9 @@ impl Backpressure {
 }
 
 /// Tracer settings.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct TracerConfig {
     /// The clock model.
     pub clock: ClockConfig,
@@ -45,7 +47,7 @@ pub struct TracerConfig {
     /// Instructions (counting from 1) at which the internal buffer is made to overflow (the
     /// `ovf` fault, FLT2): it is full then and drains as `overflow` says (or as
     /// [`Backpressure::FORCED`] when `overflow` is unset).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Vec::is_empty"))]
     pub overflow_at: Vec<u64>,
     /// Packet bytes are handed to the output unit once this many are buffered (OUT1). Default 1024.
     pub flush_bytes: usize,
@@ -98,24 +100,6 @@ pub const MAX_CYCLES: u32 = 1 << 20;
 pub const MAX_BUFFER_BYTES: u32 = 1 << 24;
 
 impl TracerConfig {
-    /// Reads a tracer config file (TOML, at most [`crate::config_file::MAX_CONFIG_BYTES`]) and
-    /// checks it ([`TracerConfig::validate`]); the error names the file and the line or field.
-    pub fn load(path: &std::path::Path) -> Result<TracerConfig, String> {
-        let name = path.display();
-        let text = crate::config_file::read_config(path).map_err(|e| format!("{name}: {e}"))?;
-        let cfg: TracerConfig = toml::from_str(&text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            match line {
-                Some(l) => format!("{name}:{l}: {}", e.message()),
-                None => format!("{name}: {}", e.message()),
-            }
-        })?;
-        cfg.validate().map_err(|e| format!("{name}: {e}"))?;
-        Ok(cfg)
-    }
-
     /// Checks every setting against its range (spec/generation.md, "Tracer settings"): the clock
     /// ratios non-zero, `tsc_per_art` 2..=512 (TMA's 9-bit FastCounter holds the fraction of an
     /// ART tick), and every size and period bounded so no setting can exhaust memory or overflow.

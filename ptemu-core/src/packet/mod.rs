@@ -22,7 +22,8 @@ pub const PSB_BYTES: [u8; 16] = [
 
 /// A run of TNT bits: `count` conditional-branch outcomes in the low bits of `bits`, the oldest in
 /// bit `count - 1` and the youngest in bit 0 (1 = taken), as the packet holds them (SDM 36-37).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Tnt {
     /// The outcomes, oldest in the most significant of the `count` bits.
     pub bits: u64,
@@ -47,8 +48,9 @@ impl Tnt {
 }
 
 /// PTWRITE payload size (PayloadBytes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum PtwSize {
     /// 00: 4 bytes.
     Four,
@@ -58,33 +60,34 @@ pub enum PtwSize {
 
 /// Every Intel PT packet (pt-packets.md §1). Field values are those the packet carries; IP packets
 /// carry their compressed payload (see [`LastIp`] for the IP it stands for).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(tag = "packet")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(tag = "packet"))]
 #[non_exhaustive]
 pub enum Packet {
     /// PAD `00`.
-    #[serde(rename = "pad")]
+    #[cfg_attr(feature = "serde", serde(rename = "pad"))]
     Pad,
     /// Short TNT (1–6 bits).
-    #[serde(rename = "tnt.8")]
+    #[cfg_attr(feature = "serde", serde(rename = "tnt.8"))]
     Tnt8(Tnt),
     /// Long TNT `02 A3` (1–47 bits).
-    #[serde(rename = "tnt.64")]
+    #[cfg_attr(feature = "serde", serde(rename = "tnt.64"))]
     Tnt64(Tnt),
     /// TIP: target IP of an indirect branch, far transfer or uncompressed return.
-    #[serde(rename = "tip")]
+    #[cfg_attr(feature = "serde", serde(rename = "tip"))]
     Tip(IpPayload),
     /// TIP.PGE: packet generation enabled at this IP.
-    #[serde(rename = "tip.pge")]
+    #[cfg_attr(feature = "serde", serde(rename = "tip.pge"))]
     TipPge(IpPayload),
     /// TIP.PGD: packet generation disabled.
-    #[serde(rename = "tip.pgd")]
+    #[cfg_attr(feature = "serde", serde(rename = "tip.pgd"))]
     TipPgd(IpPayload),
     /// FUP: source IP of an asynchronous event.
-    #[serde(rename = "fup")]
+    #[cfg_attr(feature = "serde", serde(rename = "fup"))]
     Fup(IpPayload),
     /// PIP `02 43`: CR3 (bits 51:5) and the non-root bit.
-    #[serde(rename = "pip")]
+    #[cfg_attr(feature = "serde", serde(rename = "pip"))]
     Pip {
         /// CR3; bits 4:0 and 63:52 are not carried.
         cr3: u64,
@@ -92,18 +95,18 @@ pub enum Packet {
         nr: bool,
     },
     /// MODE.Exec `99 0x`.
-    #[serde(rename = "mode.exec")]
+    #[cfg_attr(feature = "serde", serde(rename = "mode.exec"))]
     ModeExec {
         /// CS.L.
         csl: bool,
         /// CS.D.
         csd: bool,
         /// RFLAGS.IF.
-        #[serde(rename = "if")]
+        #[cfg_attr(feature = "serde", serde(rename = "if"))]
         if_: bool,
     },
     /// MODE.TSX `99 2x`.
-    #[serde(rename = "mode.tsx")]
+    #[cfg_attr(feature = "serde", serde(rename = "mode.tsx"))]
     ModeTsx {
         /// In a transaction.
         intx: bool,
@@ -111,28 +114,28 @@ pub enum Packet {
         abrt: bool,
     },
     /// TraceStop `02 83`.
-    #[serde(rename = "stop")]
+    #[cfg_attr(feature = "serde", serde(rename = "stop"))]
     TraceStop,
     /// CBR `02 03`: core:bus ratio.
-    #[serde(rename = "cbr")]
+    #[cfg_attr(feature = "serde", serde(rename = "cbr"))]
     Cbr {
         /// The ratio.
         ratio: u8,
     },
     /// TSC `19`: TSC[55:0].
-    #[serde(rename = "tsc")]
+    #[cfg_attr(feature = "serde", serde(rename = "tsc"))]
     Tsc {
         /// TSC bits 55:0.
         tsc: u64,
     },
     /// MTC `59`: CTC byte.
-    #[serde(rename = "mtc")]
+    #[cfg_attr(feature = "serde", serde(rename = "mtc"))]
     Mtc {
         /// (ART >> MTCFreq) & 0xFF.
         ctc: u8,
     },
     /// TMA `02 73`: CTC[15:0] and FastCounter[8:0].
-    #[serde(rename = "tma")]
+    #[cfg_attr(feature = "serde", serde(rename = "tma"))]
     Tma {
         /// CTC bits 15:0.
         ctc: u16,
@@ -140,34 +143,34 @@ pub enum Packet {
         fc: u16,
     },
     /// CYC: core cycles since the last CYC (variable length).
-    #[serde(rename = "cyc")]
+    #[cfg_attr(feature = "serde", serde(rename = "cyc"))]
     Cyc {
         /// Cycle count.
         value: u64,
     },
     /// VMCS `02 C8`: VMCS base (bits 51:12).
-    #[serde(rename = "vmcs")]
+    #[cfg_attr(feature = "serde", serde(rename = "vmcs"))]
     Vmcs {
         /// Base address, 4 KiB aligned.
         base: u64,
     },
     /// OVF `02 F3`.
-    #[serde(rename = "ovf")]
+    #[cfg_attr(feature = "serde", serde(rename = "ovf"))]
     Ovf,
     /// PSB `02 82` ×8.
-    #[serde(rename = "psb")]
+    #[cfg_attr(feature = "serde", serde(rename = "psb"))]
     Psb,
     /// PSBEND `02 23`.
-    #[serde(rename = "psbend")]
+    #[cfg_attr(feature = "serde", serde(rename = "psbend"))]
     PsbEnd,
     /// MNT `02 C3 88`: maintenance payload.
-    #[serde(rename = "mnt")]
+    #[cfg_attr(feature = "serde", serde(rename = "mnt"))]
     Mnt {
         /// 64-bit payload.
         payload: u64,
     },
     /// PTW `02 x2`: PTWRITE payload.
-    #[serde(rename = "ptw")]
+    #[cfg_attr(feature = "serde", serde(rename = "ptw"))]
     Ptw {
         /// Payload size.
         size: PtwSize,
@@ -177,13 +180,13 @@ pub enum Packet {
         ip: bool,
     },
     /// EXSTOP `02 62` / `02 E2`.
-    #[serde(rename = "exstop")]
+    #[cfg_attr(feature = "serde", serde(rename = "exstop"))]
     Exstop {
         /// A FUP follows.
         ip: bool,
     },
     /// MWAIT `02 C2`.
-    #[serde(rename = "mwait")]
+    #[cfg_attr(feature = "serde", serde(rename = "mwait"))]
     Mwait {
         /// EAX hints.
         hints: u32,
@@ -191,7 +194,7 @@ pub enum Packet {
         ext: u32,
     },
     /// PWRE `02 22`: power entry.
-    #[serde(rename = "pwre")]
+    #[cfg_attr(feature = "serde", serde(rename = "pwre"))]
     Pwre {
         /// Resolved thread C-state field (MWAIT-hint convention: C-state − 1, mod 16).
         state: u8,
@@ -201,7 +204,7 @@ pub enum Packet {
         hw: bool,
     },
     /// PWRX `02 A2`: power exit.
-    #[serde(rename = "pwrx")]
+    #[cfg_attr(feature = "serde", serde(rename = "pwrx"))]
     Pwrx {
         /// Last core C-state field.
         last: u8,
@@ -212,7 +215,7 @@ pub enum Packet {
         wake: u8,
     },
     /// BBP `02 63`: block begin (PEBS via PT).
-    #[serde(rename = "bbp")]
+    #[cfg_attr(feature = "serde", serde(rename = "bbp"))]
     Bbp {
         /// Sz: 1 = 4-byte BIPs, 0 = 8-byte (perf's reading).
         sz4: bool,
@@ -220,7 +223,7 @@ pub enum Packet {
         ty: u8,
     },
     /// BIP: block item, only inside a BBP…BEP block.
-    #[serde(rename = "bip")]
+    #[cfg_attr(feature = "serde", serde(rename = "bip"))]
     Bip {
         /// Item ID, 5 bits.
         id: u8,
@@ -230,13 +233,13 @@ pub enum Packet {
         sz4: bool,
     },
     /// BEP `02 33` / `02 B3`: block end.
-    #[serde(rename = "bep")]
+    #[cfg_attr(feature = "serde", serde(rename = "bep"))]
     Bep {
         /// A FUP follows.
         ip: bool,
     },
     /// CFE `02 13`: control-flow event.
-    #[serde(rename = "cfe")]
+    #[cfg_attr(feature = "serde", serde(rename = "cfe"))]
     Cfe {
         /// Event type, 5 bits.
         ty: u8,
@@ -246,7 +249,7 @@ pub enum Packet {
         ip: bool,
     },
     /// EVD `02 53`: event data.
-    #[serde(rename = "evd")]
+    #[cfg_attr(feature = "serde", serde(rename = "evd"))]
     Evd {
         /// Data type, 6 bits.
         ty: u8,
@@ -254,7 +257,7 @@ pub enum Packet {
         payload: u64,
     },
     /// TRIG `D9`: trigger.
-    #[serde(rename = "trig")]
+    #[cfg_attr(feature = "serde", serde(rename = "trig"))]
     Trig {
         /// Trigger bit vector.
         trbv: u8,

@@ -31,6 +31,11 @@ impl Violation {
         }
     }
 
+    /// The same violation with another message (e.g. one naming where a layout file lists it).
+    pub fn with_message(self, message: String) -> Self {
+        Violation { message, ..self }
+    }
+
     /// A violation by the output MSRs themselves.
     pub fn in_msrs(rule: Rule, message: String) -> Self {
         Violation {

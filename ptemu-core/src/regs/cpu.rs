@@ -110,8 +110,9 @@ pub struct CpuProfile {
 }
 
 /// The packet choices of a CPU family where the SDM allows several (spec/hardware.md).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 pub enum PacketStyle {
     /// The SDM's rules with ptemu's own choices: shortest IP forms, PSB+ in the order of
     /// spec/generation.md PSB1, PSB+ without FUP at enable, OVF then FUP.

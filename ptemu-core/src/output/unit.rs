@@ -31,7 +31,8 @@ pub enum MsrError {
 }
 
 /// Byte counts of the stream handed to [`OutputUnit::write`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct OutputStats {
     /// Bytes handed in.
     pub bytes_in: u64,
