@@ -432,7 +432,7 @@ fn trace_with(text: &[u8], ctl: RtitCtl, cfg: TracerConfig) -> (Vec<u8>, Vec<Eve
 fn image_of(ops: &[MacroOp]) -> CodeImage {
     let mut b = ImageBuilder::new();
     for op in ops {
-        b.add(op);
+        b.add_shape(op.line, op.pc, op.shape());
     }
     b.build().unwrap_or_else(|e| panic!("{e}"))
 }
@@ -625,7 +625,7 @@ fn the_replay_check_catches_a_flipped_tnt_bit_a_missing_instruction_and_a_wrong_
         if o.pc == op.pc {
             o.target = op.fallthrough;
         }
-        b.add(&o);
+        b.add_shape(o.line, o.pc, o.shape());
     }
     let wrong = b.build().unwrap();
     assert!(check(&pcs, &wrong, &bytes, &events, ctl).is_err());

@@ -3,7 +3,8 @@
 //! instructions of exactly the traced lengths, so that an instruction-flow decoder (libipt,
 //! `ptxed`) can follow ptemu's PT output and give back the traced PC sequence.
 //!
-//! - [`ImageBuilder`] collects [`MacroOp`]s, checks that each PC keeps one [`Shape`] and that no
+//! - [`ImageBuilder`] collects executed instructions as [`Shape`]s at their PCs (a Penn trace's
+//!   come from `sources::penn::MacroOp::shape`), checks that each PC keeps one [`Shape`] and that no
 //!   two instructions overlap, then encodes them ([`encode`]) into a [`CodeImage`];
 //! - [`CodeImage::ptxed_command`] gives the command line that replays a trace over the image.
 
@@ -15,7 +16,6 @@ pub use encode::{Shape, ShapeError};
 pub use error::{ImageError, ImageErrors};
 pub use ptxed::{quote, PtxedTiming};
 
-use crate::sources::penn::{BranchKind, MacroOp};
 use rustc_hash::FxHashMap;
 
 /// The byte between executed instructions: `INT3` (`CC`), so a decoder that strays off the
@@ -81,22 +81,6 @@ impl Default for ImageBuilder {
     }
 }
 
-/// The shape a Penn macro-op needs at its PC.
-pub fn penn_shape(op: &MacroOp) -> Shape {
-    let len = op.len;
-    let target = op.target;
-    match op.kind {
-        BranchKind::None if op.is_ptwrite_site() => Shape::Ptwrite { len },
-        BranchKind::None => Shape::Nop { len },
-        BranchKind::Conditional => Shape::Cond { len, target },
-        BranchKind::Jump => Shape::Jump { len, target },
-        BranchKind::Call => Shape::Call { len, target },
-        BranchKind::IndirectJump => Shape::IndirectJump { len },
-        BranchKind::IndirectCall => Shape::IndirectCall { len },
-        BranchKind::Return => Shape::Return { len },
-    }
-}
-
 /// `a` and `b` at one PC as one shape: equal, or a NOP and a PTWRITE of the same length (a
 /// PTWRITE, since the mapping traces only some executions of it as PTWRITE).
 fn merge(a: Shape, b: Shape) -> Option<Shape> {
@@ -137,11 +121,6 @@ impl ImageBuilder {
     /// from now on changes that, and [`ImageBuilder::build`] returns the error.
     pub fn is_refused(&self) -> bool {
         self.refused
-    }
-
-    /// Adds one executed Penn macro-op.
-    pub fn add(&mut self, op: &MacroOp) {
-        self.add_shape(op.line, op.pc, penn_shape(op));
     }
 
     /// Adds an instruction of `shape` at `pc`, seen at trace line `line`. A different shape at

@@ -191,7 +191,7 @@ impl Feed {
                 None => Ok(false),
                 Some(op) => {
                     if let Some(b) = image {
-                        b.add(&op);
+                        b.add_shape(op.line, op.pc, op.shape());
                         if b.is_refused() {
                             let refused = std::mem::take(b);
                             return Err(SimError::Image {

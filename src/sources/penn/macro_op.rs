@@ -1,6 +1,7 @@
 //! Grouping micro-ops into x86 macro-ops and telling branch kinds apart (`trace-formats.md` §3.2).
 
 use super::{BranchOutcome, FlagsUse, MemAccess, Mnemonic, Uop, UopReader};
+use crate::image::Shape;
 use crate::sources::error::Result;
 use crate::sources::{ErrorKind, Position, SourceError};
 
@@ -67,6 +68,21 @@ impl MacroOp {
     /// (`F3 REX.W 0F AE /4`, at least 5 bytes). See `spec/mapping.md`.
     pub fn is_ptwrite_site(&self) -> bool {
         self.kind == BranchKind::None && self.mem_addr.is_some() && self.len >= 5
+    }
+
+    /// The shape of x86 instruction the code image needs at its PC (`spec/image.md`).
+    pub fn shape(&self) -> Shape {
+        let (len, target) = (self.len, self.target);
+        match self.kind {
+            BranchKind::None if self.is_ptwrite_site() => Shape::Ptwrite { len },
+            BranchKind::None => Shape::Nop { len },
+            BranchKind::Conditional => Shape::Cond { len, target },
+            BranchKind::Jump => Shape::Jump { len, target },
+            BranchKind::Call => Shape::Call { len, target },
+            BranchKind::IndirectJump => Shape::IndirectJump { len },
+            BranchKind::IndirectCall => Shape::IndirectCall { len },
+            BranchKind::Return => Shape::Return { len },
+        }
     }
 }
 
