@@ -119,7 +119,7 @@ fn byu_record_fields_and_byte_enables() {
         .map(|t| t.value())
         .collect();
     assert_eq!(valid, [1, 3, 5, 7, 8, 9, 12, 13, 14, 15]);
-    assert_eq!(byu::gen::byte_enables(3, 2), 0xe7);
+    assert_eq!(byu::byte_enables(3, 2), 0xe7);
     let p = byu_p2::Record::from_bytes(&[0x78, 0x56, 0x34, 0x12, 0x42, 8, 3, 1, 0x10, 0, 0, 0]);
     assert_eq!((p.addr, p.reqtype, p.time), (0x1234_5678, ReqType(0x42), 16));
     assert_eq!(p.to_bytes()[4], 0x42, "unknown reqtypes are kept");

@@ -193,14 +193,14 @@ mod tests {
         let src = ByuEvents::new(trace(Format::Byu, records), ReadOptions::default());
         assert_eq!(all_events(&mut src.unwrap()), expected);
 
-        let mut reader = byu_p2::read::Reader::new(trace(Format::ByuP2, records));
-        let (mut flow, mut expected) = (Flow::new(byu_p2::events::LINE), Vec::new());
+        let mut reader = byu_p2::Reader::new(trace(Format::ByuP2, records));
+        let (mut flow, mut expected) = (Flow::new(byu_p2::LINE), Vec::new());
         while let Some(r) = reader.next_record().unwrap() {
-            let op = byu_p2::events::bus_op(&r).unwrap();
-            flow.op(op, byu_p2::events::core_cycles(r.time), &mut expected);
+            let op = byu_p2::bus_op(&r).unwrap();
+            flow.op(op, byu_p2::core_cycles(r.time), &mut expected);
         }
         flow.finish(&mut expected);
-        let src = byu_p2::events::ByuP2Events::new(trace(Format::ByuP2, records), ReadOptions::default());
+        let src = byu_p2::ByuP2Events::new(trace(Format::ByuP2, records), ReadOptions::default());
         assert_eq!(all_events(&mut src.unwrap()), expected);
     }
 }

@@ -3,16 +3,18 @@
 //! to events are shared with [`super::byu_p2`].
 
 mod block;
-pub mod bus;
-pub mod events;
-pub(crate) mod flow;
-pub mod gen;
-pub mod read;
-pub mod record;
+mod bus;
+mod events;
+mod flow;
+mod gen;
+mod read;
+mod record;
 
 pub use bus::{BusOp, DataKind, Machine};
-pub use events::ByuEvents;
+pub use events::{bus_op, ByuEvents, APPROXIMATIONS, QUANTUM};
+pub(crate) use events::{flow_counts, START};
+pub(crate) use flow::Flow;
 pub use flow::{ptw_payload, HLT_STATE, INTA_VECTOR};
-pub use gen::generate;
+pub use gen::{byte_enables, generate, record_of};
 pub use read::{Reader, Writer};
 pub use record::{CycleType, Record, SpecialCycle, RECORD_LEN};

@@ -2,9 +2,7 @@
 
 use super::read::Reader;
 use super::record::{Record, ReqType, TIME_SENTINEL};
-use crate::sources::byu::events::{flow_counts, APPROXIMATIONS, START};
-use crate::sources::byu::flow::Flow;
-use crate::sources::byu::{BusOp, DataKind, SpecialCycle};
+use crate::sources::byu::{flow_counts, BusOp, DataKind, Flow, SpecialCycle, APPROXIMATIONS, START};
 use crate::sources::error::{ErrorKind, Result};
 use crate::sources::fixed::BATCH;
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};

@@ -2,12 +2,12 @@
 //! time deltas (`byutr.h`). The mapping to events is the BYU one ([`super::byu`]) with 32-byte
 //! fetch lines and time.
 
-pub mod events;
-pub mod gen;
-pub mod read;
-pub mod record;
+mod events;
+mod gen;
+mod read;
+mod record;
 
-pub use events::{core_cycles, ByuP2Events, CORE_PER_BUS_CLOCK};
+pub use events::{bus_op, core_cycles, ByuP2Events, CORE_PER_BUS_CLOCK, LINE};
 pub use gen::generate;
 pub use read::{Reader, Writer};
 pub use record::{Record, ReqType, RECORD_LEN, TIME_SENTINEL};

@@ -2,12 +2,12 @@
 //! instruction-fetch trace (Packet), protobuf messages behind the magic `gem5`, usually gzip'd.
 //! `spec/mapping.md` (section gem5) documents the format and the mapping to tracer events.
 
-pub mod events;
+mod events;
 mod fast;
-pub mod gen;
-pub mod messages;
-pub mod read;
-pub mod write;
+mod gen;
+mod messages;
+mod read;
+mod write;
 
 pub use events::Gem5Events;
 pub use gen::generate;

@@ -1,10 +1,10 @@
 //! Scott Kaplan's page-image traces (1999): LRU behaviour sequences, one record per miss of an
 //! M-page LRU memory, each with the fetched page's image and the evicted page's.
 
-pub mod events;
-pub mod gen;
-pub mod read;
-pub mod record;
+mod events;
+mod gen;
+mod read;
+mod record;
 
 pub use events::{evict_payload, KaplanEvents, FAULT_IP, HANDLER_IP, PF_VECTOR};
 pub use gen::{generate, generate_with, references, GEN_MEMORY_PAGES};
