@@ -185,16 +185,9 @@ pub fn scan_fields(mut buf: &[u8]) -> Option<FieldScan> {
 
 /// Reads a base-128 varint (at most 10 bytes) from the front of `buf`.
 fn take_varint(buf: &mut &[u8]) -> Option<u64> {
-    let mut value = 0u64;
-    for i in 0..10 {
-        let (&b, rest) = buf.split_first()?;
-        *buf = rest;
-        value |= u64::from(b & 0x7f) << (7 * i);
-        if b < 0x80 {
-            return Some(value);
-        }
-    }
-    None
+    let (value, next) = super::varint::read(buf, 0, 10)?;
+    *buf = &buf[next..];
+    Some(value)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ mod fast;
 mod gen;
 mod messages;
 mod read;
+mod varint;
 mod write;
 
 pub use events::Gem5Events;

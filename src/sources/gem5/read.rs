@@ -5,6 +5,7 @@ use super::fast;
 use super::messages::{
     required_tags, scan_fields, InstDepRecord, InstDepRecordHeader, Packet, PacketHeader, RecordType,
 };
+use super::varint::{self, Varint};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::Input;
 use prost::Message;
@@ -223,12 +224,11 @@ impl Reader {
             return Ok(None);
         }
         let start = self.offset;
-        let mut len = 0u64;
-        let mut i = 0;
+        let mut prefix = Varint::default();
         loop {
             let byte = match self.byte() {
                 Ok(Some(b)) => b,
-                Ok(None) if i == 0 => {
+                Ok(None) if prefix.len == 0 => {
                     self.done = true;
                     return Ok(None);
                 }
@@ -241,12 +241,10 @@ impl Reader {
                 }
                 Err(e) => return Err(SourceError::io(self.name(), Some(Position::Byte(self.offset)), e)),
             };
-            len |= u64::from(byte & 0x7f) << (7 * i);
-            i += 1;
-            if byte < 0x80 {
+            if prefix.push(byte) {
                 break;
             }
-            if i == 5 {
+            if prefix.len == 5 {
                 return Err(self.error(
                     start,
                     ErrorKind::LostFraming,
@@ -254,6 +252,7 @@ impl Reader {
                 ));
             }
         }
+        let len = prefix.value;
         if len > MAX_MESSAGE {
             return Err(self.error(
                 start,
@@ -322,7 +321,7 @@ impl Reader {
 #[inline]
 fn in_place(avail: &[u8]) -> Option<(usize, usize)> {
     // A varint32 prefix: at most 5 bytes.
-    let (len, prefix) = fast::varint(avail, avail.len().min(5), 0)?;
+    let (len, prefix) = varint::varint(avail, avail.len().min(5), 0)?;
     (len <= MAX_MESSAGE && (avail.len() - prefix) as u64 >= len).then_some((prefix, len as usize))
 }
 
