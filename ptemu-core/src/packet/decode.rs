@@ -2,6 +2,7 @@
 //! next PSB (pt-packets.md §1, §3).
 
 use super::ip::{IpPayload, Ipc, LastIp};
+use super::opcode::*;
 use super::{Packet, PtwSize, Tnt, PSB_BYTES};
 use std::fmt;
 
@@ -86,15 +87,15 @@ enum Class {
 
 const fn class_of(b: u8) -> Class {
     match b {
-        0x00 => Class::Pad,
-        0x02 => Class::Ext,
-        0x19 => Class::Tsc,
-        0x59 => Class::Mtc,
-        0x99 => Class::Mode,
-        0xd9 => Class::Trig,
-        _ if b & 0x03 == 0x03 => Class::Cyc,
+        PAD => Class::Pad,
+        EXT => Class::Ext,
+        TSC => Class::Tsc,
+        MTC => Class::Mtc,
+        MODE => Class::Mode,
+        TRIG => Class::Trig,
+        _ if b & CYC_TAG == CYC_TAG => Class::Cyc,
         _ if b & 0x01 == 0 => Class::Tnt,
-        _ if matches!(b & 0x1f, 0x0d | 0x11 | 0x01 | 0x1d) => Class::Ip,
+        _ if matches!(b & IP_OPCODE_MASK, TIP | TIP_PGE | TIP_PGD | FUP) => Class::Ip,
         _ => Class::Bad,
     }
 }
@@ -119,7 +120,7 @@ impl Packet {
         match CLASS[usize::from(b0)] {
             Class::Tnt => {
                 if let Some(sz4) = block {
-                    if b0 & 0x07 == 0x04 {
+                    if b0 & BIP_TAG_MASK == BIP_TAG {
                         let n = if sz4 { 4 } else { 8 };
                         need(buf, 1 + n)?;
                         return Ok((
@@ -152,8 +153,8 @@ impl Packet {
             Class::Mode => {
                 need(buf, 2)?;
                 let b1 = buf[1];
-                match b1 >> 5 {
-                    0 => {
+                match b1 & 0xe0 {
+                    MODE_EXEC_LEAF => {
                         rsvd(b1 & 0x18 == 0, "MODE.Exec reserved bits")?;
                         Ok((
                             Packet::ModeExec {
@@ -164,7 +165,7 @@ impl Packet {
                             2,
                         ))
                     }
-                    1 => {
+                    MODE_TSX_LEAF => {
                         rsvd(b1 & 0x1c == 0, "MODE.TSX reserved bits")?;
                         Ok((
                             Packet::ModeTsx {
@@ -218,28 +219,33 @@ fn decode_ip(b0: u8, buf: &[u8]) -> Result<(Packet, IpPayload, usize), DecodeErr
         }
     };
     let ip = IpPayload { ipc, raw };
-    let p = match b0 & 0x1f {
-        0x0d => Packet::Tip(ip),
-        0x11 => Packet::TipPge(ip),
-        0x01 => Packet::TipPgd(ip),
+    let p = match b0 & IP_OPCODE_MASK {
+        TIP => Packet::Tip(ip),
+        TIP_PGE => Packet::TipPge(ip),
+        TIP_PGD => Packet::TipPgd(ip),
         _ => Packet::Fup(ip),
     };
     Ok((p, ip, 1 + n))
 }
 
+/// EXSTOP with its IP bit.
+const EXSTOP_IP: u8 = EXT_EXSTOP | EXT_IP_BIT;
+/// BEP with its IP bit.
+const BEP_IP: u8 = EXT_BEP | EXT_IP_BIT;
+
 fn decode_ext(buf: &[u8]) -> R {
     need(buf, 2)?;
     let b1 = buf[1];
     match b1 {
-        0x82 => {
+        EXT_PSB => {
             need(buf, 16)?;
             rsvd(buf[..16] == PSB_BYTES, "PSB pattern")?;
             Ok((Packet::Psb, 16))
         }
-        0x23 => Ok((Packet::PsbEnd, 2)),
-        0xf3 => Ok((Packet::Ovf, 2)),
-        0x83 => Ok((Packet::TraceStop, 2)),
-        0xa3 => {
+        EXT_PSBEND => Ok((Packet::PsbEnd, 2)),
+        EXT_OVF => Ok((Packet::Ovf, 2)),
+        EXT_STOP => Ok((Packet::TraceStop, 2)),
+        EXT_TNT64 => {
             need(buf, 8)?;
             let v = le(buf, 2, 6);
             rsvd(v > 1, "TNT-64 without TNT bits")?;
@@ -252,7 +258,7 @@ fn decode_ext(buf: &[u8]) -> R {
                 8,
             ))
         }
-        0x43 => {
+        EXT_PIP => {
             need(buf, 8)?;
             let p = le(buf, 2, 6);
             Ok((
@@ -263,12 +269,12 @@ fn decode_ext(buf: &[u8]) -> R {
                 8,
             ))
         }
-        0x03 => {
+        EXT_CBR => {
             need(buf, 4)?;
             rsvd(buf[3] == 0, "CBR reserved byte")?;
             Ok((Packet::Cbr { ratio: buf[2] }, 4))
         }
-        0x73 => {
+        EXT_TMA => {
             need(buf, 7)?;
             rsvd(buf[4] == 0 && buf[6] & 0xfe == 0, "TMA reserved bits")?;
             Ok((
@@ -279,7 +285,7 @@ fn decode_ext(buf: &[u8]) -> R {
                 7,
             ))
         }
-        0xc8 => {
+        EXT_VMCS => {
             need(buf, 7)?;
             Ok((
                 Packet::Vmcs {
@@ -288,9 +294,9 @@ fn decode_ext(buf: &[u8]) -> R {
                 7,
             ))
         }
-        0xc3 => {
+        EXT_MNT => {
             need(buf, 3)?;
-            if buf[2] != 0x88 {
+            if buf[2] != MNT_LEAF {
                 return Err(DecodeErrorKind::BadOpcode);
             }
             need(buf, 11)?;
@@ -301,8 +307,13 @@ fn decode_ext(buf: &[u8]) -> R {
                 11,
             ))
         }
-        0x62 | 0xe2 => Ok((Packet::Exstop { ip: b1 & 0x80 != 0 }, 2)),
-        0xc2 => {
+        EXT_EXSTOP | EXSTOP_IP => Ok((
+            Packet::Exstop {
+                ip: b1 & EXT_IP_BIT != 0,
+            },
+            2,
+        )),
+        EXT_MWAIT => {
             need(buf, 10)?;
             Ok((
                 Packet::Mwait {
@@ -312,31 +323,31 @@ fn decode_ext(buf: &[u8]) -> R {
                 10,
             ))
         }
-        0x22 => {
+        EXT_PWRE => {
             need(buf, 4)?;
             rsvd(buf[2] & 0x7f == 0, "PWRE reserved bits")?;
             Ok((
                 Packet::Pwre {
                     state: buf[3] >> 4,
-                    sub_state: buf[3] & 0xf,
+                    sub_state: buf[3] & C_STATE_MASK,
                     hw: buf[2] & 0x80 != 0,
                 },
                 4,
             ))
         }
-        0xa2 => {
+        EXT_PWRX => {
             need(buf, 7)?;
             rsvd(buf[3] & 0xf2 == 0 && buf[4..7] == [0, 0, 0], "PWRX reserved bits")?;
             Ok((
                 Packet::Pwrx {
                     last: buf[2] >> 4,
-                    deepest: buf[2] & 0xf,
+                    deepest: buf[2] & C_STATE_MASK,
                     wake: buf[3],
                 },
                 7,
             ))
         }
-        0x63 => {
+        EXT_BBP => {
             need(buf, 3)?;
             rsvd(buf[2] & 0x60 == 0, "BBP reserved bits")?;
             Ok((
@@ -347,8 +358,13 @@ fn decode_ext(buf: &[u8]) -> R {
                 3,
             ))
         }
-        0x33 | 0xb3 => Ok((Packet::Bep { ip: b1 & 0x80 != 0 }, 2)),
-        0x13 => {
+        EXT_BEP | BEP_IP => Ok((
+            Packet::Bep {
+                ip: b1 & EXT_IP_BIT != 0,
+            },
+            2,
+        )),
+        EXT_CFE => {
             need(buf, 4)?;
             rsvd(buf[2] & 0x60 == 0, "CFE reserved bits")?;
             Ok((
@@ -360,7 +376,7 @@ fn decode_ext(buf: &[u8]) -> R {
                 4,
             ))
         }
-        0x53 => {
+        EXT_EVD => {
             need(buf, 11)?;
             rsvd(buf[2] & 0xc0 == 0, "EVD reserved bits")?;
             Ok((
@@ -371,7 +387,7 @@ fn decode_ext(buf: &[u8]) -> R {
                 11,
             ))
         }
-        _ if b1 & 0x1f == 0x12 => {
+        _ if b1 & EXT_PTW_MASK == EXT_PTW => {
             let (size, n) = match (b1 >> 5) & 3 {
                 0 => (PtwSize::Four, 4),
                 1 => (PtwSize::Eight, 8),
@@ -382,7 +398,7 @@ fn decode_ext(buf: &[u8]) -> R {
                 Packet::Ptw {
                     size,
                     payload: le(buf, 2, n),
-                    ip: b1 & 0x80 != 0,
+                    ip: b1 & EXT_IP_BIT != 0,
                 },
                 2 + n,
             ))
@@ -395,7 +411,7 @@ fn decode_ext(buf: &[u8]) -> R {
 fn decode_cyc(buf: &[u8]) -> R {
     let b0 = buf[0];
     let mut value = u64::from(b0 >> 3);
-    if b0 & 0x04 == 0 {
+    if b0 & CYC_MORE == 0 {
         return Ok((Packet::Cyc { value }, 1));
     }
     let mut shift = 5;
@@ -422,7 +438,7 @@ pub fn find_psb(buf: &[u8], from: usize) -> Option<usize> {
     let hay = buf.get(from..)?;
     let mut i = 0;
     while i + 16 <= hay.len() {
-        match hay[i..].iter().position(|&b| b == 0x02) {
+        match hay[i..].iter().position(|&b| b == EXT) {
             Some(p) if i + p + 16 <= hay.len() => {
                 if hay[i + p..i + p + 16] == PSB_BYTES {
                     return Some(from + i + p);

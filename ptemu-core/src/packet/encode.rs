@@ -1,6 +1,7 @@
 //! The encoder: a packet into a caller's buffer, no allocation (pt-packets.md §1, §3).
 
 use super::ip::{IpPayload, LastIp};
+use super::opcode::*;
 use super::{Packet, PtwSize, Tnt, MAX_PACKET_LEN, PSB_BYTES};
 
 /// A packet that cannot be encoded as given.
@@ -97,74 +98,74 @@ impl Packet {
             Packet::Tnt64(t) => {
                 check((1..=47).contains(&t.count), self, "count", t.count.into())?;
                 check(t.bits >> t.count == 0, self, "bits", t.bits)?;
-                buf[0] = 0x02;
-                buf[1] = 0xa3;
+                buf[0] = EXT;
+                buf[1] = EXT_TNT64;
                 put_le(buf, 2, t.bits | 1 << t.count, 6);
                 8
             }
-            Packet::Tip(ip) => ip_packet(buf, 0x0d, ip, self, last_ip)?,
-            Packet::TipPge(ip) => ip_packet(buf, 0x11, ip, self, last_ip)?,
-            Packet::TipPgd(ip) => ip_packet(buf, 0x01, ip, self, last_ip)?,
-            Packet::Fup(ip) => ip_packet(buf, 0x1d, ip, self, last_ip)?,
+            Packet::Tip(ip) => ip_packet(buf, TIP, ip, self, last_ip)?,
+            Packet::TipPge(ip) => ip_packet(buf, TIP_PGE, ip, self, last_ip)?,
+            Packet::TipPgd(ip) => ip_packet(buf, TIP_PGD, ip, self, last_ip)?,
+            Packet::Fup(ip) => ip_packet(buf, FUP, ip, self, last_ip)?,
             Packet::Pip { cr3, nr } => {
-                check(cr3 & 0x1f == 0 && cr3 >> 52 == 0, self, "cr3", cr3)?;
-                buf[0] = 0x02;
-                buf[1] = 0x43;
+                check(cr3 & !PIP_CR3_MASK == 0, self, "cr3", cr3)?;
+                buf[0] = EXT;
+                buf[1] = EXT_PIP;
                 put_le(buf, 2, (cr3 >> 5) << 1 | nr as u64, 6);
                 8
             }
             Packet::ModeExec { csl, csd, if_ } => {
-                buf[0] = 0x99;
-                buf[1] = (if_ as u8) << 2 | (csd as u8) << 1 | csl as u8;
+                buf[0] = MODE;
+                buf[1] = MODE_EXEC_LEAF | (if_ as u8) << 2 | (csd as u8) << 1 | csl as u8;
                 2
             }
             Packet::ModeTsx { intx, abrt } => {
-                buf[0] = 0x99;
-                buf[1] = 0x20 | (abrt as u8) << 1 | intx as u8;
+                buf[0] = MODE;
+                buf[1] = MODE_TSX_LEAF | (abrt as u8) << 1 | intx as u8;
                 2
             }
-            Packet::TraceStop => ext(buf, 0x83),
+            Packet::TraceStop => ext(buf, EXT_STOP),
             Packet::Cbr { ratio } => {
-                buf[..4].copy_from_slice(&[0x02, 0x03, ratio, 0]);
+                buf[..4].copy_from_slice(&[EXT, EXT_CBR, ratio, 0]);
                 4
             }
             Packet::Tsc { tsc } => {
-                check(tsc >> 56 == 0, self, "tsc", tsc)?;
-                buf[0] = 0x19;
+                check(tsc & !TSC_MASK == 0, self, "tsc", tsc)?;
+                buf[0] = TSC;
                 put_le(buf, 1, tsc, 7);
                 8
             }
             Packet::Mtc { ctc } => {
-                buf[0] = 0x59;
+                buf[0] = MTC;
                 buf[1] = ctc;
                 2
             }
             Packet::Tma { ctc, fc } => {
-                check(fc <= 0x1ff, self, "fc", fc.into())?;
+                check(fc & !TMA_FC_MASK == 0, self, "fc", fc.into())?;
                 let [c0, c1] = ctc.to_le_bytes();
-                buf[..7].copy_from_slice(&[0x02, 0x73, c0, c1, 0, fc as u8, (fc >> 8) as u8]);
+                buf[..7].copy_from_slice(&[EXT, EXT_TMA, c0, c1, 0, fc as u8, (fc >> 8) as u8]);
                 7
             }
             Packet::Cyc { value } => encode_cyc(buf, value),
             Packet::Vmcs { base } => {
-                check(base & 0xfff == 0 && base >> 52 == 0, self, "base", base)?;
-                buf[0] = 0x02;
-                buf[1] = 0xc8;
+                check(base & !VMCS_BASE_MASK == 0, self, "base", base)?;
+                buf[0] = EXT;
+                buf[1] = EXT_VMCS;
                 put_le(buf, 2, base >> 12, 5);
                 7
             }
             Packet::Ovf => {
                 last_ip.reset();
-                ext(buf, 0xf3)
+                ext(buf, EXT_OVF)
             }
             Packet::Psb => {
                 last_ip.reset();
                 *buf = PSB_BYTES;
                 16
             }
-            Packet::PsbEnd => ext(buf, 0x23),
+            Packet::PsbEnd => ext(buf, EXT_PSBEND),
             Packet::Mnt { payload } => {
-                buf[..3].copy_from_slice(&[0x02, 0xc3, 0x88]);
+                buf[..3].copy_from_slice(&[EXT, EXT_MNT, MNT_LEAF]);
                 put_le(buf, 3, payload, 8);
                 11
             }
@@ -174,58 +175,63 @@ impl Packet {
                     PtwSize::Eight => (1, 8),
                 };
                 check(n == 8 || payload >> 32 == 0, self, "payload", payload)?;
-                buf[0] = 0x02;
-                buf[1] = (ip as u8) << 7 | code << 5 | 0x12;
+                buf[0] = EXT;
+                buf[1] = (ip as u8) << 7 | code << 5 | EXT_PTW;
                 put_le(buf, 2, payload, n);
                 2 + n
             }
-            Packet::Exstop { ip } => ext(buf, 0x62 | (ip as u8) << 7),
+            Packet::Exstop { ip } => ext(buf, EXT_EXSTOP | (ip as u8) << 7),
             Packet::Mwait { hints, ext: e } => {
-                buf[0] = 0x02;
-                buf[1] = 0xc2;
+                buf[0] = EXT;
+                buf[1] = EXT_MWAIT;
                 put_le(buf, 2, u64::from(hints) | u64::from(e) << 32, 8);
                 10
             }
             Packet::Pwre { state, sub_state, hw } => {
-                check(state <= 15, self, "state", state.into())?;
-                check(sub_state <= 15, self, "sub_state", sub_state.into())?;
-                buf[..4].copy_from_slice(&[0x02, 0x22, (hw as u8) << 7, state << 4 | sub_state]);
+                check(state & !C_STATE_MASK == 0, self, "state", state.into())?;
+                check(
+                    sub_state & !C_STATE_MASK == 0,
+                    self,
+                    "sub_state",
+                    sub_state.into(),
+                )?;
+                buf[..4].copy_from_slice(&[EXT, EXT_PWRE, (hw as u8) << 7, state << 4 | sub_state]);
                 4
             }
             Packet::Pwrx { last, deepest, wake } => {
-                check(last <= 15, self, "last", last.into())?;
-                check(deepest <= 15, self, "deepest", deepest.into())?;
-                check(wake & !0x0d == 0, self, "wake", wake.into())?;
-                buf[..7].copy_from_slice(&[0x02, 0xa2, last << 4 | deepest, wake, 0, 0, 0]);
+                check(last & !C_STATE_MASK == 0, self, "last", last.into())?;
+                check(deepest & !C_STATE_MASK == 0, self, "deepest", deepest.into())?;
+                check(wake & !PWRX_WAKE_MASK == 0, self, "wake", wake.into())?;
+                buf[..7].copy_from_slice(&[EXT, EXT_PWRX, last << 4 | deepest, wake, 0, 0, 0]);
                 7
             }
             Packet::Bbp { sz4, ty } => {
                 check(ty <= 0x1f, self, "type", ty.into())?;
-                buf[..3].copy_from_slice(&[0x02, 0x63, (sz4 as u8) << 7 | ty]);
+                buf[..3].copy_from_slice(&[EXT, EXT_BBP, (sz4 as u8) << 7 | ty]);
                 3
             }
             Packet::Bip { id, payload, sz4 } => {
                 check(id <= 0x1f, self, "id", id.into())?;
                 check(!sz4 || payload >> 32 == 0, self, "payload", payload)?;
-                buf[0] = id << 3 | 0x04;
+                buf[0] = id << 3 | BIP_TAG;
                 let n = if sz4 { 4 } else { 8 };
                 put_le(buf, 1, payload, n);
                 1 + n
             }
-            Packet::Bep { ip } => ext(buf, 0x33 | (ip as u8) << 7),
+            Packet::Bep { ip } => ext(buf, EXT_BEP | (ip as u8) << 7),
             Packet::Cfe { ty, vector, ip } => {
                 check(ty <= 0x1f, self, "type", ty.into())?;
-                buf[..4].copy_from_slice(&[0x02, 0x13, (ip as u8) << 7 | ty, vector]);
+                buf[..4].copy_from_slice(&[EXT, EXT_CFE, (ip as u8) << 7 | ty, vector]);
                 4
             }
             Packet::Evd { ty, payload } => {
                 check(ty <= 0x3f, self, "type", ty.into())?;
-                buf[..3].copy_from_slice(&[0x02, 0x53, ty]);
+                buf[..3].copy_from_slice(&[EXT, EXT_EVD, ty]);
                 put_le(buf, 3, payload, 8);
                 11
             }
             Packet::Trig { trbv, ip, mult, icnt } => {
-                buf[0] = 0xd9;
+                buf[0] = TRIG;
                 buf[1] = (ip as u8) << 7 | (icnt.is_some() as u8) << 6 | (mult as u8) << 5;
                 buf[2] = trbv;
                 match icnt {
@@ -306,7 +312,7 @@ fn tnt8_error(t: Tnt, p: &Packet) -> EncodeError {
 
 #[inline(always)]
 fn ext(buf: &mut [u8; MAX_PACKET_LEN], op: u8) -> usize {
-    buf[0] = 0x02;
+    buf[0] = EXT;
     buf[1] = op;
     2
 }
@@ -315,7 +321,7 @@ fn ext(buf: &mut [u8; MAX_PACKET_LEN], op: u8) -> usize {
 #[inline(always)]
 fn encode_cyc(buf: &mut [u8; MAX_PACKET_LEN], value: u64) -> usize {
     let mut v = value >> 5;
-    buf[0] = ((value & 0x1f) as u8) << 3 | 0x03 | if v != 0 { 0x04 } else { 0 };
+    buf[0] = ((value & 0x1f) as u8) << 3 | CYC_TAG | if v != 0 { CYC_MORE } else { 0 };
     let mut n = 1;
     while v != 0 {
         let more = v >> 7 != 0;

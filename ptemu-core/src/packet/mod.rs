@@ -5,6 +5,7 @@ mod check;
 mod decode;
 mod encode;
 mod ip;
+pub mod opcode;
 pub mod text;
 
 pub use check::{recheck, Mismatch, RecheckStats};
@@ -16,9 +17,15 @@ pub use ip::{IpPayload, Ipc, LastIp};
 pub const MAX_PACKET_LEN: usize = 16;
 
 /// The 16 bytes of a PSB.
-pub const PSB_BYTES: [u8; 16] = [
-    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
-];
+pub const PSB_BYTES: [u8; 16] = {
+    let mut b = [opcode::EXT; 16];
+    let mut i = 1;
+    while i < 16 {
+        b[i] = opcode::EXT_PSB;
+        i += 2;
+    }
+    b
+};
 
 /// A run of TNT bits: `count` conditional-branch outcomes in the low bits of `bits`, the oldest in
 /// bit `count - 1` and the youngest in bit 0 (1 = taken), as the packet holds them (SDM 36-37).

@@ -29,6 +29,9 @@ pub use stats::TracerStats;
 
 use crate::memory::{MemError, PhysMemory};
 use crate::output::{MsrError, OutputUnit};
+use crate::packet::opcode::{
+    C_STATE_MASK, PIP_CR3_MASK, PWRX_WAKE_MASK, TMA_FC_MASK, TSC_MASK, VMCS_BASE_MASK,
+};
 use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt};
 use crate::packing::Repacker;
 use crate::regs::check::check_write;
@@ -546,8 +549,8 @@ impl Tracer {
                     self.flush_tnt();
                     self.cyc();
                     self.put(Packet::Pwre {
-                        state: state & 0xf,
-                        sub_state: sub_state & 0xf,
+                        state: state & C_STATE_MASK,
+                        sub_state: sub_state & C_STATE_MASK,
                         hw,
                     });
                     let with_ip = self.packet_en;
@@ -569,9 +572,9 @@ impl Tracer {
                 if self.ctl.pwr_evt_en() && self.context_en() {
                     self.flush_tnt();
                     self.put(Packet::Pwrx {
-                        last: last & 0xf,
-                        deepest: deepest & 0xf,
-                        wake: wake & 0x0d,
+                        last: last & C_STATE_MASK,
+                        deepest: deepest & C_STATE_MASK,
+                        wake: wake & PWRX_WAKE_MASK,
                     });
                 }
                 if self.ctl.tsc_en() {
@@ -647,7 +650,7 @@ impl Tracer {
                     }
                     if let (FarKind::VmEntry { .. }, Some(base)) = (kind, self.vmcs) {
                         self.put(Packet::Vmcs {
-                            base: base & 0x000f_ffff_ffff_f000,
+                            base: base & VMCS_BASE_MASK,
                         });
                     }
                     self.mode_exec_if_changed(); // MODE1
@@ -846,7 +849,7 @@ impl Tracer {
             self.put_pip();
             if let Some(base) = self.vmcs {
                 self.put(Packet::Vmcs {
-                    base: base & 0x000f_ffff_ffff_f000,
+                    base: base & VMCS_BASE_MASK,
                 });
             }
         }
@@ -885,7 +888,7 @@ impl Tracer {
 
     fn put_pip(&mut self) {
         self.put(Packet::Pip {
-            cr3: self.cr3 & 0x000f_ffff_ffff_ffe0,
+            cr3: self.cr3 & PIP_CR3_MASK,
             nr: false,
         });
     }
@@ -893,11 +896,14 @@ impl Tracer {
     /// TSC, and TMA right after it with MTCEn (TIM1).
     fn put_tsc(&mut self) {
         self.put(Packet::Tsc {
-            tsc: self.clock.tsc() & ((1 << 56) - 1),
+            tsc: self.clock.tsc() & TSC_MASK,
         });
         if self.ctl.mtc_en() {
             let (ctc, fc) = self.clock.tma();
-            self.put(Packet::Tma { ctc, fc: fc & 0x1ff });
+            self.put(Packet::Tma {
+                ctc,
+                fc: fc & TMA_FC_MASK,
+            });
         }
     }
 
