@@ -6,17 +6,23 @@
 //! the unit itself). MSR writes go through [`Tracer::wrmsr`] so that TraceEn edges produce their
 //! packets (PSB+, TIP.PGE, FUP + TIP.PGD) around the unit's own enable and flush.
 
+mod arch;
 mod clock;
 mod config;
+mod emit;
+mod enable;
 mod event;
 mod fast;
 #[cfg(test)]
 mod fast_tests;
+mod filter;
 mod overflow;
 mod probe;
+mod psb;
 mod retstack;
 mod rules;
 mod stats;
+mod transfer;
 
 pub use clock::{Clock, ClockConfig};
 pub use config::{Backpressure, TracerConfig};
@@ -36,29 +42,10 @@ use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt};
 use crate::packing::Repacker;
 use crate::regs::check::check_write;
 use crate::regs::{Msr, PacketStyle, RtitCtl};
+use arch::ArchState;
 use fast::{Hot, IpKind};
 use overflow::Overflow;
-
-/// How a control transfer is reported while tracing stays on, and how it leaves tracing.
-#[derive(Clone, Copy, Debug)]
-enum Cofi {
-    /// Straight-line flow (or a non-branch that changes context): only PGE/PGD.
-    Linear,
-    /// Jcc: a TNT bit.
-    Cond(bool),
-    /// Direct JMP/CALL: nothing; a call pushes its return address (RET1).
-    Direct { push: Option<u64> },
-    /// Indirect JMP/CALL: TIP (TIP1).
-    Indirect { push: Option<u64> },
-    /// RET: TNT 1 when compressible, else TIP (RET2).
-    Return,
-    /// Far transfer (TIP2, TIP3).
-    Far {
-        kind: FarKind,
-        from: u64,
-        cr3_changed: bool,
-    },
-}
+use transfer::Cofi;
 
 /// Snapshot at an event's start, to drop the event whole under back-pressure (OVF1).
 struct Mark {
@@ -90,11 +77,8 @@ pub struct Tracer {
     cr3_match: u64,
     buf: Box<[u8]>,
     ret: RetStack,
-    cpl: u8,
-    cr3: u64,
-    mode: ExecMode,
-    if_flag: bool,
-    vmcs: Option<u64>,
+    /// CPL, CR3, mode, IF and VMCS as the events left them.
+    arch: ArchState,
     triggered: bool,
     packet_en: bool,
     /// The MODE.Exec (mode, IF) sent since the last PSB.
@@ -161,11 +145,7 @@ impl Tracer {
             cr3_match: 0,
             buf: vec![0; cap].into_boxed_slice(),
             ret: RetStack::default(),
-            cpl: 3,
-            cr3: 0,
-            mode: ExecMode::Bits64,
-            if_flag: true,
-            vmcs: None,
+            arch: ArchState::default(),
             triggered: false,
             packet_en: false,
             mode_sent: None,
@@ -230,9 +210,9 @@ impl Tracer {
     /// Sets the architectural state before tracing starts: IP, CPL, CR3, mode.
     pub fn set_state(&mut self, ip: u64, cpl: u8, cr3: u64, mode: ExecMode) {
         self.hot.ip = ip;
-        self.cpl = cpl;
-        self.cr3 = cr3;
-        self.mode = mode;
+        self.arch.cpl = cpl;
+        self.arch.cr3 = cr3;
+        self.arch.mode = mode;
         self.refresh_fast();
     }
 
@@ -430,15 +410,10 @@ impl Tracer {
             Event::Far {
                 kind, cpl, mode, cr3, ..
             } => {
-                self.cpl = cpl;
-                self.mode = mode;
-                self.cr3 = cr3.unwrap_or(self.cr3);
-                if let FarKind::VmEntry { vmcs } = kind {
-                    self.vmcs = Some(vmcs);
-                }
+                self.arch.far(kind, cpl, mode, cr3);
             }
-            Event::Cr3Write { cr3, .. } => self.cr3 = cr3,
-            Event::SetIf { value, .. } => self.if_flag = value,
+            Event::Cr3Write { cr3, .. } => self.arch.cr3 = cr3,
+            Event::SetIf { value, .. } => self.arch.if_flag = value,
             Event::Wake { cycles, .. } | Event::Cycles(cycles) => self.clock.advance(cycles),
             Event::CoreRatio(r) => self.clock.set_core_ratio(r),
             _ => {}
@@ -470,13 +445,7 @@ impl Tracer {
                 mode,
                 cr3,
             } => {
-                let cr3_changed = cr3.is_some_and(|c| c != self.cr3);
-                self.cpl = cpl;
-                self.mode = mode;
-                self.cr3 = cr3.unwrap_or(self.cr3);
-                if let FarKind::VmEntry { vmcs } = kind {
-                    self.vmcs = Some(vmcs);
-                }
+                let cr3_changed = self.arch.far(kind, cpl, mode, cr3);
                 self.transfer(
                     to,
                     Cofi::Far {
@@ -487,12 +456,12 @@ impl Tracer {
                 );
             }
             Event::SetIf { ip, len, value } => {
-                self.if_flag = value;
+                self.arch.if_flag = value;
                 self.linear(ip, len);
             }
             Event::Cr3Write { ip, len, cr3 } => {
                 let context_before = self.context_en();
-                self.cr3 = cr3;
+                self.arch.cr3 = cr3;
                 let next = ip.wrapping_add(u64::from(len));
                 // PIP1: with TriggerEn and OS = 1 in a traced context (before or after the write,
                 // for CR3 filtering), whether or not PacketEn is 1 (SDM cases 5d and 5f).
@@ -590,609 +559,4 @@ impl Tracer {
             }
         }
     }
-
-    /// Straight-line flow past the instruction at `ip`: FilterEn and TraceStop are checked at the
-    /// next IP when ranges are set (FLT2, FLT3).
-    #[inline]
-    fn linear(&mut self, ip: u64, len: u8) {
-        self.hot.ip = ip.wrapping_add(u64::from(len));
-        if !self.filter_ranges.is_empty() || !self.stop_ranges.is_empty() {
-            self.transfer(self.hot.ip, Cofi::Linear);
-        }
-    }
-
-    /// The common path of every control transfer: PacketEn before and after, and the packets of
-    /// each combination (TIP1–TIP3, RET2, PGE1, PGD1, PGD2, FLT3).
-    #[inline]
-    fn transfer(&mut self, to: u64, cofi: Cofi) {
-        let pe0 = self.packet_en;
-        self.hot.ip = to;
-        let stop = !self.stop_ranges.is_empty() && self.context_en() && in_any(&self.stop_ranges, to);
-        let pe1 = !stop && self.packet_en_at(to);
-        let compress = matches!(cofi, Cofi::Return)
-            && !self.ctl.dis_retc()
-            && !self.ctl.dis_tnt()
-            && self.ret.peek() == Some(to);
-        match (pe0, pe1) {
-            (true, true) => match cofi {
-                Cofi::Linear => {}
-                Cofi::Cond(taken) => self.tnt_bit(taken),
-                Cofi::Direct { push } => self.push(push),
-                Cofi::Indirect { push } => {
-                    self.push(push);
-                    self.flush_tnt();
-                    self.cyc();
-                    self.put_ip(IpKind::Tip, to);
-                }
-                Cofi::Return if compress => {
-                    self.ret.pop();
-                    self.hot.compressed_returns += 1;
-                    self.tnt_bit(true);
-                }
-                Cofi::Return => {
-                    self.flush_tnt();
-                    self.cyc();
-                    self.put_ip(IpKind::Tip, to);
-                }
-                Cofi::Far {
-                    kind,
-                    from,
-                    cr3_changed,
-                } => {
-                    self.flush_tnt();
-                    self.event_trace(kind);
-                    self.cyc();
-                    if kind.is_async() {
-                        self.put_ip(IpKind::Fup, from);
-                    }
-                    if cr3_changed && self.ctl.os() {
-                        self.put_pip();
-                    }
-                    if let (FarKind::VmEntry { .. }, Some(base)) = (kind, self.vmcs) {
-                        self.put(Packet::Vmcs {
-                            base: base & VMCS_BASE_MASK,
-                        });
-                    }
-                    self.mode_exec_if_changed(); // MODE1
-                    self.put_ip(IpKind::Tip, to);
-                }
-            },
-            (true, false) => {
-                // PGD1 / PGD2: the IP is suppressed when the context is left, or after a TNT bit.
-                let mut with_ip = self.context_en();
-                match cofi {
-                    Cofi::Cond(taken) => {
-                        self.tnt_bit(taken);
-                        with_ip = false;
-                    }
-                    Cofi::Return if compress => {
-                        self.ret.pop();
-                        self.hot.compressed_returns += 1;
-                        self.tnt_bit(true);
-                        with_ip = false;
-                    }
-                    _ => {}
-                }
-                self.flush_tnt();
-                if let Cofi::Far { kind, from, .. } = cofi {
-                    self.event_trace(kind);
-                    self.cyc();
-                    if kind.is_async() {
-                        self.put_ip(IpKind::Fup, from);
-                    }
-                } else {
-                    self.cyc();
-                }
-                if with_ip || stop {
-                    self.put_ip(IpKind::TipPgd, to);
-                } else {
-                    self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
-                }
-                self.ret.clear(); // RET3: the decoder may or may not have pushed a leaving call
-            }
-            (false, true) => {
-                if let Cofi::Far {
-                    cr3_changed: true, ..
-                } = cofi
-                {
-                    if self.ctl.os() {
-                        self.put_pip();
-                    }
-                }
-                self.enable_packets(to);
-            }
-            (false, false) => {
-                // PIP1: a far transfer that changes CR3 sends PIP with TriggerEn, ContextEn and
-                // OS = 1 even outside the filter ranges (SDM cases 10f-13f).
-                if let Cofi::Far {
-                    cr3_changed: true, ..
-                } = cofi
-                {
-                    if self.triggered && self.ctl.os() && self.context_en() {
-                        self.put_pip();
-                    }
-                }
-            }
-        }
-        self.packet_en = pe1;
-        if stop {
-            self.flush_tnt();
-            self.put(Packet::TraceStop);
-            self.stop_pending = true;
-        }
-    }
-
-    /// PGE1, PGE2: [MODE.Exec] TIP.PGE(ip).
-    fn enable_packets(&mut self, ip: u64) {
-        self.cyc();
-        let now = (self.mode, self.if_flag && self.ctl.event_en());
-        if self.mode_sent != Some(now) {
-            self.put_mode_exec();
-        }
-        self.put_ip(IpKind::TipPge, ip);
-    }
-
-    /// PGD3: FUP(CLIP), TIP.PGD() while PacketEn, for a WRMSR that clears TraceEn.
-    fn disable_packets(&mut self) {
-        self.resolve_overflow();
-        if self.overflow.as_ref().is_some_and(|o| o.active) {
-            // The overflow ends with the disable: OVF alone tells the decoder tracing stopped.
-            // The TNT bits still pending were lost with it.
-            self.hot.tnt = Tnt { bits: 0, count: 0 };
-            if let Some(p) = self.probe.as_deref_mut() {
-                p.cleared(self.hot.tnt_bits, Loss::Overflow);
-            }
-            self.put(Packet::Ovf);
-            if let Some(o) = self.overflow.as_mut() {
-                o.finish(self.hot.events + 1);
-            }
-            self.stats.overflows += 1;
-        } else if self.packet_en {
-            self.flush_tnt();
-            self.cyc();
-            self.put_ip(IpKind::Fup, self.hot.ip);
-            self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
-        } else {
-            self.flush_tnt();
-        }
-        self.commit_kinds();
-    }
-
-    /// TraceEn 0->1 with TriggerEn: PSB+ or TSC/TMA/CBR (PSB3, TIM1, TIM4), then PGE1.
-    fn on_enable(&mut self) {
-        self.output_lost = false;
-        let regs = self.unit.registers();
-        self.ctl = regs.ctl;
-        self.filter_ranges.clear();
-        self.stop_ranges.clear();
-        for n in 0..self.unit.cpu().range_count().min(4) {
-            let range = (regs.addr[n][0], regs.addr[n][1]);
-            match self.ctl.addr_cfg(n) {
-                1 => self.filter_ranges.push(range),
-                2 => self.stop_ranges.push(range),
-                _ => {}
-            }
-        }
-        self.cr3_match = u64::from(regs.cr3_match) & !0x1f;
-        self.triggered = regs.status.trigger_en();
-        self.packet_en = false;
-        if !self.triggered {
-            return;
-        }
-        self.hot.tnt = Tnt { bits: 0, count: 0 };
-        if let Some(p) = self.probe.as_deref_mut() {
-            p.cleared(self.hot.tnt_bits, Loss::Stopped);
-        }
-        self.ret.clear();
-        self.mode_sent = None; // Table 36-50 case 2d: MODE.Exec with every enable's TIP.PGE
-        self.clock.last_cyc = self.clock.cycles();
-        self.clock.last_mtc = self.clock.art() >> self.ctl.mtc_freq();
-        let enabled_at_ip = self.packet_en_at(self.hot.ip);
-        if self.unit.psb_due_on_enable() {
-            // HW8: Skylake sends the enable's PSB+ with MODE.Exec and FUP(IP) in it, then
-            // TIP.PGE(IP), which libipt's instruction decoder refuses (-pte_bad_context): only
-            // with `enable_with_fup`; else the PSB+ first, then MODE.Exec and TIP.PGE.
-            self.psb_plus(enabled_at_ip && self.cfg.enable_with_fup);
-        } else {
-            self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
-            if self.ctl.tsc_en() {
-                self.put_tsc();
-            }
-            self.put(Packet::Cbr {
-                ratio: self.clock.core_ratio(),
-            });
-        }
-        if enabled_at_ip {
-            self.packet_en = true;
-            self.enable_packets(self.hot.ip);
-        }
-        self.commit_kinds();
-    }
-
-    /// PSB1, PSB4: the PSB+ for the current settings and state, in the order of the CPU's style
-    /// (HW9 for the hardware styles); `ip`: with MODE.Exec and FUP(IP) (PacketEn, or the
-    /// Skylake enable shape, HW8).
-    fn psb_plus(&mut self, ip: bool) {
-        self.flush_tnt();
-        self.hot.psb_bytes = 0;
-        self.put(Packet::Psb);
-        self.hot.ip_fresh = true;
-        self.ret.clear();
-        self.mode_sent = None;
-        self.stats.psbs += 1;
-        if self.ctl.tsc_en() {
-            self.put_tsc();
-        }
-        if self.hot.style == PacketStyle::Sdm {
-            self.psb_cbr();
-            self.psb_context();
-            self.psb_tsx();
-            self.psb_ip(ip);
-        } else {
-            self.psb_tsx();
-            self.psb_ip(ip);
-            self.psb_context();
-            self.psb_cbr();
-        }
-        self.put(Packet::PsbEnd);
-    }
-
-    fn psb_cbr(&mut self) {
-        self.put(Packet::Cbr {
-            ratio: self.clock.core_ratio(),
-        });
-    }
-
-    /// PIP (ContextEn and OS) and VMCS (in VMX non-root).
-    fn psb_context(&mut self) {
-        if self.context_en() && self.ctl.os() {
-            self.put_pip();
-            if let Some(base) = self.vmcs {
-                self.put(Packet::Vmcs {
-                    base: base & VMCS_BASE_MASK,
-                });
-            }
-        }
-    }
-
-    /// MODE.TSX (ContextEn and BranchEn, on a CPU with TSX).
-    fn psb_tsx(&mut self) {
-        if self.context_en() && self.ctl.branch_en() && self.cfg.tsx {
-            self.put(Packet::ModeTsx {
-                intx: false,
-                abrt: false,
-            });
-        }
-    }
-
-    /// MODE.Exec and FUP(IP), when `ip`.
-    fn psb_ip(&mut self, ip: bool) {
-        if ip {
-            self.put_mode_exec();
-            self.put_ip(IpKind::Fup, self.hot.ip);
-        }
-    }
-
-    fn put_mode_exec(&mut self) {
-        let if_ = self.if_flag && self.ctl.event_en();
-        let (csl, csd) = self.mode.csl_csd();
-        self.put(Packet::ModeExec { csl, csd, if_ });
-        self.mode_sent = Some((self.mode, if_));
-    }
-
-    fn mode_exec_if_changed(&mut self) {
-        if self.mode_sent != Some((self.mode, self.if_flag && self.ctl.event_en())) {
-            self.put_mode_exec();
-        }
-    }
-
-    fn put_pip(&mut self) {
-        self.put(Packet::Pip {
-            cr3: self.cr3 & PIP_CR3_MASK,
-            nr: false,
-        });
-    }
-
-    /// TSC, and TMA right after it with MTCEn (TIM1).
-    fn put_tsc(&mut self) {
-        self.put(Packet::Tsc {
-            tsc: self.clock.tsc() & TSC_MASK,
-        });
-        if self.ctl.mtc_en() {
-            let (ctc, fc) = self.clock.tma();
-            self.put(Packet::Tma {
-                ctc,
-                fc: fc & TMA_FC_MASK,
-            });
-        }
-    }
-
-    /// EVT1: EVD(CR2) and CFE before the FUP of an interrupt or exception; CFE(IRET).
-    fn event_trace(&mut self, kind: FarKind) {
-        if !self.ctl.event_en() {
-            return;
-        }
-        let (ty, vector) = match kind {
-            FarKind::Exception { vector, cr2 } => {
-                if let (PF_VECTOR, Some(addr)) = (vector, cr2) {
-                    self.put(Packet::Evd {
-                        ty: EVD_CR2,
-                        payload: addr,
-                    });
-                }
-                (CFE_INTR, vector)
-            }
-            FarKind::Interrupt { vector } | FarKind::SoftwareInterrupt { vector } => (CFE_INTR, vector),
-            FarKind::Iret => (CFE_IRET, 0),
-            _ => return,
-        };
-        self.put(Packet::Cfe {
-            ty,
-            vector,
-            ip: false,
-        });
-    }
-
-    fn push(&mut self, push: Option<u64>) {
-        if let Some(ret) = push {
-            self.ret.push(ret);
-        }
-    }
-
-    /// TNT1, TNT2, TNT4.
-    #[inline(always)]
-    fn tnt_bit(&mut self, taken: bool) {
-        if !self.ctl.dis_tnt() && self.hot.add_tnt_bit(taken) == self.tnt_full() {
-            self.flush_tnt();
-        }
-    }
-
-    /// Packet bytes between PSBs (PSB2): 2 KiB << PSBFreq; 15/16 of that under a hardware style
-    /// (HW11: about 1,920 bytes with PSBFreq = 0 on Skylake).
-    #[inline]
-    fn psb_interval(&self) -> u64 {
-        let period = 1u64 << (self.ctl.psb_freq() + 11);
-        match self.hot.style {
-            PacketStyle::Sdm => period,
-            PacketStyle::Skylake | PacketStyle::IceLake => period - period / 16,
-        }
-    }
-
-    /// Bits that fill a TNT (TNT4): 6, or 47 with long TNT.
-    fn tnt_full(&self) -> u8 {
-        if self.cfg.long_tnt {
-            47
-        } else {
-            6
-        }
-    }
-
-    /// TNT3: the partial TNT goes out (CYC first: the CYC before a TNT times its first branch).
-    #[inline]
-    fn flush_tnt(&mut self) {
-        if let Some(p) = self.hot.take_tnt() {
-            self.cyc();
-            self.put(p);
-        }
-    }
-
-    /// TIM3: CYC before an eligible packet.
-    #[inline]
-    fn cyc(&mut self) {
-        if !self.ctl.cyc_en() {
-            return;
-        }
-        let elapsed = self.clock.cycles().wrapping_sub(self.clock.last_cyc);
-        let thresh = match self.ctl.cyc_thresh() {
-            0 => 1,
-            n => 1u64 << (n - 1),
-        };
-        if elapsed >= thresh {
-            self.clock.last_cyc = self.clock.cycles();
-            self.put(Packet::Cyc { value: elapsed });
-        }
-    }
-
-    /// Advances the clock; MTC when ART[N+7:N] changed (TIM2); back-pressure drains (OVF1).
-    #[inline]
-    fn tick(&mut self, n: u64) {
-        self.clock.advance(n);
-        if let Some(o) = self.overflow.as_mut() {
-            o.drain(n);
-        }
-        if self.ctl.mtc_en() {
-            let v = self.clock.art() >> self.ctl.mtc_freq();
-            if v != self.clock.last_mtc {
-                self.clock.last_mtc = v;
-                self.put(Packet::Mtc { ctc: v as u8 });
-            }
-        }
-    }
-
-    #[inline]
-    fn context_en(&self) -> bool {
-        let level = if self.cpl == 0 {
-            self.ctl.os()
-        } else {
-            self.ctl.user()
-        };
-        level && (!self.ctl.cr3_filter() || self.cr3 & !0x1f == self.cr3_match)
-    }
-
-    #[inline]
-    fn filter_en(&self, ip: u64) -> bool {
-        self.filter_ranges.is_empty() || in_any(&self.filter_ranges, ip)
-    }
-
-    /// PacketEn at `ip` in the current context (FLT1, FLT2).
-    #[inline]
-    fn packet_en_at(&self, ip: u64) -> bool {
-        self.triggered && self.ctl.branch_en() && self.context_en() && self.filter_en(ip)
-    }
-
-    /// An IP packet of `kind` for `ip`, its IP field in the form the CPU's style chooses (TIP4;
-    /// HW6, HW7).
-    #[inline]
-    fn put_ip(&mut self, kind: IpKind, ip: u64) {
-        let payload = self.hot.ip_payload(kind, ip);
-        self.put_noted(kind.packet(payload), Some(ip));
-    }
-
-    #[inline]
-    fn put(&mut self, p: Packet) {
-        self.put_noted(p, None);
-    }
-
-    /// [`Tracer::put`]; `ip`: the whole IP an IP packet stands for, for the truth recorder.
-    #[inline]
-    fn put_noted(&mut self, p: Packet, ip: Option<u64>) {
-        let Some(len) = self.hot.emit(&p, &mut self.buf) else {
-            return;
-        };
-        if let Some(probe) = self.probe.as_deref_mut() {
-            let end = self.stats.bytes + self.hot.len as u64;
-            probe.packet(&p, ip, end - len as u64, end);
-        }
-        match self.kinds.get_mut(self.nkinds) {
-            Some(k) if self.overflow.is_some() => {
-                *k = p.kind_index() as u8;
-                self.nkinds += 1;
-            }
-            _ => self.stats.packets[p.kind_index()] += 1,
-        }
-    }
-
-    fn mark(&mut self) -> Mark {
-        self.commit_kinds();
-        Mark {
-            len: self.hot.len,
-            psb_bytes: self.hot.psb_bytes,
-            last_cyc: self.clock.last_cyc,
-            mode_sent: self.mode_sent,
-            pack: self.hot.pack,
-            kinds: self.nkinds,
-            first_lost: if self.hot.tnt.count > 0 {
-                self.hot.tnt_first_event
-            } else {
-                self.hot.events
-            },
-        }
-    }
-
-    fn commit_kinds(&mut self) {
-        for &k in &self.kinds[..self.nkinds] {
-            self.stats.packets[usize::from(k)] += 1;
-        }
-        self.nkinds = 0;
-    }
-
-    /// OVF1: keeps the event's packets if they fit the back-pressure budget; else drops them.
-    fn end_event(&mut self, mark: Mark) {
-        let Some(o) = self.overflow.as_mut() else {
-            return self.commit_kinds();
-        };
-        let n = (self.hot.len - mark.len) as u64;
-        if o.admit(n, mark.first_lost) {
-            return self.commit_kinds();
-        }
-        self.stats.dropped_events += 1;
-        self.stats.bytes_dropped += n;
-        self.hot.len = mark.len;
-        self.hot.psb_bytes = mark.psb_bytes;
-        self.clock.last_cyc = mark.last_cyc;
-        self.mode_sent = mark.mode_sent;
-        self.hot.pack = mark.pack;
-        self.nkinds = mark.kinds;
-    }
-
-    /// FLT2: the buffer is full at the instructions `overflow_at` names.
-    fn force_overflow(&mut self, first_lost: u64) {
-        // An instruction passed while nothing was traced forces the overflow at the next traced
-        // event; several due at once make one overflow.
-        let mut due = false;
-        while self
-            .cfg
-            .overflow_at
-            .get(self.forced)
-            .is_some_and(|&n| n <= self.hot.instructions)
-        {
-            self.forced += 1;
-            due = true;
-        }
-        if due {
-            if let Some(o) = self.overflow.as_mut() {
-                o.force(first_lost);
-            }
-        }
-    }
-
-    /// The first instruction of `TracerConfig::overflow_at` not forced yet (FLT2): after a run,
-    /// one the run never traced.
-    pub fn unforced_overflow(&self) -> Option<u64> {
-        self.cfg.overflow_at.get(self.forced).copied()
-    }
-
-    /// OVF2, OVF3: at the first event after the buffer drained, OVF [CYC] [FUP(IP)].
-    fn resolve_overflow(&mut self) {
-        let Some(o) = self.overflow.as_mut() else {
-            return;
-        };
-        if !o.ready() {
-            return;
-        }
-        o.finish(self.hot.events);
-        self.stats.overflows += 1;
-        self.hot.tnt = Tnt { bits: 0, count: 0 };
-        if let Some(p) = self.probe.as_deref_mut() {
-            p.cleared(self.hot.tnt_bits, Loss::Overflow);
-        }
-        self.ret.clear();
-        self.put(Packet::Ovf);
-        if self.ctl.cyc_en() {
-            let elapsed = self.clock.cycles().wrapping_sub(self.clock.last_cyc);
-            self.clock.last_cyc = self.clock.cycles();
-            self.put(Packet::Cyc { value: elapsed });
-        }
-        if self.hot.style != PacketStyle::Sdm {
-            // HW10: OVF, a PSB+ without FUP, then MODE.Exec and TIP.PGE(IP) while PacketEn.
-            self.psb_plus(false);
-            if self.packet_en {
-                self.enable_packets(self.hot.ip);
-            }
-        } else if self.packet_en {
-            self.put_ip(IpKind::Fup, self.hot.ip);
-        }
-    }
-
-    /// Hands the buffered bytes to the output unit; a STOP or error there ends generation (OUT2).
-    fn drain<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
-        if self.hot.len == 0 {
-            return Ok(());
-        }
-        let n = self.hot.len;
-        self.hot.len = 0;
-        self.stats.bytes += n as u64;
-        let r = self.unit.write(mem, &self.buf[..n]);
-        if self.triggered && !self.unit.output_enabled() {
-            self.lose_output();
-        }
-        r
-    }
-
-    /// TriggerEn went to 0 (STOP, error): nothing more is generated until the next enable.
-    fn lose_output(&mut self) {
-        self.triggered = false;
-        self.output_lost = true;
-        self.packet_en = false;
-        self.hot.len = 0;
-        self.hot.tnt = Tnt { bits: 0, count: 0 };
-        self.hot.pack.drop_pending();
-        if let Some(p) = self.probe.as_deref_mut() {
-            p.cleared(self.hot.tnt_bits, Loss::Stopped);
-        }
-    }
-}
-
-fn in_any(ranges: &[(u64, u64)], ip: u64) -> bool {
-    ranges.iter().any(|&(a, b)| a <= ip && ip <= b)
 }

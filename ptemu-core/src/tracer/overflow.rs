@@ -1,6 +1,10 @@
 //! The back-pressure model (OVF1, OVF2): a byte level that packets fill and cycles drain.
 
 use super::config::Backpressure;
+use super::fast::IpKind;
+use super::{Loss, Tracer};
+use crate::packet::{Packet, Tnt};
+use crate::regs::PacketStyle;
 
 /// Events lost to one overflow: `lost_from..resumed_at` (event indices, counting from 1 as
 /// [`super::TracerStats::events`] does). The OVF is sent while handling event `resumed_at`.
@@ -80,6 +84,80 @@ impl Overflow {
         self.active = false;
         if let Some(s) = self.spans.last_mut() {
             s.resumed_at = event;
+        }
+    }
+}
+
+impl Tracer {
+    /// FLT2: the buffer is full at the instructions `overflow_at` names.
+    pub(super) fn force_overflow(&mut self, first_lost: u64) {
+        // An instruction passed while nothing was traced forces the overflow at the next traced
+        // event; several due at once make one overflow.
+        let mut due = false;
+        while self
+            .cfg
+            .overflow_at
+            .get(self.forced)
+            .is_some_and(|&n| n <= self.hot.instructions)
+        {
+            self.forced += 1;
+            due = true;
+        }
+        if due {
+            if let Some(o) = self.overflow.as_mut() {
+                o.force(first_lost);
+            }
+        }
+    }
+
+    /// The first instruction of `TracerConfig::overflow_at` not forced yet (FLT2): after a run,
+    /// one the run never traced.
+    pub fn unforced_overflow(&self) -> Option<u64> {
+        self.cfg.overflow_at.get(self.forced).copied()
+    }
+
+    /// OVF2, OVF3: at the first event after the buffer drained, OVF [CYC] [FUP(IP)].
+    pub(super) fn resolve_overflow(&mut self) {
+        let Some(o) = self.overflow.as_mut() else {
+            return;
+        };
+        if !o.ready() {
+            return;
+        }
+        o.finish(self.hot.events);
+        self.stats.overflows += 1;
+        self.hot.tnt = Tnt { bits: 0, count: 0 };
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.cleared(self.hot.tnt_bits, Loss::Overflow);
+        }
+        self.ret.clear();
+        self.put(Packet::Ovf);
+        if self.ctl.cyc_en() {
+            let elapsed = self.clock.cycles().wrapping_sub(self.clock.last_cyc);
+            self.clock.last_cyc = self.clock.cycles();
+            self.put(Packet::Cyc { value: elapsed });
+        }
+        if self.hot.style != PacketStyle::Sdm {
+            // HW10: OVF, a PSB+ without FUP, then MODE.Exec and TIP.PGE(IP) while PacketEn.
+            self.psb_plus(false);
+            if self.packet_en {
+                self.enable_packets(self.hot.ip);
+            }
+        } else if self.packet_en {
+            self.put_ip(IpKind::Fup, self.hot.ip);
+        }
+    }
+
+    /// TriggerEn went to 0 (STOP, error): nothing more is generated until the next enable.
+    pub(super) fn lose_output(&mut self) {
+        self.triggered = false;
+        self.output_lost = true;
+        self.packet_en = false;
+        self.hot.len = 0;
+        self.hot.tnt = Tnt { bits: 0, count: 0 };
+        self.hot.pack.drop_pending();
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.cleared(self.hot.tnt_bits, Loss::Stopped);
         }
     }
 }

@@ -1,0 +1,93 @@
+//! Turning packet generation on and off: TraceEn and TriggerEn at WRMSR (the PSB+, the
+//! filter ranges and CR3 match taken from the MSRs), and PacketEn's edges (TIP.PGE, TIP.PGD).
+
+use super::*;
+
+impl Tracer {
+    /// PGE1, PGE2: [MODE.Exec] TIP.PGE(ip).
+    pub(super) fn enable_packets(&mut self, ip: u64) {
+        self.cyc();
+        let now = (self.arch.mode, self.arch.if_flag && self.ctl.event_en());
+        if self.mode_sent != Some(now) {
+            self.put_mode_exec();
+        }
+        self.put_ip(IpKind::TipPge, ip);
+    }
+
+    /// PGD3: FUP(CLIP), TIP.PGD() while PacketEn, for a WRMSR that clears TraceEn.
+    pub(super) fn disable_packets(&mut self) {
+        self.resolve_overflow();
+        if self.overflow.as_ref().is_some_and(|o| o.active) {
+            // The overflow ends with the disable: OVF alone tells the decoder tracing stopped.
+            // The TNT bits still pending were lost with it.
+            self.hot.tnt = Tnt { bits: 0, count: 0 };
+            if let Some(p) = self.probe.as_deref_mut() {
+                p.cleared(self.hot.tnt_bits, Loss::Overflow);
+            }
+            self.put(Packet::Ovf);
+            if let Some(o) = self.overflow.as_mut() {
+                o.finish(self.hot.events + 1);
+            }
+            self.stats.overflows += 1;
+        } else if self.packet_en {
+            self.flush_tnt();
+            self.cyc();
+            self.put_ip(IpKind::Fup, self.hot.ip);
+            self.put(Packet::TipPgd(IpPayload::SUPPRESSED));
+        } else {
+            self.flush_tnt();
+        }
+        self.commit_kinds();
+    }
+
+    /// TraceEn 0->1 with TriggerEn: PSB+ or TSC/TMA/CBR (PSB3, TIM1, TIM4), then PGE1.
+    pub(super) fn on_enable(&mut self) {
+        self.output_lost = false;
+        let regs = self.unit.registers();
+        self.ctl = regs.ctl;
+        self.filter_ranges.clear();
+        self.stop_ranges.clear();
+        for n in 0..self.unit.cpu().range_count().min(4) {
+            let range = (regs.addr[n][0], regs.addr[n][1]);
+            match self.ctl.addr_cfg(n) {
+                1 => self.filter_ranges.push(range),
+                2 => self.stop_ranges.push(range),
+                _ => {}
+            }
+        }
+        self.cr3_match = u64::from(regs.cr3_match) & !0x1f;
+        self.triggered = regs.status.trigger_en();
+        self.packet_en = false;
+        if !self.triggered {
+            return;
+        }
+        self.hot.tnt = Tnt { bits: 0, count: 0 };
+        if let Some(p) = self.probe.as_deref_mut() {
+            p.cleared(self.hot.tnt_bits, Loss::Stopped);
+        }
+        self.ret.clear();
+        self.mode_sent = None; // Table 36-50 case 2d: MODE.Exec with every enable's TIP.PGE
+        self.clock.last_cyc = self.clock.cycles();
+        self.clock.last_mtc = self.clock.art() >> self.ctl.mtc_freq();
+        let enabled_at_ip = self.packet_en_at(self.hot.ip);
+        if self.unit.psb_due_on_enable() {
+            // HW8: Skylake sends the enable's PSB+ with MODE.Exec and FUP(IP) in it, then
+            // TIP.PGE(IP), which libipt's instruction decoder refuses (-pte_bad_context): only
+            // with `enable_with_fup`; else the PSB+ first, then MODE.Exec and TIP.PGE.
+            self.psb_plus(enabled_at_ip && self.cfg.enable_with_fup);
+        } else {
+            self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
+            if self.ctl.tsc_en() {
+                self.put_tsc();
+            }
+            self.put(Packet::Cbr {
+                ratio: self.clock.core_ratio(),
+            });
+        }
+        if enabled_at_ip {
+            self.packet_en = true;
+            self.enable_packets(self.hot.ip);
+        }
+        self.commit_kinds();
+    }
+}
