@@ -168,11 +168,44 @@ fn ip_payload(args: &str) -> Result<IpPayload, String> {
     Ok(IpPayload { ipc, raw })
 }
 
+/// A line of the text form that is not a packet: what is wrong with it (the caller adds the file
+/// and line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+#[non_exhaustive]
+pub struct TextError {
+    /// What is wrong, in words.
+    pub message: String,
+}
+
+impl From<String> for TextError {
+    fn from(message: String) -> Self {
+        TextError { message }
+    }
+}
+
 /// Parses one line; `Ok(None)` for blank and comment lines (and dump's `[…]` annotations).
-pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, String> {
+pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, TextError> {
+    let Some((name, rest)) = split_line(line) else {
+        return Ok(None);
+    };
+    let args = Args::new(name, rest);
+    let p = match packet(&args, st)? {
+        Some(p) => p,
+        None => return Ok(None),
+    };
+    // The encoder checks the field ranges; report them here with the line.
+    let mut buf = [0u8; super::MAX_PACKET_LEN];
+    p.encode_into(&mut buf).map_err(|e| e.to_string())?;
+    Ok(Some(p))
+}
+
+/// The packet name and the rest of a line, without its comment and `dump`'s offset column;
+/// `None` for a blank, comment-only or annotation (`[…]`) line.
+fn split_line(line: &str) -> Option<(&str, &str)> {
     let line = line.split('#').next().unwrap_or("").trim();
     if line.is_empty() || line.starts_with('[') {
-        return Ok(None);
+        return None;
     }
     let mut words = line.splitn(2, char::is_whitespace);
     let mut name = words.next().unwrap_or("");
@@ -183,70 +216,87 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
         name = w.next().unwrap_or("");
         rest = w.next().unwrap_or("").trim();
     }
-    let list: Vec<&str> = rest.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let flags = |allowed: &[&str], from: usize| -> Result<Vec<bool>, String> {
-        for f in &list[from.min(list.len())..] {
+    Some((name, rest))
+}
+
+/// A packet's name and its arguments: the text after the name, and its comma-separated items.
+struct Args<'a> {
+    name: &'a str,
+    rest: &'a str,
+    list: Vec<&'a str>,
+}
+
+impl<'a> Args<'a> {
+    fn new(name: &'a str, rest: &'a str) -> Self {
+        let list = rest.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+        Args { name, rest, list }
+    }
+
+    /// Which of the `allowed` flag words appear among the items from `from` on (each at most once,
+    /// nothing else).
+    fn flags(&self, allowed: &[&str], from: usize) -> Result<Vec<bool>, String> {
+        let given = &self.list[from.min(self.list.len())..];
+        for f in given {
             if !allowed.contains(f) {
                 return Err(format!("`{}` is not one of {allowed:?}", clip(f)));
             }
-            if list[from.min(list.len())..].iter().filter(|g| *g == f).count() > 1 {
+            if given.iter().filter(|g| *g == f).count() > 1 {
                 return Err(format!("`{f}` is given twice"));
             }
         }
-        Ok(allowed
-            .iter()
-            .map(|a| list[from.min(list.len())..].contains(a))
-            .collect())
-    };
-    let first = || {
-        list.first()
+        Ok(allowed.iter().map(|a| given.contains(a)).collect())
+    }
+
+    /// Whether the one flag `word` is given among the items from `from` on.
+    fn flag(&self, word: &str, from: usize) -> Result<bool, String> {
+        Ok(self.flags(&[word], from)?[0])
+    }
+
+    /// The first item.
+    fn first(&self) -> Result<&'a str, String> {
+        self.list
+            .first()
             .copied()
-            .ok_or_else(|| format!("{name} needs arguments"))
-    };
-    // The argument of a packet that takes exactly one.
-    let only = || match list.len() {
-        1 => Ok(list[0]),
-        0 => Err(format!("{name} needs an argument")),
-        _ => Err(format!("{name} takes one argument, not `{}`", clip(rest))),
-    };
+            .ok_or_else(|| format!("{} needs arguments", self.name))
+    }
+
+    /// The argument of a packet that takes exactly one.
+    fn only(&self) -> Result<&'a str, String> {
+        match self.list.len() {
+            1 => Ok(self.list[0]),
+            0 => Err(format!("{} needs an argument", self.name)),
+            _ => Err(format!(
+                "{} takes one argument, not `{}`",
+                self.name,
+                clip(self.rest)
+            )),
+        }
+    }
+}
+
+/// The packet `args` names; `None` for an empty name.
+fn packet(args: &Args<'_>, st: &mut ParseState) -> Result<Option<Packet>, String> {
+    let (name, rest, list) = (args.name, args.rest, &args.list);
     if matches!(name, "pad" | "psb" | "psbend" | "ovf" | "stop") && !rest.is_empty() {
         return Err(format!("{name} takes no arguments, not `{}`", clip(rest)));
     }
-    let p = match name {
+    Ok(Some(match name {
         "pad" => Packet::Pad,
         "psb" => Packet::Psb,
         "psbend" => Packet::PsbEnd,
         "ovf" => Packet::Ovf,
         "stop" => Packet::TraceStop,
-        "tnt.8" | "tnt.64" => {
-            let mut taken = Vec::new();
-            for c in rest.chars().filter(|c| !c.is_whitespace()) {
-                match c {
-                    '!' => taken.push(true),
-                    '.' => taken.push(false),
-                    _ => return Err(format!("TNT bits are `!` (taken) and `.` (not taken), not `{c}`")),
-                }
-            }
-            if taken.len() > 64 {
-                return Err("too many TNT bits".into());
-            }
-            let t = Tnt::from_outcomes(&taken);
-            if name == "tnt.8" {
-                Packet::Tnt8(t)
-            } else {
-                Packet::Tnt64(t)
-            }
-        }
+        "tnt.8" | "tnt.64" => tnt(name, rest)?,
         "tip" => Packet::Tip(ip_payload(rest)?),
         "tip.pge" => Packet::TipPge(ip_payload(rest)?),
         "tip.pgd" => Packet::TipPgd(ip_payload(rest)?),
         "fup" => Packet::Fup(ip_payload(rest)?),
         "pip" => Packet::Pip {
-            cr3: num(first()?)?,
-            nr: flags(&["nr"], 1)?[0],
+            cr3: num(args.first()?)?,
+            nr: args.flag("nr", 1)?,
         },
         "mode.exec" => {
-            let f = flags(&["cs.l", "cs.d", "if"], 0)?;
+            let f = args.flags(&["cs.l", "cs.d", "if"], 0)?;
             Packet::ModeExec {
                 csl: f[0],
                 csd: f[1],
@@ -254,66 +304,49 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             }
         }
         "mode.tsx" => {
-            let f = flags(&["intx", "abrt"], 0)?;
+            let f = args.flags(&["intx", "abrt"], 0)?;
             Packet::ModeTsx {
                 intx: f[0],
                 abrt: f[1],
             }
         }
         "cbr" => Packet::Cbr {
-            ratio: small(only()?, "ratio")?,
+            ratio: small(args.only()?, "ratio")?,
         },
-        "tsc" => Packet::Tsc { tsc: num(only()?)? },
+        "tsc" => Packet::Tsc {
+            tsc: num(args.only()?)?,
+        },
         "mtc" => Packet::Mtc {
-            ctc: small(only()?, "ctc")?,
+            ctc: small(args.only()?, "ctc")?,
         },
         "tma" if list.len() == 2 => Packet::Tma {
             ctc: small(list[0], "ctc")?,
             fc: small(list[1], "fc")?,
         },
-        "cyc" => Packet::Cyc { value: num(only()?)? },
-        "vmcs" => Packet::Vmcs { base: num(only()?)? },
-        "mnt" => Packet::Mnt {
-            payload: num(only()?)?,
+        "cyc" => Packet::Cyc {
+            value: num(args.only()?)?,
         },
-        "ptw" => {
-            let (n, payload) = pair(first()?)?;
-            let size = match n {
-                "4" => PtwSize::Four,
-                "8" => PtwSize::Eight,
-                _ => return Err(format!("PTW size is 4 or 8, not {}", clip(n))),
-            };
-            Packet::Ptw {
-                size,
-                payload: num(payload)?,
-                ip: flags(&["ip"], 1)?[0],
-            }
-        }
+        "vmcs" => Packet::Vmcs {
+            base: num(args.only()?)?,
+        },
+        "mnt" => Packet::Mnt {
+            payload: num(args.only()?)?,
+        },
+        "ptw" => ptw(args)?,
         "exstop" => Packet::Exstop {
-            ip: flags(&["ip"], 0)?[0],
+            ip: args.flag("ip", 0)?,
         },
         "bep" => {
             st.block = None;
             Packet::Bep {
-                ip: flags(&["ip"], 0)?[0],
+                ip: args.flag("ip", 0)?,
             }
         }
         "mwait" if list.len() == 2 => Packet::Mwait {
             hints: small(list[0], "hints")?,
             ext: small(list[1], "ext")?,
         },
-        "pwre" => {
-            let (state, sub) = first()?.split_once('.').ok_or("pwre takes cN.M")?;
-            let sub: u8 = small(sub, "sub C-state")?;
-            if sub > 15 {
-                return Err(format!("sub C-state {sub} is not 0..15"));
-            }
-            Packet::Pwre {
-                state: cstate(state)?,
-                sub_state: (sub + 15) & 0xf,
-                hw: flags(&["hw"], 1)?[0],
-            }
-        }
+        "pwre" => pwre(args)?,
         "pwrx" if list.len() == 3 => {
             let wake = list[2].strip_prefix("wake").ok_or("pwrx takes cL, cD, wake N")?;
             Packet::Pwrx {
@@ -323,16 +356,16 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             }
         }
         "bbp" => {
-            let sz4 = flags(&["sz4"], 1)?[0];
+            let sz4 = args.flag("sz4", 1)?;
             st.block = Some(sz4);
             Packet::Bbp {
                 sz4,
-                ty: small(first()?, "type")?,
+                ty: small(args.first()?, "type")?,
             }
         }
         "bip" => {
             let sz4 = st.block.ok_or("bip outside a bbp block")?;
-            let (id, payload) = pair(only()?)?;
+            let (id, payload) = pair(args.only()?)?;
             Packet::Bip {
                 id: small(id, "id")?,
                 payload: num(payload)?,
@@ -340,47 +373,21 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
             }
         }
         "cfe" => {
-            let (ty, vector) = pair(first()?)?;
+            let (ty, vector) = pair(args.first()?)?;
             Packet::Cfe {
                 ty: small(ty, "type")?,
                 vector: small(vector, "vector")?,
-                ip: flags(&["ip"], 1)?[0],
+                ip: args.flag("ip", 1)?,
             }
         }
         "evd" => {
-            let (ty, payload) = pair(only()?)?;
+            let (ty, payload) = pair(args.only()?)?;
             Packet::Evd {
                 ty: small(ty, "type")?,
                 payload: num(payload)?,
             }
         }
-        "trig" => {
-            let mut icnt = None;
-            let (mut ip, mut mult) = (false, false);
-            for w in &list[1.min(list.len())..] {
-                let word = w.split_whitespace().next().unwrap_or("");
-                let twice = match word {
-                    "ip" => std::mem::replace(&mut ip, true),
-                    "mult" => std::mem::replace(&mut mult, true),
-                    "icnt" => icnt.is_some(),
-                    _ => false,
-                };
-                if twice {
-                    return Err(format!("`{word}` is given twice"));
-                }
-                match *w {
-                    "ip" | "mult" => {}
-                    w if w.starts_with("icnt") => icnt = Some(small(&w[4..], "icnt")?),
-                    w => return Err(format!("`{}` is not ip, mult or icnt N", clip(w))),
-                }
-            }
-            Packet::Trig {
-                trbv: small(first()?, "trbv")?,
-                ip,
-                mult,
-                icnt,
-            }
-        }
+        "trig" => trig(args)?,
         "" => return Ok(None),
         other => {
             return Err(format!(
@@ -388,11 +395,87 @@ pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, Str
                 clip(other)
             ))
         }
+    }))
+}
+
+/// `tnt.8` or `tnt.64` with bits `!` (taken) and `.` (not taken).
+fn tnt(name: &str, rest: &str) -> Result<Packet, String> {
+    let mut taken = Vec::new();
+    for c in rest.chars().filter(|c| !c.is_whitespace()) {
+        match c {
+            '!' => taken.push(true),
+            '.' => taken.push(false),
+            _ => return Err(format!("TNT bits are `!` (taken) and `.` (not taken), not `{c}`")),
+        }
+    }
+    if taken.len() > 64 {
+        return Err("too many TNT bits".into());
+    }
+    let t = Tnt::from_outcomes(&taken);
+    Ok(if name == "tnt.8" {
+        Packet::Tnt8(t)
+    } else {
+        Packet::Tnt64(t)
+    })
+}
+
+/// `ptw 4|8: PAYLOAD[, ip]`.
+fn ptw(args: &Args<'_>) -> Result<Packet, String> {
+    let (n, payload) = pair(args.first()?)?;
+    let size = match n {
+        "4" => PtwSize::Four,
+        "8" => PtwSize::Eight,
+        _ => return Err(format!("PTW size is 4 or 8, not {}", clip(n))),
     };
-    // The encoder checks the field ranges; report them here with the line.
-    let mut buf = [0u8; super::MAX_PACKET_LEN];
-    p.encode_into(&mut buf).map_err(|e| e.to_string())?;
-    Ok(Some(p))
+    Ok(Packet::Ptw {
+        size,
+        payload: num(payload)?,
+        ip: args.flag("ip", 1)?,
+    })
+}
+
+/// `pwre cN.M[, hw]`.
+fn pwre(args: &Args<'_>) -> Result<Packet, String> {
+    let (state, sub) = args.first()?.split_once('.').ok_or("pwre takes cN.M")?;
+    let sub: u8 = small(sub, "sub C-state")?;
+    if sub > 15 {
+        return Err(format!("sub C-state {sub} is not 0..15"));
+    }
+    Ok(Packet::Pwre {
+        state: cstate(state)?,
+        sub_state: (sub + 15) & 0xf,
+        hw: args.flag("hw", 1)?,
+    })
+}
+
+/// `trig TRBV[, ip][, mult][, icnt N]`.
+fn trig(args: &Args<'_>) -> Result<Packet, String> {
+    let list = &args.list;
+    let mut icnt = None;
+    let (mut ip, mut mult) = (false, false);
+    for w in &list[1.min(list.len())..] {
+        let word = w.split_whitespace().next().unwrap_or("");
+        let twice = match word {
+            "ip" => std::mem::replace(&mut ip, true),
+            "mult" => std::mem::replace(&mut mult, true),
+            "icnt" => icnt.is_some(),
+            _ => false,
+        };
+        if twice {
+            return Err(format!("`{word}` is given twice"));
+        }
+        match *w {
+            "ip" | "mult" => {}
+            w if w.starts_with("icnt") => icnt = Some(small(&w[4..], "icnt")?),
+            w => return Err(format!("`{}` is not ip, mult or icnt N", clip(w))),
+        }
+    }
+    Ok(Packet::Trig {
+        trbv: small(args.first()?, "trbv")?,
+        ip,
+        mult,
+        icnt,
+    })
 }
 
 #[cfg(test)]
@@ -445,7 +528,7 @@ mod tests {
         }
         let long = format!("tsc {}", "9".repeat(1 << 20));
         let e = parse_line(&long, &mut st).unwrap_err();
-        assert!(e.len() < 100, "the message quotes a clip of the token: {e}");
+        assert!(e.message.len() < 100, "the message quotes a clip of the token: {e}");
         assert!(parse_line("tip 5: 0x10", &mut st).is_err());
     }
 }

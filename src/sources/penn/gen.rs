@@ -315,254 +315,289 @@ pub fn generate(records: u64, seed: u64, out: &mut dyn Write) -> io::Result<()> 
         at: 0,
         depth_left: 0,
     }];
-    while em.left > 0 {
-        let depth = stack.len() as u64;
-        let rsp = STACK_TOP - depth * 64;
-        let frame = stack.last_mut().expect("main never returns");
-        let insn = &program.funcs[frame.func][frame.at];
-        let body = &program.funcs[frame.func];
-        let reg = |rng: &mut GenRng| rng.below(16) as i32;
-        let ft = insn.pc + u64::from(insn.len);
-        match &insn.shape {
-            Shape::Plain { mem } => {
-                let r = reg(&mut em.rng);
-                let addr = em.data_addr();
-                let uops = match mem {
-                    0 => vec![UopSpec {
-                        src1: r,
-                        dest: r,
-                        flags: FlagsUse::Write,
-                        ..UopSpec::op("ADD", "ADD")
-                    }],
-                    1 => vec![UopSpec {
-                        src2: 5,
-                        dest: r,
-                        mem: MemAccess::Load,
-                        immediate: -24,
-                        mem_addr: addr,
-                        ..UopSpec::op("MOV", "LOAD")
-                    }],
-                    2 => vec![UopSpec {
-                        src1: r,
-                        src2: 4,
-                        mem: MemAccess::Store,
-                        mem_addr: rsp - 8,
-                        ..UopSpec::op("MOV", "STORE")
-                    }],
-                    3 => vec![
-                        UopSpec {
-                            src2: 5,
-                            dest: 45,
-                            mem: MemAccess::Load,
-                            mem_addr: addr,
-                            ..UopSpec::op("ADD", "LOAD")
-                        },
-                        UopSpec {
-                            src1: 45,
-                            src2: r,
-                            dest: r,
-                            flags: FlagsUse::Write,
-                            ..UopSpec::op("ADD", "ADD")
-                        },
-                    ],
-                    _ => vec![
-                        UopSpec {
-                            src2: 3,
-                            dest: 44,
-                            mem: MemAccess::Load,
-                            mem_addr: addr,
-                            ..UopSpec::op("INC", "LOAD")
-                        },
-                        UopSpec {
-                            src1: 44,
-                            dest: 44,
-                            flags: FlagsUse::Write,
-                            immediate: 1,
-                            ..UopSpec::op("INC", "ADD_IMM")
-                        },
-                        UopSpec {
-                            src1: 44,
-                            src2: 3,
-                            mem: MemAccess::Store,
-                            mem_addr: addr,
-                            ..UopSpec::op("INC", "STORE")
-                        },
-                    ],
-                };
-                if !em.emit(insn, &uops)? {
-                    break;
-                }
-                frame.at += 1;
-            }
-            Shape::Cmp => {
-                let uop = UopSpec {
-                    src1: reg(&mut em.rng),
-                    dest: 44,
-                    flags: FlagsUse::Write,
-                    immediate: 7,
-                    ..UopSpec::op("CMP", "SUB_IMM")
-                };
-                if !em.emit(insn, &[uop])? {
-                    break;
-                }
-                frame.at += 1;
-            }
-            Shape::Cond { to } => {
-                let target = body[*to].pc;
-                let taken = if frame.func == RECURSIVE {
-                    frame.depth_left == 0
-                } else if *to < frame.at {
-                    em.rng.chance(75)
-                } else {
-                    em.rng.chance(50)
-                };
-                let uop = UopSpec {
-                    flags: FlagsUse::Read,
-                    branch: if taken {
-                        BranchOutcome::Taken
-                    } else {
-                        BranchOutcome::NotTaken
-                    },
-                    immediate: target as i64 - ft as i64,
-                    target,
-                    ..UopSpec::op("J", "JMP_IMM")
-                };
-                if !em.emit(insn, &[uop])? {
-                    break;
-                }
-                frame.at = if taken { *to } else { frame.at + 1 };
-            }
-            Shape::Jmp { to } => {
-                let target = body[*to].pc;
-                let uop = UopSpec {
-                    branch: BranchOutcome::Taken,
-                    immediate: target as i64 - ft as i64,
-                    target,
-                    ..UopSpec::op("JMP", "JMP_IMM")
-                };
-                if !em.emit(insn, &[uop])? {
-                    break;
-                }
-                frame.at = *to;
-            }
-            Shape::Call { .. } | Shape::IndCall { .. } => {
-                let (callee, indirect) = match &insn.shape {
-                    Shape::Call { callee } => (*callee, false),
-                    Shape::IndCall { callees } => {
-                        (callees[em.rng.below(callees.len() as u64) as usize], true)
-                    }
-                    _ => unreachable!("matched above"),
-                };
-                let target = program.funcs[callee][0].pc;
-                let last = if indirect {
-                    UopSpec {
-                        src1: 15,
-                        branch: BranchOutcome::Taken,
-                        target,
-                        ..UopSpec::op("CALL", "JMP_REG")
-                    }
-                } else {
-                    UopSpec {
-                        branch: BranchOutcome::Taken,
-                        immediate: target as i64 - ft as i64,
-                        target,
-                        ..UopSpec::op("CALL", "JMP_IMM")
-                    }
-                };
-                let uops = [
-                    UopSpec {
-                        dest: 44,
-                        ..UopSpec::op("CALL", "SAVE_PC")
-                    },
-                    UopSpec {
-                        src1: 4,
-                        dest: 4,
-                        immediate: 8,
-                        ..UopSpec::op("CALL", "SUB_IMM")
-                    },
-                    UopSpec {
-                        src1: 44,
-                        src2: 4,
-                        mem: MemAccess::Store,
-                        mem_addr: rsp - 8,
-                        ..UopSpec::op("CALL", "STORE")
-                    },
-                    last,
-                ];
-                if !em.emit(insn, &uops)? {
-                    break;
-                }
-                let depth_left = if callee != RECURSIVE {
-                    0
-                } else if frame.func == RECURSIVE {
-                    frame.depth_left - 1
-                } else if em.rng.chance(5) {
-                    65 + em.rng.below(40) as u32
-                } else {
-                    em.rng.below(8) as u32
-                };
-                frame.at += 1;
-                stack.push(Frame {
-                    func: callee,
-                    at: 0,
-                    depth_left,
-                });
-            }
-            Shape::IndJmp { targets } => {
-                let to = targets[em.rng.below(targets.len() as u64) as usize];
-                let target = body[to].pc;
-                let table = body[0].pc + 0x300;
-                let uops = [
-                    UopSpec {
-                        src2: 0,
-                        dest: 44,
-                        mem: MemAccess::Load,
-                        mem_addr: table + (to as u64) * 8,
-                        ..UopSpec::op("JMP", "LOAD")
-                    },
-                    UopSpec {
-                        src1: 44,
-                        branch: BranchOutcome::Taken,
-                        target,
-                        ..UopSpec::op("JMP", "JMP_REG")
-                    },
-                ];
-                if !em.emit(insn, &uops)? {
-                    break;
-                }
-                frame.at = to;
-            }
-            Shape::Ret => {
-                let caller = &stack[stack.len() - 2];
-                let target = program.funcs[caller.func][caller.at].pc;
-                let uops = [
-                    UopSpec {
-                        src2: 4,
-                        dest: 44,
-                        mem: MemAccess::Load,
-                        mem_addr: rsp - 8 + 64,
-                        ..UopSpec::op("RET", "LOAD")
-                    },
-                    UopSpec {
-                        src1: 4,
-                        dest: 4,
-                        immediate: 8,
-                        ..UopSpec::op("RET", "ADD_IMM")
-                    },
-                    UopSpec {
-                        src1: 44,
-                        branch: BranchOutcome::Taken,
-                        target,
-                        ..UopSpec::op("RET", "JMP_REG")
-                    },
-                ];
-                if !em.emit(insn, &uops)? {
-                    break;
-                }
-                stack.pop();
-            }
-        }
-    }
+    while em.left > 0 && step(&program, &mut stack, &mut em)? {}
     writer.finish()?;
     Ok(())
+}
+
+/// Executes the instruction at the top frame: writes its micro-ops and moves the frame (or the
+/// stack, for calls and returns) on. False once the record budget is spent.
+fn step<W: Write>(program: &Program, stack: &mut Vec<Frame>, em: &mut Emitter<'_, W>) -> io::Result<bool> {
+    let rsp = STACK_TOP - stack.len() as u64 * 64;
+    let frame = stack.last_mut().expect("main never returns");
+    let body = &program.funcs[frame.func];
+    let insn = &body[frame.at];
+    let ft = insn.pc + u64::from(insn.len);
+    match &insn.shape {
+        Shape::Plain { mem } => {
+            let r = em.rng.below(16) as i32;
+            let addr = em.data_addr();
+            if !em.emit(insn, &plain_uops(*mem, r, addr, rsp))? {
+                return Ok(false);
+            }
+            frame.at += 1;
+        }
+        Shape::Cmp => {
+            let r = em.rng.below(16) as i32;
+            if !em.emit(insn, &[cmp_uop(r)])? {
+                return Ok(false);
+            }
+            frame.at += 1;
+        }
+        Shape::Cond { to } => {
+            let taken = if frame.func == RECURSIVE {
+                frame.depth_left == 0
+            } else if *to < frame.at {
+                em.rng.chance(75)
+            } else {
+                em.rng.chance(50)
+            };
+            if !em.emit(insn, &[cond_uop(taken, body[*to].pc, ft)])? {
+                return Ok(false);
+            }
+            frame.at = if taken { *to } else { frame.at + 1 };
+        }
+        Shape::Jmp { to } => {
+            if !em.emit(insn, &[jmp_uop(body[*to].pc, ft)])? {
+                return Ok(false);
+            }
+            frame.at = *to;
+        }
+        Shape::Call { .. } | Shape::IndCall { .. } => {
+            let (callee, indirect) = match &insn.shape {
+                Shape::Call { callee } => (*callee, false),
+                Shape::IndCall { callees } => (callees[em.rng.below(callees.len() as u64) as usize], true),
+                _ => unreachable!("matched above"),
+            };
+            let target = program.funcs[callee][0].pc;
+            if !em.emit(insn, &call_uops(indirect, target, ft, rsp))? {
+                return Ok(false);
+            }
+            let depth_left = recursion_depth(&mut em.rng, callee, frame);
+            frame.at += 1;
+            stack.push(Frame {
+                func: callee,
+                at: 0,
+                depth_left,
+            });
+        }
+        Shape::IndJmp { targets } => {
+            let to = targets[em.rng.below(targets.len() as u64) as usize];
+            let slot = body[0].pc + 0x300 + (to as u64) * 8;
+            if !em.emit(insn, &ind_jmp_uops(slot, body[to].pc))? {
+                return Ok(false);
+            }
+            frame.at = to;
+        }
+        Shape::Ret => {
+            let caller = &stack[stack.len() - 2];
+            let target = program.funcs[caller.func][caller.at].pc;
+            if !em.emit(insn, &ret_uops(rsp, target))? {
+                return Ok(false);
+            }
+            stack.pop();
+        }
+    }
+    Ok(true)
+}
+
+/// Self-calls left for a call into `callee` from `frame`: none outside the recursive function;
+/// one fewer inside it; from elsewhere, mostly shallow (0..8) and now and then past the return
+/// stack's depth (65..105), so RET compression meets its limit.
+fn recursion_depth(rng: &mut GenRng, callee: usize, frame: &Frame) -> u32 {
+    if callee != RECURSIVE {
+        0
+    } else if frame.func == RECURSIVE {
+        frame.depth_left - 1
+    } else if rng.chance(5) {
+        65 + rng.below(40) as u32
+    } else {
+        rng.below(8) as u32
+    }
+}
+
+/// A non-branch: a register ADD (`mem` 0), a load (1), a push-like store (2), a load-op (3) or a
+/// read-modify-write INC (4 and up) of register `r`, data at `addr`, stack at `rsp`.
+fn plain_uops(mem: u8, r: i32, addr: u64, rsp: u64) -> Vec<UopSpec<'static>> {
+    match mem {
+        0 => vec![UopSpec {
+            src1: r,
+            dest: r,
+            flags: FlagsUse::Write,
+            ..UopSpec::op("ADD", "ADD")
+        }],
+        1 => vec![UopSpec {
+            src2: 5,
+            dest: r,
+            mem: MemAccess::Load,
+            immediate: -24,
+            mem_addr: addr,
+            ..UopSpec::op("MOV", "LOAD")
+        }],
+        2 => vec![UopSpec {
+            src1: r,
+            src2: 4,
+            mem: MemAccess::Store,
+            mem_addr: rsp - 8,
+            ..UopSpec::op("MOV", "STORE")
+        }],
+        3 => vec![
+            UopSpec {
+                src2: 5,
+                dest: 45,
+                mem: MemAccess::Load,
+                mem_addr: addr,
+                ..UopSpec::op("ADD", "LOAD")
+            },
+            UopSpec {
+                src1: 45,
+                src2: r,
+                dest: r,
+                flags: FlagsUse::Write,
+                ..UopSpec::op("ADD", "ADD")
+            },
+        ],
+        _ => vec![
+            UopSpec {
+                src2: 3,
+                dest: 44,
+                mem: MemAccess::Load,
+                mem_addr: addr,
+                ..UopSpec::op("INC", "LOAD")
+            },
+            UopSpec {
+                src1: 44,
+                dest: 44,
+                flags: FlagsUse::Write,
+                immediate: 1,
+                ..UopSpec::op("INC", "ADD_IMM")
+            },
+            UopSpec {
+                src1: 44,
+                src2: 3,
+                mem: MemAccess::Store,
+                mem_addr: addr,
+                ..UopSpec::op("INC", "STORE")
+            },
+        ],
+    }
+}
+
+/// CMP of register `r` with an immediate: writes the flags.
+fn cmp_uop(r: i32) -> UopSpec<'static> {
+    UopSpec {
+        src1: r,
+        dest: 44,
+        flags: FlagsUse::Write,
+        immediate: 7,
+        ..UopSpec::op("CMP", "SUB_IMM")
+    }
+}
+
+/// Jcc to `target` (the instruction ends at `ft`).
+fn cond_uop(taken: bool, target: u64, ft: u64) -> UopSpec<'static> {
+    UopSpec {
+        flags: FlagsUse::Read,
+        branch: if taken {
+            BranchOutcome::Taken
+        } else {
+            BranchOutcome::NotTaken
+        },
+        immediate: target as i64 - ft as i64,
+        target,
+        ..UopSpec::op("J", "JMP_IMM")
+    }
+}
+
+/// A direct JMP to `target`.
+fn jmp_uop(target: u64, ft: u64) -> UopSpec<'static> {
+    UopSpec {
+        branch: BranchOutcome::Taken,
+        immediate: target as i64 - ft as i64,
+        target,
+        ..UopSpec::op("JMP", "JMP_IMM")
+    }
+}
+
+/// CALL (direct, or through a register): save the PC, push it, jump.
+fn call_uops(indirect: bool, target: u64, ft: u64, rsp: u64) -> [UopSpec<'static>; 4] {
+    let jump = if indirect {
+        UopSpec {
+            src1: 15,
+            branch: BranchOutcome::Taken,
+            target,
+            ..UopSpec::op("CALL", "JMP_REG")
+        }
+    } else {
+        UopSpec {
+            branch: BranchOutcome::Taken,
+            immediate: target as i64 - ft as i64,
+            target,
+            ..UopSpec::op("CALL", "JMP_IMM")
+        }
+    };
+    [
+        UopSpec {
+            dest: 44,
+            ..UopSpec::op("CALL", "SAVE_PC")
+        },
+        UopSpec {
+            src1: 4,
+            dest: 4,
+            immediate: 8,
+            ..UopSpec::op("CALL", "SUB_IMM")
+        },
+        UopSpec {
+            src1: 44,
+            src2: 4,
+            mem: MemAccess::Store,
+            mem_addr: rsp - 8,
+            ..UopSpec::op("CALL", "STORE")
+        },
+        jump,
+    ]
+}
+
+/// An indirect JMP through the jump-table entry at `slot`.
+fn ind_jmp_uops(slot: u64, target: u64) -> [UopSpec<'static>; 2] {
+    [
+        UopSpec {
+            src2: 0,
+            dest: 44,
+            mem: MemAccess::Load,
+            mem_addr: slot,
+            ..UopSpec::op("JMP", "LOAD")
+        },
+        UopSpec {
+            src1: 44,
+            branch: BranchOutcome::Taken,
+            target,
+            ..UopSpec::op("JMP", "JMP_REG")
+        },
+    ]
+}
+
+/// RET: pop the return address, adjust RSP, jump.
+fn ret_uops(rsp: u64, target: u64) -> [UopSpec<'static>; 3] {
+    [
+        UopSpec {
+            src2: 4,
+            dest: 44,
+            mem: MemAccess::Load,
+            mem_addr: rsp - 8 + 64,
+            ..UopSpec::op("RET", "LOAD")
+        },
+        UopSpec {
+            src1: 4,
+            dest: 4,
+            immediate: 8,
+            ..UopSpec::op("RET", "ADD_IMM")
+        },
+        UopSpec {
+            src1: 44,
+            branch: BranchOutcome::Taken,
+            target,
+            ..UopSpec::op("RET", "JMP_REG")
+        },
+    ]
 }
