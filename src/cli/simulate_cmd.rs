@@ -209,7 +209,7 @@ fn options(a: &Args) -> Result<Options, Failure> {
         opts.msrs.push(msr_assignment(text)?);
     }
     if let Some(p) = &a.tracer_config {
-        opts.tracer = ptemu::config_file::load_tracer_config(p).map_err(Failure::input)?;
+        opts.tracer = ptemu::config_file::load_tracer_config(p).map_err(|e| Failure::input(e.to_string()))?;
     }
     opts.tracer.packing = a.packing.or(opts.tracer.packing);
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {

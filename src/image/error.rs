@@ -1,7 +1,6 @@
 //! Why a code image cannot be made: each problem names the trace lines involved.
 
 use super::encode::{Shape, ShapeError};
-use std::fmt;
 
 /// One problem found while building a code image.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -77,8 +76,10 @@ pub enum ImageError {
     Empty,
 }
 
-/// Every problem found (the first [`ImageErrors::KEPT`] of them), and how many there were.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Every problem found (the first [`ImageErrors::KEPT`] of them), and how many there were. Its
+/// message lists the first ten.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", summary(*.total, .errors))]
 pub struct ImageErrors {
     /// The problems kept, in the order found.
     pub errors: Vec<ImageError>,
@@ -98,18 +99,14 @@ impl ImageErrors {
     }
 }
 
-impl fmt::Display for ImageErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} problem(s) making the code image", self.total)?;
-        for e in self.errors.iter().take(10) {
-            write!(f, "\n  {e}")?;
-        }
-        if self.total > 10 {
-            write!(f, "\n  ... and {} more", self.total - 10)?;
-        }
-        Ok(())
+/// The count of problems and the first ten of `errors`.
+fn summary(total: u64, errors: &[ImageError]) -> String {
+    let mut s = format!("{total} problem(s) making the code image");
+    for e in errors.iter().take(10) {
+        s.push_str(&format!("\n  {e}"));
     }
+    if total > 10 {
+        s.push_str(&format!("\n  ... and {} more", total - 10));
+    }
+    s
 }
-
-// A hand-written Display: the list is cut at ten problems, which an #[error] format cannot say.
-impl std::error::Error for ImageErrors {}

@@ -185,29 +185,37 @@ fn next_listed(entries: &BTreeMap<u64, u64>, table: u64, index: u32) -> Option<u
         .map(|off| (off / 8) as u32)
 }
 
+/// What [`recheck`] found that [`check`] missed, in words.
+#[doc(hidden)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckMissed(pub String);
+
 /// The property `layout check` keeps, for fuzzing: programs `layout` and writes 256 KiB through
 /// the output unit as `ptemu write` does, and fails naming what the write met that [`check`] did
 /// not report (a #GP, or an operational error at its entry and rule). Only when the check warns
 /// that output overwrites a table may the write meet more.
 #[doc(hidden)]
-pub fn recheck(layout: &Layout) -> Result<(), String> {
+pub fn recheck(layout: &Layout) -> Result<(), CheckMissed> {
     let report = check(layout);
     let mut mem = SparseMemory::new();
     let mut unit = crate::OutputUnit::new(layout.cpu.clone());
     if let Err(e) = layout.apply(&mut unit, &mut mem) {
         if report.faults.is_empty() {
-            return Err(format!("programming it failed ({e}), the check found no #GP"));
+            return Err(CheckMissed(format!(
+                "programming it failed ({e}), the check found no #GP"
+            )));
         }
         return Ok(());
     }
     if !report.faults.is_empty() {
-        return Err(format!(
+        return Err(CheckMissed(format!(
             "the check found {:?}, programming it succeeded",
             report.faults
-        ));
+        )));
     }
     unit.write(&mut mem, &vec![0u8; 256 << 10])
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| CheckMissed(e.to_string()))?;
     if report.warnings.iter().any(|w| w.contains("will overwrite it")) {
         return Ok(());
     }
@@ -221,10 +229,10 @@ pub fn recheck(layout: &Layout) -> Result<(), String> {
             .iter()
             .any(|v| (v.table, v.index, Some(v.rule)) == (e.table, e.index, e.rule));
         if !met {
-            return Err(format!(
+            return Err(CheckMissed(format!(
                 "write met {e:?}; the check reported {:?}",
                 report.violations
-            ));
+            )));
         }
     }
     Ok(())

@@ -249,10 +249,10 @@ impl Lines {
 impl Layout {
     /// Reads (at most [`crate::config_file::MAX_CONFIG_BYTES`]) and parses a layout file.
     pub fn load(path: &Path) -> Result<Layout, LayoutError> {
-        let src = crate::config_file::read_config(path).map_err(|message| LayoutError {
+        let src = crate::config_file::read_config(path).map_err(|e| LayoutError {
             path: path.into(),
             line: None,
-            message,
+            message: e.to_string(),
         })?;
         Layout::parse(path, &src)
     }

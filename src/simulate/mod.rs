@@ -243,7 +243,9 @@ pub fn run_recording<W: Write>(
     mut events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
-    opts.tracer.validate().map_err(SimError::Config)?;
+    opts.tracer
+        .validate()
+        .map_err(|e| SimError::Config(e.to_string()))?;
     let name = input.name().to_owned();
     let mut feed = match opts.format {
         Format::Penn => Feed::Penn(

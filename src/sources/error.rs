@@ -30,29 +30,38 @@ impl fmt::Display for Position {
     }
 }
 
-/// What went wrong.
-#[derive(Debug)]
+/// What went wrong: the class of a [`SourceError`], and its `source()`.
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// Reading the file failed.
+    #[error(transparent)]
     Io(io::Error),
     /// The file ends inside a record.
+    #[error("truncated record")]
     Truncated,
     /// A field does not parse or holds a value the format does not allow.
+    #[error("bad field")]
     BadField,
     /// The file does not start with the format's magic or header.
+    #[error("bad magic or header")]
     BadMagic,
     /// A text line is longer than the format allows.
+    #[error("line too long")]
     LineTooLong,
     /// Records contradict each other (e.g. a branch that does not go where the next record is).
+    #[error("inconsistent records")]
     Inconsistent,
     /// A record's framing is broken (a bad tag or length), so the next record cannot be found and
     /// the rest of the file cannot be read, even with `--lenient`.
+    #[error("lost framing")]
     LostFraming,
 }
 
-/// A trace-reading error: the file, the position and what is wrong there.
-#[derive(Debug)]
+/// A trace-reading error: the file, the position and what is wrong there (`FILE: POSITION:
+/// MESSAGE`); its `source()` is the [`ErrorKind`] (for I/O, the `io::Error` beneath).
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {}{message}", at(.position))]
 #[non_exhaustive]
 pub struct SourceError {
     /// The file name as the user gave it ("-" for stdin).
@@ -60,6 +69,7 @@ pub struct SourceError {
     /// Where; `None` when the file could not be opened at all.
     pub position: Option<Position>,
     /// The class of error.
+    #[source]
     pub kind: ErrorKind,
     /// A sentence for a human: which field, what was found, what was expected.
     pub message: String,
@@ -105,22 +115,9 @@ impl SourceError {
     }
 }
 
-impl fmt::Display for SourceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.position {
-            Some(p) => write!(f, "{}: {p}: {}", self.file, self.message),
-            None => write!(f, "{}: {}", self.file, self.message),
-        }
-    }
-}
-
-impl std::error::Error for SourceError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            ErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
-    }
+/// `POSITION: `, or nothing.
+fn at(position: &Option<Position>) -> String {
+    position.map(|p| format!("{p}: ")).unwrap_or_default()
 }
 
 /// Result of a reader call.

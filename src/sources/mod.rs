@@ -87,16 +87,22 @@ impl fmt::Display for Format {
     }
 }
 
+/// A format name that is not one of [`Format::ALL`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown format {name:?} (expected one of {})", Format::ALL.map(|f| f.name()).join(", "))]
+#[non_exhaustive]
+pub struct UnknownFormat {
+    /// The name given.
+    pub name: String,
+}
+
 impl FromStr for Format {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    type Err = UnknownFormat;
+    fn from_str(s: &str) -> std::result::Result<Self, UnknownFormat> {
         Format::ALL
             .into_iter()
             .find(|f| f.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                let names: Vec<_> = Format::ALL.iter().map(|f| f.name()).collect();
-                format!("unknown format {s:?} (expected one of {})", names.join(", "))
-            })
+            .ok_or_else(|| UnknownFormat { name: s.into() })
     }
 }
 

@@ -528,7 +528,10 @@ mod tests {
         }
         let long = format!("tsc {}", "9".repeat(1 << 20));
         let e = parse_line(&long, &mut st).unwrap_err();
-        assert!(e.message.len() < 100, "the message quotes a clip of the token: {e}");
+        assert!(
+            e.message.len() < 100,
+            "the message quotes a clip of the token: {e}"
+        );
         assert!(parse_line("tip 5: 0x10", &mut st).is_err());
     }
 }

@@ -38,18 +38,24 @@ impl Packing {
     }
 }
 
+/// A packing name that is not one of [`Packing::NAMES`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown packing `{name}` (known: {})", Packing::NAMES.join(", "))]
+#[non_exhaustive]
+pub struct UnknownPacking {
+    /// The name given.
+    pub name: String,
+}
+
 impl std::str::FromStr for Packing {
-    type Err = String;
+    type Err = UnknownPacking;
 
     /// The packing called `name` (one of [`Packing::NAMES`]).
-    fn from_str(name: &str) -> Result<Self, String> {
+    fn from_str(name: &str) -> Result<Self, UnknownPacking> {
         match name {
             "none" => Ok(Packing::None),
             "hardware" => Ok(Packing::Hardware),
-            _ => Err(format!(
-                "unknown packing `{name}` (known: {})",
-                Packing::NAMES.join(", ")
-            )),
+            _ => Err(UnknownPacking { name: name.into() }),
         }
     }
 }

@@ -99,18 +99,41 @@ pub const MAX_CYCLES: u32 = 1 << 20;
 /// The largest back-pressure `buffer_bytes`.
 pub const MAX_BUFFER_BYTES: u32 = 1 << 24;
 
+/// A tracer setting outside its range (spec/generation.md, "Tracer settings").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} = {value} is outside {lo}..={hi} ({why})")]
+#[non_exhaustive]
+pub struct SettingError {
+    /// The setting, as the TOML file names it (`clock.core_ratio`).
+    pub field: &'static str,
+    /// Its value.
+    pub value: u64,
+    /// The smallest value allowed.
+    pub lo: u64,
+    /// The largest value allowed.
+    pub hi: u64,
+    /// What the setting is, and why the range.
+    pub why: &'static str,
+}
+
 impl TracerConfig {
     /// Checks every setting against its range (spec/generation.md, "Tracer settings"): the clock
     /// ratios non-zero, `tsc_per_art` 2..=512 (TMA's 9-bit FastCounter holds the fraction of an
     /// ART tick), and every size and period bounded so no setting can exhaust memory or overflow.
     /// The error names the field.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SettingError> {
         let c = &self.clock;
-        let range = |field: &str, v: u64, lo: u64, hi: u64, why: &str| {
-            if (lo..=hi).contains(&v) {
+        let range = |field: &'static str, value: u64, lo: u64, hi: u64, why: &'static str| {
+            if (lo..=hi).contains(&value) {
                 Ok(())
             } else {
-                Err(format!("{field} = {v} is outside {lo}..={hi} ({why})"))
+                Err(SettingError {
+                    field,
+                    value,
+                    lo,
+                    hi,
+                    why,
+                })
             }
         };
         range(

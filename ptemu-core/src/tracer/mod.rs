@@ -25,7 +25,7 @@ mod stats;
 mod transfer;
 
 pub use clock::{Clock, ClockConfig};
-pub use config::{Backpressure, TracerConfig};
+pub use config::{Backpressure, SettingError, TracerConfig};
 pub use event::{Event, ExecMode, FarKind, StartState};
 pub use overflow::OverflowSpan;
 pub use probe::{BranchFact, Carrier, Fact, Loss, Probe};
