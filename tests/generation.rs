@@ -247,10 +247,7 @@ fn tnt1_tnt2_bits_oldest_first_six_per_short_tnt() {
         ]
     );
     // Long TNT where configured: 47 bits per packet.
-    let mut r = TraceRig::new(TracerConfig {
-        long_tnt: true,
-        ..TracerConfig::default()
-    });
+    let mut r = TraceRig::new(TracerConfig::default().with_long_tnt(true));
     r.start(user());
     for i in 0..50u64 {
         r.ev(cond(0x40_1000 + i * 0x100, i % 3 == 0));
@@ -574,10 +571,7 @@ fn pgd1_flt2_leaving_an_ip_filter_range() {
 
 #[test]
 fn pgd3_out1_disable_sends_fup_pgd_and_flushes_everything() {
-    let mut r = TraceRig::new(TracerConfig {
-        flush_bytes: 4096,
-        ..TracerConfig::default()
-    });
+    let mut r = TraceRig::new(TracerConfig::default().with_flush_bytes(4096));
     r.start(user());
     let at_enable = r.bytes().len();
     r.ev(cond(START, true));
@@ -701,10 +695,7 @@ fn flt3_out2_trace_stop_range_stops_everything() {
 
 #[test]
 fn out2_topa_stop_ends_generation_and_loses_buffered_bytes() {
-    let mut r = TraceRig::new(TracerConfig {
-        flush_bytes: 64,
-        ..TracerConfig::default()
-    });
+    let mut r = TraceRig::new(TracerConfig::default().with_flush_bytes(64));
     // One 4 KiB region with STOP, then END back to the table.
     let table = 0x2000_0000;
     r.mem.write_u64(table, region_stop(0x2010_0000, 0)).unwrap();
@@ -887,14 +878,11 @@ fn evt1_event_trace_reports_page_faults() {
 fn overflowing_rig(cpu: &str) -> TraceRig {
     TraceRig::with_cpu(
         cpu,
-        TracerConfig {
-            overflow: Some(Backpressure {
-                buffer_bytes: 256,
-                drain_bytes: 1,
-                per_cycles: 4,
-            }),
-            ..TracerConfig::default()
-        },
+        TracerConfig::default().with_overflow(Some(Backpressure {
+            buffer_bytes: 256,
+            drain_bytes: 1,
+            per_cycles: 4,
+        })),
     )
 }
 
@@ -1077,10 +1065,7 @@ fn hw8_the_enable_shape_with_and_without_fup_in_psb_plus() {
     let shape = |enable_with_fup: bool| {
         let mut r = rig_on(
             "skylake",
-            TracerConfig {
-                enable_with_fup,
-                ..TracerConfig::default()
-            },
+            TracerConfig::default().with_enable_with_fup(enable_with_fup),
         );
         r.stop_at(START);
         r.names()

@@ -668,10 +668,7 @@ fn samples_replay_without_ret_compression() {
 fn samples_and_a_generated_trace_replay_with_psb_every_2k() {
     // The samples' branch traces are ~100 bytes; with PTWRITEs and timing at 20 cycles per
     // instruction (MTCs) they pass 2 KiB.
-    let cfg = TracerConfig {
-        cycles_per_instruction: 20,
-        ..TracerConfig::default()
-    };
+    let cfg = TracerConfig::default().with_cycles_per_instruction(20);
     for s in [SJENG, GCC] {
         let ctl = timing_ctl()
             .with_psb_freq(0)
@@ -693,15 +690,10 @@ fn samples_and_a_generated_trace_replay_with_psb_every_2k() {
 #[test]
 fn hw1_hw5_samples_and_a_generated_trace_replay_with_the_hardware_layout() {
     use ptemu::packing::Packing;
-    let packed = TracerConfig {
-        cycles_per_instruction: 20,
-        packing: Some(Packing::Hardware),
-        ..TracerConfig::default()
-    };
-    let plain = TracerConfig {
-        packing: Some(Packing::None),
-        ..packed.clone()
-    };
+    let packed = TracerConfig::default()
+        .with_cycles_per_instruction(20)
+        .with_packing(Some(Packing::Hardware));
+    let plain = packed.clone().with_packing(Some(Packing::None));
     for s in [SJENG, GCC] {
         let ctl = timing_ctl().with_psb_freq(0).with_ptw_en(true);
         let with = replay_with(&sample(s), ctl, packed.clone());

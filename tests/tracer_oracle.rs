@@ -491,20 +491,18 @@ fn same_as_repacked(bytes: &[u8]) -> Result<(), String> {
 
 fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
     let events = Program::build(ops);
-    let cfg = TracerConfig {
-        overflow: s.overflow.map(|drain| Backpressure {
+    let cfg = TracerConfig::default()
+        .with_overflow(s.overflow.map(|drain| Backpressure {
             buffer_bytes: 256,
             drain_bytes: drain,
             per_cycles: 8,
-        }),
-        packing: Some(if s.packed {
+        }))
+        .with_packing(Some(if s.packed {
             Packing::Hardware
         } else {
             Packing::None
-        }),
-        style: Some(s.style),
-        ..TracerConfig::default()
-    };
+        }))
+        .with_style(Some(s.style));
     let filter = s.filter.then_some((USER, USER + 0x8000));
     let mut r = TraceRig::new(cfg);
     if let Some((a, b)) = filter {

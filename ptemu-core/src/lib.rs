@@ -50,6 +50,7 @@ pub mod packet;
 pub mod packing;
 pub mod regs;
 pub mod rules;
+mod setters;
 pub mod tracer;
 
 #[cfg(feature = "mmap")]

@@ -61,6 +61,7 @@ pub fn default_ctl(scheme: Scheme, format: Format) -> RtitCtl {
 
 /// What to simulate, besides the input.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Options {
     /// The input format.
     pub format: Format,
@@ -77,6 +78,14 @@ pub struct Options {
     /// Build the code image of a Penn trace.
     pub image: bool,
 }
+
+ptemu_core::with_setters!(Options {
+    with_ctl => ctl: RtitCtl,
+    with_msrs => msrs: Vec<(u32, u64)>,
+    with_tracer => tracer: TracerConfig,
+    with_read => read: ReadOptions,
+    with_image => image: bool,
+});
 
 impl Options {
     /// `format` through `layout`, with the default CTL for its scheme and a code image for Penn.

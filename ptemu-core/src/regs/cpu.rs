@@ -84,6 +84,7 @@ pub struct CpuidRegs {
 
 /// What a logical processor reports about Intel PT output, and the errata it has.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CpuProfile {
     /// Profile name, e.g. `skylake`.
     pub name: String,
@@ -282,6 +283,19 @@ impl CpuProfile {
         }
     }
 }
+
+crate::with_setters!(CpuProfile {
+    with_name => name: String,
+    with_pt_supported => pt_supported: bool,
+    with_leaf14_0 => leaf14_0: CpuidRegs,
+    with_leaf14_1 => leaf14_1: CpuidRegs,
+    with_maxphyaddr => maxphyaddr: u8,
+    with_linear_address_bits => linear_address_bits: u8,
+    with_errata => errata: Errata,
+    with_early_pmi_margin => early_pmi_margin: u32,
+    with_packing => packing: Packing,
+    with_style => style: PacketStyle,
+});
 
 impl Default for CpuProfile {
     fn default() -> Self {

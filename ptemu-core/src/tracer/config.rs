@@ -32,6 +32,7 @@ impl Backpressure {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct TracerConfig {
     /// The clock model.
     pub clock: ClockConfig,
@@ -98,6 +99,19 @@ pub const MAX_FLUSH_BYTES: usize = 1 << 20;
 pub const MAX_CYCLES: u32 = 1 << 20;
 /// The largest back-pressure `buffer_bytes`.
 pub const MAX_BUFFER_BYTES: u32 = 1 << 24;
+
+crate::with_setters!(TracerConfig {
+    with_clock => clock: ClockConfig,
+    with_cycles_per_instruction => cycles_per_instruction: u32,
+    with_long_tnt => long_tnt: bool,
+    with_tsx => tsx: bool,
+    with_overflow => overflow: Option<Backpressure>,
+    with_overflow_at => overflow_at: Vec<u64>,
+    with_flush_bytes => flush_bytes: usize,
+    with_packing => packing: Option<Packing>,
+    with_style => style: Option<PacketStyle>,
+    with_enable_with_fup => enable_with_fup: bool,
+});
 
 /// A tracer setting outside its range (spec/generation.md, "Tracer settings").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
