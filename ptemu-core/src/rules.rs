@@ -94,7 +94,7 @@ rule_ids! {
     S5,
     /// An IP TraceStop also sets Stopped.
     S6,
-    /// A full INT region raises a ToPA PMI and sets GLOBAL_STATUS[55].
+    /// A full INT region raises a ToPA PMI and sets GLOBAL_STATUS\[55\].
     P1,
     /// The PMI is imprecise: output continues past it.
     P2,
@@ -102,7 +102,7 @@ rule_ids! {
     P3,
     /// Single-entry ToPA: the PMI comes before the region fills.
     P4,
-    /// GLOBAL_STATUS[55] is set by the time the disable flush completes.
+    /// GLOBAL_STATUS\[55\] is set by the time the disable flush completes.
     P5,
     /// PSB and PMI preservation (PendTopaPMI).
     P6,

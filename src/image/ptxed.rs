@@ -12,7 +12,7 @@ use super::CodeImage;
 pub struct PtxedTiming {
     /// IA32_RTIT_CTL.MTCFreq.
     pub mtc_freq: u8,
-    /// MSR_PLATFORM_INFO[15:8], the nominal core:bus ratio.
+    /// MSR_PLATFORM_INFO\[15:8\], the nominal core:bus ratio.
     pub nom_freq: u8,
     /// CPUID.15H:EAX (TSC:ART denominator).
     pub cpuid_0x15_eax: u32,

@@ -6,7 +6,7 @@
 //! or inflate error (a bad CRC or size, a cut-off trailer, bytes after the last member) is
 //! returned again by every later read, never followed by a clean end of input, so a reader that
 //! retries after an error (or ignores one on a fast path) still stops with it. A mapped file that
-//! shrinks while it is read is an error too, not a SIGBUS ([`super::map_guard`]).
+//! shrinks while it is read is an error too, not a SIGBUS (`map_guard`).
 
 use super::error::{Result, SourceError};
 use super::map_guard::Guard;

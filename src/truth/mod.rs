@@ -5,7 +5,7 @@
 //! The tracer reports facts as it generates packets ([`crate::tracer::Probe`]): every traced
 //! instruction with the packet that lets a decoder reach it. They are spooled ([`spool`]) while
 //! the run goes, then classified once the damage to the stream is known ([`Damage`]: bytes lost
-//! to a wrap, a gap, a STOP, corrupted) and written out by [`write`].
+//! to a wrap, a gap, a STOP, corrupted) and written out by [`write()`].
 
 pub mod spool;
 pub mod verify;
@@ -113,7 +113,7 @@ impl Delivery {
     }
 }
 
-/// Everything [`write`] needs besides the facts.
+/// Everything [`write()`] needs besides the facts.
 #[derive(Clone, Debug)]
 pub struct Context {
     /// Bytes the output unit stored (the generated stream is cut there, TR4).
@@ -130,7 +130,7 @@ pub struct Context {
     pub run: serde_json::Value,
 }
 
-/// Counts of what [`write`] wrote.
+/// Counts of what [`write()`] wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
     /// Traced instructions.

@@ -31,7 +31,7 @@ impl Core {
         });
     }
 
-    /// A ToPA PMI (P1): GLOBAL_STATUS[55], PendTopaPMI with preservation on (P6), and an event.
+    /// A ToPA PMI (P1): GLOBAL_STATUS\[55\], PendTopaPMI with preservation on (P6), and an event.
     pub fn raise_pmi(&mut self, table: Option<u64>, index: Option<u32>, rule: Rule) {
         self.regs.global_status |= GlobalStatus::TRACE_TOPA_PMI;
         if self.regs.ctl.inject_psb_pmi_on_enable() {

@@ -8,7 +8,7 @@ use crate::rules::Rule;
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[non_exhaustive]
 pub enum EventKind {
-    /// A ToPA PMI: IA32_PERF_GLOBAL_STATUS[55] was set.
+    /// A ToPA PMI: IA32_PERF_GLOBAL_STATUS\[55\] was set.
     Pmi,
     /// Output stopped: ToPA STOP (S1) or an IP TraceStop (S6).
     Stopped,

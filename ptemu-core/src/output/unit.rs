@@ -47,7 +47,7 @@ pub struct OutputStats {
 pub enum ResetKind {
     /// Clears every MSR.
     Cold,
-    /// Clears only TraceEn if CPUID.14H.0:EBX[2]=1, otherwise every MSR.
+    /// Clears only TraceEn if CPUID.14H.0:EBX\[2\]=1, otherwise every MSR.
     Warm,
 }
 
@@ -199,7 +199,7 @@ impl OutputUnit {
     }
 
     /// EN2: whether the tracer must emit a PSB+ now that TraceEn went 0->1: PacketByteCnt = 0, or
-    /// the CPU has no configurable PSB (CPUID.14H.0:EBX[1]=0).
+    /// the CPU has no configurable PSB (CPUID.14H.0:EBX\[1\]=0).
     pub fn psb_due_on_enable(&self) -> bool {
         !self.core.cpu.ebx().contains(Leaf14Ebx::PSB_CYC) || self.core.regs.status.packet_byte_cnt() == 0
     }
@@ -215,7 +215,7 @@ impl OutputUnit {
     }
 
     /// Removes the events so far, in order, keeping the storage for the next ones: a long run
-    /// drains them as it goes (into an [`super::EventLog`], say) to keep memory flat.
+    /// drains them as it goes (into ptemu's `EventLog`, say) to keep memory flat.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, OutputEvent> {
         self.core.events.drain(..)
     }

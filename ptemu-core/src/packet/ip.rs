@@ -7,13 +7,13 @@
 pub enum Ipc {
     /// 000: no IP (suppressed); last IP unchanged.
     Suppressed = 0,
-    /// 001: IP[15:0]; upper bits from last IP.
+    /// 001: IP\[15:0\]; upper bits from last IP.
     Update16 = 1,
-    /// 010: IP[31:0]; upper bits from last IP.
+    /// 010: IP\[31:0\]; upper bits from last IP.
     Update32 = 2,
-    /// 011: IP[47:0] sign-extended from bit 47.
+    /// 011: IP\[47:0\] sign-extended from bit 47.
     Sext48 = 3,
-    /// 100: IP[47:0]; bits 63:48 from last IP.
+    /// 100: IP\[47:0\]; bits 63:48 from last IP.
     Update48 = 4,
     /// 110: the full 64-bit IP.
     Full = 6,

@@ -129,7 +129,7 @@ pub enum Packet {
         /// The ratio.
         ratio: u8,
     },
-    /// TSC `19`: TSC[55:0].
+    /// TSC `19`: TSC\[55:0\].
     #[cfg_attr(feature = "serde", serde(rename = "tsc"))]
     Tsc {
         /// TSC bits 55:0.
@@ -141,7 +141,7 @@ pub enum Packet {
         /// (ART >> MTCFreq) & 0xFF.
         ctc: u8,
     },
-    /// TMA `02 73`: CTC[15:0] and FastCounter[8:0].
+    /// TMA `02 73`: CTC\[15:0\] and FastCounter\[8:0\].
     #[cfg_attr(feature = "serde", serde(rename = "tma"))]
     Tma {
         /// CTC bits 15:0.

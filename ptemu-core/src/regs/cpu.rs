@@ -22,7 +22,7 @@ bitflags! {
         const PTWRITE = 1 << 4;
         /// Bit 5: Power Event Trace (PwrEvtEn).
         const POWER_EVENT = 1 << 5;
-        /// Bit 6: PSB and PMI preservation (CTL[56], STATUS[7:6]).
+        /// Bit 6: PSB and PMI preservation (CTL\[56\], STATUS\[7:6\]).
         const PSB_PMI_PRESERVE = 1 << 6;
         /// Bit 7: Event Trace (CTL.EventEn).
         const EVENT_TRACE = 1 << 7;
@@ -88,13 +88,13 @@ pub struct CpuidRegs {
 pub struct CpuProfile {
     /// Profile name, e.g. `skylake`.
     pub name: String,
-    /// CPUID.(EAX=7,ECX=0):EBX[25]: Intel PT is present (M1).
+    /// CPUID.(EAX=7,ECX=0):EBX\[25\]: Intel PT is present (M1).
     pub pt_supported: bool,
     /// CPUID.(EAX=14H,ECX=0).
     pub leaf14_0: CpuidRegs,
     /// CPUID.(EAX=14H,ECX=1).
     pub leaf14_1: CpuidRegs,
-    /// CPUID.80000008H:EAX[7:0].
+    /// CPUID.80000008H:EAX\[7:0\].
     pub maxphyaddr: u8,
     /// Linear-address width for canonical checks of ADDRn (48, or 57 with 5-level paging).
     pub linear_address_bits: u8,
@@ -244,27 +244,27 @@ impl CpuProfile {
         Leaf14Ecx::from_bits_retain(self.leaf14_0.ecx)
     }
 
-    /// RANGECNT: the number of ADDRn ranges (sub-leaf 1 EAX[2:0]).
+    /// RANGECNT: the number of ADDRn ranges (sub-leaf 1 EAX\[2:0\]).
     pub fn range_count(&self) -> usize {
         (self.leaf14_1.eax & 0x7) as usize
     }
 
-    /// Allowed MTCFreq encodings (sub-leaf 1 EAX[31:16]).
+    /// Allowed MTCFreq encodings (sub-leaf 1 EAX\[31:16\]).
     pub fn mtc_periods(&self) -> u16 {
         (self.leaf14_1.eax >> 16) as u16
     }
 
-    /// Allowed CycThresh encodings (sub-leaf 1 EBX[15:0]).
+    /// Allowed CycThresh encodings (sub-leaf 1 EBX\[15:0\]).
     pub fn cyc_thresholds(&self) -> u16 {
         self.leaf14_1.ebx as u16
     }
 
-    /// Allowed PSBFreq encodings (sub-leaf 1 EBX[31:16]).
+    /// Allowed PSBFreq encodings (sub-leaf 1 EBX\[31:16\]).
     pub fn psb_periods(&self) -> u16 {
         (self.leaf14_1.ebx >> 16) as u16
     }
 
-    /// CPUID.14H.0:ECX[1] = 0: ToPA tables hold a single output entry (T8, P4).
+    /// CPUID.14H.0:ECX\[1\] = 0: ToPA tables hold a single output entry (T8, P4).
     pub fn single_entry_topa(&self) -> bool {
         !self.ecx().contains(Leaf14Ecx::TOPA_MULTI)
     }

@@ -8,7 +8,7 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GpReason {
-    /// Intel PT is not supported: CPUID.(7,0):EBX[25] = 0.
+    /// Intel PT is not supported: CPUID.(7,0):EBX\[25\] = 0.
     PtUnsupported,
     /// The MSR does not exist on this CPU.
     NotPresent {

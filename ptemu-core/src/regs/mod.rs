@@ -32,7 +32,7 @@ pub struct RegisterFile {
     /// IA32_RTIT_CR3_MATCH.
     pub cr3_match: Cr3Match,
     /// IA32_RTIT_ADDRn_A / _B, indexed `[n][0 = A, 1 = B]`: plain 64-bit canonical linear addresses
-    /// (RIP when CPUID.14H.0:ECX[31]=0), no sub-fields.
+    /// (RIP when CPUID.14H.0:ECX\[31\]=0), no sub-fields.
     pub addr: [[u64; 2]; 4],
     /// IA32_PERF_GLOBAL_STATUS (bit 55 only).
     pub global_status: GlobalStatus,

@@ -11,7 +11,7 @@
 pub struct ClockConfig {
     /// Core:bus ratio at start (the CBR payload); must be non-zero.
     pub core_ratio: u8,
-    /// TSC:bus ratio (the nominal frequency, MSR_PLATFORM_INFO[15:8]); must be non-zero.
+    /// TSC:bus ratio (the nominal frequency, MSR_PLATFORM_INFO\[15:8\]); must be non-zero.
     pub nominal_ratio: u8,
     /// TSC ticks per ART tick (CPUID.15H EBX/EAX): 2..=512, so TMA.FC (9 bits) can hold the
     /// fraction.
@@ -83,7 +83,7 @@ impl Clock {
         self.tsc() / u64::from(self.cfg.tsc_per_art.max(1))
     }
 
-    /// TMA's fields for the current TSC: CTC = ART[15:0], FC = TSC ticks since the ART tick.
+    /// TMA's fields for the current TSC: CTC = ART\[15:0\], FC = TSC ticks since the ART tick.
     pub fn tma(&self) -> (u16, u16) {
         let per = u64::from(self.cfg.tsc_per_art.max(1));
         let tsc = self.tsc();

@@ -29,9 +29,9 @@ rule_ids! {
     RET3,
     /// Indirect JMP and CALL: TIP(target).
     TIP1,
-    /// Far branches (SYSCALL, SYSRET, IRET, far JMP/CALL/RET, VM entry): [PIP] [MODE.Exec] TIP(target).
+    /// Far branches (SYSCALL, SYSRET, IRET, far JMP/CALL/RET, VM entry): \[PIP\] \[MODE.Exec\] TIP(target).
     TIP2,
-    /// Asynchronous transfers (interrupt, exception, INT n, VM exit): FUP(source) [PIP] [MODE.Exec] TIP(target).
+    /// Asynchronous transfers (interrupt, exception, INT n, VM exit): FUP(source) \[PIP\] \[MODE.Exec\] TIP(target).
     TIP3,
     /// IP compression: the shortest update form that matches last IP, else sext-48, else full.
     TIP4,
