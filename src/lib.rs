@@ -5,7 +5,8 @@
 //!
 //! - **`ptemu-core`** (re-exported here as [`regs`], [`output`], [`memory`], [`packet`],
 //!   [`packing`], [`tracer`], [`rules`]): the model alone, for an emulator to embed. No files,
-//!   formats or command line; its dependencies are modular-bitfield, bitflags and thiserror.
+//!   formats or command line; its dependencies are modular-bitfield, bitflags and thiserror (and,
+//!   as default features, memmap2 and tracing).
 //! - **`ptemu`** (this crate): the trace readers and the jobs on top of the model.
 //!
 //! ```text

@@ -878,11 +878,7 @@ fn evt1_event_trace_reports_page_faults() {
 fn overflowing_rig(cpu: &str) -> TraceRig {
     TraceRig::with_cpu(
         cpu,
-        TracerConfig::default().with_overflow(Some(Backpressure {
-            buffer_bytes: 256,
-            drain_bytes: 1,
-            per_cycles: 4,
-        })),
+        TracerConfig::default().with_overflow(Some(Backpressure::new(256, 1, 4))),
     )
 }
 

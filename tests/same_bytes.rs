@@ -208,13 +208,47 @@ fn outputs_on_the_bundled_samples_keep_their_bytes() {
     ]);
     assert!(o.status.code() == Some(0), "{}", text(&o.stderr));
     digests("write", &written, root, &mut all);
-    let dump = ptemu(&["dump", s(&out_dir(root, "default").join("trace.pt"))]);
-    assert!(dump.status.success());
-    let hex: String = Sha256::digest(&dump.stdout)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    all.insert("dump/stdout".into(), hex);
+    let tmp_path = std::path::absolute(root).unwrap().to_str().unwrap().to_owned();
+    let mut stdout = |name: &str, args: &[&str]| {
+        let mut o = ptemu(args);
+        assert!(o.status.success(), "ptemu {args:?}: {}", text(&o.stderr));
+        replace_all(&mut o.stdout, tmp_path.as_bytes());
+        let hex: String = Sha256::digest(&o.stdout)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        all.insert(format!("{name}/stdout"), hex);
+    };
+    let gem5_trace = out_dir(root, "gen-gem5").join("trace.pt");
+    stdout("dump", &["dump", s(&out_dir(root, "default").join("trace.pt"))]);
+    stdout("dump-gem5", &["dump", s(&gem5_trace)]);
+    stdout("asm", &["asm", "tests/data/asm/libipt-golden.txt", "-o", "-"]);
+    stdout(
+        "repack",
+        &["repack", s(&gem5_trace), "--packing", "hardware", "-o", "-"],
+    );
+    stdout("repack-compare", &["repack", s(&gem5_trace), "--compare"]);
+    stdout(
+        "gen-byu-p2",
+        &[
+            "gen",
+            "--format",
+            "byu-p2",
+            "--records",
+            "5000",
+            "--seed",
+            "4",
+            "-o",
+            "-",
+        ],
+    );
+    for (format, file) in [("byu-p2", &p2), ("penn", &gcc), ("gem5", &dep)] {
+        stdout(
+            &format!("stats-{format}"),
+            &["stats", "--format", format, s(file)],
+        );
+    }
+    stdout("layout-check", &["layout", "check", "examples/demo-layout.toml"]);
 
     let got: String = all.iter().map(|(k, v)| format!("{v}  {k}\n")).collect();
     if std::env::var_os("PTEMU_UPDATE_SAME_BYTES").is_some() {

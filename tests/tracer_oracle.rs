@@ -492,11 +492,7 @@ fn same_as_repacked(bytes: &[u8]) -> Result<(), String> {
 fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
     let events = Program::build(ops);
     let cfg = TracerConfig::default()
-        .with_overflow(s.overflow.map(|drain| Backpressure {
-            buffer_bytes: 256,
-            drain_bytes: drain,
-            per_cycles: 8,
-        }))
+        .with_overflow(s.overflow.map(|drain| Backpressure::new(256, drain, 8)))
         .with_packing(Some(if s.packed {
             Packing::Hardware
         } else {

@@ -80,6 +80,7 @@ pub enum ImageError {
 /// message lists the first ten.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{}", summary(*.total, .errors))]
+#[non_exhaustive]
 pub struct ImageErrors {
     /// The problems kept, in the order found.
     pub errors: Vec<ImageError>,

@@ -189,6 +189,7 @@ fn next_listed(entries: &BTreeMap<u64, u64>, table: u64, index: u32) -> Option<u
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
+#[non_exhaustive]
 pub struct CheckMissed(pub String);
 
 /// The property `layout check` keeps, for fuzzing: programs `layout` and writes 256 KiB through

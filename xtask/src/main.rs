@@ -141,8 +141,9 @@ fn test() -> Result<(), String> {
     let mut clippy = cargo();
     clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
     run(clippy)?;
-    // The model alone, as an emulator embeds it: no default features (no mmap, no tracing); and
-    // the library without the command line.
+    // The model alone, as an emulator embeds it: no default features (no mmap, no tracing), and
+    // the default ones without serde (the workspace build turns serde on); and the library
+    // without the command line.
     let mut core = cargo();
     core.args([
         "clippy",
@@ -155,6 +156,9 @@ fn test() -> Result<(), String> {
         "warnings",
     ]);
     run(core)?;
+    let mut core_default = cargo();
+    core_default.args(["check", "-p", "ptemu-core", "--all-targets"]);
+    run(core_default)?;
     let mut lib = cargo();
     lib.args([
         "clippy",

@@ -94,7 +94,7 @@ const fn class_of(b: u8) -> Class {
         MODE => Class::Mode,
         TRIG => Class::Trig,
         _ if b & CYC_TAG == CYC_TAG => Class::Cyc,
-        _ if b & 0x01 == 0 => Class::Tnt,
+        _ if b & TNT8_BIT0 == 0 => Class::Tnt,
         _ if matches!(b & IP_OPCODE_MASK, TIP | TIP_PGE | TIP_PGD | FUP) => Class::Ip,
         _ => Class::Bad,
     }
@@ -153,7 +153,7 @@ impl Packet {
             Class::Mode => {
                 need(buf, 2)?;
                 let b1 = buf[1];
-                match b1 & 0xe0 {
+                match b1 & MODE_LEAF_MASK {
                     MODE_EXEC_LEAF => {
                         rsvd(b1 & 0x18 == 0, "MODE.Exec reserved bits")?;
                         Ok((

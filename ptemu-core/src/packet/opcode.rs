@@ -38,6 +38,11 @@ pub const BIP_TAG: u8 = 0x04;
 /// The bits of a first byte [`BIP_TAG`] is compared with.
 pub const BIP_TAG_MASK: u8 = 0x07;
 
+/// TNT-8 (and, in a BBP block, BIP): bit 0 of the first byte clear.
+pub const TNT8_BIT0: u8 = 0x01;
+
+/// The bits of MODE's payload byte that hold the leaf (7:5).
+pub const MODE_LEAF_MASK: u8 = 0xe0;
 /// MODE leaf 0 (MODE.Exec), in bits 7:5 of the payload byte.
 pub const MODE_EXEC_LEAF: u8 = 0x00;
 /// MODE leaf 1 (MODE.TSX), in bits 7:5 of the payload byte.

@@ -178,25 +178,20 @@ pub struct TextError {
     pub message: String,
 }
 
-impl From<String> for TextError {
-    fn from(message: String) -> Self {
-        TextError { message }
-    }
-}
-
 /// Parses one line; `Ok(None)` for blank and comment lines (and dump's `[…]` annotations).
 pub fn parse_line(line: &str, st: &mut ParseState) -> Result<Option<Packet>, TextError> {
     let Some((name, rest)) = split_line(line) else {
         return Ok(None);
     };
     let args = Args::new(name, rest);
-    let p = match packet(&args, st)? {
+    let text_error = |message| TextError { message };
+    let p = match packet(&args, st).map_err(text_error)? {
         Some(p) => p,
         None => return Ok(None),
     };
     // The encoder checks the field ranges; report them here with the line.
     let mut buf = [0u8; super::MAX_PACKET_LEN];
-    p.encode_into(&mut buf).map_err(|e| e.to_string())?;
+    p.encode_into(&mut buf).map_err(|e| text_error(e.to_string()))?;
     Ok(Some(p))
 }
 

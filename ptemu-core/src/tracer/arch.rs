@@ -34,6 +34,7 @@ impl Default for ArchState {
 impl ArchState {
     /// A far transfer's effect: the new CPL and mode, CR3 when it loads one, the VMCS pointer
     /// of a VM entry. Returns whether CR3 changed.
+    #[inline]
     pub fn far(&mut self, kind: FarKind, cpl: u8, mode: ExecMode, cr3: Option<u64>) -> bool {
         let cr3_changed = cr3.is_some_and(|c| c != self.cr3);
         self.cpl = cpl;

@@ -8,6 +8,7 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct ClockConfig {
     /// Core:bus ratio at start (the CBR payload); must be non-zero.
     pub core_ratio: u8,
@@ -19,6 +20,13 @@ pub struct ClockConfig {
     /// TSC value at cycle 0.
     pub tsc_start: u64,
 }
+
+crate::with_setters!(ClockConfig {
+    with_core_ratio => core_ratio: u8,
+    with_nominal_ratio => nominal_ratio: u8,
+    with_tsc_per_art => tsc_per_art: u32,
+    with_tsc_start => tsc_start: u64,
+});
 
 impl Default for ClockConfig {
     fn default() -> Self {

@@ -9,6 +9,7 @@ use crate::regs::PacketStyle;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
+#[non_exhaustive]
 pub struct Backpressure {
     /// Internal buffer size in bytes (at least 256 is used).
     pub buffer_bytes: u32,
@@ -19,6 +20,15 @@ pub struct Backpressure {
 }
 
 impl Backpressure {
+    /// A buffer of `buffer_bytes` draining `drain_bytes` every `per_cycles` core cycles.
+    pub fn new(buffer_bytes: u32, drain_bytes: u32, per_cycles: u32) -> Self {
+        Backpressure {
+            buffer_bytes,
+            drain_bytes,
+            per_cycles,
+        }
+    }
+
     /// The buffer a forced overflow (`overflow_at`) fills when no `overflow` is set: 1 KiB
     /// draining 4 bytes a cycle, so about 256 instructions lose their packets.
     pub const FORCED: Backpressure = Backpressure {

@@ -37,6 +37,7 @@ impl Tracer {
         }
     }
 
+    #[inline]
     pub(super) fn mark(&mut self) -> Mark {
         self.commit_kinds();
         Mark {
@@ -62,6 +63,7 @@ impl Tracer {
     }
 
     /// OVF1: keeps the event's packets if they fit the back-pressure budget; else drops them.
+    #[inline]
     pub(super) fn end_event(&mut self, mark: Mark) {
         let Some(o) = self.overflow.as_mut() else {
             return self.commit_kinds();

@@ -55,7 +55,7 @@ impl Tracer {
                 _ => {}
             }
         }
-        self.cr3_match = u64::from(regs.cr3_match) & !0x1f;
+        self.cr3_match = u64::from(regs.cr3_match) & super::filter::CR3_MATCH_MASK;
         self.triggered = regs.status.trigger_en();
         self.packet_en = false;
         if !self.triggered {

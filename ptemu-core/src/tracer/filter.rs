@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The CR3 bits CR3 filtering compares with IA32_RTIT_CR3_MATCH: 63:5 (bits 4:0 are ignored).
+pub(super) const CR3_MATCH_MASK: u64 = !0x1f;
+
 impl Tracer {
     #[inline]
     pub(super) fn context_en(&self) -> bool {
@@ -11,7 +14,7 @@ impl Tracer {
         } else {
             self.ctl.user()
         };
-        level && (!self.ctl.cr3_filter() || self.arch.cr3 & !0x1f == self.cr3_match)
+        level && (!self.ctl.cr3_filter() || self.arch.cr3 & CR3_MATCH_MASK == self.cr3_match)
     }
 
     #[inline]

@@ -328,6 +328,7 @@ impl Tracer {
         r
     }
 
+    #[inline]
     fn refresh_fast(&mut self) {
         self.fast = self.fast_allowed();
     }

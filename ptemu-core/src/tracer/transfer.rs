@@ -198,6 +198,7 @@ impl Tracer {
     }
 
     /// Bits that fill a TNT (TNT4): 6, or 47 with long TNT.
+    #[inline]
     pub(super) fn tnt_full(&self) -> u8 {
         if self.cfg.long_tnt {
             47

@@ -15,6 +15,9 @@ pub use events::{bus_op, ByuEvents, APPROXIMATIONS, QUANTUM};
 pub(crate) use events::{flow_counts, START};
 pub(crate) use flow::Flow;
 pub use flow::{ptw_payload, HLT_STATE, INTA_VECTOR};
+// The per-format generators are what `sources::generate` (`ptemu gen`) dispatches to, and what
+// the tests call; `sources::generate` is the API.
+#[doc(hidden)]
 pub use gen::{byte_enables, generate, record_of};
 pub use read::{Reader, Writer};
 pub use record::{CycleType, Record, SpecialCycle, RECORD_LEN};

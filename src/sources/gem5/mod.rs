@@ -11,6 +11,9 @@ mod varint;
 mod write;
 
 pub use events::Gem5Events;
+// The per-format generators are what `sources::generate` (`ptemu gen`) dispatches to, and what
+// the tests call; `sources::generate` is the API.
+#[doc(hidden)]
 pub use gen::generate;
 pub use messages::{IdStringEntry, InstDepRecord, InstDepRecordHeader, Packet, PacketHeader, RecordType};
 pub use read::{Header, Reader, Record, TraceKind, MAGIC, MAX_MESSAGE};

@@ -15,6 +15,9 @@ mod read;
 mod write;
 
 pub use events::PennEvents;
+// The per-format generators are what `sources::generate` (`ptemu gen`) dispatches to, and what
+// the tests call; `sources::generate` is the API.
+#[doc(hidden)]
 pub use gen::generate;
 pub use macro_op::{BranchKind, MacroOp, MacroOpReader};
 pub use parse::MAX_LINE;
