@@ -38,8 +38,9 @@ fn main() {
         "bench" => bench(rest),
         "fuzz" => fuzz(rest),
         "hwcheck" => hwcheck(rest),
+        "capi" => capi(),
         _ => {
-            eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...] | fuzz [SECONDS] [TARGET...] | hwcheck [DIR]>");
+            eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...] | fuzz [SECONDS] [TARGET...] | capi | hwcheck [DIR]>");
             exit(if task == "help" { 0 } else { 2 });
         }
     };
@@ -176,9 +177,23 @@ fn test() -> Result<(), String> {
     fuzz.args(["check", "--bins", "--manifest-path"])
         .arg(root().join("fuzz/Cargo.toml"));
     run(fuzz)?;
+    // The C API: libraries, header checks, the C example (its output is compared with the Rust
+    // example's by tests/c_api.rs, which reuses this build).
+    capi()?;
     let mut test = cargo();
     test.args(["test", "--workspace", "--all-targets"]);
     run(test)?;
+    // ptemu-core's vm-memory adapter (a feature the workspace build leaves off).
+    let mut vm = cargo();
+    vm.args([
+        "test",
+        "-p",
+        "ptemu-core",
+        "--features",
+        "vm-memory",
+        "--all-targets",
+    ]);
+    run(vm)?;
     let mut doc = cargo();
     doc.args(["test", "--workspace", "--doc"]);
     run(doc)?;
@@ -187,6 +202,72 @@ fn test() -> Result<(), String> {
     api.args(["doc", "--no-deps", "--workspace"])
         .env("RUSTDOCFLAGS", "-D warnings");
     run(api)
+}
+
+/// Where `cargo xtask capi` builds the C API (`tests/c_api.rs` builds into the same place).
+const CAPI_BUILD: &str = "target/capi/build";
+
+/// The system libraries a Rust static library needs on Linux (`rustc --print native-static-libs`).
+const CAPI_NATIVE_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc"];
+
+/// Builds the C API: `target/capi/include/ptemu.h`, `target/capi/lib/libptemu.a` and
+/// `libptemu.so`; checks that the header compiles alone as C11 and C++17 with -Wall -Werror;
+/// compiles `examples/c/embed.c` against the static library to `target/capi/bin/embed` and runs it.
+fn capi() -> Result<(), String> {
+    let root = root();
+    let mut build = cargo();
+    build.args([
+        "build",
+        "-p",
+        "ptemu-capi",
+        "--release",
+        "--target-dir",
+        CAPI_BUILD,
+    ]);
+    run(build)?;
+    let out = root.join("target/capi");
+    let built = root.join(CAPI_BUILD).join("release");
+    for dir in ["include", "lib", "bin"] {
+        std::fs::create_dir_all(out.join(dir)).map_err(|e| format!("{}: {e}", out.join(dir).display()))?;
+    }
+    let copy = |from: PathBuf, to: PathBuf| {
+        std::fs::copy(&from, &to)
+            .map(drop)
+            .map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))
+    };
+    copy(root.join("capi/include/ptemu.h"), out.join("include/ptemu.h"))?;
+    copy(built.join("libptemu_capi.a"), out.join("lib/libptemu.a"))?;
+    copy(built.join("libptemu_capi.so"), out.join("lib/libptemu.so"))?;
+    let include = out.join("include");
+    for (compiler, std, lang) in [("cc", "-std=c11", "c"), ("c++", "-std=c++17", "c++")] {
+        let probe = out.join(format!("header-check.{}", if lang == "c" { "c" } else { "cpp" }));
+        std::fs::write(&probe, "#include \"ptemu.h\"\n").map_err(|e| format!("{}: {e}", probe.display()))?;
+        let mut cc = Command::new(compiler);
+        cc.args([
+            std,
+            "-Wall",
+            "-Wextra",
+            "-pedantic",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(&include)
+        .arg(&probe);
+        run(cc)?;
+    }
+    let mut cc = Command::new("cc");
+    cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-I"])
+        .arg(&include)
+        .arg(root.join("examples/c/embed.c"))
+        .arg(out.join("lib/libptemu.a"))
+        .args(CAPI_NATIVE_LIBS)
+        .arg("-o")
+        .arg(out.join("bin/embed"));
+    run(cc)?;
+    let mut embed = Command::new(out.join("bin/embed"));
+    embed.arg(out.join("embed-trace.bin"));
+    run(embed)
 }
 
 /// `ptemu simulate ARGS…` (release build); without `--out`, into `target/ptemu-simulate/`. With
