@@ -145,7 +145,9 @@ mod tests {
 
     fn last() -> String {
         // SAFETY: NUL-terminated, valid until the next failing call on this thread.
-        unsafe { CStr::from_ptr(ptemu_last_error()) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(ptemu_last_error()) }
+            .to_string_lossy()
+            .into_owned()
     }
 
     #[test]

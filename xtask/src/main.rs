@@ -184,6 +184,19 @@ fn test() -> Result<(), String> {
     test.args(["test", "--workspace", "--all-targets"]);
     run(test)?;
     // ptemu-core's vm-memory adapter (a feature the workspace build leaves off).
+    let mut vm_lint = cargo();
+    vm_lint.args([
+        "clippy",
+        "-p",
+        "ptemu-core",
+        "--features",
+        "vm-memory",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    run(vm_lint)?;
     let mut vm = cargo();
     vm.args([
         "test",

@@ -3,17 +3,23 @@
 //! The library never owns the user's memory: [`crate::output::OutputUnit`] takes any
 //! [`PhysMemory`] per call. Two implementations ship: [`SparseMemory`] (page-granular, unwritten
 //! bytes read as zero; the default) and [`MmapMemory`] (a flat file mapped with `memmap2`, for large
-//! buffers shared with other processes; feature `mmap`, on by default).
+//! buffers shared with other processes; feature `mmap`, on by default). With the feature
+//! `vm-memory`, rust-vmm's guest memory is `PhysMemory` too (`GuestMemoryMmap` as it is, any
+//! other `GuestMemory` through `VmMemory`).
 
 #[cfg(feature = "mmap")]
 mod mmap;
 mod sparse;
 mod tee;
+#[cfg(feature = "vm-memory")]
+mod vm;
 
 #[cfg(feature = "mmap")]
 pub use mmap::MmapMemory;
 pub use sparse::SparseMemory;
 pub use tee::Tee;
+#[cfg(feature = "vm-memory")]
+pub use vm::VmMemory;
 
 /// A failed physical memory access.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
