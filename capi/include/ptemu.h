@@ -254,9 +254,9 @@ typedef struct {
   const char *rule;
 } ptemu_output_event;
 
-// Called with each output event as it is reported, when set with ptemu_tracer_set_event_fn or
-// ptemu_unit_set_event_fn (instead of queuing it for the _poll_event functions). `event` is valid
-// only during the call.
+// Called with each output event, when set with ptemu_tracer_set_event_fn or
+// ptemu_unit_set_event_fn (instead of queuing it for the _poll_event functions), at the end of
+// the ptemu call that caused it. `event` is valid only during the call.
 typedef void (*ptemu_event_fn)(void *ctx, const ptemu_output_event *event);
 
 // One architectural event. Zero-initialize it, set `kind`, then the fields that kind uses (the
@@ -373,7 +373,9 @@ ptemu_status ptemu_unit_write(ptemu_unit *unit, ptemu_memory *mem, const uint8_t
 ptemu_status ptemu_unit_poll_event(ptemu_unit *unit, ptemu_output_event *out, bool *got);
 
 // Sends every later output event to `f` (with `ctx`) as it happens; NULL `f` goes back to
-// queuing them for ptemu_unit_poll_event. `f` runs inside the ptemu call that caused the event.
+// queuing them for ptemu_unit_poll_event. `f` runs on the calling thread at the end of the ptemu
+// call that caused the event, when that call is done with the unit: it may call the API on the
+// same unit (read an MSR, say); the MSRs it reads are those at the end of the call.
 //
 // # Safety
 // `unit` must be NULL or live; `f` and `ctx` valid while set.

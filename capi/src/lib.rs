@@ -26,9 +26,9 @@ use ptemu_core::tracer::{Event, Tracer, TracerConfig};
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr};
 
-/// Called with each output event as it is reported, when set with ptemu_tracer_set_event_fn or
-/// ptemu_unit_set_event_fn (instead of queuing it for the _poll_event functions). `event` is valid
-/// only during the call.
+/// Called with each output event, when set with ptemu_tracer_set_event_fn or
+/// ptemu_unit_set_event_fn (instead of queuing it for the _poll_event functions), at the end of
+/// the ptemu call that caused it. `event` is valid only during the call.
 pub type ptemu_event_fn = Option<unsafe extern "C" fn(ctx: *mut c_void, event: *const ptemu_output_event)>;
 
 /// Where output events go: a queue for polling, or the host's callback.
@@ -41,18 +41,46 @@ struct Events {
     )>,
 }
 
-impl Events {
-    fn deliver(&mut self, drained: impl Iterator<Item = OutputEvent>) {
-        for e in drained {
-            match self.callback {
-                Some((f, ctx)) => {
-                    let c = event::to_c(&e);
-                    // SAFETY: the host's callback and context, valid while set (the setter's
-                    // contract); `c` lives across the call.
-                    unsafe { f(ctx, &c) };
-                }
-                None => self.queue.push_back(e),
+/// Output events a call took from the model, for the host's callback once the call has let go of
+/// its object: the callback may call back into the API on the same object (read an MSR, say).
+#[must_use]
+struct Pending {
+    callback: Option<(
+        unsafe extern "C" fn(*mut c_void, *const ptemu_output_event),
+        *mut c_void,
+    )>,
+    events: Vec<OutputEvent>,
+}
+
+impl Pending {
+    fn fire(self) {
+        if let Some((f, ctx)) = self.callback {
+            for e in &self.events {
+                let c = event::to_c(e);
+                // SAFETY: the host's callback and context, valid while set (the setter's
+                // contract); `c` lives across the call; no borrow of the object is live.
+                unsafe { f(ctx, &c) };
             }
+        }
+    }
+}
+
+impl Events {
+    /// Queues `drained` for polling, or, with a callback set, hands them back to be delivered
+    /// when the call is done with its object.
+    fn take(&mut self, drained: impl Iterator<Item = OutputEvent>) -> Pending {
+        match self.callback {
+            None => {
+                self.queue.extend(drained);
+                Pending {
+                    callback: None,
+                    events: Vec::new(),
+                }
+            }
+            Some(cb) => Pending {
+                callback: Some(cb),
+                events: drained.collect(),
+            },
         }
     }
 
@@ -104,6 +132,45 @@ pub struct ptemu_stats {
     pub bytes_written: u64,
     /// Stream bytes the output unit dropped (output off, stopped, or in error).
     pub bytes_lost: u64,
+}
+
+/// Runs `f` on the unit and memory behind the pointers, then delivers the output events it caused
+/// (after the borrow of the unit has ended).
+///
+/// # Safety
+/// `unit` and `mem` must be NULL or live.
+unsafe fn with_unit(
+    unit: *mut ptemu_unit,
+    mem: *mut ptemu_memory,
+    f: impl FnOnce(&mut OutputUnit, &mut ptemu_memory) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let (r, pending) = {
+        // SAFETY: forwarded contracts.
+        let (u, m) = unsafe { (live(unit, "unit")?, memory::memory(mem)?) };
+        let r = f(&mut u.unit, m);
+        (r, u.events.take(u.unit.drain_events()))
+    };
+    pending.fire();
+    r
+}
+
+/// [`with_unit`] for a tracer.
+///
+/// # Safety
+/// `t` and `mem` must be NULL or live.
+unsafe fn with_tracer(
+    t: *mut ptemu_tracer,
+    mem: *mut ptemu_memory,
+    f: impl FnOnce(&mut Tracer, &mut ptemu_memory) -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    let (r, pending) = {
+        // SAFETY: forwarded contracts.
+        let (t, m) = unsafe { (live(t, "tracer")?, memory::memory(mem)?) };
+        let r = f(&mut t.tracer, m);
+        (r, t.events.take(t.tracer.drain_output_events()))
+    };
+    pending.fire();
+    r
 }
 
 /// The CPU profile named by the C string `cpu`.
@@ -209,13 +276,8 @@ pub unsafe extern "C" fn ptemu_unit_wrmsr(
     msr: u32,
     value: u64,
 ) -> ptemu_status {
-    guard(|| {
-        // SAFETY: forwarded contracts.
-        let (u, m) = unsafe { (live(unit, "unit")?, memory::memory(mem)?) };
-        let r = u.unit.wrmsr(m, msr, value);
-        u.events.deliver(u.unit.drain_events());
-        r.map_err(Failure::from)
-    })
+    // SAFETY: forwarded contracts.
+    guard(|| unsafe { with_unit(unit, mem, |u, m| Ok(u.wrmsr(m, msr, value)?)) })
 }
 
 /// RDMSR `msr` into `*value`. PTEMU_GP or PTEMU_NOT_MODELLED as for ptemu_unit_wrmsr.
@@ -247,8 +309,6 @@ pub unsafe extern "C" fn ptemu_unit_write(
     len: usize,
 ) -> ptemu_status {
     guard(|| {
-        // SAFETY: forwarded contracts.
-        let (u, m) = unsafe { (live(unit, "unit")?, memory::memory(mem)?) };
         if data.is_null() && len != 0 {
             return Err(Failure::null("data"));
         }
@@ -258,9 +318,8 @@ pub unsafe extern "C" fn ptemu_unit_write(
             // SAFETY: non-NULL and `len` readable bytes by contract.
             unsafe { std::slice::from_raw_parts(data, len) }
         };
-        let r = u.unit.write(m, bytes);
-        u.events.deliver(u.unit.drain_events());
-        r.map_err(Failure::from)
+        // SAFETY: forwarded contracts.
+        unsafe { with_unit(unit, mem, |u, m| Ok(u.write(m, bytes)?)) }
     })
 }
 
@@ -280,7 +339,9 @@ pub unsafe extern "C" fn ptemu_unit_poll_event(
 }
 
 /// Sends every later output event to `f` (with `ctx`) as it happens; NULL `f` goes back to
-/// queuing them for ptemu_unit_poll_event. `f` runs inside the ptemu call that caused the event.
+/// queuing them for ptemu_unit_poll_event. `f` runs on the calling thread at the end of the ptemu
+/// call that caused the event, when that call is done with the unit: it may call the API on the
+/// same unit (read an MSR, say); the MSRs it reads are those at the end of the call.
 ///
 /// # Safety
 /// `unit` must be NULL or live; `f` and `ctx` valid while set.
@@ -375,13 +436,8 @@ pub unsafe extern "C" fn ptemu_tracer_wrmsr(
     ip: u64,
     len: u8,
 ) -> ptemu_status {
-    guard(|| {
-        // SAFETY: forwarded contracts.
-        let (t, m) = unsafe { (live(t, "tracer")?, memory::memory(mem)?) };
-        let r = t.tracer.wrmsr(m, msr, value, ip, len);
-        t.events.deliver(t.tracer.drain_output_events());
-        r.map_err(Failure::from)
-    })
+    // SAFETY: forwarded contracts.
+    guard(|| unsafe { with_tracer(t, mem, |t, m| Ok(t.wrmsr(m, msr, value, ip, len)?)) })
 }
 
 /// RDMSR through the tracer's output unit. PTEMU_GP / PTEMU_NOT_MODELLED as for ptemu_unit_rdmsr.
@@ -398,6 +454,9 @@ pub unsafe extern "C" fn ptemu_tracer_rdmsr(t: *mut ptemu_tracer, msr: u32, valu
         unsafe { put(value, v) }
     })
 }
+
+/// Events fed to the model per call of `Tracer::events`.
+const BATCH: usize = 64;
 
 /// Feeds one event (see ptemu_event). PTEMU_ERR_ARGUMENT for a malformed event (nothing fed).
 ///
@@ -427,27 +486,33 @@ pub unsafe extern "C" fn ptemu_tracer_events(
     n: usize,
 ) -> ptemu_status {
     guard(|| {
-        // SAFETY: forwarded contracts.
-        let (t, m) = unsafe { (live(t, "tracer")?, memory::memory(mem)?) };
         if n == 0 {
-            return Ok(());
+            // SAFETY: forwarded contracts (the pointers are still checked).
+            return unsafe { with_tracer(t, mem, |_, _| Ok(())) };
         }
         if evs.is_null() {
             return Err(Failure::null("events"));
         }
         // SAFETY: non-NULL and `n` readable events by contract.
         let evs = unsafe { std::slice::from_raw_parts(evs, n) };
-        let mut batch: [Event; 64] = [Event::Cycles(0); 64];
-        for chunk in evs.chunks(64) {
-            for (k, e) in chunk.iter().enumerate() {
-                batch[k] = event::to_event(e).map_err(|f| Failure {
-                    message: format!("event {}: {}", k, f.message),
-                    ..f
-                })?;
+        let check = |k: usize, e: &ptemu_event| {
+            event::to_event(e).map_err(|f| Failure {
+                message: format!("event {k}: {}", f.message),
+                ..f
+            })
+        };
+        // Every event is checked before any is fed.
+        for (k, e) in evs.iter().enumerate() {
+            check(k, e)?;
+        }
+        let mut batch = [Event::Cycles(0); BATCH];
+        for (c, chunk) in evs.chunks(BATCH).enumerate() {
+            for (k, (slot, e)) in batch.iter_mut().zip(chunk).enumerate() {
+                *slot = check(c * BATCH + k, e)?;
             }
-            let r = t.tracer.events(m, &batch[..chunk.len()]);
-            t.events.deliver(t.tracer.drain_output_events());
-            r?;
+            let events = &batch[..chunk.len()];
+            // SAFETY: forwarded contracts.
+            unsafe { with_tracer(t, mem, |t, m| Ok(t.events(m, events)?)) }?;
         }
         Ok(())
     })
@@ -459,13 +524,8 @@ pub unsafe extern "C" fn ptemu_tracer_events(
 /// `t` and `mem` must be NULL or live.
 #[no_mangle]
 pub unsafe extern "C" fn ptemu_tracer_flush(t: *mut ptemu_tracer, mem: *mut ptemu_memory) -> ptemu_status {
-    guard(|| {
-        // SAFETY: forwarded contracts.
-        let (t, m) = unsafe { (live(t, "tracer")?, memory::memory(mem)?) };
-        let r = t.tracer.flush(m);
-        t.events.deliver(t.tracer.drain_output_events());
-        r.map_err(Failure::from)
-    })
+    // SAFETY: forwarded contracts.
+    guard(|| unsafe { with_tracer(t, mem, |t, m| Ok(t.flush(m)?)) })
 }
 
 /// Takes the oldest output event not yet taken, as ptemu_unit_poll_event.

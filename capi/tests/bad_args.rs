@@ -205,6 +205,14 @@ fn malformed_events_are_refused_whole_and_nothing_is_fed() {
             assert!(last_error().contains(words), "{} lacks {words}", last_error());
             assert!(last_error().contains("event 2"), "{}", last_error());
         }
+        // Across the API's inner batches of 64: a bad event at 80 stops all 100 from being fed.
+        let mut long = vec![good; 100];
+        long[80] = bad_kind;
+        assert_eq!(
+            ptemu_tracer_events(t, g.mem, long.as_ptr(), 100),
+            PTEMU_ERR_ARGUMENT
+        );
+        assert!(last_error().contains("event 80"), "{}", last_error());
         assert_eq!(ptemu_tracer_events(t, g.mem, null(), 2), PTEMU_ERR_NULL);
         assert_eq!(ptemu_tracer_stats(t, &mut stats), PTEMU_OK);
         assert_eq!(stats.events, 0, "a refused batch feeds nothing");
@@ -291,11 +299,27 @@ fn memory_the_guest_does_not_have_is_a_memory_error() {
     }
 }
 
+/// What the callback test's callback sees.
+struct Seen {
+    unit: *mut ptemu_unit,
+    wraps: u32,
+    /// OUTPUT_MASK_PTRS read from inside the callback, through the API, on the same unit.
+    ptrs: Vec<u64>,
+}
+
 unsafe extern "C" fn count(ctx: *mut c_void, e: *const ptemu_output_event) {
-    // SAFETY: ctx is the test's counter; e is valid during the call.
+    // SAFETY: ctx is the test's Seen; e is valid during the call; calling back into the API on
+    // the same unit is allowed (events are delivered after the call lets go of it).
     unsafe {
+        let seen = &mut *(ctx as *mut Seen);
         if (*e).kind == PTEMU_OUT_WRAP {
-            *(ctx as *mut u32) += 1;
+            seen.wraps += 1;
+            let mut v = 0;
+            assert_eq!(
+                ptemu_unit_rdmsr(seen.unit, PTEMU_IA32_RTIT_OUTPUT_MASK_PTRS, &mut v),
+                PTEMU_OK
+            );
+            seen.ptrs.push(v);
         }
     }
 }
@@ -333,11 +357,17 @@ fn r3_output_events_reach_the_poll_queue_or_the_callback() {
         assert_eq!(ptemu_unit_poll_event(unit, &mut ev, &mut got), PTEMU_OK);
         assert!(!got);
         // With a callback, the next wrap goes there and not to the queue.
-        let mut wraps = 0u32;
-        let ctx = &mut wraps as *mut u32 as *mut c_void;
+        let mut seen = Seen {
+            unit,
+            wraps: 0,
+            ptrs: Vec::new(),
+        };
+        let ctx = &mut seen as *mut Seen as *mut c_void;
         assert_eq!(ptemu_unit_set_event_fn(unit, Some(count), ctx), PTEMU_OK);
         assert_eq!(ptemu_unit_write(unit, mem, data.as_ptr(), 200), PTEMU_OK);
-        assert_eq!(wraps, 2, "256 bytes in, then 144 more: two more wraps");
+        assert_eq!(seen.wraps, 2, "256 bytes in, then 144 more: two more wraps");
+        // Delivered after the write: the MSRs already hold its end (offset 400 mod 128 = 16).
+        assert_eq!(seen.ptrs, [16 << 32 | 0x7f, 16 << 32 | 0x7f]);
         assert_eq!(ptemu_unit_poll_event(unit, &mut ev, &mut got), PTEMU_OK);
         assert!(!got);
         ptemu_unit_free(unit);
