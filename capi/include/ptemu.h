@@ -5,8 +5,13 @@
  * Ownership: every object (ptemu_unit, ptemu_tracer, ptemu_memory) is created by its _new
  * function and freed by its _free function; guest memory stays the caller's (a ptemu_memory
  * only forwards to your callbacks or your buffer).
- * Threads: an object may be used from any thread, but from one thread at a time; the last
- * error (ptemu_last_error) is per thread.
+ * Threads: a ptemu_unit or ptemu_tracer may be used from any thread, but from one thread at a
+ * time; a ptemu_memory may be shared (by several units and tracers, on several threads if its
+ * callbacks are thread-safe); the last error (ptemu_last_error) is per thread.
+ * Callbacks: run on the thread of the ptemu call that causes them and must return (no longjmp,
+ * no C++ exception through them). Memory callbacks must not call ptemu on the unit or tracer
+ * whose call they serve; output-event callbacks run when that call is done with its object and
+ * may call ptemu on it, but not free it.
  * Errors: every function returns a ptemu_status; on failure ptemu_last_error() says why. No
  * Rust panic crosses this boundary (PTEMU_ERR_PANIC reports one; drop that object).
  */
@@ -18,71 +23,71 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// IA32_PERF_GLOBAL_STATUS.
+// IA32_PERF_GLOBAL_STATUS (0x38E).
 #define PTEMU_IA32_PERF_GLOBAL_STATUS 910
 
-// IA32_PERF_GLOBAL_STATUS_RESET (write 1s to clear status bits).
+// IA32_PERF_GLOBAL_STATUS_RESET (0x390; write 1s to clear status bits).
 #define PTEMU_IA32_PERF_GLOBAL_STATUS_RESET 912
 
-// IA32_PERF_GLOBAL_STATUS_SET.
+// IA32_PERF_GLOBAL_STATUS_SET (0x391).
 #define PTEMU_IA32_PERF_GLOBAL_STATUS_SET 913
 
-// IA32_RTIT_OUTPUT_BASE.
+// IA32_RTIT_OUTPUT_BASE (0x560).
 #define PTEMU_IA32_RTIT_OUTPUT_BASE 1376
 
-// IA32_RTIT_OUTPUT_MASK_PTRS.
+// IA32_RTIT_OUTPUT_MASK_PTRS (0x561).
 #define PTEMU_IA32_RTIT_OUTPUT_MASK_PTRS 1377
 
-// IA32_RTIT_CTL.
+// IA32_RTIT_CTL (0x570).
 #define PTEMU_IA32_RTIT_CTL 1392
 
-// IA32_RTIT_STATUS.
+// IA32_RTIT_STATUS (0x571).
 #define PTEMU_IA32_RTIT_STATUS 1393
 
-// IA32_RTIT_CR3_MATCH.
+// IA32_RTIT_CR3_MATCH (0x572).
 #define PTEMU_IA32_RTIT_CR3_MATCH 1394
 
-// IA32_RTIT_ADDR0_A; ADDRn_A is this + 2n, ADDRn_B this + 2n + 1.
+// IA32_RTIT_ADDR0_A (0x580); ADDRn_A is this + 2n, ADDRn_B this + 2n + 1.
 #define PTEMU_IA32_RTIT_ADDR0_A 1408
 
 // IA32_PERF_GLOBAL_STATUS bit 55: a ToPA PMI is pending (P1).
-#define PTEMU_GLOBAL_STATUS_TOPA_PMI 36028797018963968
+#define PTEMU_GLOBAL_STATUS_TOPA_PMI (uint64_t)36028797018963968
 
 // IA32_RTIT_CTL bit 0: TraceEn.
-#define PTEMU_CTL_TRACE_EN 1
+#define PTEMU_CTL_TRACE_EN (uint64_t)1
 
 // IA32_RTIT_CTL bit 2: OS (trace CPL 0).
-#define PTEMU_CTL_OS 4
+#define PTEMU_CTL_OS (uint64_t)4
 
 // IA32_RTIT_CTL bit 3: User (trace CPL > 0).
-#define PTEMU_CTL_USER 8
+#define PTEMU_CTL_USER (uint64_t)8
 
 // IA32_RTIT_CTL bit 8: ToPA output (else single range).
-#define PTEMU_CTL_TOPA 256
+#define PTEMU_CTL_TOPA (uint64_t)256
 
 // IA32_RTIT_CTL bit 10: TSCEn.
-#define PTEMU_CTL_TSC_EN 1024
+#define PTEMU_CTL_TSC_EN (uint64_t)1024
 
 // IA32_RTIT_CTL bit 11: DisRETC.
-#define PTEMU_CTL_DIS_RETC 2048
+#define PTEMU_CTL_DIS_RETC (uint64_t)2048
 
 // IA32_RTIT_CTL bit 13: BranchEn.
-#define PTEMU_CTL_BRANCH_EN 8192
+#define PTEMU_CTL_BRANCH_EN (uint64_t)8192
 
 // IA32_RTIT_STATUS bit 4: Error (an operational error stopped output, E3).
-#define PTEMU_STATUS_ERROR 16
+#define PTEMU_STATUS_ERROR (uint64_t)16
 
 // IA32_RTIT_STATUS bit 5: Stopped (ToPA STOP or TraceStop).
-#define PTEMU_STATUS_STOPPED 32
+#define PTEMU_STATUS_STOPPED (uint64_t)32
 
 // ToPA entry bit 0: END (the base is the next table).
-#define PTEMU_TOPA_END 1
+#define PTEMU_TOPA_END (uint64_t)1
 
 // ToPA entry bit 2: INT (a PMI when the region fills).
-#define PTEMU_TOPA_INT 4
+#define PTEMU_TOPA_INT (uint64_t)4
 
 // ToPA entry bit 4: STOP (output stops when the region fills).
-#define PTEMU_TOPA_STOP 16
+#define PTEMU_TOPA_STOP (uint64_t)16
 
 // ToPA entry bits 9:6 hold the size code: the region is 4 KiB << code.
 #define PTEMU_TOPA_SIZE_SHIFT 6
@@ -311,18 +316,20 @@ typedef struct {
 } ptemu_stats;
 
 // Reads `len` bytes of guest physical memory at `pa` into `buf`; returns 0 on success, anything
-// else if the range is not readable.
+// else if the range is not readable. It must return (no longjmp, no C++ exception through it) and
+// must not call ptemu on the unit or tracer whose call it serves.
 typedef int32_t (*ptemu_read_fn)(void *ctx, uint64_t pa, uint8_t *buf, size_t len);
 
 // Writes `len` bytes from `data` to guest physical memory at `pa`; returns 0 on success,
-// anything else if the range is not writable.
+// anything else if the range is not writable, in which case it writes nothing (all or nothing).
+// The same rules as ptemu_read_fn.
 typedef int32_t (*ptemu_write_fn)(void *ctx, uint64_t pa, const uint8_t *data, size_t len);
 
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
-// The ptemu version, a static string ("0.1.0").
+// The ptemu version, a static string (e.g. "0.1.0").
 const char *ptemu_version(void);
 
 // The names of the built-in CPU profiles, comma-separated, a static string.
@@ -366,7 +373,9 @@ ptemu_status ptemu_unit_rdmsr(ptemu_unit *unit, uint32_t msr, uint64_t *value);
 ptemu_status ptemu_unit_write(ptemu_unit *unit, ptemu_memory *mem, const uint8_t *data, size_t len);
 
 // Takes the oldest output event not yet taken: `*got` is true and `*out` filled, or `*got` is
-// false when there is none. Events go to the callback instead once one is set.
+// false when there is none. Events go to the callback instead once one is set. Without a
+// callback, events queue until polled: poll after each call that can cause them (a long run
+// through a small ring wraps once per ring of bytes).
 //
 // # Safety
 // `unit` must be NULL or live; `out` and `got` NULL or writable.
@@ -375,7 +384,8 @@ ptemu_status ptemu_unit_poll_event(ptemu_unit *unit, ptemu_output_event *out, bo
 // Sends every later output event to `f` (with `ctx`) as it happens; NULL `f` goes back to
 // queuing them for ptemu_unit_poll_event. `f` runs on the calling thread at the end of the ptemu
 // call that caused the event, when that call is done with the unit: it may call the API on the
-// same unit (read an MSR, say); the MSRs it reads are those at the end of the call.
+// same unit (read an MSR, say; the MSRs it reads are those at the end of the call) but must not
+// free it, and must return (no longjmp, no C++ exception through it).
 //
 // # Safety
 // `unit` must be NULL or live; `f` and `ctx` valid while set.
@@ -468,7 +478,8 @@ ptemu_status ptemu_tracer_stats(ptemu_tracer *t, ptemu_stats *out);
 
 // Creates guest memory served by the host's callbacks. `ctx` is passed back to them untouched.
 // The callbacks and `ctx` must stay valid until ptemu_memory_free; they are called only from
-// inside ptemu calls that take this memory, on the calling thread.
+// inside ptemu calls that take this memory, on the calling thread. One memory object may serve
+// several units and tracers, on several threads at once if the callbacks are thread-safe.
 //
 // # Safety
 // `out` must be NULL or point to writable storage for one pointer.
@@ -480,7 +491,8 @@ ptemu_status ptemu_memory_new_callbacks(void *ctx,
 // Creates guest memory backed by the host buffer `buf` of `len` bytes, mapped at guest physical
 // address `base`. ptemu reads and writes the buffer in place and never frees it; it must stay
 // valid (and not be moved) until ptemu_memory_free. Accesses outside `[base, base + len)` fail
-// with PTEMU_ERR_MEMORY.
+// with PTEMU_ERR_MEMORY. Several units and tracers may share it; concurrent writes to the same
+// bytes from several threads are the host's to avoid.
 //
 // # Safety
 // `buf` must point to `len` writable bytes; `out` must be NULL or writable.

@@ -146,8 +146,8 @@ unsafe fn with_unit(
 ) -> Result<(), Failure> {
     let (r, pending) = {
         // SAFETY: forwarded contracts.
-        let (u, m) = unsafe { (live(unit, "unit")?, memory::memory(mem)?) };
-        let r = f(&mut u.unit, m);
+        let (u, mut m) = unsafe { (live(unit, "unit")?, memory::memory(mem)?) };
+        let r = f(&mut u.unit, &mut m);
         (r, u.events.take(u.unit.drain_events()))
     };
     pending.fire();
@@ -165,8 +165,8 @@ unsafe fn with_tracer(
 ) -> Result<(), Failure> {
     let (r, pending) = {
         // SAFETY: forwarded contracts.
-        let (t, m) = unsafe { (live(t, "tracer")?, memory::memory(mem)?) };
-        let r = f(&mut t.tracer, m);
+        let (t, mut m) = unsafe { (live(t, "tracer")?, memory::memory(mem)?) };
+        let r = f(&mut t.tracer, &mut m);
         (r, t.events.take(t.tracer.drain_output_events()))
     };
     pending.fire();
@@ -208,10 +208,14 @@ unsafe fn live<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Failure> {
     unsafe { p.as_mut() }.ok_or_else(|| Failure::null(what))
 }
 
-/// The ptemu version, a static string ("0.1.0").
+/// The ptemu version, a static string (e.g. "0.1.0").
 #[no_mangle]
 pub extern "C" fn ptemu_version() -> *const c_char {
-    static VERSION: &CStr = c"0.1.0";
+    const VERSION: &CStr =
+        match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+            Ok(v) => v,
+            Err(_) => panic!("the package version has no NUL"),
+        };
     VERSION.as_ptr()
 }
 
@@ -324,7 +328,9 @@ pub unsafe extern "C" fn ptemu_unit_write(
 }
 
 /// Takes the oldest output event not yet taken: `*got` is true and `*out` filled, or `*got` is
-/// false when there is none. Events go to the callback instead once one is set.
+/// false when there is none. Events go to the callback instead once one is set. Without a
+/// callback, events queue until polled: poll after each call that can cause them (a long run
+/// through a small ring wraps once per ring of bytes).
 ///
 /// # Safety
 /// `unit` must be NULL or live; `out` and `got` NULL or writable.
@@ -341,7 +347,8 @@ pub unsafe extern "C" fn ptemu_unit_poll_event(
 /// Sends every later output event to `f` (with `ctx`) as it happens; NULL `f` goes back to
 /// queuing them for ptemu_unit_poll_event. `f` runs on the calling thread at the end of the ptemu
 /// call that caused the event, when that call is done with the unit: it may call the API on the
-/// same unit (read an MSR, say); the MSRs it reads are those at the end of the call.
+/// same unit (read an MSR, say; the MSRs it reads are those at the end of the call) but must not
+/// free it, and must return (no longjmp, no C++ exception through it).
 ///
 /// # Safety
 /// `unit` must be NULL or live; `f` and `ctx` valid while set.
@@ -468,6 +475,9 @@ pub unsafe extern "C" fn ptemu_tracer_event(
     mem: *mut ptemu_memory,
     ev: *const ptemu_event,
 ) -> ptemu_status {
+    if ev.is_null() {
+        return guard(|| Err(Failure::null("ev")));
+    }
     // SAFETY: forwarded contracts; one event is a batch of one.
     unsafe { ptemu_tracer_events(t, mem, ev, 1) }
 }

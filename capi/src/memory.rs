@@ -5,25 +5,27 @@ use ptemu_core::memory::{MemError, PhysMemory};
 use std::ffi::c_void;
 
 /// Reads `len` bytes of guest physical memory at `pa` into `buf`; returns 0 on success, anything
-/// else if the range is not readable.
+/// else if the range is not readable. It must return (no longjmp, no C++ exception through it) and
+/// must not call ptemu on the unit or tracer whose call it serves.
 #[allow(non_camel_case_types)]
 pub type ptemu_read_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, pa: u64, buf: *mut u8, len: usize) -> i32>;
 
 /// Writes `len` bytes from `data` to guest physical memory at `pa`; returns 0 on success,
-/// anything else if the range is not writable.
+/// anything else if the range is not writable, in which case it writes nothing (all or nothing).
+/// The same rules as ptemu_read_fn.
 #[allow(non_camel_case_types)]
 pub type ptemu_write_fn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, pa: u64, data: *const u8, len: usize) -> i32>;
 
 /// Guest physical memory: the host's callbacks or the host's buffer. Opaque.
 #[allow(non_camel_case_types)]
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct ptemu_memory {
     backing: Backing,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Backing {
     Callbacks {
         ctx: *mut c_void,
@@ -93,7 +95,8 @@ impl PhysMemory for ptemu_memory {
 
 /// Creates guest memory served by the host's callbacks. `ctx` is passed back to them untouched.
 /// The callbacks and `ctx` must stay valid until ptemu_memory_free; they are called only from
-/// inside ptemu calls that take this memory, on the calling thread.
+/// inside ptemu calls that take this memory, on the calling thread. One memory object may serve
+/// several units and tracers, on several threads at once if the callbacks are thread-safe.
 ///
 /// # Safety
 /// `out` must be NULL or point to writable storage for one pointer.
@@ -123,7 +126,8 @@ pub unsafe extern "C" fn ptemu_memory_new_callbacks(
 /// Creates guest memory backed by the host buffer `buf` of `len` bytes, mapped at guest physical
 /// address `base`. ptemu reads and writes the buffer in place and never frees it; it must stay
 /// valid (and not be moved) until ptemu_memory_free. Accesses outside `[base, base + len)` fail
-/// with PTEMU_ERR_MEMORY.
+/// with PTEMU_ERR_MEMORY. Several units and tracers may share it; concurrent writes to the same
+/// bytes from several threads are the host's to avoid.
 ///
 /// # Safety
 /// `buf` must point to `len` writable bytes; `out` must be NULL or writable.
@@ -141,7 +145,7 @@ pub unsafe extern "C" fn ptemu_memory_new_buffer(
         if buf.is_null() {
             return Err(Failure::null("buf"));
         }
-        if base.checked_add(len as u64).is_none() {
+        if len != 0 && base.checked_add(len as u64 - 1).is_none() {
             return Err(Failure::argument(format!(
                 "a buffer of {len:#x} bytes at {base:#x} runs past the top of the address space"
             )));
@@ -167,11 +171,13 @@ pub unsafe extern "C" fn ptemu_memory_free(mem: *mut ptemu_memory) {
     }
 }
 
-/// The memory behind a non-NULL pointer.
+/// A copy of the memory behind a non-NULL pointer (only read, so several threads may share one).
 ///
 /// # Safety
 /// `mem` must be NULL or a live ptemu_memory.
-pub(crate) unsafe fn memory<'a>(mem: *mut ptemu_memory) -> Result<&'a mut ptemu_memory, Failure> {
+pub(crate) unsafe fn memory(mem: *const ptemu_memory) -> Result<ptemu_memory, Failure> {
     // SAFETY: NULL or a live object, by the caller's contract.
-    unsafe { mem.as_mut() }.ok_or_else(|| Failure::null("mem"))
+    unsafe { mem.as_ref() }
+        .copied()
+        .ok_or_else(|| Failure::null("mem"))
 }

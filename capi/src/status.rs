@@ -87,7 +87,8 @@ thread_local! {
 fn set_last(message: &str, rule: Option<Rule>) {
     // A message with a NUL in it is cut there: C reads up to the first NUL anyway.
     let text = CString::new(message.split('\0').next().unwrap_or("")).unwrap_or_default();
-    LAST.with(|l| *l.borrow_mut() = (text, rule));
+    // During thread teardown the slot may be gone: the message is lost, nothing panics.
+    let _ = LAST.try_with(|l| *l.borrow_mut() = (text, rule));
 }
 
 /// Runs `body`, turning its failure or panic into a status and the thread's last error.
@@ -128,14 +129,15 @@ pub(crate) fn rule_cstr(rule: Rule) -> *const c_char {
 /// the next failing call on this thread.
 #[no_mangle]
 pub extern "C" fn ptemu_last_error() -> *const c_char {
-    LAST.with(|l| l.borrow().0.as_ptr())
+    LAST.try_with(|l| l.borrow().0.as_ptr()).unwrap_or(c"".as_ptr())
 }
 
 /// The rule ID (spec/output.md, e.g. "M4") of this thread's last PTEMU_GP, or NULL if the last
 /// failed call was not a #GP. The string is static.
 #[no_mangle]
 pub extern "C" fn ptemu_last_rule() -> *const c_char {
-    LAST.with(|l| l.borrow().1.map_or(std::ptr::null(), rule_cstr))
+    LAST.try_with(|l| l.borrow().1.map_or(std::ptr::null(), rule_cstr))
+        .unwrap_or(std::ptr::null())
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@
  * emulator's: ptemu reaches it through read/write callbacks.
  *
  * Usage: embed [TRACE_OUT]  (writes the collected trace to TRACE_OUT when given)
- * It prints the same summary lines as `cargo run --example embed` (but the decoder line) and
- * exits non-zero if any call fails.
+ * It prints the summary lines `cargo run --example embed` prints (all but its decoder and check
+ * lines; tests/c_api.rs compares them) and exits non-zero if a call fails, a PMI was not handled
+ * or a byte the unit stored was not collected.
  */
 #include "ptemu.h"
 
@@ -264,5 +265,5 @@ int main(int argc, char **argv) {
     ptemu_memory_free(mem);
     free(collected);
     free(guest);
-    return collected_len == s.bytes_written ? 0 : 1;
+    return collected_len == s.bytes_written && pmis_handled == pmi_events && pmis_handled > 0 ? 0 : 1;
 }

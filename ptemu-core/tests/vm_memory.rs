@@ -48,10 +48,18 @@ fn an_access_outside_the_guests_ram_is_unmapped() {
         PhysMemory::write(&mut mem, 0x10_0000, &[1, 2, 3]),
         unmapped(0x10_0000, 3)
     );
+    PhysMemory::write(&mut mem, 0xf_fff0, &[7; 16]).unwrap();
     assert_eq!(
         PhysMemory::write(&mut mem, 0xf_fffe, &[1, 2, 3]),
         unmapped(0xf_fffe, 3),
         "runs into the hole"
+    );
+    let mut tail = [0u8; 2];
+    PhysMemory::read(&mem, 0xf_fffe, &mut tail).unwrap();
+    assert_eq!(
+        tail,
+        [7, 7],
+        "a refused store writes nothing, not the bytes before the hole"
     );
     let mut b = [0u8; 4];
     assert_eq!(PhysMemory::read(&mem, 0x40_0000, &mut b), unmapped(0x40_0000, 4));

@@ -228,6 +228,10 @@ const CAPI_NATIVE_LIBS: &[&str] = &["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-
 /// compiles `examples/c/embed.c` against the static library to `target/capi/bin/embed` and runs it.
 fn capi() -> Result<(), String> {
     let root = root();
+    // The checked-in header must be what cbindgen makes of the code.
+    let mut header = cargo();
+    header.args(["test", "-p", "ptemu-capi", "--test", "header"]);
+    run(header)?;
     let mut build = cargo();
     build.args([
         "build",

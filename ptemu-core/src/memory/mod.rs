@@ -37,7 +37,8 @@ pub enum MemError {
 
 /// Physical memory as the trace-output unit sees it: byte-addressed, little-endian.
 pub trait PhysMemory {
-    /// Stores `data` at physical address `pa`.
+    /// Stores `data` at physical address `pa`, all of it or nothing: on an error no byte of
+    /// the range has changed (the output unit counts the whole run as lost).
     fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), MemError>;
 
     /// Fills `buf` from physical address `pa`.

@@ -3,7 +3,7 @@
 //! is, or any other [`vm_memory::GuestMemory`] through [`VmMemory`].
 
 use super::{MemError, PhysMemory};
-use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryRegion, GuestRegionCollection};
+use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryRegion, GuestRegionCollection, Permissions};
 
 /// Any [`GuestMemory`] (an IOMMU view, a `GuestMemoryAtomic` snapshot, ...) as [`PhysMemory`].
 /// (`PhysMemory` cannot be implemented for every `GuestMemory` at once: it already is for
@@ -11,9 +11,14 @@ use vm_memory::{Bytes, GuestAddress, GuestMemory, GuestMemoryRegion, GuestRegion
 #[derive(Debug)]
 pub struct VmMemory<'a, G: ?Sized>(pub &'a G);
 
+/// Stores `data` whole or not at all: vm-memory's `write_slice` writes up to a hole and then
+/// fails, so the range is checked first.
 fn store<G: GuestMemory + ?Sized>(mem: &G, pa: u64, data: &[u8]) -> Result<(), MemError> {
-    mem.write_slice(data, GuestAddress(pa))
-        .map_err(|_| MemError::Unmapped { pa, len: data.len() })
+    let unmapped = MemError::Unmapped { pa, len: data.len() };
+    if !mem.check_range(GuestAddress(pa), data.len(), Permissions::Write) {
+        return Err(unmapped);
+    }
+    mem.write_slice(data, GuestAddress(pa)).map_err(|_| unmapped)
 }
 
 fn load<G: GuestMemory + ?Sized>(mem: &G, pa: u64, buf: &mut [u8]) -> Result<(), MemError> {
