@@ -75,6 +75,7 @@ pub mod event_log;
 pub mod image;
 pub mod layout;
 pub mod perf_data;
+pub mod picture;
 pub mod report;
 pub mod simulate;
 pub mod sources;

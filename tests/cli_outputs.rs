@@ -206,6 +206,7 @@ fn sim11_a_failed_run_removes_the_directories_it_created() {
             "events.jsonl",
             "image.bin",
             "image.json",
+            "layout.svg",
             "regions",
             "report.json",
             "trace.pt",

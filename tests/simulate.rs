@@ -620,6 +620,7 @@ fn sim10_bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
             "events.jsonl",
             "image.bin",
             "image.json",
+            "layout.svg",
             "regions",
             "report.json",
             "trace.pt",

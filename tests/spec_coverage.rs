@@ -307,3 +307,9 @@ fn every_truth_rule_is_named_by_a_test_that_exists() {
 fn every_perf_data_rule_is_named_by_a_test_that_exists() {
     assert_rules("perf-data.md", &[("PD", 6)]);
 }
+
+/// spec/picture.md: every PIC rule is named by a test, and every test it lists exists.
+#[test]
+fn every_picture_rule_is_named_by_a_test_that_exists() {
+    assert_rules("picture.md", &[("PIC", 6)]);
+}

@@ -1,6 +1,6 @@
-//! `ptemu layout check`.
+//! `ptemu layout check` and `ptemu layout draw`.
 
-use super::output::print;
+use super::output::{print, write_output};
 use super::Failure;
 use ptemu::layout::{self, Layout};
 use std::path::Path;
@@ -40,4 +40,13 @@ pub fn check(path: &Path) -> Result<(), Failure> {
             report.violations.len()
         )))
     }
+}
+
+/// Writes the SVG of the layout at `path` (with what `layout check` finds marked) to `output`.
+/// A layout with #GP faults or operational errors is drawn too: the picture shows them.
+pub fn draw(path: &Path, output: &Path) -> Result<(), Failure> {
+    let layout = Layout::load(path).map_err(|e| Failure::input(e.to_string()))?;
+    let report = layout::check(&layout);
+    let svg = ptemu::picture::layout_svg(&layout, &report);
+    write_output(output, |w| w.write_all(svg.as_bytes()))
 }

@@ -153,6 +153,15 @@ enum LayoutCommand {
     },
     /// Print the layout `ptemu simulate` uses without --layout.
     Default,
+    /// Draw a layout as SVG (spec/picture.md): its tables and entries in walk order, END hops,
+    /// the regions to scale with INT and STOP, operational errors with their rule IDs.
+    Draw {
+        /// Layout file (TOML).
+        layout: PathBuf,
+        /// The SVG file to write ("-" for stdout).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
 }
 
 /// A failure the user must see: the message, and the exit code.
@@ -221,6 +230,9 @@ pub fn run() -> ExitCode {
         Command::Layout {
             command: LayoutCommand::Check { layout },
         } => layout_cmd::check(&layout),
+        Command::Layout {
+            command: LayoutCommand::Draw { layout, output },
+        } => layout_cmd::draw(&layout, &output),
         Command::Dump {
             file,
             json,

@@ -7,6 +7,7 @@ use super::Failure;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::event_log::EventLog;
 use ptemu::layout::Layout;
+use ptemu::picture::Run;
 use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
 use ptemu::simulate::fault::{Fault, Plan};
@@ -323,7 +324,15 @@ fn finish(
         None => stale.push("truth.jsonl"),
     }
     write_outputs_with(dir.staging(), &outcome.unit, &outcome.mem, &report)?;
-    outputs.extend(["regions", "report.json"]);
+    let run = Run::new(
+        report.msr,
+        outcome.unit.stats(),
+        report.event_counts,
+        report.events.clone(),
+    );
+    let picture = ptemu::picture::run_svg(&opts.layout, &ptemu::layout::check(&opts.layout), &run);
+    write_atomic(&dir.staged("layout.svg"), |w| w.write_all(picture.as_bytes()))?;
+    outputs.extend(["regions", "report.json", "layout.svg"]);
     dir.commit(&outputs, &stale)?;
     Ok(report)
 }
@@ -477,6 +486,10 @@ fn summary(
         names.join(" ")
     );
     outln!(o, "    report.json");
+    outln!(
+        o,
+        "    layout.svg    the layout with the run drawn on it (spec/picture.md)"
+    );
     if r.perf.is_some() {
         let elf = if run.image.is_some() { ", image.elf" } else { "" };
         outln!(o, "    perf.data{elf}");

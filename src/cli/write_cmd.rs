@@ -6,8 +6,9 @@ use super::summary::{halt_note, write_output_state};
 use super::Failure;
 use ptemu::event_log::EventLog;
 use ptemu::layout::Layout;
+use ptemu::picture::Run;
 use ptemu::regs::msr::IA32_RTIT_CTL;
-use ptemu::report::{region_file_name, write_outputs_with, Report};
+use ptemu::report::{region_file_name, write_atomic, write_outputs_with, Report};
 use ptemu::{OutputUnit, SparseMemory};
 use std::fs::File;
 use std::io::{self, Read};
@@ -61,8 +62,10 @@ pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> R
         .and_then(|()| log.flush())
         .map_err(out_error)?;
     let report = Report::with_log(&unit, &log);
+    let picture = ptemu::picture::run_svg(&layout, &ptemu::layout::check(&layout), &Run::of(&report));
     write_outputs_with(dir.staging(), &unit, &mem, &report)
-        .and_then(|()| dir.commit(&["events.jsonl", "regions", "report.json"], &[]))
+        .and_then(|()| write_atomic(&dir.staged("layout.svg"), |w| w.write_all(picture.as_bytes())))
+        .and_then(|()| dir.commit(&["events.jsonl", "regions", "report.json", "layout.svg"], &[]))
         .map_err(out_error)?;
     if !quiet {
         print(&summary(&layout, &unit, &log, &report, out))?;
@@ -96,5 +99,6 @@ fn summary(layout: &Layout, unit: &OutputUnit, log: &EventLog, r: &Report, out: 
         outln!(o, "    {} ({} bytes)", region_file_name(base), size);
     }
     outln!(o, "  report: {}", out.join("report.json").display());
+    outln!(o, "  picture: {}", out.join("layout.svg").display());
     text
 }

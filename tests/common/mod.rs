@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod insn;
+pub mod layouts;
 pub mod libipt;
 pub mod packets;
 pub mod query;

@@ -1,0 +1,131 @@
+//! A small SVG writer: the elements the pictures use, every text escaped.
+
+use std::fmt::Write;
+
+/// `s` safe inside SVG text and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 does not allow (control characters but tab and newline).
+            c if (c as u32) < 0x20 && c != '\t' && c != '\n' => out.push('?'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// An SVG document (or a part of one) being written.
+#[derive(Debug, Default)]
+pub struct Svg {
+    out: String,
+}
+
+impl Svg {
+    /// An empty part, for [`Svg::append`].
+    pub fn new() -> Self {
+        Svg::default()
+    }
+
+    /// A document `width` x `height` pixels, white background, a sans-serif font.
+    pub fn start(width: f64, height: f64) -> Self {
+        let mut s = Svg::new();
+        let _ = write!(
+            s.out,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
+             width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\" \
+             font-family=\"DejaVu Sans Mono, Menlo, Consolas, monospace\">\n\
+             <rect x=\"0\" y=\"0\" width=\"{width:.0}\" height=\"{height:.0}\" fill=\"#ffffff\"/>\n\
+             <defs><marker id=\"arrow\" markerWidth=\"8\" markerHeight=\"8\" refX=\"7\" refY=\"4\" \
+             orient=\"auto\"><path d=\"M0,0 L8,4 L0,8 z\" fill=\"#666666\"/></marker></defs>\n"
+        );
+        s
+    }
+
+    /// Appends another part.
+    pub fn append(&mut self, part: Svg) {
+        self.out.push_str(&part.out);
+    }
+
+    /// A rectangle; `dash` is an SVG dash array for a dashed outline.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rect(
+        &mut self,
+        x: f64,
+        y: f64,
+        w: f64,
+        h: f64,
+        fill: &str,
+        stroke: &str,
+        width: f64,
+        dash: Option<&str>,
+    ) {
+        let dash = dash.map_or(String::new(), |d| format!(" stroke-dasharray=\"{}\"", escape(d)));
+        let _ = writeln!(
+            self.out,
+            "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{h:.1}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{width:.1}\"{dash}/>",
+            escape(fill),
+            escape(stroke)
+        );
+    }
+
+    /// A straight line.
+    pub fn line(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str, width: f64) {
+        let _ = writeln!(
+            self.out,
+            "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\" stroke=\"{}\" stroke-width=\"{width:.1}\"/>",
+            escape(stroke)
+        );
+    }
+
+    /// An arrow from (x1, y1) to (x2, y2), bent once to the right.
+    pub fn arrow(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str) {
+        let _ = writeln!(
+            self.out,
+            "<path d=\"M{x1:.1},{y1:.1} L{x2:.1},{y1:.1} L{x2:.1},{y2:.1} L{:.1},{y2:.1}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" marker-end=\"url(#arrow)\"/>",
+            x1 + 2.0,
+            escape(stroke)
+        );
+    }
+
+    /// A line of text with its baseline at `y`.
+    pub fn text(&mut self, x: f64, y: f64, size: f64, weight: &str, fill: &str, text: &str) {
+        let _ = writeln!(
+            self.out,
+            "<text x=\"{x:.1}\" y=\"{y:.1}\" font-size=\"{size:.0}\" font-weight=\"{}\" fill=\"{}\" xml:space=\"preserve\">{}</text>",
+            escape(weight),
+            escape(fill),
+            escape(text)
+        );
+    }
+
+    /// The finished document.
+    pub fn finish(mut self) -> String {
+        self.out.push_str("</svg>\n");
+        self.out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_attributes_are_escaped() {
+        assert_eq!(
+            escape("a<b & \"c\" 'd'>"),
+            "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;"
+        );
+        assert_eq!(escape("bell\u{7}"), "bell?");
+        let mut s = Svg::start(10.0, 10.0);
+        s.text(1.0, 2.0, 3.0, "bold", "#000", "x < y");
+        let doc = s.finish();
+        assert!(doc.contains(">x &lt; y</text>"), "{doc}");
+        assert!(doc.ends_with("</svg>\n"));
+    }
+}
