@@ -202,6 +202,16 @@ fn pic5_s1_p1_a_runs_picture_shows_the_fill_levels_and_position_the_report_gives
         all.contains("event: stopped after 98304 bytes at 0x10000[0x1] (S1)"),
         "{all}"
     );
+    // The events also stand at their entries, and the walk marks the wrap to entry 0 (W5).
+    let last = texts
+        .iter()
+        .find(|t| t.contains("[0x1] 64K at 0x120000"))
+        .unwrap();
+    assert!(last.ends_with("[stopped, PMI]  <- output at 0x10000"), "{last}");
+    assert!(
+        all.contains("0x20000[0x1ffffff] -> (wrap, W5) -> 0x20000[0x0]"),
+        "{all}"
+    );
     assert!(inked_pixels(&svg) > 5_000);
 }
 

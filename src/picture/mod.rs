@@ -214,6 +214,13 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
     let rows = rows(layout, report);
     let filled = run.map(|r| fills(layout, report, r)).unwrap_or_default();
     let here = run.map(|r| (r.msr.output_base, MaskPtrs::from(r.msr.output_mask_ptrs)));
+    // The listed events at the entries they happened at.
+    let mut at_entry: BTreeMap<(u64, u32), Vec<&'static str>> = BTreeMap::new();
+    for e in run.map_or(&[][..], |r| &r.events[..]) {
+        if let (Some(t), Some(i)) = (e.table, e.index) {
+            at_entry.entry((t, i)).or_default().push(kind_name(e.kind));
+        }
+    }
     let tables: Vec<u64> = {
         let mut t: Vec<u64> = layout.tables.iter().map(|t| t.base).collect();
         t.dedup();
@@ -277,6 +284,9 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
             let w = TABLE_W * f as f64 / size as f64;
             body.rect(16.0, ry + ROW - 5.0, w, 4.0, colour::INK, colour::INK, 0.5, None);
             err.push_str(&format!("  filled {f:#x}/{size:#x}"));
+        }
+        if let Some(kinds) = at_entry.get(&(r.table, r.index)) {
+            err.push_str(&format!("  [{}]", kinds.join(", ")));
         }
         if let Some((base, ptrs)) = here {
             if base == r.table && ptrs.mask_or_table_offset() == r.index {
@@ -367,11 +377,13 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         body.text(BARS_X + w + 8.0, ry + 13.0, 11.0, "normal", colour::INK, &label);
         ry += ROW;
     }
-    let walk: Vec<String> = report
-        .walk
-        .iter()
-        .map(|(t, i)| format!("{t:#x}[{i:#x}]"))
-        .collect();
+    let mut walk: Vec<String> = Vec::new();
+    for (k, (t, i)) in report.walk.iter().enumerate() {
+        if k > 0 && report.walk[k - 1] == (*t, crate::output::MAX_INDEX) && *i == 0 {
+            walk.push("(wrap, W5)".into());
+        }
+        walk.push(format!("{t:#x}[{i:#x}]"));
+    }
     y = y.max(ry) + 10.0;
     let mut lines = vec![format!(
         "walk ({} entries, {} tables): {}",
@@ -405,6 +417,17 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
     svg.finish()
 }
 
+/// How an event kind is written in a picture.
+fn kind_name(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::Pmi => "PMI",
+        EventKind::Stopped => "stopped",
+        EventKind::Error => "error",
+        EventKind::Wrap => "wrap",
+        _ => "erratum",
+    }
+}
+
 /// The run's totals and its first events, as lines of text.
 fn run_lines(run: &Run) -> Vec<String> {
     let c = &run.counts;
@@ -425,13 +448,7 @@ fn run_lines(run: &Run) -> Vec<String> {
         ),
     ];
     for e in run.events.iter().take(EVENTS_LISTED) {
-        let kind = match e.kind {
-            EventKind::Pmi => "PMI",
-            EventKind::Stopped => "stopped",
-            EventKind::Error => "error",
-            EventKind::Wrap => "wrap",
-            _ => "erratum",
-        };
+        let kind = kind_name(e.kind);
         let at = match (e.table, e.index) {
             (Some(t), Some(i)) => format!(" at {t:#x}[{i:#x}]"),
             _ => String::new(),
