@@ -17,15 +17,15 @@ use crate::report::{MsrSnapshot, Report};
 use std::collections::BTreeMap;
 
 /// Width of the picture in pixels.
-const WIDTH: f64 = 960.0;
+const WIDTH: f64 = 1160.0;
 /// Height of one table row.
 const ROW: f64 = 22.0;
 /// Width of a table column.
-const TABLE_W: f64 = 400.0;
+const TABLE_W: f64 = 650.0;
 /// Left edge of the region bars.
-const BARS_X: f64 = 480.0;
+const BARS_X: f64 = 700.0;
 /// The widest region bar.
-const BAR_MAX: f64 = 440.0;
+const BAR_MAX: f64 = 300.0;
 
 /// Fill colours, chosen to differ in lightness too (readable in greyscale): regions light blue,
 /// END entries grey, errors red with a double outline, STOP a thick black bar, INT a dashed one.
