@@ -31,7 +31,7 @@ const BAR_MAX: f64 = 300.0;
 /// END entries grey, errors red with a double outline, STOP a thick black bar, INT a dashed one.
 mod colour {
     pub const REGION: &str = "#cfe3f7";
-    pub const END: &str = "#d9d9d9";
+    pub const END: &str = "#a8a8a8";
     pub const ERROR: &str = "#f4a6a6";
     pub const INK: &str = "#111111";
     pub const FAINT: &str = "#666666";
@@ -85,6 +85,13 @@ impl Run {
     }
 }
 
+/// Entry rows drawn at most (the rest are counted under the picture).
+const MAX_ROWS: usize = 512;
+/// Lines of text under the picture at most.
+const MAX_LINES: usize = 200;
+/// Walk steps listed at most under the picture.
+const MAX_WALK: usize = 64;
+
 /// Events listed one per line in a run's picture (the rest are counted).
 const EVENTS_LISTED: usize = 12;
 
@@ -105,48 +112,104 @@ pub fn run_svg(layout: &Layout, report: &CheckReport, run: &Run) -> String {
     }
 }
 
-/// Bytes each listed ToPA entry's region holds after `run`, by (table, index): the written
-/// bytes laid along the walk from the starting entry (its OutputOffset first), lap after lap on
-/// a circular walk, so a region that any lap passed is full.
-pub fn fills(layout: &Layout, report: &CheckReport, run: &Run) -> BTreeMap<(u64, u32), u64> {
-    let raw = layout.entries();
-    let entry = |t: u64, i: u32| TopaEntry::from(raw.get(&(t + 8 * u64::from(i))).copied().unwrap_or(0));
-    let regions: Vec<((u64, u32), u64)> = report
-        .walk
-        .iter()
-        .filter(|&&(t, i)| !entry(t, i).end())
-        .map(|&(t, i)| ((t, i), entry(t, i).region_size()))
-        .collect();
-    let mut fill = BTreeMap::new();
-    let start = u64::from(MaskPtrs::from(layout.mask_ptrs).output_offset());
-    let stops = regions.last().is_some_and(|&((t, i), _)| entry(t, i).stop());
-    let circular = !stops && report.violations.is_empty() && !regions.is_empty();
-    let mut left = run.stats.bytes_written;
-    let mut offset = start;
-    let mut lap = 0;
-    while left > 0 && !regions.is_empty() {
-        for &(at, size) in &regions {
-            let take = left.min(size.saturating_sub(offset));
-            let f = fill.entry(at).or_insert(0);
-            *f = (*f).max(offset + take);
-            left -= take;
-            offset = 0;
-            if left == 0 {
-                break;
-            }
+/// What the output unit stored where, found by replaying the run's `bytes_in` stream bytes through
+/// `layout` as `ptemu write` does (the unit's walk depends on byte counts only): the merged
+/// physical spans it wrote.
+fn stored_spans(layout: &Layout, bytes_in: u64) -> BTreeMap<u64, u64> {
+    let mut rec = Recorder {
+        placing: true,
+        ..Recorder::default()
+    };
+    let mut unit = crate::output::OutputUnit::new(layout.cpu.clone());
+    if layout.apply(&mut unit, &mut rec).is_err() {
+        return BTreeMap::new();
+    }
+    rec.placing = false;
+    let chunk = vec![0u8; 1 << 16];
+    let mut left = bytes_in;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        if unit.write(&mut rec, &chunk[..n]).is_err() {
+            break;
         }
-        lap += 1;
-        if !circular || lap > 1 && left > 0 {
-            // Past two laps every region is full: no need to go round again.
-            if circular {
-                regions.iter().for_each(|&(at, size)| {
-                    fill.insert(at, size);
-                });
-            }
+        left -= n as u64;
+        // Past an error or a STOP nothing more is stored: no need to push the rest through.
+        if unit.registers().status.error() || unit.registers().status.stopped() {
             break;
         }
     }
-    fill
+    rec.spans
+}
+
+/// Memory that remembers which bytes the output unit stored, as merged spans (start -> end).
+#[derive(Debug, Default)]
+struct Recorder {
+    mem: crate::memory::SparseMemory,
+    spans: BTreeMap<u64, u64>,
+    placing: bool,
+}
+
+impl crate::memory::PhysMemory for Recorder {
+    fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), crate::memory::MemError> {
+        // The layout's own table writes (before the unit is enabled) are not trace bytes.
+        self.mem.write(pa, data)?;
+        if self.placing {
+            return Ok(());
+        }
+        let (mut start, mut end) = (pa, pa.saturating_add(data.len() as u64));
+        if let Some((&s, &e)) = self.spans.range(..=start).next_back() {
+            if e >= start {
+                start = s;
+                end = end.max(e);
+            }
+        }
+        let inside: Vec<u64> = self.spans.range(start..=end).map(|(&s, _)| s).collect();
+        for s in inside {
+            if let Some(e) = self.spans.remove(&s) {
+                end = end.max(e);
+            }
+        }
+        self.spans.insert(start, end);
+        Ok(())
+    }
+
+    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), crate::memory::MemError> {
+        self.mem.read(pa, buf)
+    }
+}
+
+/// Bytes of `[base, base + size)` covered by `spans`.
+fn covered(spans: &BTreeMap<u64, u64>, base: u64, size: u64) -> u64 {
+    let end = base.saturating_add(size);
+    let mut n = 0;
+    let first = spans.range(..=base).next_back().map(|(&s, _)| s).unwrap_or(base);
+    for (&s, &e) in spans.range(first..end) {
+        let (a, b) = (s.max(base), e.min(end));
+        if b > a {
+            n += b - a;
+        }
+    }
+    n
+}
+
+/// Bytes each listed ToPA entry's region holds after `run`, by (table, index): how much of the
+/// region the output unit stored into when the run's stream is replayed through the layout
+/// (laps fill a ring; a region two entries share counts for both).
+pub fn fills(layout: &Layout, run: &Run) -> BTreeMap<(u64, u32), u64> {
+    let spans = stored_spans(layout, run.stats.bytes_in);
+    let mut out = BTreeMap::new();
+    for t in &layout.tables {
+        for (i, e) in t.entries.iter().enumerate() {
+            let e = TopaEntry::from(e.raw);
+            if !e.end() {
+                out.insert(
+                    (t.base, t.first_index + i as u32),
+                    covered(&spans, e.base(), e.region_size()),
+                );
+            }
+        }
+    }
+    out
 }
 
 fn title(svg: &mut Svg, layout: &Layout, what: &str) {
@@ -212,13 +275,17 @@ pub fn size_text(bytes: u64) -> String {
 
 fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String {
     let rows = rows(layout, report);
-    let filled = run.map(|r| fills(layout, report, r)).unwrap_or_default();
+    let filled = run.map(|r| fills(layout, r)).unwrap_or_default();
     let here = run.map(|r| (r.msr.output_base, MaskPtrs::from(r.msr.output_mask_ptrs)));
     // The listed events at the entries they happened at.
-    let mut at_entry: BTreeMap<(u64, u32), Vec<&'static str>> = BTreeMap::new();
+    let mut at_entry: BTreeMap<(u64, u32), Vec<(&'static str, u64)>> = BTreeMap::new();
     for e in run.map_or(&[][..], |r| &r.events[..]) {
         if let (Some(t), Some(i)) = (e.table, e.index) {
-            at_entry.entry((t, i)).or_default().push(kind_name(e.kind));
+            let kinds = at_entry.entry((t, i)).or_default();
+            match kinds.iter_mut().find(|(k, _)| *k == kind_name(e.kind)) {
+                Some((_, n)) => *n += 1,
+                None => kinds.push((kind_name(e.kind), 1)),
+            }
         }
     }
     let tables: Vec<u64> = {
@@ -231,6 +298,9 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
     let mut header_y: BTreeMap<u64, f64> = BTreeMap::new();
     let mut row_y: Vec<f64> = Vec::new();
     let mut body = Svg::new();
+    // At most MAX_ROWS entry rows: a layout listing thousands of entries is summarised.
+    let mut drawn: Vec<&Row> = Vec::new();
+    let mut next = 0;
     for t in &layout.tables {
         header_y.entry(t.base).or_insert(y);
         body.rect(16.0, y, TABLE_W, ROW, "#ffffff", colour::INK, 1.5, None);
@@ -241,13 +311,17 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         };
         body.text(24.0, y + 15.0, 12.0, "bold", colour::INK, &label);
         y += ROW;
-        for _ in &t.entries {
-            row_y.push(y);
-            y += ROW;
+        for k in 0..t.entries.len() {
+            if drawn.len() < MAX_ROWS {
+                drawn.push(&rows[next + k]);
+                row_y.push(y);
+                y += ROW;
+            }
         }
+        next += t.entries.len();
         y += 14.0;
     }
-    for (r, &ry) in rows.iter().zip(&row_y) {
+    for (r, &ry) in drawn.iter().zip(&row_y) {
         let (fill, stroke, width) = match (r.error, r.entry.end()) {
             (Some(_), _) => (colour::ERROR, colour::INK, 2.5),
             (None, true) => (colour::END, colour::INK, 1.0),
@@ -286,7 +360,17 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
             err.push_str(&format!("  filled {f:#x}/{size:#x}"));
         }
         if let Some(kinds) = at_entry.get(&(r.table, r.index)) {
-            err.push_str(&format!("  [{}]", kinds.join(", ")));
+            let shown: Vec<String> = kinds
+                .iter()
+                .map(|&(k, n)| {
+                    if n == 1 {
+                        k.to_string()
+                    } else {
+                        format!("{k} x{n}")
+                    }
+                })
+                .collect();
+            err.push_str(&format!("  [{}]", shown.join(", ")));
         }
         if let Some((base, ptrs)) = here {
             if base == r.table && ptrs.mask_or_table_offset() == r.index {
@@ -378,7 +462,7 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         ry += ROW;
     }
     let mut walk: Vec<String> = Vec::new();
-    for (k, (t, i)) in report.walk.iter().enumerate() {
+    for (k, (t, i)) in report.walk.iter().enumerate().take(MAX_WALK) {
         if k > 0 && report.walk[k - 1] == (*t, crate::output::MAX_INDEX) && *i == 0 {
             walk.push("(wrap, W5)".into());
         }
@@ -391,11 +475,30 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         tables.len(),
         walk.join(" -> ")
     )];
+    if report.walk.len() > MAX_WALK {
+        lines.push(format!(
+            "... the walk goes on for {} more entries",
+            report.walk.len() - MAX_WALK
+        ));
+    }
+    if rows.len() > drawn.len() {
+        lines.push(format!(
+            "{} more listed entries are not drawn",
+            rows.len() - drawn.len()
+        ));
+    }
     lines.extend(report.violations.iter().map(|v| format!("error: {v}")));
     lines.extend(report.faults.iter().map(|f| format!("#GP: {f}")));
     lines.extend(report.warnings.iter().map(|w| format!("warning: {w}")));
     if let Some(run) = run {
         lines.extend(run_lines(run));
+    }
+    if lines.len() > MAX_LINES {
+        let more = lines.len() - MAX_LINES;
+        lines.truncate(MAX_LINES);
+        lines.push(format!(
+            "... {more} more lines (layout check and events.jsonl have them all)"
+        ));
     }
     for l in &lines {
         for chunk in wrap(l, 140) {
@@ -506,8 +609,11 @@ fn range_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String
         "output wraps to the start of the range when it fills (R3)".to_string(),
     ];
     if let Some(run) = run {
-        let filled = run.stats.bytes_written.min(size);
-        lines.push(format!("filled {filled:#x}/{size:#x}"));
+        let filled = covered(&stored_spans(layout, run.stats.bytes_in), layout.base, size);
+        lines.push(format!(
+            "filled {filled:#x}/{size:#x}; output offset {:#x} at the start",
+            ptrs.output_offset()
+        ));
         lines.extend(run_lines(run));
     }
     lines.extend(report.violations.iter().map(|v| format!("error: {v}")));
