@@ -274,3 +274,20 @@ fn pic5_the_readmes_picture_is_what_ptemu_write_draws_today() {
         "examples/demo-run.svg is stale: ptemu write --layout examples/demo-layout.toml (100 KiB) draws another picture"
     );
 }
+
+#[test]
+fn pic5_simulate_draws_no_picture_when_ctl_contradicts_the_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (good, odd) = (dir.path().join("good"), dir.path().join("odd"));
+    let o = ptemu(&["simulate", "--out", s(&good), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(good.join("layout.svg").exists());
+    // The default layout is ToPA; ToPA=0 makes the unit read the MSRs as a single range (SIM5).
+    let o = ptemu(&["simulate", "--out", s(&odd), "--ctl", "ToPA=0", "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(odd.join("report.json").exists());
+    assert!(
+        !odd.join("layout.svg").exists(),
+        "a picture of the wrong output was drawn"
+    );
+}

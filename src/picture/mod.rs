@@ -132,6 +132,8 @@ fn stored_spans(layout: &Layout, bytes_in: u64) -> BTreeMap<u64, u64> {
         if unit.write(&mut rec, &chunk[..n]).is_err() {
             break;
         }
+        // The replay's own events are not kept: memory stays flat however many wraps there are.
+        unit.drain_events().for_each(drop);
         left -= n as u64;
         // Past an error or a STOP nothing more is stored: no need to push the rest through.
         if unit.registers().status.error() || unit.registers().status.stopped() {
@@ -320,6 +322,22 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         }
         next += t.entries.len();
         y += 14.0;
+    }
+    // Walk-order arrows where the walk does not go on to the row just below (a wrap to entry 0,
+    // an END hop, a jump over unlisted entries): in the left margin, from row to row.
+    let row_at: BTreeMap<(u64, u32), f64> = drawn
+        .iter()
+        .zip(&row_y)
+        .map(|(r, &y)| ((r.table, r.index), y))
+        .collect();
+    for (k, pair) in report.walk.windows(2).enumerate().take(MAX_WALK) {
+        let (Some(&ya), Some(&yb)) = (row_at.get(&pair[0]), row_at.get(&pair[1])) else {
+            continue;
+        };
+        if (yb - ya - ROW).abs() > 0.5 {
+            let x = 12.0 - 3.0 * (k % 3) as f64;
+            body.walk_arrow(16.0, ya + ROW / 2.0, x, yb + ROW / 2.0, colour::FAINT);
+        }
     }
     for (r, &ry) in drawn.iter().zip(&row_y) {
         let (fill, stroke, width) = match (r.error, r.entry.end()) {

@@ -93,6 +93,17 @@ impl Svg {
         );
     }
 
+    /// An arrow leaving (x, y1) leftwards to the margin at `margin`, along it to `y2`, and back
+    /// right to (x, y2): the walk going from one row to a row that is not the next.
+    pub fn walk_arrow(&mut self, x: f64, y1: f64, margin: f64, y2: f64, stroke: &str) {
+        let _ = writeln!(
+            self.out,
+            "<path d=\"M{x:.1},{y1:.1} L{margin:.1},{y1:.1} L{margin:.1},{y2:.1} L{:.1},{y2:.1}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"2,2\" marker-end=\"url(#arrow)\"/>",
+            x - 1.0,
+            escape(stroke)
+        );
+    }
+
     /// A line of text with its baseline at `y`.
     pub fn text(&mut self, x: f64, y: f64, size: f64, weight: &str, fill: &str, text: &str) {
         let _ = writeln!(
