@@ -213,3 +213,49 @@ fn hw_repack_lays_out_a_trace_as_the_cpu_would_and_compare_measures_it() {
     assert!(text(&o.stderr).contains("bad.pt: byte 0x"), "{}", text(&o.stderr));
     assert!(!never.exists());
 }
+
+/// Issue 28: bytes that hold no PSB decode to nothing, which is a failure (exit 1) as bad bytes
+/// are; an empty file is an empty trace (exit 0); --no-sync decodes what it can.
+#[test]
+fn dump_of_bytes_without_a_psb_exits_1_and_of_an_empty_file_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.bin");
+    std::fs::write(
+        &garbage,
+        (0..4096u32).map(|i| (i * 37 + 11) as u8 | 1).collect::<Vec<u8>>(),
+    )
+    .unwrap();
+    let o = ptemu(&["dump", s(&garbage)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("[no PSB in 4096 bytes"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(
+        text(&o.stderr).contains("garbage.bin: no PSB in 4096 bytes"),
+        "{}",
+        text(&o.stderr)
+    );
+    let empty = dir.path().join("empty.bin");
+    std::fs::write(&empty, b"").unwrap();
+    let o = ptemu(&["dump", s(&empty)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = ptemu(&["dump", "--json", s(&garbage)]);
+    assert_eq!(o.status.code(), Some(1));
+}
+
+/// Issue 28: logs carry colour escapes only on a terminal; piped (as here) they are plain text.
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour_escapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = ptemu(&["-vvv", "simulate", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let log = text(&o.stderr);
+    assert!(
+        log.contains("DEBUG") || log.contains("TRACE") || log.contains("INFO"),
+        "no log lines: {log}"
+    );
+    assert!(!log.contains('\u{1b}'), "escape codes in piped logs: {log:?}");
+}

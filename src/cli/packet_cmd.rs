@@ -48,7 +48,17 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
         }
         .map_err(io_err)?;
         out.flush().map_err(io_err)?;
-        return unchanged(&input, path);
+        unchanged(&input, path)?;
+        // Bytes that hold no PSB decoded to nothing: a failure (exit 1), as bad bytes are. An
+        // empty file is an empty trace.
+        if data.is_empty() {
+            return Ok(());
+        }
+        return Err(Failure::found(format!(
+            "{}: no PSB in {} bytes, nothing decoded (--no-sync decodes from byte 0)",
+            path.display(),
+            data.len()
+        )));
     }
     if !no_sync && d.offset() > 0 {
         if json {

@@ -41,12 +41,22 @@ fn main() {
         "capi" => capi(),
         _ => {
             eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...] | fuzz [SECONDS] [TARGET...] | capi | hwcheck [DIR]>");
-            exit(if task == "help" { 0 } else { 2 });
+            exit(usage_exit_code(task));
         }
     };
     if let Err(e) = result {
         eprintln!("xtask {task}: {e}");
         exit(1);
+    }
+}
+
+/// The exit code after printing the usage: 0 when it was asked for (`help`, `--help`, `-h`), 2
+/// for an unknown task.
+fn usage_exit_code(task: &str) -> i32 {
+    if matches!(task, "help" | "--help" | "-h") {
+        0
+    } else {
+        2
     }
 }
 
@@ -295,7 +305,8 @@ fn simulate(args: &[String]) -> Result<(), String> {
     cmd.arg("run")
         .arg("--manifest-path")
         .arg(root().join("Cargo.toml"))
-        .args(["--quiet", "--release", "--bin", "ptemu", "--", "simulate"])
+        // Not --quiet: a first build takes a minute, and cargo's progress shows it is working.
+        .args(["--release", "--bin", "ptemu", "--", "simulate"])
         .args(args);
     if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {
         cmd.arg("--out").arg(root().join("target/ptemu-simulate"));
@@ -493,6 +504,14 @@ fn fuzz(args: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn asking_for_help_exits_0_and_an_unknown_task_2() {
+        assert_eq!(usage_exit_code("--help"), 0);
+        assert_eq!(usage_exit_code("-h"), 0);
+        assert_eq!(usage_exit_code("help"), 0);
+        assert_eq!(usage_exit_code("tset"), 2);
+    }
 
     #[test]
     fn only_absent_packages_are_installed() {
