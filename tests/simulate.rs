@@ -660,3 +660,36 @@ fn sim1_the_start_cpl_of_each_format_is_the_one_its_reader_reports() {
         assert_eq!(src.start_state().cpl, f.start_cpl(), "{f}");
     }
 }
+
+/// Issue 28 item 8: an empty trace is a valid, empty run in every format that has no header
+/// (exit 0, a warning, no instruction, no code image); gem5's files always start with its magic,
+/// so a 0-byte file is refused as not a gem5 trace.
+#[test]
+fn an_empty_trace_is_an_empty_run_in_every_headerless_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.trace");
+    fs::write(&empty, b"").unwrap();
+    for format in ["penn", "byu", "byu-p2", "kaplan"] {
+        let out = dir.path().join(format);
+        let o = ptemu(&["simulate", s(&empty), "--format", format, "--out", s(&out), "-q"]);
+        assert_eq!(o.status.code(), Some(0), "{format}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("no instructions"),
+            "{format}: no warning"
+        );
+        let report: Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
+        assert_eq!(report["stats"]["instructions"], 0, "{format}");
+        assert!(!out.join("image.bin").exists(), "{format}: an image of nothing");
+    }
+    let o = ptemu(&[
+        "simulate",
+        s(&empty),
+        "--format",
+        "gem5",
+        "--out",
+        s(&dir.path().join("g")),
+        "-q",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("magic"));
+}

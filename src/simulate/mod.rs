@@ -352,7 +352,10 @@ pub fn run_recording<W: Write>(
     spool_facts(&mut tracer, &mut facts, &mut psbs)?;
     let source = feed.source().stats();
     let image = match feed {
-        Feed::Penn(_, Some(b)) => Some(b.build().map_err(|errors| SimError::Image { name, errors })?),
+        // An empty trace is a valid, empty run: no instruction, no image (and no ptxed command).
+        Feed::Penn(_, Some(b)) if !b.is_empty() || b.is_refused() => {
+            Some(b.build().map_err(|errors| SimError::Image { name, errors })?)
+        }
         _ => None,
     };
     let trace_bytes = mem.copied();
