@@ -118,7 +118,8 @@ pub struct ptemu_event {
     pub c: u8,
 }
 
-fn mode(m: u8) -> Result<ExecMode, Failure> {
+/// The execution mode a PTEMU_MODE_* value names.
+pub(crate) fn mode(m: u8) -> Result<ExecMode, Failure> {
     match m {
         PTEMU_MODE_16 => Ok(ExecMode::Bits16),
         PTEMU_MODE_32 => Ok(ExecMode::Bits32),
@@ -127,10 +128,6 @@ fn mode(m: u8) -> Result<ExecMode, Failure> {
             "mode {m} is not PTEMU_MODE_16, _32 or _64"
         ))),
     }
-}
-
-pub(crate) fn exec_mode(m: u8) -> Result<ExecMode, Failure> {
-    mode(m)
 }
 
 fn far_kind(e: &ptemu_event) -> Result<FarKind, Failure> {

@@ -240,16 +240,12 @@ pub unsafe extern "C" fn ptemu_unit_new(cpu: *const c_char, out: *mut *mut ptemu
     guard(|| {
         // SAFETY: forwarded contracts.
         let cpu = unsafe { profile(cpu) }?;
-        let unit = Box::new(ptemu_unit {
+        let unit = ptemu_unit {
             unit: OutputUnit::new(cpu),
             events: Events::default(),
-        });
-        let raw = Box::into_raw(unit);
-        // SAFETY: forwarded contract; on failure the box is reclaimed.
-        unsafe { put(out, raw) }.inspect_err(|_| {
-            // SAFETY: `raw` came from Box::into_raw just above and was not handed out.
-            drop(unsafe { Box::from_raw(raw) })
-        })
+        };
+        // SAFETY: forwarded contract.
+        unsafe { hand_out(out, unit) }
     })
 }
 
@@ -259,10 +255,8 @@ pub unsafe extern "C" fn ptemu_unit_new(cpu: *const c_char, out: *mut *mut ptemu
 /// `unit` must be NULL or from ptemu_unit_new, not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ptemu_unit_free(unit: *mut ptemu_unit) {
-    if !unit.is_null() {
-        // SAFETY: from Box::into_raw in ptemu_unit_new, not freed before.
-        drop(unsafe { Box::from_raw(unit) });
-    }
+    // SAFETY: forwarded contract (ptemu_unit_new hands units out).
+    unsafe { take_back(unit) }
 }
 
 /// WRMSR `value` to `msr` (IA32_RTIT_CTL 0x570, STATUS 0x571, OUTPUT_BASE 0x560,
@@ -378,16 +372,12 @@ pub unsafe extern "C" fn ptemu_tracer_new(cpu: *const c_char, out: *mut *mut pte
     guard(|| {
         // SAFETY: forwarded contracts.
         let cpu = unsafe { profile(cpu) }?;
-        let t = Box::new(ptemu_tracer {
+        let t = ptemu_tracer {
             tracer: Tracer::new(OutputUnit::new(cpu), TracerConfig::default()),
             events: Events::default(),
-        });
-        let raw = Box::into_raw(t);
-        // SAFETY: forwarded contract; on failure the box is reclaimed.
-        unsafe { put(out, raw) }.inspect_err(|_| {
-            // SAFETY: `raw` came from Box::into_raw just above and was not handed out.
-            drop(unsafe { Box::from_raw(raw) })
-        })
+        };
+        // SAFETY: forwarded contract.
+        unsafe { hand_out(out, t) }
     })
 }
 
@@ -398,10 +388,8 @@ pub unsafe extern "C" fn ptemu_tracer_new(cpu: *const c_char, out: *mut *mut pte
 /// `t` must be NULL or from ptemu_tracer_new, not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ptemu_tracer_free(t: *mut ptemu_tracer) {
-    if !t.is_null() {
-        // SAFETY: from Box::into_raw in ptemu_tracer_new, not freed before.
-        drop(unsafe { Box::from_raw(t) });
-    }
+    // SAFETY: forwarded contract (ptemu_tracer_new hands tracers out).
+    unsafe { take_back(t) }
 }
 
 /// Sets the architectural state before tracing starts: the IP, CPL (0..3), CR3 and execution mode
@@ -423,7 +411,7 @@ pub unsafe extern "C" fn ptemu_tracer_set_state(
         if cpl > 3 {
             return Err(Failure::argument(format!("cpl {cpl} is not 0..=3")));
         }
-        t.tracer.set_state(ip, cpl, cr3, event::exec_mode(mode)?);
+        t.tracer.set_state(ip, cpl, cr3, event::mode(mode)?);
         Ok(())
     })
 }

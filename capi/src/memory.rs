@@ -108,18 +108,12 @@ pub unsafe extern "C" fn ptemu_memory_new_callbacks(
     out: *mut *mut ptemu_memory,
 ) -> ptemu_status {
     guard(|| {
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
         let (Some(read), Some(write)) = (read, write) else {
             return Err(Failure::null("a callback"));
         };
-        let mem = Box::new(ptemu_memory {
-            backing: Backing::Callbacks { ctx, read, write },
-        });
-        // SAFETY: `out` is non-NULL and, by this function's contract, writable.
-        unsafe { *out = Box::into_raw(mem) };
-        Ok(())
+        let backing = Backing::Callbacks { ctx, read, write };
+        // SAFETY: forwarded contract.
+        unsafe { hand_out(out, ptemu_memory { backing }) }
     })
 }
 
@@ -139,9 +133,6 @@ pub unsafe extern "C" fn ptemu_memory_new_buffer(
     out: *mut *mut ptemu_memory,
 ) -> ptemu_status {
     guard(|| {
-        if out.is_null() {
-            return Err(Failure::null("out"));
-        }
         if buf.is_null() {
             return Err(Failure::null("buf"));
         }
@@ -150,12 +141,9 @@ pub unsafe extern "C" fn ptemu_memory_new_buffer(
                 "a buffer of {len:#x} bytes at {base:#x} runs past the top of the address space"
             )));
         }
-        let mem = Box::new(ptemu_memory {
-            backing: Backing::Buffer { base, ptr: buf, len },
-        });
-        // SAFETY: `out` is non-NULL and writable by contract.
-        unsafe { *out = Box::into_raw(mem) };
-        Ok(())
+        let backing = Backing::Buffer { base, ptr: buf, len };
+        // SAFETY: forwarded contract.
+        unsafe { hand_out(out, ptemu_memory { backing }) }
     })
 }
 
@@ -165,10 +153,8 @@ pub unsafe extern "C" fn ptemu_memory_new_buffer(
 /// `mem` must be NULL or a pointer from a ptemu_memory_new_* call, not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn ptemu_memory_free(mem: *mut ptemu_memory) {
-    if !mem.is_null() {
-        // SAFETY: created by Box::into_raw in a ptemu_memory_new_* call and not freed before.
-        drop(unsafe { Box::from_raw(mem) });
-    }
+    // SAFETY: forwarded contract (the ptemu_memory_new_* functions hand memory objects out).
+    unsafe { take_back(mem) }
 }
 
 /// A copy of the memory behind a non-NULL pointer (only read, so several threads may share one).

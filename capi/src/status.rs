@@ -79,6 +79,31 @@ impl From<ptemu_core::memory::MemError> for Failure {
     }
 }
 
+/// Hands `obj` to C through `out`, boxed: the pointer it writes is freed by [`take_back`].
+/// Nothing is allocated when `out` is NULL.
+///
+/// # Safety
+/// `out` must be NULL or writable.
+pub(crate) unsafe fn hand_out<T>(out: *mut *mut T, obj: T) -> Result<(), Failure> {
+    if out.is_null() {
+        return Err(Failure::null("out"));
+    }
+    // SAFETY: non-NULL and writable by the caller's contract.
+    unsafe { out.write(Box::into_raw(Box::new(obj))) };
+    Ok(())
+}
+
+/// Frees an object [`hand_out`] gave C; NULL is ignored.
+///
+/// # Safety
+/// `p` must be NULL or a pointer from [`hand_out`], not freed before.
+pub(crate) unsafe fn take_back<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: from Box::into_raw in hand_out, not freed before (the caller's contract).
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
 thread_local! {
     /// The message and rule of this thread's last failed call.
     static LAST: RefCell<(CString, Option<Rule>)> = RefCell::new((CString::default(), None));

@@ -116,15 +116,13 @@ pub fn run_svg(layout: &Layout, report: &CheckReport, run: &Run) -> String {
 /// `layout` as `ptemu write` does (the unit's walk depends on byte counts only): the merged
 /// physical spans it wrote.
 fn stored_spans(layout: &Layout, bytes_in: u64) -> BTreeMap<u64, u64> {
-    let mut rec = Recorder {
-        placing: true,
-        ..Recorder::default()
-    };
+    // The tables go straight into the memory (they are not trace bytes); only the unit's own
+    // stores go through the recorder.
+    let mut rec = Recorder::default();
     let mut unit = crate::output::OutputUnit::new(layout.cpu.clone());
-    if layout.apply(&mut unit, &mut rec).is_err() {
+    if layout.apply(&mut unit, &mut rec.mem).is_err() {
         return BTreeMap::new();
     }
-    rec.placing = false;
     let chunk = vec![0u8; 1 << 16];
     let mut left = bytes_in;
     while left > 0 {
@@ -148,16 +146,11 @@ fn stored_spans(layout: &Layout, bytes_in: u64) -> BTreeMap<u64, u64> {
 struct Recorder {
     mem: crate::memory::SparseMemory,
     spans: BTreeMap<u64, u64>,
-    placing: bool,
 }
 
 impl crate::memory::PhysMemory for Recorder {
     fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), crate::memory::MemError> {
-        // The layout's own table writes (before the unit is enabled) are not trace bytes.
         self.mem.write(pa, data)?;
-        if self.placing {
-            return Ok(());
-        }
         let (mut start, mut end) = (pa, pa.saturating_add(data.len() as u64));
         if let Some((&s, &e)) = self.spans.range(..=start).next_back() {
             if e >= start {
@@ -290,11 +283,8 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
             }
         }
     }
-    let tables: Vec<u64> = {
-        let mut t: Vec<u64> = layout.tables.iter().map(|t| t.base).collect();
-        t.dedup();
-        t
-    };
+    // Distinct tables (a table may be listed in several blocks, not always one after another).
+    let tables: std::collections::BTreeSet<u64> = layout.tables.iter().map(|t| t.base).collect();
     // Table boxes one under the other, each a header and its rows.
     let mut y = 80.0;
     let mut header_y: BTreeMap<u64, f64> = BTreeMap::new();
