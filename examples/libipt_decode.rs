@@ -44,8 +44,9 @@ fn json(path: &Path) -> serde_json::Value {
 /// `case.json` (or that `ptemu simulate`'s report implies), into verify's lines.
 pub fn decode_case(case: &Path) -> String {
     let base = json(&case.join("image.json"))["base"]
-        .as_u64()
-        .expect("image.json: base");
+        .as_str()
+        .and_then(|h| u64::from_str_radix(h.strip_prefix("0x")?, 16).ok())
+        .expect("image.json: base, a \"0x...\" string");
     let clock = ptemu::TracerConfig::default().clock;
     let mut t = Timing {
         mtc_freq: 3,

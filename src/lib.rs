@@ -81,7 +81,7 @@ pub mod simulate;
 pub mod sources;
 pub mod truth;
 
-pub use ptemu_core::{memory, output, packet, packing, regs, rules, tracer};
+pub use ptemu_core::{memory, output, packet, packing, regs, rules, serde_hex, tracer};
 
 pub use memory::{MemError, MmapMemory, PhysMemory, SparseMemory};
 pub use output::{EventKind, MsrError, OutputEvent, OutputUnit};

@@ -9,18 +9,27 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// The MSRs as the report shows them.
+/// The version of the `report.json` layout (README, "report.json"): 2 writes MSRs and addresses
+/// as `"0x..."` strings (version 1, before the field existed, wrote JSON numbers).
+pub const REPORT_VERSION: u32 = 2;
+
+/// The MSRs as the report shows them (serialized as `"0x..."` strings).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct MsrSnapshot {
     /// IA32_RTIT_CTL.
+    #[serde(serialize_with = "crate::serde_hex::u64")]
     pub rtit_ctl: u64,
     /// IA32_RTIT_STATUS.
+    #[serde(serialize_with = "crate::serde_hex::u64")]
     pub rtit_status: u64,
     /// IA32_RTIT_OUTPUT_BASE.
+    #[serde(serialize_with = "crate::serde_hex::u64")]
     pub output_base: u64,
     /// IA32_RTIT_OUTPUT_MASK_PTRS.
+    #[serde(serialize_with = "crate::serde_hex::u64")]
     pub output_mask_ptrs: u64,
     /// IA32_PERF_GLOBAL_STATUS.
+    #[serde(serialize_with = "crate::serde_hex::u64")]
     pub perf_global_status: u64,
 }
 
@@ -41,6 +50,8 @@ impl MsrSnapshot {
 /// The whole `report.json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
+    /// [`REPORT_VERSION`].
+    pub version: u32,
     /// MSR values (after TraceEn=0 when written by `ptemu write`).
     pub msr: MsrSnapshot,
     /// The first events, in order (every one in `events.jsonl`).
@@ -67,6 +78,7 @@ impl Report {
     /// Snapshot of `unit` now, with the events of `log` (the unit drained into it).
     pub fn with_log(unit: &OutputUnit, log: &EventLog) -> Self {
         Report {
+            version: REPORT_VERSION,
             msr: MsrSnapshot::of(unit),
             events: log.first().to_vec(),
             event_counts: log.counts(),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{ptemu, ptemu_stdin, s, text, write_args};
+use common::cli::{hex, ptemu, ptemu_stdin, s, text, write_args};
 use common::stream;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -50,8 +50,16 @@ fn write_demo_layout_follows_the_report_contract() {
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     assert_eq!(
         keys(&report),
-        ["event_counts", "events", "events_total", "msr", "stats"]
+        [
+            "event_counts",
+            "events",
+            "events_total",
+            "msr",
+            "stats",
+            "version"
+        ]
     );
+    assert_eq!(report["version"], 2);
     assert_eq!(
         report["event_counts"],
         serde_json::json!({"pmi": 3, "stopped": 1, "error": 0, "wrap": 1, "erratum": 0})
@@ -69,7 +77,13 @@ fn write_demo_layout_follows_the_report_contract() {
     );
     assert_eq!(
         keys(&report["stats"]),
-        ["bytes_in", "bytes_lost", "bytes_written"]
+        [
+            "bytes_in",
+            "bytes_lost",
+            "bytes_overwritten",
+            "bytes_written",
+            "laps"
+        ]
     );
     let events = report["events"].as_array().unwrap();
     for e in events {
@@ -88,18 +102,16 @@ fn write_demo_layout_follows_the_report_contract() {
     assert_eq!(&lines, events);
     assert_eq!(report["stats"]["bytes_lost"], 4096);
     // S3: MSRs after TraceEn=0 point at the STOP entry, one past its end; TraceEn clear, ToPA kept.
-    assert_eq!(report["msr"]["output_base"], 0x10000);
+    // Version 2: every MSR and table address a "0x..." string, exact above 2^53 (GLOBAL_STATUS[55]).
+    assert_eq!(report["msr"]["output_base"], "0x10000");
     assert_eq!(
-        report["msr"]["output_mask_ptrs"].as_u64().unwrap(),
+        hex(&report["msr"]["output_mask_ptrs"]),
         0x7f | 1 << 7 | 0x10000 << 32
     );
-    assert_eq!(report["msr"]["rtit_ctl"].as_u64().unwrap() & 1, 0);
-    assert_eq!(
-        report["msr"]["rtit_status"].as_u64().unwrap() & 0x30,
-        0x20,
-        "Stopped"
-    );
-    assert_eq!(report["msr"]["perf_global_status"].as_u64().unwrap(), 1 << 55);
+    assert_eq!(hex(&report["msr"]["rtit_ctl"]) & 1, 0);
+    assert_eq!(hex(&report["msr"]["rtit_status"]) & 0x30, 0x20, "Stopped");
+    assert_eq!(report["msr"]["perf_global_status"], "0x80000000000000");
+    assert_eq!(events[0]["table"], "0x20000");
     // regions/: one whole file per region that received bytes, in stream order of the walk.
     let mut names: Vec<String> = std::fs::read_dir(c.out().join("regions"))
         .unwrap()
@@ -149,7 +161,7 @@ fn write_single_range_dumps_the_range() {
     assert_eq!(report["events"][0]["kind"], "wrap");
     assert_eq!(report["events"][0]["table"], Value::Null);
     assert_eq!(
-        report["msr"]["output_mask_ptrs"].as_u64().unwrap(),
+        hex(&report["msr"]["output_mask_ptrs"]),
         0x1fff | (10_000 - 0x2000) << 32
     );
 }

@@ -6,7 +6,7 @@ mod common;
 
 use common::layouts::layout_toml;
 use proptest::prelude::*;
-use ptemu::layout::{self, Layout};
+use ptemu::layout::{self, Layout, WalkEnd};
 use ptemu::{EventKind, OutputUnit, SparseMemory};
 use std::path::Path;
 
@@ -67,6 +67,77 @@ fn w1_a_table_under_a_large_region_behind_a_smaller_one_is_warned_of() {
     assert_eq!(overwrites, 3, "{:?}", report.warnings);
 }
 
+/// What the route of `layout check` says the unit does in the first `total` bytes: PMIs, and the
+/// STOP or the error that ends output, as (stream offset, event kind, rule), sorted.
+fn predicted_events(route: &layout::Route, total: u64) -> Vec<(u64, String, String)> {
+    let mut out: Vec<(u64, String, String)> = route
+        .pmis
+        .iter()
+        .map(|p| (p.at, "Pmi".to_string(), p.rule.id().to_string()))
+        .collect();
+    match route.end {
+        WalkEnd::Stop => out.push((route.first_pass, "Stopped".into(), "S1".into())),
+        WalkEnd::Error => out.push((route.first_pass, "Error".into(), String::new())),
+        WalkEnd::Circular { .. } => {
+            let lap = route.lap.unwrap();
+            let mut start = route.first_pass;
+            while lap > 0 && start < total {
+                out.extend(
+                    route
+                        .lap_pmis
+                        .iter()
+                        .map(|p| (start + p.at, "Pmi".to_string(), p.rule.id().to_string())),
+                );
+                start += lap;
+            }
+        }
+    }
+    out.retain(|e| e.0 <= total);
+    out.sort();
+    out
+}
+
+/// The unit's PMI, Stopped and Error events after `total` bytes through `layout` (the error's rule
+/// left out: the check names it, `e2_t8_t9_...` compares it).
+fn unit_events(layout: &Layout, total: u64) -> Vec<(u64, String, String)> {
+    let mut mem = SparseMemory::new();
+    let mut unit = OutputUnit::new(layout.cpu.clone());
+    layout.apply(&mut unit, &mut mem).unwrap();
+    unit.write(&mut mem, &vec![0u8; total as usize]).unwrap();
+    let mut out: Vec<_> = unit
+        .events()
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::Pmi | EventKind::Stopped | EventKind::Error))
+        .map(|e| {
+            let rule = match e.kind {
+                EventKind::Error => String::new(),
+                _ => e.rule.unwrap().id().to_string(),
+            };
+            (e.stream_offset, format!("{:?}", e.kind), rule)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// S1, E3, O5, P1, P4, S5: the walk `layout check` describes holds what the unit writes: output
+/// stops (STOP) or fails (error) after exactly `first_pass` bytes, a circular walk goes on, and
+/// every PMI fires where the route says, in the first pass and each later lap.
+#[test]
+fn s1_e3_o5_p1_p4_s5_the_described_route_is_what_the_unit_does_on_the_demo_and_default() {
+    for src in [
+        include_str!("../examples/demo-layout.toml"),
+        include_str!("../src/simulate/default-layout.toml"),
+    ] {
+        let layout = Layout::parse(Path::new("l.toml"), src).unwrap();
+        let route = layout::check(&layout).route.unwrap();
+        let total = route.first_pass + 2 * route.lap.unwrap_or(0) + 100;
+        let predicted = predicted_events(&route, total);
+        assert!(predicted.len() >= 3);
+        assert_eq!(unit_events(&layout, total), predicted);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
@@ -90,5 +161,20 @@ proptest! {
         if let Err(missed) = layout::recheck(&layout) {
             prop_assert!(false, "{}", missed);
         }
+    }
+
+    /// S1, E3, O5, P1, P4, S5 on generated layouts (every profile the generator picks, starts in
+    /// unlisted memory, runs of unlisted entries): the route `layout check` prints predicts the
+    /// unit's PMIs, STOP and error, by stream offset, over the first pass and two laps (256 KiB at
+    /// most). Layouts that #GP or whose output overwrites a table are left out.
+    #[test]
+    fn s1_e3_o5_p1_p4_s5_layout_check_route_predicts_the_units_events(src in layout_toml()) {
+        let layout = Layout::parse(Path::new("p.toml"), &src).unwrap();
+        let report = layout::check(&layout);
+        prop_assume!(report.faults.is_empty());
+        prop_assume!(!report.warnings.iter().any(|w| w.contains("will overwrite it")));
+        let route = report.route.unwrap();
+        let total = (route.first_pass + 2 * route.lap.unwrap_or(0) + 1).min(256 << 10);
+        prop_assert_eq!(unit_events(&layout, total), predicted_events(&route, total));
     }
 }

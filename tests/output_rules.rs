@@ -537,6 +537,65 @@ fn o5_full_circular_buffer_overwrites_without_error_or_loss() {
     assert_eq!(r.read(0x10_0000, 17), stream(10 * 8192, 17));
 }
 
+/// O5 policy "Laps and overwrites" (spec/output.md): 40,000 bytes through a ring of two 4 KiB
+/// regions enter entry 0 five times: four laps, and all but the last 8 KiB overwritten.
+#[test]
+fn o5_policy_a_circular_topa_counts_laps_and_overwritten_bytes() {
+    let mut r = Rig::new("skylake");
+    r.table(T, 0, &[region(0x10_0000, 0), region(0x20_0000, 0), end(T)]);
+    r.start_topa(T, 0, 0).write(8192);
+    let s = r.unit.stats();
+    assert_eq!(
+        (s.laps, s.bytes_overwritten),
+        (0, 0),
+        "a full ring, not yet lapped"
+    );
+    r.write(100);
+    let s = r.unit.stats();
+    assert_eq!((s.laps, s.bytes_overwritten), (1, 100), "counted mid-region");
+    r.write(40_000 - 8292);
+    let s = r.unit.stats();
+    assert_eq!((s.laps, s.bytes_overwritten), (4, 40_000 - 8192));
+    assert!(
+        r.events().is_empty(),
+        "laps are not wrap events (W5 is the index wrap)"
+    );
+}
+
+/// O5 policy: turning TraceEn off and on resumes the same pass; a walk whose first table is left
+/// behind counts laps of the tables it cycles through.
+#[test]
+fn o5_policy_laps_continue_across_disable_and_skip_a_prefix_table() {
+    let mut r = Rig::new("skylake");
+    r.table(T, 0, &[region(0x10_0000, 0), region(0x20_0000, 0), end(T)]);
+    r.start_topa(T, 0, 0).write(5000);
+    r.disable();
+    r.enable().write(5000);
+    let s = r.unit.stats();
+    assert_eq!((s.laps, s.bytes_overwritten), (1, 10_000 - 8192));
+
+    let mut r = Rig::new("skylake");
+    r.table(T, 0, &[region(0x10_0000, 0), end(U)]).table(
+        U,
+        0,
+        &[region(0x20_0000, 0), region(0x30_0000, 0), end(U)],
+    );
+    r.start_topa(T, 0, 0).write(4096 + 2 * 8192 + 10);
+    let s = r.unit.stats();
+    assert_eq!((s.laps, s.bytes_overwritten), (2, 8192 + 10));
+}
+
+/// R3 with the O5 policy: a single range started at offset 0x10 overwrites from its second pass
+/// on, 0x10 bytes in; each later wrap is a lap.
+#[test]
+fn r3_policy_a_wrapping_single_range_counts_laps_and_overwritten_bytes() {
+    let mut r = Rig::new("skylake");
+    r.start_range(0x40_0000, 0x10_0000_0fff).write(3 * 4096 + 5);
+    let s = r.unit.stats();
+    assert_eq!(s.bytes_written, 3 * 4096 + 5);
+    assert_eq!((s.laps, s.bytes_overwritten), (3, 3 * 4096 + 5 - 4096));
+}
+
 #[test]
 fn r1_r2_single_range_bytes_at_base_plus_offset() {
     let mut r = Rig::new("skylake");

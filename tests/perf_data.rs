@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::cli::{gen_penn, ptemu, s, text};
+use common::cli::{self, gen_penn, ptemu, s, text};
 use common::insn;
 use common::query::Timing;
 use serde_json::Value;
@@ -97,7 +97,7 @@ fn pd1_pd5_pd6_perf_script_gives_exactly_the_input_instructions() {
         // An IP filter over the first 12 KiB of the input's code.
         let clean = simulate(dir.path(), &format!("base-{n}"), input, &[]);
         let image: Value = serde_json::from_slice(&fs::read(clean.join("image.json")).unwrap()).unwrap();
-        let base = image["base"].as_u64().unwrap();
+        let base = cli::hex(&image["base"]);
         let (a, b) = (
             format!("ADDR0_A={base:#x}"),
             format!("ADDR0_B={:#x}", base + 0x2fff),
@@ -169,7 +169,7 @@ fn visible(image: &[u8], base: u64, a: u64, b: u64) -> bool {
 /// first's fall-through, or the first is a CALL, JMP or RET (iced-x86 decodes image.bin).
 fn libipt_branches(dir: &Path) -> Vec<(u64, u64)> {
     let json: Value = serde_json::from_slice(&fs::read(dir.join("image.json")).unwrap()).unwrap();
-    let base = json["base"].as_u64().unwrap();
+    let base = cli::hex(&json["base"]);
     let image = fs::read(dir.join("image.bin")).unwrap();
     let clock = ptemu::TracerConfig::default().clock;
     let t = Timing {
@@ -209,7 +209,7 @@ fn pd2_perf_lists_the_branches_libipt_follows() {
     {
         let out = simulate(dir.path(), &format!("b-{n}"), input, extra);
         let json: Value = serde_json::from_slice(&fs::read(out.join("image.json")).unwrap()).unwrap();
-        let base = json["base"].as_u64().unwrap();
+        let base = cli::hex(&json["base"]);
         let image = fs::read(out.join("image.bin")).unwrap();
         let o = perf(&out, &["--itrace=b", "-F", "hw:ip,addr"]);
         assert!(o.status.success(), "{}", text(&o.stderr));

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cli::{ptemu, s, text};
+use common::cli::{hex, ptemu, s, text};
 use common::layouts::layout_toml;
 use proptest::prelude::*;
 use ptemu::layout::{self, Layout};
@@ -230,7 +230,7 @@ fn pic5_s1_p1_a_runs_picture_shows_the_fill_levels_and_position_the_report_gives
     assert_eq!(fills.len(), 5, "every region entry has its fill: {texts:?}");
     // The walk ends at the STOP region, no lap: the fills add up to the bytes written.
     assert_eq!(fills.iter().map(|f| f.0).sum::<u64>(), written);
-    let ptrs = report["msr"]["output_mask_ptrs"].as_u64().unwrap();
+    let ptrs = hex(&report["msr"]["output_mask_ptrs"]);
     let all = texts.join("\n");
     assert!(all.contains(&format!("<- output at {:#x}", ptrs >> 32)), "{all}");
     let lost = report["stats"]["bytes_lost"].as_u64().unwrap();

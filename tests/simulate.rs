@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::cli::{generate, ptemu, ptemu_stdin, s, text};
+use common::cli::{generate, hex, ptemu, ptemu_stdin, s, text};
 use common::insn::{self, expected_pcs, macro_ops};
 use common::query::Timing;
 use proptest::prelude::*;
@@ -72,8 +72,8 @@ fn timing() -> Timing {
 /// the trace's macro-op PCs, exactly; returns how many instructions it decoded.
 fn replays(run: &Run, penn_text: &[u8]) -> usize {
     let json: Value = serde_json::from_slice(&fs::read(run.out.join("image.json")).unwrap()).unwrap();
-    let base = json["base"].as_u64().unwrap();
-    assert_eq!(run.report["image"]["base"].as_u64(), Some(base));
+    let base = hex(&json["base"]);
+    assert_eq!(hex(&run.report["image"]["base"]), base);
     let flow = insn::decode(&run.trace, &run.out.join("image.bin"), base, timing());
     let want = expected_pcs(&macro_ops(penn_text));
     if let Some(n) = (0..want.len().min(flow.ips.len())).find(|&n| want[n] != flow.ips[n]) {
@@ -467,16 +467,16 @@ fn sim9_stdin_and_gzip_give_the_same_trace() {
 fn sim5_ctl_raw_field_names_and_a_topa_override_are_honoured() {
     let a = simulate(&[SJENG, "--format", "penn", "--ctl", "raw=0x2d09"]);
     let b = simulate(&[SJENG, "--format", "penn", "--ctl", "DISRETC=true"]);
-    assert_eq!(a.report["ctl"]["value"], 0x2d09);
+    assert_eq!(a.report["ctl"]["value"], "0x2d09");
     assert_eq!(a.report["ctl"], b.report["ctl"]);
     assert_eq!(a.trace, b.trace);
     // The MSR after TraceEn=0 is the written value without TraceEn.
-    assert_eq!(a.report["msr"]["rtit_ctl"], 0x2d08);
+    assert_eq!(a.report["msr"]["rtit_ctl"], "0x2d08");
     // ToPA=0 over the default ToPA layout is honoured: single-range output at OUTPUT_BASE
     // (0x10000, 128 bytes), the same packets.
     let range = simulate(&[SJENG, "--format", "penn", "--ctl", "ToPA=0", "--ctl", "DisRETC=1"]);
     assert_eq!(range.trace, b.trace);
-    assert_eq!(range.report["msr"]["rtit_ctl"], 0x2c08);
+    assert_eq!(range.report["msr"]["rtit_ctl"], "0x2c08");
     let regions: Vec<_> = fs::read_dir(range.out.join("regions"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

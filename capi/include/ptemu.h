@@ -313,6 +313,10 @@ typedef struct {
   uint64_t bytes_written;
   // Stream bytes the output unit dropped (output off, stopped, or in error).
   uint64_t bytes_lost;
+  // Stored bytes that landed on bytes the unit had written before (a ring coming round).
+  uint64_t bytes_overwritten;
+  // Laps: 1 at the first overwrite, plus 1 each time output enters that region again.
+  uint64_t laps;
 } ptemu_stats;
 
 // Reads `len` bytes of guest physical memory at `pa` into `buf`; returns 0 on success, anything

@@ -132,6 +132,10 @@ pub struct ptemu_stats {
     pub bytes_written: u64,
     /// Stream bytes the output unit dropped (output off, stopped, or in error).
     pub bytes_lost: u64,
+    /// Stored bytes that landed on bytes the unit had written before (a ring coming round).
+    pub bytes_overwritten: u64,
+    /// Laps: 1 at the first overwrite, plus 1 each time output enters that region again.
+    pub laps: u64,
 }
 
 /// Runs `f` on the unit and memory behind the pointers, then delivers the output events it caused
@@ -576,6 +580,8 @@ pub unsafe extern "C" fn ptemu_tracer_stats(t: *mut ptemu_tracer, out: *mut ptem
             overflows: s.overflows,
             bytes_written: o.bytes_written,
             bytes_lost: o.bytes_lost,
+            bytes_overwritten: o.bytes_overwritten,
+            laps: o.laps,
         };
         // SAFETY: forwarded contract.
         unsafe { put(out, stats) }

@@ -50,6 +50,8 @@ pub mod packet;
 pub mod packing;
 pub mod regs;
 pub mod rules;
+#[cfg(feature = "serde")]
+pub mod serde_hex;
 mod setters;
 pub mod tracer;
 

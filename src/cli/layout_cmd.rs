@@ -2,7 +2,10 @@
 
 use super::output::{print, write_output};
 use super::Failure;
-use ptemu::layout::{self, Layout};
+use ptemu::layout::{self, CheckReport, Layout, Route, Scheme, WalkEnd};
+use ptemu::output::{check_range, TopaEntry, MAX_INDEX};
+use ptemu::picture::size_text;
+use ptemu::regs::{MaskPtrs, OutputBase};
 use std::path::Path;
 
 pub fn check(path: &Path) -> Result<(), Failure> {
@@ -21,16 +24,10 @@ pub fn check(path: &Path) -> Result<(), Failure> {
         outln!(o, "{name}: warning: {w}");
     }
     if report.is_ok() {
-        outln!(
-            o,
-            "{name}: ok ({}, cpu {}, walk of {} entries from the start)",
-            match layout.scheme {
-                ptemu::layout::Scheme::Topa => "ToPA",
-                ptemu::layout::Scheme::SingleRange => "single range",
-            },
-            layout.cpu,
-            report.walk.len()
-        );
+        outln!(o, "{name}: ok ({} output, cpu {})", layout.scheme, layout.cpu);
+    }
+    text.push_str(&describe(&layout, &report));
+    if report.is_ok() {
         print(&text)
     } else {
         print(&text)?;
@@ -49,4 +46,170 @@ pub fn draw(path: &Path, output: &Path) -> Result<(), Failure> {
     let report = layout::check(&layout);
     let svg = ptemu::picture::layout_svg(&layout, &report);
     write_output(output, |w| w.write_all(svg.as_bytes()))
+}
+
+/// The walk, in words: each step with its region (size, INT, STOP) or END, then how it ends (the
+/// bytes before a STOP or an error, or per lap of a circular buffer) and where the PMIs fire; for
+/// single range, the range (spec/output.md, policy "layout check describes the walk").
+pub fn describe(layout: &Layout, report: &CheckReport) -> String {
+    let mut text = String::new();
+    let o = &mut text;
+    match layout.scheme {
+        Scheme::SingleRange => describe_range(o, layout),
+        Scheme::Topa => {
+            if let Some(route) = &report.route {
+                describe_topa(o, layout, &report.walk, route);
+            }
+        }
+    }
+    text
+}
+
+/// Walk steps listed in full up to this many; longer walks show the first and last ones.
+const LISTED_STEPS: usize = 24;
+/// PMI positions listed up to this many.
+const LISTED_PMIS: usize = 8;
+
+fn bytes_text(n: u64) -> String {
+    if n >= 1024 && n.is_multiple_of(1024) {
+        format!("{} ({n} bytes)", size_text(n))
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+fn describe_topa(o: &mut String, layout: &Layout, walk: &[(u64, u32)], route: &Route) {
+    let entries = layout.entries();
+    let ptrs = layout.mask_ptrs;
+    outln!(
+        o,
+        "  start: table {:#x} entry {:#x}, offset {:#x}",
+        layout.base,
+        (ptrs >> 7) & 0x1ff_ffff,
+        ptrs >> 32
+    );
+    outln!(o, "  walk ({} steps):", walk.len());
+    let shown = |k: usize| walk.len() <= LISTED_STEPS || k < LISTED_STEPS - 4 || k >= walk.len() - 4;
+    for (k, &(t, i)) in walk.iter().enumerate() {
+        if !shown(k) {
+            if shown(k - 1) {
+                outln!(o, "    ... {} more steps", walk.len() - LISTED_STEPS);
+            }
+            continue;
+        }
+        let raw = entries.get(&(t + 8 * u64::from(i))).copied();
+        let e = TopaEntry::from(raw.unwrap_or(0));
+        let what = if e.end() {
+            format!("END -> table {:#x}", e.base())
+        } else {
+            let flags = [(e.int(), " INT"), (e.stop(), " STOP")]
+                .iter()
+                .filter(|f| f.0)
+                .map(|f| f.1)
+                .collect::<String>();
+            format!("region {:#x} {}{flags}", e.base(), size_text(e.region_size()))
+        };
+        let unlisted = if raw.is_none() {
+            "  (unlisted: reads as 0)"
+        } else {
+            ""
+        };
+        let wrapped = k > 0 && i == 0 && walk[k - 1] == (t, MAX_INDEX);
+        let wrap = if wrapped { "  (after the wrap, W5)" } else { "" };
+        let skipped = route.steps.get(k).map_or(0, |s| s.1);
+        let more = if skipped > 0 {
+            format!(", then {skipped} more unlisted entries like it")
+        } else {
+            String::new()
+        };
+        let at = format!("{t:#x}[{i:#x}]");
+        outln!(o, "    #{:<3} {at:<20} {what}{unlisted}{more}{wrap}", k + 1);
+    }
+    let step = |k: usize| format!("#{}", k + 1);
+    match route.end {
+        WalkEnd::Stop => outln!(
+            o,
+            "  stops: output stops when {} is full, after {} from the start offset (S1); later bytes are lost",
+            step(walk.len() - 1),
+            bytes_text(route.first_pass)
+        ),
+        WalkEnd::Error => outln!(
+            o,
+            "  ends in an operational error at {} after {} from the start offset (E3); later bytes are lost",
+            walk.len().checked_sub(1).map_or("the start".into(), step),
+            bytes_text(route.first_pass)
+        ),
+        WalkEnd::Circular { to } => {
+            outln!(
+                o,
+                "  circular: after {} the walk returns to {}; each lap holds {}, the first pass from the start offset {}; then output overwrites the oldest bytes (O5)",
+                step(walk.len() - 1),
+                step(to),
+                bytes_text(route.lap.unwrap_or(0)),
+                bytes_text(route.first_pass)
+            );
+        }
+    }
+    let list = |pmis: &[ptemu::layout::PmiAt]| {
+        let mut items: Vec<String> = pmis
+            .iter()
+            .take(LISTED_PMIS)
+            .map(|p| format!("{} ({}, {})", p.at, step(p.step), p.rule))
+            .collect();
+        if pmis.len() > LISTED_PMIS {
+            items.push(format!("... {} more", pmis.len() - LISTED_PMIS));
+        }
+        items.join(", ")
+    };
+    let first = if route.pmis.is_empty() {
+        "none".to_string()
+    } else {
+        format!("{}, at bytes {}", route.pmis.len(), list(&route.pmis))
+    };
+    match (&route.lap, route.lap_pmis == route.pmis) {
+        (Some(_), true) if !route.pmis.is_empty() => {
+            let n = route.pmis.len();
+            outln!(
+                o,
+                "  PMIs: {n} per lap, at bytes {} into each lap",
+                list(&route.pmis)
+            )
+        }
+        (Some(_), _) => {
+            outln!(o, "  PMIs in the first pass: {first}");
+            let lap = if route.lap_pmis.is_empty() {
+                "none".to_string()
+            } else {
+                format!(
+                    "{}, at bytes {} into the lap",
+                    route.lap_pmis.len(),
+                    list(&route.lap_pmis)
+                )
+            };
+            outln!(o, "  PMIs in each later lap: {lap}");
+        }
+        (None, _) => outln!(o, "  PMIs: {first}"),
+    }
+}
+
+fn describe_range(o: &mut String, layout: &Layout) {
+    let ptrs = MaskPtrs::from(layout.mask_ptrs | MaskPtrs::LOWER_MASK);
+    let Ok(r) = check_range(OutputBase::from(layout.base), ptrs) else {
+        return;
+    };
+    let size = r.mask + 1;
+    outln!(
+        o,
+        "  range: base {:#x}, size {}, mask {:#x}, output starts at offset {:#x}",
+        r.base,
+        bytes_text(size),
+        r.mask,
+        r.offset
+    );
+    outln!(
+        o,
+        "  circular: output wraps to the base when the range is full (R3), after {} from the start offset, then every {}; single-range output raises no ToPA PMIs",
+        bytes_text(size - r.offset),
+        bytes_text(size)
+    );
 }

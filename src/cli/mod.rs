@@ -46,6 +46,7 @@ enum Command {
     /// Simulate a trace: reader -> tracer -> packets -> output unit -> memory. Writes DIR/trace.pt
     /// (every byte the output unit accepted), DIR/regions/, DIR/report.json and, for Penn input,
     /// DIR/image.bin and DIR/image.json with the ptxed command that replays the trace.
+    #[command(override_usage = "ptemu simulate [OPTIONS] --out <OUT> [<INPUT> --format <FORMAT>]")]
     Simulate(simulate_cmd::Args),
     /// Program the MSRs from a layout, write a byte stream through the output unit, disable tracing,
     /// and write DIR/report.json and DIR/regions/.
@@ -91,26 +92,7 @@ enum Command {
     /// nothing and print how many of the trace's own PAD runs that layout predicts.
     Repack(repack_cmd::Args),
     /// Write a synthetic trace in one of the input formats (same seed, same bytes).
-    Gen {
-        /// Format: byu, byu-p2, penn, kaplan, gem5.
-        #[arg(long, value_enum)]
-        format: Format,
-        /// Records to write (micro-op lines for penn, dep records for gem5).
-        #[arg(long)]
-        records: u64,
-        /// Seed of the generator.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Output file ("-" for stdout).
-        #[arg(short, long)]
-        output: PathBuf,
-        /// gzip the output.
-        #[arg(long)]
-        gzip: bool,
-        /// gem5 only: also write the matching instruction-fetch trace here.
-        #[arg(long)]
-        fetch_trace: Option<PathBuf>,
-    },
+    Gen(source_cmd::GenArgs),
     /// Read a trace through its mapping to PT events and print the counts (records, branches by
     /// kind, loads, stores, ...). Exits 2 with the file and position on bad input.
     Stats {
@@ -246,14 +228,7 @@ pub fn run() -> ExitCode {
         Command::Repack(args) => repack_cmd::run(&args),
         Command::Verify(args) => verify_cmd::run(&args),
         Command::Corpus(args) => corpus_cmd::run(&args),
-        Command::Gen {
-            format,
-            records,
-            seed,
-            output,
-            gzip,
-            fetch_trace,
-        } => source_cmd::gen(format, records, seed, &output, gzip, fetch_trace.as_deref()),
+        Command::Gen(args) => source_cmd::gen(&args),
         Command::Stats {
             input,
             format,

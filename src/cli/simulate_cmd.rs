@@ -2,9 +2,9 @@
 
 use super::output::print;
 use super::run_dir::RunDir;
-use super::summary::{halt_note, write_output_state};
+use super::summary::{fail_on_operational_error, halt_note, warn_layout, write_output_state};
 use super::Failure;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::event_log::EventLog;
 use ptemu::layout::Layout;
 use ptemu::picture::Run;
@@ -30,7 +30,8 @@ pub struct Args {
     /// Trace file ("-" for stdin; gzip is detected by magic). Without it: the bundled sjeng-1K
     /// Penn sample.
     input: Option<PathBuf>,
-    /// Format of INPUT: byu, byu-p2, penn, kaplan, gem5.
+    /// Format of INPUT: byu, byu-p2, penn, kaplan, gem5. Required with INPUT (the file's
+    /// contents are not guessed); without INPUT the bundled sample is Penn.
     #[arg(long, value_enum)]
     format: Option<Format>,
     /// gem5 only: the other file of the pair (an instruction-fetch trace next to an elastic data
@@ -117,7 +118,8 @@ pub fn run(a: Args) -> Result<(), Failure> {
     };
     let events = EventLog::default().streaming_to(create("events.jsonl")?);
 
-    let bar = progress_bar(a.quiet);
+    let read = input.progress();
+    let bar = progress_bar(a.quiet, read.total());
     let started = std::time::Instant::now();
     let result = simulate::run_recording(
         &opts,
@@ -126,7 +128,14 @@ pub fn run(a: Args) -> Result<(), Failure> {
         sink,
         spool.as_mut().map(|w| w as &mut dyn std::io::Write),
         events,
-        &mut |records| bar.set_position(records),
+        &mut |records| {
+            bar.set_message(format!("{} records", HumanCount(records)));
+            bar.set_position(if read.total().is_some() {
+                read.consumed()
+            } else {
+                records
+            });
+        },
     );
     bar.finish_and_clear();
     let run_info = RunInfo::now(started.elapsed().as_secs_f64());
@@ -172,7 +181,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     if !a.quiet {
         print(&summary(&name, &a, &opts, &outcome, &report, truth.as_ref()))?;
     }
-    Ok(())
+    fail_on_operational_error(&outcome.unit)
 }
 
 /// Resolves the layout, CPU, CTL, other MSRs and tracer settings; every mistake is reported before
@@ -198,9 +207,10 @@ fn options(a: &Args) -> Result<Options, Failure> {
     };
     if let Some(name) = &a.cpu {
         // SIM5: --cpu replaces the layout's profile (and its maxphyaddr/errata overrides).
-        layout.cpu = CpuProfile::named(name).map_err(|e| {
-            Failure::input(format!("--cpu: {e} (profiles: {})", CpuProfile::NAMES.join(", ")))
-        })?;
+        layout.cpu = CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
+    }
+    if let Some(p) = &a.layout {
+        warn_layout(p, &layout);
     }
     let mut opts = Options::new(format, layout);
     for text in &a.ctl {
@@ -215,7 +225,7 @@ fn options(a: &Args) -> Result<Options, Failure> {
     opts.tracer.packing = a.packing.or(opts.tracer.packing);
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
         tracing::warn!(
-            "IA32_RTIT_CTL.ToPA={} but the layout's scheme is {:?}: the output MSRs are read as the \
+            "IA32_RTIT_CTL.ToPA={} but the layout's scheme is {}: the output MSRs are read as the \
              CTL value says (SIM5)",
             u8::from(opts.ctl.topa()),
             opts.layout.scheme
@@ -260,15 +270,18 @@ fn inputs(a: &Args) -> Result<(Input, Option<Input>), Failure> {
 }
 
 /// A records counter on stderr when it is a terminal (indicatif hides it otherwise).
-fn progress_bar(quiet: bool) -> ProgressBar {
+fn progress_bar(quiet: bool, file_size: Option<u64>) -> ProgressBar {
     if quiet {
         return ProgressBar::hidden();
     }
-    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {human_pos} records read ({per_sec}), {elapsed}")
-            .expect("valid template"),
-    );
+    let bar = ProgressBar::with_draw_target(file_size, ProgressDrawTarget::stderr());
+    // A file of known size: how much of it is read, the rate and the time left. A pipe: records.
+    let template = if file_size.is_some() {
+        "{spinner} {percent:>3}% of {total_bytes} read ({binary_bytes_per_sec}), {msg}, {elapsed} elapsed, ETA {eta}"
+    } else {
+        "{spinner} {msg} read, {elapsed}"
+    };
+    bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }
@@ -299,7 +312,10 @@ fn finish(
         Some(img) => {
             write_atomic(&dir.staged("image.bin"), |w| w.write_all(&img.bytes))?;
             write_atomic(&dir.staged("image.json"), |w| {
-                serde_json::to_writer(&mut *w, &serde_json::json!({ "base": img.base }))?;
+                serde_json::to_writer(
+                    &mut *w,
+                    &serde_json::json!({ "base": format!("{:#x}", img.base) }),
+                )?;
                 w.write_all(b"\n")
             })?;
             outputs.extend(["image.bin", "image.json"]);
@@ -467,6 +483,13 @@ fn summary(
         s.psbs,
         s.overflows
     );
+    if s.ptwrites_off > 0 {
+        outln!(
+            o,
+            "  {} PTWRITE instructions sent no packet: PTWEn=0 (--ctl PTWEn=1 sends their data payloads)",
+            s.ptwrites_off
+        );
+    }
     outln!(
         o,
         "  bytes: {} generated ({:.3} per instruction), {} written, {} lost{}",

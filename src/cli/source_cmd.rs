@@ -3,47 +3,86 @@
 use super::output::{is_std, print, write_output};
 use super::Failure;
 use flate2::{write::GzEncoder, Compression};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::sources::{self, EventSource, Format, Input, ReadOptions};
-use std::io::Write;
-use std::path::Path;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The arguments of `ptemu gen`.
+#[derive(clap::Args)]
+pub struct GenArgs {
+    /// Format: byu, byu-p2, penn, kaplan, gem5.
+    #[arg(long, value_enum)]
+    format: Format,
+    /// Records to write: micro-op lines for penn (the last instruction is finished, so a Penn
+    /// trace may end a few lines past N), dep records for gem5.
+    #[arg(long)]
+    records: u64,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Output file ("-" for stdout).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// gzip the output.
+    #[arg(long)]
+    gzip: bool,
+    /// gem5 only: also write the matching instruction-fetch trace here.
+    #[arg(long)]
+    fetch_trace: Option<PathBuf>,
+    /// Print nothing: no progress, no summary line.
+    #[arg(long, short)]
+    quiet: bool,
+}
 
 /// Writes a synthetic trace (and a gem5 fetch trace) through temporary files and renames, or the
-/// trace to stdout for `-o -`.
-pub fn gen(
-    format: Format,
-    records: u64,
-    seed: u64,
-    output: &Path,
-    gzip: bool,
-    fetch_trace: Option<&Path>,
-) -> Result<(), Failure> {
-    if fetch_trace.is_some() && format != Format::Gem5 {
+/// trace to stdout for `-o -`; shows the bytes written on a terminal meanwhile, then one summary
+/// line (on stderr when the trace goes to stdout).
+pub fn gen(a: &GenArgs) -> Result<(), Failure> {
+    let (format, output) = (a.format, a.output.as_path());
+    if a.fetch_trace.is_some() && format != Format::Gem5 {
         return Err(Failure::input(format!(
             "--fetch-trace goes with --format gem5 only, not {format}"
         )));
     }
-    if fetch_trace.is_some_and(is_std) {
+    if a.fetch_trace.as_deref().is_some_and(is_std) {
         return Err(Failure::input(
             "--fetch-trace -: the fetch trace goes to a file (stdout can carry one trace: use -o -)",
         ));
     }
+    let bar = gen_bar(a.quiet);
     // For a gem5 pair the fetch trace is generated into memory first (it is small: one record per
     // fetch block), so both files come from one run of the generator.
     let mut fetch_bytes = Vec::new();
+    let mut counts = Counts::default();
     write_output(output, |out| {
-        let fetch = fetch_trace.map(|_| &mut fetch_bytes as &mut dyn Write);
-        if gzip {
-            let mut gz = GzEncoder::new(out, Compression::default());
-            sources::generate(format, records, seed, &mut gz, fetch)?;
-            gz.finish()?;
+        let fetch = a.fetch_trace.as_ref().map(|_| &mut fetch_bytes as &mut dyn Write);
+        if a.gzip {
+            // Buffered in front of the encoder: it works per write call, and the generators
+            // write a record at a time.
+            let mut gz = BufWriter::with_capacity(1 << 16, GzEncoder::new(out, Compression::default()));
+            let mut counted = Counted {
+                inner: &mut gz,
+                counts: &mut counts,
+                bar: &bar,
+            };
+            sources::generate(format, a.records, a.seed, &mut counted, fetch)?;
+            gz.into_inner().map_err(|e| e.into_error())?.finish()?;
             Ok(())
         } else {
-            sources::generate(format, records, seed, out, fetch)
+            let mut counted = Counted {
+                inner: out,
+                counts: &mut counts,
+                bar: &bar,
+            };
+            sources::generate(format, a.records, a.seed, &mut counted, fetch)
         }
     })?;
-    if let Some(path) = fetch_trace {
+    bar.finish_and_clear();
+    if let Some(path) = &a.fetch_trace {
         write_output(path, |out| {
-            if gzip {
+            if a.gzip {
                 let mut gz = GzEncoder::new(out, Compression::default());
                 gz.write_all(&fetch_bytes)?;
                 gz.finish()?;
@@ -53,7 +92,84 @@ pub fn gen(
             }
         })?;
     }
-    Ok(())
+    if a.quiet {
+        return Ok(());
+    }
+    // Penn lines are counted as written; the other formats write exactly N records.
+    let records = if format == Format::Penn {
+        counts.lines
+    } else {
+        a.records
+    };
+    let on_disk = match std::fs::metadata(output) {
+        Ok(m) if a.gzip && !is_std(output) => format!(", {} gzipped", m.len()),
+        _ => String::new(),
+    };
+    let fetch = a.fetch_trace.as_ref().map_or(String::new(), |p| {
+        format!(
+            ", and its fetch trace to {} ({} bytes)",
+            p.display(),
+            fetch_bytes.len()
+        )
+    });
+    let to = if is_std(output) {
+        "stdout".to_string()
+    } else {
+        output.display().to_string()
+    };
+    let line = format!(
+        "ptemu gen: {records} {format} records (seed {}), {} bytes{on_disk}, to {to}{fetch}\n",
+        a.seed, counts.bytes
+    );
+    if is_std(output) {
+        eprint!("{line}");
+        Ok(())
+    } else {
+        print(&line)
+    }
+}
+
+/// What `gen` wrote: bytes, and lines (the records of a Penn trace).
+#[derive(Default)]
+struct Counts {
+    bytes: u64,
+    lines: u64,
+}
+
+/// A writer that counts what goes through it and shows the bytes on the progress bar.
+struct Counted<'a, W: Write + ?Sized> {
+    inner: &'a mut W,
+    counts: &'a mut Counts,
+    bar: &'a ProgressBar,
+}
+
+impl<W: Write + ?Sized> Write for Counted<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.counts.bytes += n as u64;
+        self.counts.lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.bar.set_position(self.counts.bytes);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Bytes written and the rate, on stderr when it is a terminal (indicatif hides it otherwise).
+fn gen_bar(quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} generating: {binary_bytes} written ({binary_bytes_per_sec}), {elapsed}",
+        )
+        .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
 
 /// Reads `input` through the format's mapping and prints what it counted.

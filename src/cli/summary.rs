@@ -1,8 +1,12 @@
 //! The parts of the console summary that `ptemu write` and `ptemu simulate` share.
 
+use super::Failure;
 use ptemu::event_log::EventLog;
+use ptemu::layout::Layout;
+use ptemu::regs::RtitCtl;
 use ptemu::report::MsrSnapshot;
 use ptemu::OutputUnit;
+use std::path::Path;
 
 /// Appends to `o` the output events by kind and the first `listed` of them, the operational error
 /// if any, and the MSRs after TraceEn=0.
@@ -16,6 +20,17 @@ pub fn write_output_state(o: &mut String, log: &EventLog, listed: usize, unit: &
         counts.stopped,
         counts.error
     );
+    let stats = unit.stats();
+    if stats.bytes_overwritten > 0 {
+        outln!(
+            o,
+            "  the regions hold the newest {} bytes; {} older bytes were overwritten ({} lap{})",
+            stats.bytes_written - stats.bytes_overwritten,
+            stats.bytes_overwritten,
+            stats.laps,
+            if stats.laps == 1 { "" } else { "s" }
+        );
+    }
     for e in log.first().iter().take(listed) {
         let place = match (e.table, e.index) {
             (Some(t), Some(i)) => format!("table {t:#x} entry {i:#x}"),
@@ -40,12 +55,16 @@ pub fn write_output_state(o: &mut String, log: &EventLog, listed: usize, unit: &
     outln!(o, "    IA32_RTIT_CTL              {:#018x}", m.rtit_ctl);
     outln!(o, "    IA32_RTIT_STATUS           {:#018x}", m.rtit_status);
     outln!(o, "    IA32_RTIT_OUTPUT_BASE      {:#018x}", m.output_base);
+    let ptrs = m.output_mask_ptrs;
+    let fields = if RtitCtl::from(m.rtit_ctl).topa() {
+        format!("table index {:#x}", (ptrs >> 7) & 0x1ff_ffff)
+    } else {
+        format!("range mask {:#x}", ptrs & 0xffff_ffff | 0x7f)
+    };
     outln!(
         o,
-        "    IA32_RTIT_OUTPUT_MASK_PTRS {:#018x}  (index/mask {:#x}, offset {:#x})",
-        m.output_mask_ptrs,
-        (m.output_mask_ptrs >> 7) & 0x1ff_ffff,
-        m.output_mask_ptrs >> 32
+        "    IA32_RTIT_OUTPUT_MASK_PTRS {ptrs:#018x}  ({fields}, offset {:#x})",
+        ptrs >> 32
     );
     outln!(o, "    IA32_PERF_GLOBAL_STATUS    {:#018x}", m.perf_global_status);
 }
@@ -59,5 +78,29 @@ pub fn halt_note(unit: &OutputUnit) -> &'static str {
         " (operational error)"
     } else {
         ""
+    }
+}
+
+/// Logs what `layout check` finds in the layout file at `path` before a run: the operational
+/// errors its walk will meet and the likely mistakes (output over a table, a walk into unlisted
+/// memory). #GP faults are not repeated: programming the layout reports them.
+pub fn warn_layout(path: &Path, layout: &Layout) {
+    let report = ptemu::layout::check(layout);
+    for v in &report.violations {
+        tracing::warn!("{}: operational error when reached: {v}", path.display());
+    }
+    for w in &report.warnings {
+        tracing::warn!("{}: {w}", path.display());
+    }
+}
+
+/// Exit code 1 for a run the output unit ended in an operational error (STATUS.Error set): the
+/// outputs are written, and the error is what the run found (README, exit codes).
+pub fn fail_on_operational_error(unit: &OutputUnit) -> Result<(), Failure> {
+    match unit.last_violation() {
+        Some(v) if unit.registers().status.error() => Err(Failure::found(format!(
+            "output stopped by an operational error: {v}"
+        ))),
+        _ => Ok(()),
     }
 }

@@ -2,7 +2,7 @@
 
 use super::output::print;
 use super::run_dir::RunDir;
-use super::summary::{halt_note, write_output_state};
+use super::summary::{fail_on_operational_error, halt_note, warn_layout, write_output_state};
 use super::Failure;
 use ptemu::event_log::EventLog;
 use ptemu::layout::Layout;
@@ -19,6 +19,7 @@ const CHUNK: usize = 64 << 10;
 
 pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> Result<(), Failure> {
     let layout = Layout::load(layout_path).map_err(|e| Failure::input(e.to_string()))?;
+    warn_layout(layout_path, &layout);
     let mut input: Box<dyn Read> = if stream_path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
@@ -70,7 +71,7 @@ pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> R
     if !quiet {
         print(&summary(&layout, &unit, &log, &report, out))?;
     }
-    Ok(())
+    fail_on_operational_error(&unit)
 }
 
 /// The console summary of a `ptemu write` run.
@@ -78,7 +79,7 @@ fn summary(layout: &Layout, unit: &OutputUnit, log: &EventLog, r: &Report, out: 
     let mut text = String::new();
     let o = &mut text;
     let s = r.stats;
-    outln!(o, "ptemu write: cpu {}, {:?} output", layout.cpu, layout.scheme);
+    outln!(o, "ptemu write: cpu {}, {} output", layout.cpu, layout.scheme);
     outln!(
         o,
         "  bytes: {} in, {} written, {} lost{}",

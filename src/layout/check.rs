@@ -1,5 +1,6 @@
 //! Static validation of a layout against its CPU profile (`ptemu layout check`).
 
+use super::route::{route, Route, WalkEnd};
 use super::{Layout, Scheme};
 use crate::memory::SparseMemory;
 use crate::output::{check_entry, check_range, current_entry, EntryError, TopaEntry, Violation, MAX_INDEX};
@@ -19,6 +20,8 @@ pub struct CheckReport {
     pub warnings: Vec<String>,
     /// The walk from the starting entry, as (table, index) pairs, END entries included.
     pub walk: Vec<(u64, u32)>,
+    /// ToPA: how the walk ends, the bytes it holds, where PMIs fire.
+    pub route: Option<Route>,
 }
 
 impl CheckReport {
@@ -76,6 +79,7 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
     if layout.base & 0xfff != 0 {
         let msg = format!("OUTPUT_BASE {:#x} is not 4 KiB aligned", layout.base);
         report.violations.push(Violation::in_msrs(Rule::T3, msg));
+        report.route = Some(route(layout, &[], WalkEnd::Error));
         return;
     }
     // The walk, with the unit's own step (`current_entry`) over the tables placed in memory: at
@@ -97,6 +101,7 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
     let mut offset = u64::from(ptrs.output_offset());
     let mut visited = BTreeSet::new();
     let mut regions: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut end = None;
     // The walk goes on through unlisted memory too (it reads as 0 there: a 4K region at 0x0), as
     // the unit's does, so an error past it is found (T8 at an unlisted entry 1, say).
     while visited.insert((table, index)) {
@@ -108,16 +113,19 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
                 if !found.contains(&(v.table.unwrap_or(0), v.index.unwrap_or(0), v.rule)) {
                     report.violations.push(v);
                 }
+                end = Some(WalkEnd::Error);
                 break;
             }
             Err(EntryError::Mem(e)) => {
                 report.warnings.push(e.to_string());
+                end = Some(WalkEnd::Error);
                 break;
             }
         };
         let mut current_listed = listed;
         if c.hopped {
             if !visited.insert((c.table, 0)) {
+                (table, index) = (c.table, 0);
                 break;
             }
             report.walk.push((c.table, 0));
@@ -134,13 +142,15 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
                 c.entry.bits(),
                 msg,
             ));
+            end = Some(WalkEnd::Error);
             break;
         }
         offset = 0;
         let kept = regions.entry(c.entry.base()).or_insert(size);
         *kept = (*kept).max(size);
         if c.entry.stop() {
-            break; // STOP ends the walk
+            end = Some(WalkEnd::Stop); // STOP ends the walk
+            break;
         }
         let next = if c.index == MAX_INDEX { 0 } else { c.index + 1 };
         index = if current_listed || cpu.single_entry_topa() {
@@ -153,6 +163,11 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
         };
         table = c.table;
     }
+    // Otherwise the walk came back to (table, index), an entry it had taken.
+    let end = end.unwrap_or_else(|| WalkEnd::Circular {
+        to: report.walk.iter().position(|&s| s == (table, index)).unwrap_or(0),
+    });
+    report.route = Some(route(layout, &report.walk, end));
     // Output overwrites a table entry that lies inside any region the walk writes (regions merged
     // into disjoint spans first, so a large region below a small one is not missed).
     let mut spans: Vec<(u64, u64)> = Vec::new();

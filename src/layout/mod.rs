@@ -5,9 +5,11 @@
 
 mod check;
 mod parse;
+mod route;
 
 pub use check::{check, recheck, CheckReport};
 pub use parse::{EntrySpec, LayoutError, Scheme, TableSpec};
+pub use route::{PmiAt, Route, WalkEnd};
 
 use crate::memory::PhysMemory;
 use crate::output::{OutputUnit, MAX_INDEX};

@@ -20,6 +20,16 @@ pub enum Scheme {
     SingleRange,
 }
 
+impl std::fmt::Display for Scheme {
+    /// The scheme as the SDM names it: "ToPA" or "single-range".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Scheme::Topa => "ToPA",
+            Scheme::SingleRange => "single-range",
+        })
+    }
+}
+
 /// One ToPA table block: entries from `first_index` on, at `base`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TableSpec {

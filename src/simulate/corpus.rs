@@ -316,7 +316,10 @@ pub fn write_case(spec: &CaseSpec, input: &[u8], seed: u64, dir: &Path) -> Resul
     json["ptxed"] = img.ptxed_command("trace.pt", "image.bin", timing).into();
     (|| -> io::Result<()> {
         fs::write(path("image.bin"), &img.bytes)?;
-        write_json("image.json", &serde_json::json!({ "base": img.base }))?;
+        write_json(
+            "image.json",
+            &serde_json::json!({ "base": format!("{:#x}", img.base) }),
+        )?;
         write_json("case.json", &json)
     })()
     .map_err(SimError::Truth)?;

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 /// The whole `report.json` of `ptemu simulate`.
 #[derive(Clone, Debug, Serialize)]
 pub struct SimReport {
+    /// [`crate::report::REPORT_VERSION`].
+    pub version: u32,
     /// MSR values after the disabling WRMSR.
     pub msr: MsrSnapshot,
     /// The first output events (PMI, wrap, stopped, error), in order; every one is in
@@ -79,7 +81,8 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// IA32_RTIT_CTL of a run.
 #[derive(Clone, Debug, Serialize)]
 pub struct CtlSummary {
-    /// The raw value.
+    /// The raw value (serialized as `"0x..."`).
+    #[serde(serialize_with = "crate::serde_hex::u64")]
     pub value: u64,
     /// Its non-zero fields, `TraceEn=1 BranchEn=1 ...`.
     pub fields: String,
@@ -88,7 +91,8 @@ pub struct CtlSummary {
 /// Where the code image sits.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ImageSummary {
-    /// Linear address of `image.bin`'s first byte.
+    /// Linear address of `image.bin`'s first byte (serialized as `"0x..."`).
+    #[serde(serialize_with = "crate::serde_hex::u64")]
     pub base: u64,
     /// Its size in bytes.
     pub size: u64,
@@ -118,6 +122,8 @@ pub struct SimStats {
     pub psbs: u64,
     /// Overflows (OVF packets).
     pub overflows: u64,
+    /// PTWRITE instructions that sent no PTW packet because PTWEn was 0.
+    pub ptwrites_off: u64,
     /// ToPA PMIs raised.
     pub pmis: u64,
     /// Wraps of the output (W5, R3).
@@ -148,6 +154,7 @@ impl SimReport {
         let log = &outcome.events;
         let counts = log.counts();
         SimReport {
+            version: crate::report::REPORT_VERSION,
             msr: MsrSnapshot::of(unit),
             events: log.first().to_vec(),
             event_counts: counts,
@@ -163,6 +170,7 @@ impl SimReport {
                 compressed_returns: t.compressed_returns,
                 psbs: t.psbs,
                 overflows: t.overflows,
+                ptwrites_off: t.ptwrites_off,
                 pmis: counts.pmi,
                 wraps: counts.wrap,
                 trace_bytes: outcome.trace_bytes,

@@ -14,7 +14,9 @@ use flate2::read::MultiGzDecoder;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread;
 
 /// Bytes per read from the file and per inflated chunk.
@@ -29,6 +31,42 @@ pub struct Input {
     name: String,
     gzip: bool,
     inner: Box<dyn BufRead + Send>,
+    progress: InputProgress,
+}
+
+/// How far the reading of an [`Input`] has got, for a progress display on another thread: the
+/// bytes taken from the file as it is on disk (compressed bytes for gzip), and the file's size
+/// when it is a regular file. Updated every few MiB, so it is near, not exact.
+#[derive(Clone, Debug, Default)]
+pub struct InputProgress {
+    consumed: Arc<AtomicU64>,
+    total: Option<u64>,
+}
+
+impl InputProgress {
+    /// Bytes of the file read so far.
+    pub fn consumed(&self) -> u64 {
+        self.consumed.load(Ordering::Relaxed)
+    }
+
+    /// The file's size, when known (not for stdin or a pipe).
+    pub fn total(&self) -> Option<u64> {
+        self.total
+    }
+}
+
+/// A reader that counts the bytes it hands out into an [`InputProgress`].
+struct Counted<R> {
+    inner: R,
+    consumed: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(out)?;
+        self.consumed.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
 }
 
 impl std::fmt::Debug for Input {
@@ -48,10 +86,8 @@ impl Input {
             return Input::from_reader(name, io::stdin());
         }
         let file = File::open(path).map_err(|e| SourceError::io(&name, None, e))?;
-        let regular = file
-            .metadata()
-            .map(|m| m.is_file() && m.len() > 0)
-            .unwrap_or(false);
+        let size = file.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        let regular = size.is_some_and(|n| n > 0);
         if regular {
             // SAFETY: the map is read-only and private to this reader. A file another process
             // shrinks meanwhile would fault on pages past its new end: the guard turns that into
@@ -60,6 +96,10 @@ impl Input {
                 if map[..map.len().min(2)] != GZIP_MAGIC {
                     if let Some(guard) = Guard::new(&name, map.as_ptr(), map.len()) {
                         let _ = map.advise(memmap2::Advice::Sequential);
+                        let progress = InputProgress {
+                            consumed: Arc::default(),
+                            total: size,
+                        };
                         let mut mapped = Mapped {
                             guard,
                             map,
@@ -67,23 +107,32 @@ impl Input {
                             pos: 0,
                             released: 0,
                             populated: 0,
+                            consumed: progress.consumed.clone(),
                         };
                         mapped.slide_window();
                         return Ok(Input {
                             name,
                             gzip: false,
                             inner: Box::new(mapped),
+                            progress,
                         });
                     }
                 }
             }
         }
-        Input::from_reader(name, file)
+        let mut input = Input::from_reader(name, file)?;
+        input.progress.total = size;
+        Ok(input)
     }
 
     /// Wraps any byte source; `name` is what errors call it.
-    pub fn from_reader(name: impl Into<String>, mut reader: impl Read + Send + 'static) -> Result<Input> {
+    pub fn from_reader(name: impl Into<String>, reader: impl Read + Send + 'static) -> Result<Input> {
         let name = name.into();
+        let progress = InputProgress::default();
+        let mut reader = Counted {
+            inner: reader,
+            consumed: progress.consumed.clone(),
+        };
         let mut head = [0u8; 2];
         let mut got = 0;
         while got < head.len() {
@@ -101,7 +150,12 @@ impl Input {
         } else {
             Box::new(BufReader::with_capacity(CHUNK, whole))
         };
-        Ok(Input { name, gzip, inner })
+        Ok(Input {
+            name,
+            gzip,
+            inner,
+            progress,
+        })
     }
 
     /// Wraps bytes already in memory (tests, fuzzing).
@@ -117,6 +171,11 @@ impl Input {
     /// Whether the file was gzip-compressed.
     pub fn is_gzip(&self) -> bool {
         self.gzip
+    }
+
+    /// A handle on how far reading has got, to show progress from elsewhere.
+    pub fn progress(&self) -> InputProgress {
+        self.progress.clone()
     }
 }
 
@@ -200,12 +259,15 @@ struct Mapped {
     released: usize,
     /// Everything below this was faulted in ahead of use.
     populated: usize,
+    /// `pos`, published for progress displays as the window slides.
+    consumed: Arc<AtomicU64>,
 }
 
 impl Mapped {
     /// Faults in the next window when the read position nears it, and drops the pages more than a
     /// window behind. Advice failures (old kernels) only cost speed or memory, never data.
     fn slide_window(&mut self) {
+        self.consumed.store(self.pos as u64, Ordering::Relaxed);
         let len = self.map.len();
         if self.populated < len && self.pos + WINDOW / 2 >= self.populated {
             let n = WINDOW.min(len - self.populated);

@@ -17,7 +17,7 @@ pub mod penn;
 pub mod rng;
 
 pub use error::{ErrorKind, Position, SourceError};
-pub use input::Input;
+pub use input::{Input, InputProgress};
 
 use crate::tracer::Event;
 use std::fmt;

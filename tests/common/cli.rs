@@ -99,3 +99,11 @@ pub fn generate(dir: &Path, format: &str, records: u64, seed: u64) -> (PathBuf, 
 pub fn gen_penn(dir: &Path, records: u64, seed: u64) -> PathBuf {
     generate(dir, "penn", records, seed).0
 }
+
+/// A `"0x..."` string of report.json or image.json (version 2) as its value; panics otherwise.
+pub fn hex(v: &serde_json::Value) -> u64 {
+    let s = v
+        .as_str()
+        .unwrap_or_else(|| panic!("{v} is not a \"0x...\" string"));
+    u64::from_str_radix(s.strip_prefix("0x").expect("0x prefix"), 16).unwrap()
+}

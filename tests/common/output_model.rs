@@ -70,6 +70,13 @@ struct Reference {
     written: u64,
     lost: u64,
     events: Vec<Ev>,
+    // laps and overwrites (spec/output.md "Laps and overwrites"): bytes stored over a byte already
+    // in `mem`; the (region, next address) of the visit in progress; the region of the first
+    // overwrite, entering which again is a lap
+    overwritten: u64,
+    laps: u64,
+    visit: Option<(u64, u64)>,
+    lap_mark: Option<u64>,
 }
 
 fn rule_of(cpu: &CpuProfile, table: u64, index: u64, raw: u64) -> Option<&'static str> {
@@ -115,6 +122,10 @@ impl Reference {
             offset: 0,
             early_at: None,
             pmi_done: false,
+            overwritten: 0,
+            laps: 0,
+            visit: None,
+            lap_mark: None,
             written: 0,
             lost: 0,
             events: vec![],
@@ -234,8 +245,7 @@ impl Reference {
             let mask = (self.ptrs & 0xffff_ffff) | 0x7f;
             let alias = self.cpu.errata.contains(Errata::TGL052) && mask > 0xfff;
             let at = if alias { self.offset & 0xfff } else { self.offset };
-            self.mem.insert((self.base & !mask) + at, b);
-            self.written += 1;
+            self.store(self.base & !mask, (self.base & !mask) + at, b);
             self.offset += 1;
             if self.offset == mask + 1 {
                 self.offset = 0;
@@ -245,8 +255,7 @@ impl Reference {
         }
         let raw = self.cur();
         let size = 4096u64 << ((raw >> 6) & 0xf);
-        self.mem.insert((raw & !0xfff) + self.offset, b);
-        self.written += 1;
+        self.store(raw & !0xfff, (raw & !0xfff) + self.offset, b);
         self.offset += 1;
         let (t, i) = (Some(self.table), Some(self.index));
         if self.early_at == Some(self.offset) {
@@ -281,6 +290,22 @@ impl Reference {
             self.index + 1
         };
         self.load(self.table, next, 0, true);
+    }
+
+    /// Stores one stream byte of the region based at `region`, counting overwrites and laps.
+    fn store(&mut self, region: u64, pa: u64, b: u8) {
+        if self.visit != Some((region, pa)) && self.lap_mark == Some(region) {
+            self.laps += 1;
+        }
+        if self.mem.insert(pa, b).is_some() {
+            self.overwritten += 1;
+            if self.lap_mark.is_none() {
+                self.lap_mark = Some(region);
+                self.laps += 1;
+            }
+        }
+        self.visit = Some((region, pa + 1));
+        self.written += 1;
     }
 
     fn status(&self) -> u64 {
@@ -357,6 +382,7 @@ pub fn run_both(
         (s.bytes_in, s.bytes_written, s.bytes_lost),
         (sent, model.written, model.lost)
     );
+    check_eq!((s.bytes_overwritten, s.laps), (model.overwritten, model.laps));
     check_eq!(unit.rdmsr(IA32_RTIT_OUTPUT_BASE).unwrap(), model.base);
     check_eq!(unit.rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap(), model.ptrs);
     check_eq!(unit.rdmsr(IA32_RTIT_STATUS).unwrap(), model.status());

@@ -297,17 +297,48 @@ fn capi() -> Result<(), String> {
     run(embed)
 }
 
-/// `ptemu simulate ARGS…` (release build); without `--out`, into `target/ptemu-simulate/`. With
-/// no arguments: the bundled sjeng-1K Penn sample through the default ToPA layout. Relative paths
-/// are taken from the directory `cargo xtask` runs in.
+/// Micro-ops of the main job's generated Penn trace: about 400,000 instructions and 57 KB of
+/// trace, so the 16 KiB ring of `examples/ring-layout.toml` fills three times over.
+const MAIN_JOB_RECORDS: &str = "600000";
+
+/// `ptemu simulate ARGS…` (release build); without `--out`, into `target/ptemu-simulate/`.
+/// Relative paths are taken from the directory `cargo xtask` runs in. With no arguments, the main
+/// job: a generated Penn trace (`ptemu gen --format penn --records 600000 --seed 1`, written to
+/// `target/ptemu-simulate-input/`) through the 16 KiB ring of `examples/ring-layout.toml`, so the
+/// summary shows PMIs and laps.
 fn simulate(args: &[String]) -> Result<(), String> {
-    let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.arg("run")
-        .arg("--manifest-path")
-        .arg(root().join("Cargo.toml"))
-        // Not --quiet: a first build takes a minute, and cargo's progress shows it is working.
-        .args(["--release", "--bin", "ptemu", "--", "simulate"])
-        .args(args);
+    let ptemu = |sub: &str| {
+        let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cmd.arg("run")
+            .arg("--manifest-path")
+            .arg(root().join("Cargo.toml"))
+            // Not --quiet: a first build takes a minute, and cargo's progress shows it is working.
+            .args(["--release", "--bin", "ptemu", "--", sub]);
+        cmd
+    };
+    let mut cmd = ptemu("simulate");
+    if args.is_empty() {
+        let input = root().join("target/ptemu-simulate-input/penn-600k.trace");
+        let mut gen = ptemu("gen");
+        gen.args([
+            "--format",
+            "penn",
+            "--records",
+            MAIN_JOB_RECORDS,
+            "--seed",
+            "1",
+            "--quiet",
+            "-o",
+        ])
+        .arg(&input);
+        std::fs::create_dir_all(input.parent().expect("a file in a directory"))
+            .map_err(|e| format!("{}: {e}", input.display()))?;
+        run(gen)?;
+        cmd.arg(&input)
+            .args(["--format", "penn", "--layout"])
+            .arg(root().join("examples/ring-layout.toml"));
+    }
+    cmd.args(args);
     if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {
         cmd.arg("--out").arg(root().join("target/ptemu-simulate"));
     }

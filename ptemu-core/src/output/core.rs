@@ -2,6 +2,7 @@
 //! tracking), apart from [`super::OutputUnit`]'s MSR interface.
 
 use super::event::{EventKind, OutputEvent};
+use super::footprint::Footprint;
 use super::unit::OutputStats;
 use super::violation::Violation;
 use crate::memory::{MemError, PhysMemory};
@@ -17,6 +18,8 @@ pub(super) struct Core {
     pub stats: OutputStats,
     pub regions: Option<BTreeMap<u64, u64>>,
     pub last_violation: Option<Violation>,
+    /// The bytes written so far, for the overwrite and lap counts.
+    pub footprint: Footprint,
 }
 
 impl Core {
@@ -83,6 +86,7 @@ impl Core {
         touched: &mut bool,
     ) -> Result<(), MemError> {
         mem.write(pa, run)?;
+        self.footprint.record(base, pa, run.len() as u64);
         if !*touched {
             *touched = true;
             if let Some(r) = self.regions.as_mut() {

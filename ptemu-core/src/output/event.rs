@@ -28,7 +28,8 @@ pub struct OutputEvent {
     pub kind: EventKind,
     /// Stream bytes written to memory when it happened.
     pub stream_offset: u64,
-    /// ToPA table base concerned (None for single range).
+    /// ToPA table base concerned (None for single range); serialized as `"0x..."`.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "crate::serde_hex::option"))]
     pub table: Option<u64>,
     /// ToPA entry index concerned (None for single range).
     pub index: Option<u32>,

@@ -6,6 +6,7 @@
 mod core;
 mod cursor;
 mod event;
+mod footprint;
 mod range;
 pub mod topa;
 mod unit;

@@ -30,9 +30,11 @@ pub enum MsrError {
     Memory(#[from] MemError),
 }
 
-/// Byte counts of the stream handed to [`OutputUnit::write`].
+/// Byte counts of the stream handed to [`OutputUnit::write`], and how often output came back over
+/// bytes it had written (spec/output.md, "Laps and overwrites").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[non_exhaustive]
 pub struct OutputStats {
     /// Bytes handed in.
     pub bytes_in: u64,
@@ -40,6 +42,12 @@ pub struct OutputStats {
     pub bytes_written: u64,
     /// Bytes dropped because output was off (TraceEn=0, Stopped, Error) or halted mid-write.
     pub bytes_lost: u64,
+    /// Stored bytes that landed on memory this unit had already written; `bytes_written -
+    /// bytes_overwritten` addresses hold stream bytes.
+    pub bytes_overwritten: u64,
+    /// Laps: 1 when output first lands on bytes it wrote before (a circular ToPA or a single range
+    /// coming round), plus 1 each time output later enters the region where that happened.
+    pub laps: u64,
 }
 
 /// Which reset (M6).
@@ -77,6 +85,7 @@ impl OutputUnit {
                 stats: OutputStats::default(),
                 regions: None,
                 last_violation: None,
+                footprint: Default::default(),
             },
             sink: None,
         }
@@ -225,9 +234,14 @@ impl OutputUnit {
         std::mem::take(&mut self.core.events)
     }
 
-    /// Byte counts.
+    /// Byte counts, laps and overwrites since the unit was made (resets keep them).
     pub fn stats(&self) -> OutputStats {
-        self.core.stats
+        let (laps, bytes_overwritten) = self.core.footprint.totals();
+        OutputStats {
+            laps,
+            bytes_overwritten,
+            ..self.core.stats
+        }
     }
 
     /// The last operational error, with its details.

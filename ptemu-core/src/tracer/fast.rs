@@ -37,6 +37,8 @@ pub(super) struct Hot {
     pub(super) compressed_returns: u64,
     /// [`TracerStats::packets_lost`].
     pub(super) packets_lost: u64,
+    /// [`TracerStats::ptwrites_off`].
+    pub(super) ptwrites_off: u64,
     /// TNT-8, TNT-64 and TIP packets sent on the fast path.
     pub(super) fast_packets: [u64; 3],
     /// Where packets go in the stream: the CPU's layout (spec/hardware.md).
@@ -106,6 +108,7 @@ impl Hot {
         stats.tnt_bits = self.tnt_bits;
         stats.compressed_returns = self.compressed_returns;
         stats.packets_lost = self.packets_lost;
+        stats.ptwrites_off = self.ptwrites_off;
         for (kind, n) in FAST_KINDS.into_iter().zip(self.fast_packets) {
             stats.packets[kind] += n;
         }
@@ -153,7 +156,10 @@ impl Hot {
         match *ev {
             Event::Retire { ip, len } => self.ip = after(ip, len),
             // With PTWEn = 0 a PTWRITE is any other instruction (PTW1).
-            Event::Ptwrite { ip, len, .. } if !fixed.ptw_en => self.ip = after(ip, len),
+            Event::Ptwrite { ip, len, .. } if !fixed.ptw_en => {
+                self.ptwrites_off += 1;
+                self.ip = after(ip, len);
+            }
             Event::CondBranch { taken, .. } => {
                 self.ip = ev.next_ip(self.ip);
                 self.tnt_bit(taken, buf, fixed);

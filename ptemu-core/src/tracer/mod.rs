@@ -125,6 +125,7 @@ impl Tracer {
                 tnt_bits: 0,
                 compressed_returns: 0,
                 packets_lost: 0,
+                ptwrites_off: 0,
                 fast_packets: [0; 3],
                 pack: Repacker::new(cfg.packing_on(unit.cpu())),
                 style: cfg.style_on(unit.cpu()),
@@ -478,7 +479,9 @@ impl Tracer {
                 payload,
                 size,
             } => {
-                if self.ctl.ptw_en() && self.context_en() && self.filter_en(ip) {
+                if !self.ctl.ptw_en() {
+                    self.hot.ptwrites_off += 1;
+                } else if self.context_en() && self.filter_en(ip) {
                     let fup = self.ctl.fup_on_ptw(); // PTW1
                     self.flush_tnt();
                     self.cyc();

@@ -28,6 +28,9 @@ pub struct TracerStats {
     pub bytes_dropped: u64,
     /// Packets that could not be encoded (never expected; counted, not panicked on).
     pub packets_lost: u64,
+    /// PTWRITE instructions that sent no PTW packet because PTWEn (IA32_RTIT_CTL\[12\]) was 0:
+    /// the input's data payloads that did not reach the trace.
+    pub ptwrites_off: u64,
 }
 
 impl TracerStats {

@@ -96,8 +96,16 @@ impl Reader {
                 0,
                 ErrorKind::BadMagic,
                 format!(
-                    "not a gem5 proto trace: expected the magic \"gem5\" (67 65 6d 35), found {:02x?}",
-                    &magic[..got]
+                    "not a gem5 proto trace: expected the magic \"gem5\" (67 65 6d 35), found {}",
+                    if got == 0 {
+                        "an empty file".to_string()
+                    } else {
+                        magic[..got]
+                            .iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    }
                 ),
             ));
         }

@@ -1,0 +1,424 @@
+//! What a user is shown (issue 28): summaries that say what the output unit did (laps, bytes
+//! overwritten, PTWRITEs PTWEn=0 dropped), `layout check`'s walk, exit codes after operational
+//! errors, report.json's version-2 form, `gen`'s summary, and the wording of messages
+//! (spec/simulate.md SIM14-SIM17, spec/output.md "layout check describes the walk").
+
+mod common;
+
+use common::cli::{generate, hex, ptemu, s, text, write_args};
+use common::stream;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+const SJENG: &str = "tests/data/penn/sjeng-1K.trace";
+
+/// The root of the project (for the example layouts).
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A layout file `name` with `body` in `dir`.
+fn layout(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    fs::write(&p, body).unwrap();
+    p
+}
+
+fn report(out: &Path) -> Value {
+    serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap()
+}
+
+/// Two 4 KiB regions, END back to the table: an 8 KiB ring.
+const RING_8K: &str = "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
+    entries = [ { region = 0x100000, size = \"4K\" }, { region = 0x101000, size = \"4K\" }, { end = 0x10000 } ]\n";
+
+/// SIM14 (O5 policy "Laps and overwrites"): 40,000 bytes through an 8 KiB ring, the issue's case.
+/// The counts in report.json and the console line match a byte model: each stream byte goes to
+/// ring address `i mod 8192`, an overwrite when the address already holds one; a lap each time
+/// the walk comes back to the region where the first overwrite happened.
+#[test]
+fn sim14_write_reports_laps_and_overwritten_bytes_of_a_circular_topa() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = layout(dir.path(), "ring.toml", RING_8K);
+    let st = dir.path().join("s.bin");
+    fs::write(&st, stream(0, 40_000)).unwrap();
+    let out = dir.path().join("out");
+    let o = ptemu(&write_args(&l, s(&st), &out));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let mut held: HashMap<u64, ()> = HashMap::new();
+    let (mut overwritten, mut laps, mut mark, mut last_region) = (0u64, 0u64, None, None);
+    for i in 0..40_000u64 {
+        let addr = i % 8192;
+        let region = addr / 4096;
+        if last_region != Some(region) && mark == Some(region) {
+            laps += 1;
+        }
+        if held.insert(addr, ()).is_some() {
+            overwritten += 1;
+            if mark.is_none() {
+                mark = Some(region);
+                laps += 1;
+            }
+        }
+        last_region = Some(region);
+    }
+    assert_eq!((overwritten, laps), (31_808, 4));
+    let r = report(&out);
+    assert_eq!(r["stats"]["bytes_overwritten"], overwritten);
+    assert_eq!(r["stats"]["laps"], laps);
+    assert_eq!(
+        r["event_counts"]["wrap"], 0,
+        "END back to the table is not a W5 wrap"
+    );
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout
+            .contains("the regions hold the newest 8192 bytes; 31808 older bytes were overwritten (4 laps)"),
+        "{stdout}"
+    );
+}
+
+/// SIM14: PTWRITE instructions with PTWEn=0 are counted and the summary says how to send them;
+/// with PTWEn=1 there is no such line and the PTW packets are there.
+#[test]
+fn sim14_the_summary_says_when_ptwen_0_dropped_ptwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let out = dir.path().join(format!("out{}", extra.len()));
+        let o = ptemu(&[&["simulate", SJENG, "--format", "penn", "--out", s(&out)], extra].concat());
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        (text(&o.stdout), report(&out))
+    };
+    let (stdout, r) = run(&[]);
+    let off = r["stats"]["ptwrites_off"].as_u64().unwrap();
+    assert!(off > 0, "sjeng-1K has PTWRITE-mapped accesses");
+    assert!(
+        stdout.contains(&format!(
+            "{off} PTWRITE instructions sent no packet: PTWEn=0 (--ctl PTWEn=1 sends their data payloads)"
+        )),
+        "{stdout}"
+    );
+    let (stdout, r) = run(&["--ctl", "PTWEn=1"]);
+    assert_eq!(r["stats"]["ptwrites_off"], 0);
+    assert_eq!(r["stats"]["packets"]["ptw"], off);
+    assert!(!stdout.contains("PTWEn=0"), "{stdout}");
+}
+
+/// SIM15: `write` logs what `layout check` finds before writing (here an entry the walk reaches
+/// that is an operational error, T4, and a walk into unlisted memory), writes every output, and
+/// exits 1 because output stopped in an operational error. `simulate` does the same.
+#[test]
+fn sim15_write_and_simulate_warn_first_and_exit_1_after_an_operational_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = layout(
+        dir.path(),
+        "t4.toml",
+        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
+         entries = [ { region = 0x100000, size = \"4K\" }, { region = 0x101000, size = \"8K\" }, { end = 0x10000 } ]\n",
+    );
+    let st = dir.path().join("s.bin");
+    fs::write(&st, stream(0, 10_000)).unwrap();
+    let out = dir.path().join("out");
+    let o = ptemu(&write_args(&bad, s(&st), &out));
+    let stderr = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("operational error when reached") && stderr.contains("T4"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("output stopped by an operational error"),
+        "{stderr}"
+    );
+    let r = report(&out);
+    assert_eq!(r["event_counts"]["error"], 1);
+    assert_eq!(r["stats"]["bytes_written"], 4096);
+
+    let unlisted = layout(
+        dir.path(),
+        "unlisted.toml",
+        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
+         entries = [ { region = 0x100000, size = \"4K\" } ]\n",
+    );
+    let o = ptemu(&write_args(&unlisted, s(&st), &dir.path().join("out2")));
+    assert!(
+        o.status.success(),
+        "a warning is not an error: {}",
+        text(&o.stderr)
+    );
+    assert!(
+        text(&o.stderr).contains("which the layout does not list"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // simulate: the bad entry first, so the error comes at enable (T4 on the first entry).
+    let at_enable = layout(
+        dir.path(),
+        "t4-first.toml",
+        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
+         entries = [ { region = 0x101000, size = \"8K\" }, { end = 0x10000 } ]\n",
+    );
+    let o = ptemu(&[
+        "simulate",
+        SJENG,
+        "--format",
+        "penn",
+        "--layout",
+        s(&at_enable),
+        "--out",
+        s(&dir.path().join("sim")),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("T4"), "{}", text(&o.stderr));
+    assert!(
+        dir.path().join("sim/report.json").is_file(),
+        "the outputs are written"
+    );
+}
+
+/// SIM16: report.json version 2: every MSR and address a "0x..." string, exact above 2^53 where
+/// JSON numbers are not (IA32_PERF_GLOBAL_STATUS[55] after a PMI; OutputOffset in MASK_PTRS[63:32]).
+#[test]
+fn sim16_report_json_writes_msrs_and_addresses_as_hex_strings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = generate(dir.path(), "penn", 20_000, 1);
+    let out = dir.path().join("out");
+    let l = root().join("examples/ring-layout.toml");
+    let o = ptemu(&[
+        "simulate",
+        s(&trace),
+        "--format",
+        "penn",
+        "--layout",
+        s(&l),
+        "--ctl",
+        "PTWEn=1",
+        "-q",
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = report(&out);
+    assert_eq!(r["version"], 2);
+    for k in [
+        "rtit_ctl",
+        "rtit_status",
+        "output_base",
+        "output_mask_ptrs",
+        "perf_global_status",
+    ] {
+        assert!(
+            r["msr"][k].as_str().is_some_and(|v| v.starts_with("0x")),
+            "msr.{k} = {}",
+            r["msr"][k]
+        );
+    }
+    assert_eq!(hex(&r["msr"]["perf_global_status"]), 1 << 55, "a PMI fired");
+    assert_eq!(r["ctl"]["value"], "0x3509");
+    assert_eq!(r["image"]["base"], "0x400000");
+    assert_eq!(r["events"][0]["table"], "0x10000");
+    let image: Value = serde_json::from_slice(&fs::read(out.join("image.json")).unwrap()).unwrap();
+    assert_eq!(image["base"], "0x400000");
+    let first: Value = serde_json::from_str(
+        fs::read_to_string(out.join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(first, r["events"][0]);
+}
+
+/// SIM17: the main job (`cargo xtask simulate` without arguments: 600,000 generated Penn micro-ops
+/// through `examples/ring-layout.toml`, xtask's `MAIN_JOB_RECORDS`) shows the output unit at work:
+/// PMIs and laps, in the summary and the report.
+#[test]
+fn sim17_the_main_job_shows_pmis_and_laps() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = generate(dir.path(), "penn", 600_000, 1);
+    let out = dir.path().join("out");
+    let l = root().join("examples/ring-layout.toml");
+    let o = ptemu(&[
+        "simulate",
+        s(&trace),
+        "--format",
+        "penn",
+        "--layout",
+        s(&l),
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let r = report(&out);
+    let (pmis, laps) = (
+        r["stats"]["pmis"].as_u64().unwrap(),
+        r["stats"]["laps"].as_u64().unwrap(),
+    );
+    assert!(pmis >= 8 && laps >= 2, "{pmis} PMIs, {laps} laps");
+    let stdout = text(&o.stdout);
+    assert!(stdout.contains(&format!("output events: {pmis} PMI")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("older bytes were overwritten ({laps} laps)")),
+        "{stdout}"
+    );
+    let xtask = fs::read_to_string(root().join("xtask/src/main.rs")).unwrap();
+    assert!(
+        xtask.contains("MAIN_JOB_RECORDS: &str = \"600000\""),
+        "the test mirrors the main job"
+    );
+}
+
+/// The layout check describes the walk (spec/output.md): steps with sizes and flags, how it ends
+/// (circular with the bytes per lap, a STOP with the bytes before it, an operational error), where
+/// PMIs fire; single range: base, size, mask. The numbers are those the route property test
+/// (tests/layout_props.rs) checks against the output unit.
+#[test]
+fn o5_s1_e3_layout_check_prints_the_walk_its_capacity_and_pmis() {
+    let check = |p: &Path| {
+        let o = ptemu(&["layout", "check", s(p)]);
+        (o.status.code(), text(&o.stdout))
+    };
+    let (code, out) = check(&root().join("src/simulate/default-layout.toml"));
+    assert_eq!(code, Some(0));
+    for want in [
+        "ok (ToPA output, cpu alderlake)",
+        "#1   0x10000[0x0]         region 0x100000 1M INT",
+        "#5   0x10000[0x4]         END -> table 0x10000",
+        "circular: after #5 the walk returns to #1; each lap holds 4M (4194304 bytes)",
+        "PMIs: 4 per lap, at bytes 1048576 (#1, P1), 2097152 (#2, P1), 3145728 (#3, P1), 4194304 (#4, P1) into each lap",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+    let (code, out) = check(&root().join("examples/demo-layout.toml"));
+    assert_eq!(code, Some(0));
+    for want in [
+        "(after the wrap, W5)",
+        "stops: output stops when #6 is full, after 96K (98304 bytes) from the start offset (S1)",
+        "PMIs: 3, at bytes 12288 (#2, P1), 32768 (#5, P1), 98304 (#6, S5)",
+    ] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let range = layout(
+        dir.path(),
+        "range.toml",
+        "cpu = \"icelake\"\n[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0x10_0000_3fff\n",
+    );
+    let (code, out) = check(&range);
+    assert_eq!(code, Some(0));
+    assert!(out.contains("ok (single-range output, cpu icelake)"), "{out}");
+    assert!(
+        out.contains(
+            "range: base 0x200000, size 16K (16384 bytes), mask 0x3fff, output starts at offset 0x10"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("after 16368 bytes from the start offset, then every 16K"),
+        "{out}"
+    );
+    let t4 = layout(
+        dir.path(),
+        "t4.toml",
+        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
+         entries = [ { region = 0x100000, size = \"4K\" }, { region = 0x101000, size = \"8K\" }, { end = 0x10000 } ]\n",
+    );
+    let (code, out) = check(&t4);
+    assert_eq!(code, Some(1));
+    assert!(
+        out.contains("ends in an operational error at #2 after 4K (4096 bytes) from the start offset (E3)"),
+        "{out}"
+    );
+}
+
+/// `ptemu gen` ends with one line: records (Penn lines as written), seed, bytes, file; `-q` is
+/// silent; `--help` says a Penn trace may end past N.
+#[test]
+fn gen_prints_a_summary_line_and_its_help_explains_penn_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("p.trace");
+    let o = ptemu(&["gen", "--format", "penn", "--records", "1000", "-o", s(&f)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let body = fs::read(&f).unwrap();
+    let lines = body.iter().filter(|&&b| b == b'\n').count();
+    assert!(lines >= 1000);
+    assert_eq!(
+        text(&o.stdout),
+        format!(
+            "ptemu gen: {lines} penn records (seed 1), {} bytes, to {}\n",
+            body.len(),
+            f.display()
+        )
+    );
+    let o = ptemu(&["gen", "--format", "byu", "--records", "10", "-q", "-o", s(&f)]);
+    assert!(o.status.success() && o.stdout.is_empty() && o.stderr.is_empty());
+    let o = ptemu(&["gen", "--format", "byu", "--records", "10", "-o", "-"]);
+    assert_eq!(o.stdout.len(), 60, "the trace alone on stdout");
+    assert!(
+        text(&o.stderr).contains("ptemu gen: 10 byu records"),
+        "{}",
+        text(&o.stderr)
+    );
+    let help = text(&ptemu(&["gen", "--help"]).stdout);
+    assert!(help.contains("may end a few lines past N"), "{help}");
+}
+
+/// Messages name things as the SDM and the user do: `write`'s scheme and single-range mask, one
+/// list of profiles for `--cpu`, gem5's magic in hex both ways, `--format` needed with INPUT.
+#[test]
+fn messages_use_sdm_names_and_list_things_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let range = layout(
+        dir.path(),
+        "range.toml",
+        "cpu = \"icelake\"\n[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0x3fff\n",
+    );
+    let st = dir.path().join("s.bin");
+    fs::write(&st, stream(0, 100)).unwrap();
+    let o = ptemu(&write_args(&range, s(&st), &dir.path().join("out")));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("ptemu write: cpu icelake, single-range output"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("(range mask 0x3fff, offset 0x64)"), "{stdout}");
+    let o = ptemu(&write_args(
+        &layout(dir.path(), "ring.toml", RING_8K),
+        s(&st),
+        &dir.path().join("out2"),
+    ));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("skylake, ToPA output") && stdout.contains("(table index 0x0, offset 0x64)"),
+        "{stdout}"
+    );
+
+    let o = ptemu(&["simulate", "--cpu", "pentium", "--out", s(&dir.path().join("x"))]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        text(&o.stderr).matches("broadwell").count(),
+        1,
+        "{}",
+        text(&o.stderr)
+    );
+
+    let junk = dir.path().join("junk.gem5");
+    fs::write(&junk, b"xyz!rest").unwrap();
+    let o = ptemu(&["stats", s(&junk), "--format", "gem5"]);
+    assert!(
+        text(&o.stderr).contains("expected the magic \"gem5\" (67 65 6d 35), found 78 79 7a 21"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let help = text(&ptemu(&["simulate", "--help"]).stdout);
+    assert!(
+        help.contains("[<INPUT> --format <FORMAT>]") && help.contains("Required with INPUT"),
+        "{help}"
+    );
+}
