@@ -33,6 +33,9 @@ const BUFFERS: u64 = 4 << 20;
 const TARGET_MB_S: f64 = 300.0;
 /// The most the hardware layout (spec/hardware.md) may cost over none (issue 22).
 const PACKING_COST: f64 = 1.10;
+/// Issue 29: end-to-end speed-ups of `--threads` (the machine's cores) over `--threads 1` of the
+/// same build: BYU, Penn, gem5.
+const THREAD_TARGETS: [(Format, f64); 3] = [(Format::Byu, 2.5), (Format::Penn, 1.5), (Format::Gem5, 1.5)];
 
 /// Seconds with the arguments `a` and with `b` on the same file, best of `runs` each, run
 /// alternately so that drift of the machine hits both; and the trace bytes of each.
@@ -70,6 +73,69 @@ fn generated(format: Format, records: u64) -> PathBuf {
         std::fs::rename(&tmp, &path).unwrap();
     }
     path
+}
+
+/// A generated gem5 pair of `records` dep records (and its fetch trace), made once.
+fn generated_gem5(records: u64) -> (PathBuf, PathBuf) {
+    let path = data_dir().join(format!("gem5-{records}.trace"));
+    let fetch = data_dir().join(format!("gem5-{records}.fetch"));
+    if !path.exists() || !fetch.exists() {
+        eprintln!("generating {} ...", path.display());
+        let (mut main, mut f) = (Vec::new(), Vec::new());
+        sources::generate(Format::Gem5, records, 1, &mut main, Some(&mut f)).unwrap();
+        std::fs::write(&fetch, f).unwrap();
+        std::fs::write(&path, main).unwrap();
+    }
+    (path, fetch)
+}
+
+/// Issue 29: each format with `--threads 1` and `--threads N` (the cores, at least 2),
+/// alternately, best of `runs`: the speed-up against its target, and the threaded run's peak RSS.
+fn threads(records: u64, runs: usize, judged: &dyn Fn(bool) -> &'static str) -> Vec<Value> {
+    let cores = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .max(2)
+        .to_string();
+    let mut rows = Vec::new();
+    for (format, target) in THREAD_TARGETS {
+        let (input, fetch) = match format {
+            Format::Byu => (generated(format, records * 4), None),
+            Format::Gem5 => {
+                let (i, f) = generated_gem5(records);
+                (i, Some(f))
+            }
+            _ => (generated(format, records), None),
+        };
+        let fetch_args: Vec<&str> = fetch
+            .as_deref()
+            .map_or(vec![], |f| vec!["--fetch-trace", f.to_str().unwrap()]);
+        let one = [&["--no-truth", "--threads", "1"][..], &fetch_args].concat();
+        let many = [&["--no-truth", "--threads", &cores][..], &fetch_args].concat();
+        let out = data_dir().join(format!("simulate-threads-{format}"));
+        let (mut best1, mut best_n, mut rss) = (f64::MAX, f64::MAX, 0u64);
+        for _ in 0..runs {
+            let (s1, _) = simulate(&input, format, &out, &one);
+            let (sn, report) = simulate(&input, format, &out, &many);
+            best1 = best1.min(s1);
+            if sn < best_n {
+                best_n = sn;
+                rss = report["run"]["peak_rss_bytes"].as_u64().unwrap_or(0);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&out);
+        let speedup = best1 / best_n;
+        println!(
+            "threads, {format} ({} MB): 1 thread {best1:.3} s, {cores} threads {best_n:.3} s: {speedup:.2}x \
+             (target >= {target:.1}x over one thread of this build: {}); peak RSS {:.1} MiB",
+            std::fs::metadata(&input).unwrap().len() / 1_000_000,
+            judged(speedup >= target),
+            rss as f64 / 1048576.0
+        );
+        rows.push(serde_json::json!({"format": format, "one_thread_seconds": best1,
+            "threads": cores, "threaded_seconds": best_n, "speedup": speedup, "target": target,
+            "peak_rss_bytes": rss}));
+    }
+    rows
 }
 
 /// One `ptemu simulate` run on `input` of `format` with `extra` arguments: wall seconds of the
@@ -225,6 +291,7 @@ fn main() {
         packing.push(serde_json::json!({"format": format, "hardware_seconds": packed,
             "none_seconds": plain, "ratio": packed / plain}));
     }
+    let thread_rows = threads(small * 5, runs.0, &judged);
     // The ground truth (spec/truth.md), on by default: what it costs over --no-truth.
     let input = generated(Format::Penn, small);
     let ((with, _), (without, _)) = alternate(&input, Format::Penn, runs.0, &[], &["--no-truth"]);
@@ -236,6 +303,7 @@ fn main() {
         let json = serde_json::json!({
             "truth": {"uops": small, "with_seconds": with, "without_seconds": without, "ratio": with / without},
             "packing": packing,
+            "threads": thread_rows,
             "sizes": rows.iter().map(|(m, rate)| serde_json::json!({
                 "uops": m.uops, "input_mb": m.mb, "seconds": m.secs, "mb_per_s": rate,
                 "uops_per_s": m.uops as f64 / m.secs, "peak_rss_bytes": m.rss,

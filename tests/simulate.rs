@@ -693,3 +693,121 @@ fn an_empty_trace_is_an_empty_run_in_every_headerless_format() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("magic"));
 }
+
+/// Every file under `dir`, by its path relative to `dir`, with its bytes; report.json without its
+/// `run` part (seconds and peak RSS of the process).
+fn outputs(dir: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+                continue;
+            }
+            let mut bytes = fs::read(&p).unwrap();
+            if p.file_name().unwrap() == "report.json" {
+                let mut v: Value = serde_json::from_slice(&bytes).unwrap();
+                v.as_object_mut().unwrap().remove("run");
+                bytes = serde_json::to_vec(&v).unwrap();
+            }
+            files.insert(p.strip_prefix(dir).unwrap().to_path_buf(), bytes);
+        }
+    }
+    files
+}
+
+/// SIM18: reading on a second thread hands the tracer the same batches: every output file
+/// (trace.pt, regions/, events.jsonl, truth.jsonl, image, perf.data, report.json but its timing)
+/// is the same bytes with 1, 2 and 3 threads, for every format, with faults, a wrapping single
+/// range, and a file long enough for many chunks (16 batches of 256 events each); a bad input
+/// fails the same way.
+#[test]
+fn sim18_threads_give_the_same_bytes_and_the_same_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (byu, _) = generate(dir.path(), "byu", 200_000, 3);
+    let (kaplan, _) = generate(dir.path(), "kaplan", 300, 3);
+    let (penn, _) = generate(dir.path(), "penn", 150_000, 3);
+    let cases: Vec<Vec<&str>> = vec![
+        vec![SJENG, "--format", "penn", "--perf-data"],
+        vec![
+            s(&penn),
+            "--format",
+            "penn",
+            "--fault",
+            "ovf",
+            "--fault",
+            "corrupt",
+            "--ctl",
+            "PTWEn=1",
+        ],
+        vec![GEM5_DEP, "--format", "gem5", "--fetch-trace", GEM5_FETCH],
+        vec![BYU_P2, "--format", "byu-p2", "--ctl", "ToPA=0"],
+        vec![s(&byu), "--format", "byu", "--ctl", "PSBFreq=1"],
+        vec![s(&kaplan), "--format", "kaplan"],
+    ];
+    for case in &cases {
+        let mut runs = Vec::new();
+        for threads in ["1", "2", "3"] {
+            // One path for all (perf.data and the reports hold it); each run replaces the last.
+            let out = dir.path().join("out");
+            let o = ptemu(
+                &[
+                    &["simulate", "-q", "--out", s(&out), "--threads", threads],
+                    &case[..],
+                ]
+                .concat(),
+            );
+            assert!(
+                o.status.success(),
+                "{case:?} --threads {threads}: {}",
+                text(&o.stderr)
+            );
+            runs.push(outputs(&out));
+        }
+        assert!(runs[0].len() >= 5, "{case:?}: {:?}", runs[0].keys());
+        for (k, r) in runs.iter().enumerate().skip(1) {
+            assert_eq!(
+                r.keys().collect::<Vec<_>>(),
+                runs[0].keys().collect::<Vec<_>>(),
+                "{case:?}"
+            );
+            for (path, bytes) in &runs[0] {
+                assert!(
+                    r[path] == *bytes,
+                    "{case:?}: {} differs with {} threads",
+                    path.display(),
+                    k + 1
+                );
+            }
+        }
+    }
+    let out = dir.path().join("bad");
+    let one = ptemu(&[
+        "simulate",
+        BAD_PENN,
+        "--format",
+        "penn",
+        "--threads",
+        "1",
+        "--out",
+        s(&out),
+    ]);
+    let two = ptemu(&[
+        "simulate",
+        BAD_PENN,
+        "--format",
+        "penn",
+        "--threads",
+        "2",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(one.status.code(), Some(2));
+    assert_eq!(
+        (two.status.code(), text(&two.stderr)),
+        (Some(2), text(&one.stderr))
+    );
+    assert!(!out.exists());
+}

@@ -85,6 +85,11 @@ pub struct Args {
     /// Output directory.
     #[arg(long)]
     out: PathBuf,
+    /// Threads: 1 does everything on one; 2 or more read and map the input on a second thread,
+    /// ahead of the tracer and output unit (the outputs are the same bytes). Default: the
+    /// machine's cores.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
     /// Print nothing on success.
     #[arg(long, short)]
     quiet: bool,
@@ -232,6 +237,10 @@ fn options(a: &Args) -> Result<Options, Failure> {
         );
     }
     opts.read = ReadOptions { lenient: a.lenient };
+    opts.threads = a
+        .threads
+        .map(usize::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     opts.image &= !a.no_image;
     opts.apply_faults(&plan(a), a.layout.is_some())
         .map_err(|e| Failure::input(e.to_string()))?;

@@ -8,6 +8,7 @@
 pub mod corpus;
 mod deliver;
 pub mod fault;
+mod feed;
 mod report;
 
 pub use deliver::{finish_truth, TruthSummary};
@@ -24,8 +25,9 @@ use crate::regs::check::check_write;
 use crate::regs::msr::IA32_RTIT_CTL;
 use crate::regs::{Msr, RtitCtl};
 use crate::sources::penn::PennEvents;
-use crate::sources::{self, EventSource, Format, Input, ReadOptions, SourceError, SourceStats};
+use crate::sources::{self, Format, Input, ReadOptions, SourceError, SourceStats};
 use crate::tracer::{Event, Fact, Tracer, TracerConfig, TracerStats};
+use feed::Feed;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -37,9 +39,6 @@ pub const WRMSR_LEN: u8 = 2;
 
 /// How often (in events) the progress callback runs.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
-
-/// Events handed to the tracer per call (whole records, so a few more).
-const BATCH: usize = 256;
 
 /// [`DEFAULT_LAYOUT`], parsed.
 pub fn default_layout() -> Layout {
@@ -77,6 +76,9 @@ pub struct Options {
     pub read: ReadOptions,
     /// Build the code image of a Penn trace.
     pub image: bool,
+    /// Threads (SIM18): 1 reads, maps and traces on the calling thread; 2 or more read and map on
+    /// a second thread, ahead of the tracer. The outputs are the same bytes either way.
+    pub threads: usize,
 }
 
 ptemu_core::with_setters!(Options {
@@ -85,6 +87,7 @@ ptemu_core::with_setters!(Options {
     with_tracer => tracer: TracerConfig,
     with_read => read: ReadOptions,
     with_image => image: bool,
+    with_threads => threads: usize,
 });
 
 impl Options {
@@ -98,6 +101,7 @@ impl Options {
             tracer: TracerConfig::default(),
             read: ReadOptions::default(),
             image: format == Format::Penn,
+            threads: 1,
         }
     }
 
@@ -153,6 +157,9 @@ pub enum SimError {
     /// Writing the ground truth failed.
     #[error("writing the ground truth: {0}")]
     Truth(io::Error),
+    /// The reader thread could not be started.
+    #[error("starting the reader thread: {0}")]
+    Thread(io::Error),
 }
 
 /// What a simulation produced.
@@ -184,45 +191,6 @@ pub struct Outcome {
 
 /// PMI offsets kept in [`Outcome::pmis`].
 pub const MAX_PMIS: usize = 1 << 20;
-
-/// Where the events come from: Penn keeps its macro-ops for the code image.
-enum Feed {
-    Penn(Box<PennEvents>, Option<ImageBuilder>),
-    Other(Box<dyn EventSource + Send>),
-}
-
-impl Feed {
-    /// The next record's events; an image past its bounds ends the run at once (SIM9), not after
-    /// the whole input.
-    fn next(&mut self, out: &mut Vec<Event>, name: &str) -> Result<bool, SimError> {
-        match self {
-            Feed::Penn(src, image) => match src.push_macro_op(out)? {
-                None => Ok(false),
-                Some(op) => {
-                    if let Some(b) = image {
-                        b.add_shape(op.line, op.pc, op.shape());
-                        if b.is_refused() {
-                            let refused = std::mem::take(b);
-                            return Err(SimError::Image {
-                                name: name.to_owned(),
-                                errors: refused.build().expect_err("a refused image does not build"),
-                            });
-                        }
-                    }
-                    Ok(true)
-                }
-            },
-            Feed::Other(src) => Ok(src.next_events(out)?),
-        }
-    }
-
-    fn source(&self) -> &dyn EventSource {
-        match self {
-            Feed::Penn(src, _) => src.as_ref(),
-            Feed::Other(src) => src.as_ref(),
-        }
-    }
-}
 
 /// Runs the simulation: programs the output MSRs from the layout, enables tracing with a WRMSR
 /// just before the first traced instruction (SIM3), feeds every event, disables tracing with a
@@ -256,7 +224,7 @@ pub fn run_recording<W: Write>(
         .validate()
         .map_err(|e| SimError::Config(e.to_string()))?;
     let name = input.name().to_owned();
-    let mut feed = match opts.format {
+    let feed = match opts.format {
         Format::Penn => Feed::Penn(
             Box::new(PennEvents::new(input, opts.read)),
             opts.image.then(ImageBuilder::new),
@@ -285,18 +253,10 @@ pub fn run_recording<W: Write>(
     );
 
     let start = feed.source().start_state();
-    let mut events = Vec::with_capacity(BATCH + 64);
     let mut ip: Option<u64> = None;
     let mut count = 0u64;
-    let mut next_report = PROGRESS_EVERY;
-    let mut more = true;
-    while more {
-        // Whole records' events, about BATCH at a time: the tracer runs a batch faster than the
-        // same events one by one.
-        while more && events.len() < BATCH {
-            more = feed.next(&mut events, &name)?;
-        }
-        let mut rest = &events[..];
+    let mut batch = |events: &[Event]| -> Result<(), SimError> {
+        let mut rest = events;
         if ip.is_none() {
             if let Some(k) = rest.iter().position(|ev| ev.ip().is_some()) {
                 tracer.events(&mut mem, &rest[..k])?;
@@ -321,16 +281,13 @@ pub fn run_recording<W: Write>(
             }
         }
         count += events.len() as u64;
-        events.clear();
         spool_facts(&mut tracer, &mut facts, &mut psbs)?;
         events_log
             .extend(tracer.drain_output_events().inspect(|e| cut.note(e)))
-            .map_err(SimError::Events)?;
-        if count >= next_report {
-            next_report = count + PROGRESS_EVERY;
-            progress(feed.source().stats().records);
-        }
-    }
+            .map_err(SimError::Events)
+    };
+    // SIM18: reading on its own thread when there are two or more; the same batches either way.
+    let feed = feed.drive(&name, opts.threads, &mut batch, progress)?;
     if let Some(last) = ip {
         ctl_write(&mut tracer, &mut mem, opts.ctl.with_trace_en(false).bits(), last)?;
         tracing::debug!(

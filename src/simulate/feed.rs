@@ -1,0 +1,207 @@
+//! Where the tracer's events come from, and how they reach it: batches of whole records, read on
+//! the tracer's own thread or, with two threads or more, on a reader thread that runs ahead
+//! through a bounded queue (SIM18). Both ways hand the tracer the same batches, in the same
+//! order, so a run's outputs are the same bytes whatever the thread count.
+
+use super::{SimError, PROGRESS_EVERY};
+use crate::image::ImageBuilder;
+use crate::sources::penn::PennEvents;
+use crate::sources::EventSource;
+use crate::tracer::Event;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread;
+
+/// Events handed to the tracer per call (whole records, so a few more).
+pub(super) const BATCH: usize = 256;
+/// Batches per message from the reader thread: a message costs a channel hand-off, a batch a
+/// tracer call.
+const BATCHES_PER_CHUNK: usize = 16;
+/// Messages queued between the reader thread and the tracer: memory stays bounded (about
+/// `CHUNKS_QUEUED * BATCHES_PER_CHUNK * BATCH` events) however far ahead reading could run.
+const CHUNKS_QUEUED: usize = 4;
+
+/// Where the events come from: Penn keeps its macro-ops for the code image.
+pub(super) enum Feed {
+    /// A Penn trace, and the code image its macro-ops build.
+    Penn(Box<PennEvents>, Option<ImageBuilder>),
+    /// Any other format.
+    Other(Box<dyn EventSource + Send>),
+}
+
+impl Feed {
+    /// The next record's events; an image past its bounds ends the run at once (SIM9), not after
+    /// the whole input.
+    fn next(&mut self, out: &mut Vec<Event>, name: &str) -> Result<bool, SimError> {
+        match self {
+            Feed::Penn(src, image) => match src.push_macro_op(out)? {
+                None => Ok(false),
+                Some(op) => {
+                    if let Some(b) = image {
+                        b.add_shape(op.line, op.pc, op.shape());
+                        if b.is_refused() {
+                            let refused = std::mem::take(b);
+                            return Err(SimError::Image {
+                                name: name.to_owned(),
+                                errors: refused.build().expect_err("a refused image does not build"),
+                            });
+                        }
+                    }
+                    Ok(true)
+                }
+            },
+            Feed::Other(src) => Ok(src.next_events(out)?),
+        }
+    }
+
+    /// The reader, for its start state and counts.
+    pub(super) fn source(&self) -> &dyn EventSource {
+        match self {
+            Feed::Penn(src, _) => src.as_ref(),
+            Feed::Other(src) => src.as_ref(),
+        }
+    }
+
+    /// Appends the next batch: whole records' events until there are [`BATCH`] or more, or the
+    /// input ends (false).
+    fn fill(&mut self, out: &mut Vec<Event>, name: &str) -> Result<bool, SimError> {
+        let from = out.len();
+        while out.len() - from < BATCH {
+            if !self.next(out, name)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Hands every batch of events to `batch`, in order, with `threads` threads (1: this one);
+    /// `progress` gets the records read so far every [`PROGRESS_EVERY`] events or so. Returns the
+    /// feed, for its counts and code image, or the first error of reading or of `batch`.
+    pub(super) fn drive(
+        self,
+        name: &str,
+        threads: usize,
+        batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Feed, SimError> {
+        if threads >= 2 {
+            self.drive_pipelined(name, batch, progress)
+        } else {
+            self.drive_here(name, batch, progress)
+        }
+    }
+
+    fn drive_here(
+        mut self,
+        name: &str,
+        batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Feed, SimError> {
+        let mut events = Vec::with_capacity(BATCH + 64);
+        let (mut count, mut next_report) = (0u64, PROGRESS_EVERY);
+        let mut more = true;
+        while more {
+            more = self.fill(&mut events, name)?;
+            batch(&events)?;
+            count += events.len() as u64;
+            events.clear();
+            if count >= next_report {
+                next_report = count + PROGRESS_EVERY;
+                progress(self.source().stats().records);
+            }
+        }
+        Ok(self)
+    }
+
+    /// Reading and mapping on a scoped reader thread, the tracer on this one. The reader stops
+    /// at its first error (sent last, in order) or when this side stops listening (an error of
+    /// `batch`), so the scope always ends.
+    fn drive_pipelined(
+        self,
+        name: &str,
+        batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Feed, SimError> {
+        let (full_tx, full_rx) = sync_channel::<Result<Chunk, SimError>>(CHUNKS_QUEUED);
+        let (spent_tx, spent_rx) = sync_channel::<Chunk>(CHUNKS_QUEUED + 2);
+        thread::scope(|scope| {
+            let reader = thread::Builder::new()
+                .name("ptemu-reader".into())
+                .spawn_scoped(scope, move || self.read_ahead(name, full_tx, spent_rx))
+                .map_err(SimError::Thread)?;
+            let traced = trace_chunks(full_rx, spent_tx, batch, progress);
+            // The receiver is gone: a reader still sending ends now.
+            let feed = reader.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            traced.map(|()| feed)
+        })
+    }
+
+    /// The reader thread: fills chunks (recycling spent ones) and sends them, then returns the
+    /// feed.
+    fn read_ahead(
+        mut self,
+        name: &str,
+        full: SyncSender<Result<Chunk, SimError>>,
+        spent: Receiver<Chunk>,
+    ) -> Feed {
+        let (mut count, mut next_report) = (0u64, PROGRESS_EVERY);
+        let mut more = true;
+        while more {
+            let mut chunk = spent.try_recv().unwrap_or_default();
+            chunk.events.clear();
+            chunk.ends.clear();
+            chunk.records = None;
+            while more && chunk.ends.len() < BATCHES_PER_CHUNK {
+                match self.fill(&mut chunk.events, name) {
+                    Ok(m) => more = m,
+                    Err(e) => {
+                        let _ = full.send(Err(e));
+                        return self;
+                    }
+                }
+                chunk.ends.push(chunk.events.len());
+            }
+            count += chunk.events.len() as u64;
+            if count >= next_report {
+                next_report = count + PROGRESS_EVERY;
+                chunk.records = Some(self.source().stats().records);
+            }
+            if full.send(Ok(chunk)).is_err() {
+                break;
+            }
+        }
+        self
+    }
+}
+
+/// Batches from the reader thread, in one message.
+#[derive(Default)]
+struct Chunk {
+    events: Vec<Event>,
+    /// Where each batch of `events` ends.
+    ends: Vec<usize>,
+    /// Records read so far, when a progress report is due.
+    records: Option<u64>,
+}
+
+/// The tracer's side: every batch of every chunk to `batch`, in order; spent chunks go back.
+/// Takes the receiver, so it is dropped (and the reader released) when this returns.
+fn trace_chunks(
+    full: Receiver<Result<Chunk, SimError>>,
+    spent: SyncSender<Chunk>,
+    batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), SimError> {
+    for chunk in full {
+        let chunk = chunk?;
+        let mut from = 0;
+        for &end in &chunk.ends {
+            batch(&chunk.events[from..end])?;
+            from = end;
+        }
+        if let Some(records) = chunk.records {
+            progress(records);
+        }
+        let _ = spent.try_send(chunk);
+    }
+    Ok(())
+}
