@@ -746,6 +746,7 @@ fn sim18_threads_give_the_same_bytes_and_the_same_errors() {
         vec![BYU_P2, "--format", "byu-p2", "--ctl", "ToPA=0"],
         vec![s(&byu), "--format", "byu", "--ctl", "PSBFreq=1"],
         vec![s(&kaplan), "--format", "kaplan"],
+        vec![BAD_PENN, "--format", "penn", "--lenient", "--no-image"],
     ];
     for case in &cases {
         let mut runs = Vec::new();

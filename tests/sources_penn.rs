@@ -407,3 +407,67 @@ fn samples_replay_through_libipts_query_decoder() {
 fn generated_trace_replays_through_libipts_query_decoder() {
     assert!(replay_with_query_decoder(&generated(30_000, 21)) > 3000);
 }
+
+/// Everything a reader gives to the end or its first error: each (line, micro-op), then the
+/// error's text, the last line number and the skipped count.
+fn reading(mut r: UopReader) -> (Vec<(u64, Uop)>, Option<String>, u64, u64) {
+    let mut got = Vec::new();
+    let error = loop {
+        match r.next_uop() {
+            Ok(Some(u)) => got.push(u),
+            Ok(None) => break None,
+            Err(e) => break Some(e.to_string()),
+        }
+    };
+    (got, error, r.line(), r.skipped())
+}
+
+/// SIM18: lines parsed ahead on their own thread give what the reader on the caller's thread
+/// gives: the same micro-ops and line numbers over many chunks (1,024 a message), blank and bad
+/// lines, the first error at its line after the micro-ops before it (strict), the skipped count
+/// (lenient), gzip, and an empty file.
+#[test]
+fn sim18_lines_parsed_ahead_read_as_on_one_thread() {
+    let mut text = generated(5_000, 9);
+    // A bad line (line 3001), blank lines and CRLF further on.
+    let at = text
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'\n')
+        .nth(2999)
+        .unwrap()
+        .0
+        + 1;
+    text.splice(at..at, b"this is not a micro-op\n\n\r\n".iter().copied());
+    let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
+    gz.write_all(&text).unwrap();
+    let gz = gz.finish().unwrap();
+    for bytes in [&text[..], &gz[..], b"", &generated(3_000, 2)[..]] {
+        for lenient in [false, true] {
+            let options = ReadOptions { lenient };
+            let here = reading(UopReader::new(bytes_input("t.trace", bytes), options));
+            let ahead = reading(UopReader::ahead(bytes_input("t.trace", bytes), options));
+            assert!(
+                here == ahead,
+                "lenient {lenient}: {:?} vs {:?}",
+                (&here.1, here.2, here.3),
+                (&ahead.1, ahead.2, ahead.3)
+            );
+        }
+    }
+    let strict = reading(UopReader::new(
+        bytes_input("t.trace", &text),
+        ReadOptions::default(),
+    ));
+    assert!(
+        strict.1.as_deref().is_some_and(|e| e.contains("line 3001")),
+        "{:?}",
+        strict.1
+    );
+    assert!(strict.0.len() >= 3000);
+    let lenient = reading(UopReader::ahead(
+        bytes_input("t.trace", &text),
+        ReadOptions { lenient: true },
+    ));
+    assert_eq!((lenient.1, lenient.3), (None, 1));
+}

@@ -225,6 +225,12 @@ pub fn run_recording<W: Write>(
         .map_err(|e| SimError::Config(e.to_string()))?;
     let name = input.name().to_owned();
     let feed = match opts.format {
+        // SIM18: with a second thread, Penn lines are parsed on a third (parsing is most of the
+        // time): the same events either way.
+        Format::Penn if opts.threads >= 2 => Feed::Penn(
+            Box::new(PennEvents::parsed_ahead(input, opts.read)),
+            opts.image.then(ImageBuilder::new),
+        ),
         Format::Penn => Feed::Penn(
             Box::new(PennEvents::new(input, opts.read)),
             opts.image.then(ImageBuilder::new),

@@ -45,8 +45,18 @@ pub struct PennEvents {
 impl PennEvents {
     /// Maps the trace `input`.
     pub fn new(input: Input, options: ReadOptions) -> Self {
+        Self::over(UopReader::new(input, options))
+    }
+
+    /// Maps the trace `input`, its lines parsed on a thread of their own ([`UopReader::ahead`]):
+    /// the same events, errors and counts as [`PennEvents::new`].
+    pub fn parsed_ahead(input: Input, options: ReadOptions) -> Self {
+        Self::over(UopReader::ahead(input, options))
+    }
+
+    fn over(uops: UopReader) -> Self {
         PennEvents {
-            reader: MacroOpReader::new(UopReader::new(input, options)),
+            reader: MacroOpReader::new(uops),
             counts: Counts::default(),
             prev: None,
         }

@@ -6,6 +6,7 @@
 //! - [`UopWriter`] writes the same text back; [`generate`] writes synthetic traces;
 //! - [`PennEvents`] maps macro-ops to tracer events (`spec/mapping.md`).
 
+mod ahead;
 mod events;
 mod fast;
 mod gen;

@@ -7,9 +7,89 @@ use crate::sources::error::Result;
 use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
 use std::io::BufRead;
 
-/// Reads a Penn trace one micro-op at a time.
+/// Reads a Penn trace one micro-op at a time: on the caller's thread ([`UopReader::new`]) or
+/// parsed ahead on a thread of its own ([`UopReader::ahead`], `super::ahead`).
 #[derive(Debug)]
 pub struct UopReader {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Here(LineReader),
+    Ahead(super::ahead::Ahead),
+}
+
+impl UopReader {
+    /// A reader over `input`, parsing on the caller's thread.
+    pub fn new(input: Input, options: ReadOptions) -> Self {
+        UopReader {
+            inner: Inner::Here(LineReader::new(input, options)),
+        }
+    }
+
+    /// A reader over `input` whose lines are parsed on a thread of its own, ahead of the caller,
+    /// through a bounded queue: the same micro-ops, line numbers, errors (in order) and counts.
+    pub fn ahead(input: Input, options: ReadOptions) -> Self {
+        UopReader {
+            inner: Inner::Ahead(super::ahead::Ahead::spawn(LineReader::new(input, options))),
+        }
+    }
+
+    /// The input's name.
+    pub fn name(&self) -> &str {
+        match &self.inner {
+            Inner::Here(r) => r.name(),
+            Inner::Ahead(a) => a.name(),
+        }
+    }
+
+    /// The 1-based number of the line last read.
+    pub fn line(&self) -> u64 {
+        match &self.inner {
+            Inner::Here(r) => r.line,
+            Inner::Ahead(a) => a.line(),
+        }
+    }
+
+    /// Bad lines skipped under `lenient`.
+    pub fn skipped(&self) -> u64 {
+        match &self.inner {
+            Inner::Here(r) => r.skipped,
+            Inner::Ahead(a) => a.skipped(),
+        }
+    }
+
+    /// [`ReadOptions::skip`] with this reader's count (also used by the grouping layer for the
+    /// records it rejects): `Ok` when a lenient reader skips `err`.
+    pub(crate) fn skip(&mut self, err: SourceError) -> Result<()> {
+        match &mut self.inner {
+            Inner::Here(r) => r.options.skip(err, &mut r.skipped),
+            Inner::Ahead(a) => a.skip(err),
+        }
+    }
+
+    /// Whether bad records are skipped.
+    pub fn lenient(&self) -> bool {
+        match &self.inner {
+            Inner::Here(r) => r.options.lenient,
+            Inner::Ahead(a) => a.lenient(),
+        }
+    }
+
+    /// The next micro-op and its line number, `None` at the end of the input.
+    #[inline]
+    pub fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
+        match &mut self.inner {
+            Inner::Here(r) => r.next_uop(),
+            Inner::Ahead(a) => a.next_uop(),
+        }
+    }
+}
+
+/// The line splitter and parser.
+#[derive(Debug)]
+pub(super) struct LineReader {
     input: Input,
     options: ReadOptions,
     /// Lines read so far (the number of the line last returned or rejected).
@@ -29,10 +109,10 @@ enum Step {
     More,
 }
 
-impl UopReader {
+impl LineReader {
     /// A reader over `input`.
-    pub fn new(input: Input, options: ReadOptions) -> Self {
-        UopReader {
+    pub(super) fn new(input: Input, options: ReadOptions) -> Self {
+        LineReader {
             input,
             options,
             line: 0,
@@ -42,34 +122,28 @@ impl UopReader {
     }
 
     /// The input's name.
-    pub fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         self.input.name()
     }
 
-    /// The 1-based number of the line last read.
-    pub fn line(&self) -> u64 {
+    /// Lines read so far.
+    pub(super) fn line(&self) -> u64 {
         self.line
     }
 
-    /// Bad lines skipped under `lenient`.
-    pub fn skipped(&self) -> u64 {
+    /// Bad lines skipped so far.
+    pub(super) fn skipped(&self) -> u64 {
         self.skipped
     }
 
-    /// [`ReadOptions::skip`] with this reader's count (also used by the grouping layer for the
-    /// records it rejects): `Ok` when a lenient reader skips `err`.
-    pub(crate) fn skip(&mut self, err: SourceError) -> Result<()> {
-        self.options.skip(err, &mut self.skipped)
-    }
-
-    /// Whether bad records are skipped.
-    pub fn lenient(&self) -> bool {
-        self.options.lenient
+    /// The reader options.
+    pub(super) fn options(&self) -> ReadOptions {
+        self.options
     }
 
     /// The next micro-op and its line number, `None` at the end of the input.
     #[inline]
-    pub fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
+    pub(super) fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
         // The common case in place: a whole line in the buffer that the fast path takes.
         if self.spill.is_empty() {
             if let Ok(buf) = self.input.fill_buf() {
@@ -85,7 +159,7 @@ impl UopReader {
         self.next_uop_slow()
     }
 
-    /// [`UopReader::next_uop`] for everything else: lines across buffer fills, blank, bad and
+    /// [`LineReader::next_uop`] for everything else: lines across buffer fills, blank, bad and
     /// over-long lines, the last line without its newline, read errors.
     #[inline(never)]
     fn next_uop_slow(&mut self) -> Result<Option<(u64, Uop)>> {
@@ -185,7 +259,7 @@ impl UopReader {
     }
 }
 
-/// The exact parser, for the lines the in-place fast path of [`UopReader::next_uop`] did not take
+/// The exact parser, for the lines the in-place fast path of [`LineReader::next_uop`] did not take
 /// (declined, or split across buffer fills: one per fill at most).
 fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
     match parse_line(line) {
