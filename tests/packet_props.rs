@@ -234,3 +234,27 @@ proptest! {
         prop_assert_eq!(enc.compress(None), IpPayload::SUPPRESSED);
     }
 }
+
+/// `dump`'s hand-written text (`push_text`, `push_hex16`) against the formatting machinery: the
+/// name padded with `{:<10} `, `write_args`, trailing spaces trimmed; offsets as `{:016x}`. Every
+/// packet kind, every field value the generator makes.
+#[test]
+fn dump_text_by_hand_matches_the_formatting_machinery() {
+    use ptemu::packet::text::{push_hex16, push_text, write_args};
+    let mut runner = proptest::test_runner::TestRunner::default();
+    runner
+        .run(&(any_sequence(), any::<u64>()), |(seq, offset)| {
+            for p in &seq {
+                let mut want = format!("{:<10} ", p.name());
+                write_args(p, &mut want).unwrap();
+                let mut got = String::from("x");
+                push_text(p, &mut got);
+                prop_assert_eq!(&got[1..], want.trim_end());
+                let mut hex = String::new();
+                push_hex16(&mut hex, offset);
+                prop_assert_eq!(hex, format!("{offset:016x}"));
+            }
+            Ok(())
+        })
+        .unwrap();
+}

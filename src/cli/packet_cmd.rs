@@ -2,7 +2,7 @@
 
 use super::output::{is_std, stdout_is_open, write_failure, write_output};
 use super::Failure;
-use ptemu::packet::text::{parse_line, to_text, ParseState};
+use ptemu::packet::text::{parse_line, push_hex16, push_text, ParseState};
 use ptemu::packet::PacketDecoder;
 use ptemu::sources::input::WholeFile;
 use std::io::{self, BufWriter, Write};
@@ -25,6 +25,9 @@ pub(super) fn unchanged(input: &WholeFile, path: &Path) -> Result<(), Failure> {
         .map_err(|e| Failure::input(format!("{}: {e}", path.display())))
 }
 
+/// Text `dump` gathers before writing it out.
+const TEXT_FLUSH: usize = 64 << 10;
+
 /// `ptemu dump`.
 pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), Failure> {
     stdout_is_open()?;
@@ -35,6 +38,7 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
     let io_err = |e: io::Error| write_failure("stdout", e);
     let mut d = PacketDecoder::new(data, 0);
     let mut errors = 0u64;
+    let mut text = String::with_capacity(TEXT_FLUSH + 256);
     if !no_sync && !d.sync_forward() {
         if json {
             let note = serde_json::json!({"offset": 0, "skipped": data.len(), "note": "no PSB; use --no-sync to decode from byte 0"});
@@ -87,16 +91,26 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
                     }
                     writeln!(out, "{v}").map_err(io_err)?;
                 } else {
-                    write!(out, "{offset:016x}  {}", to_text(&p)).map_err(io_err)?;
-                    match ip {
-                        Some(ip) => writeln!(out, "  # ip {ip:#018x}"),
-                        None => writeln!(out),
+                    // By hand into one reused buffer: the formatting machinery and a String per
+                    // line cost more than decoding (issue 29).
+                    push_hex16(&mut text, offset);
+                    text.push_str("  ");
+                    push_text(&p, &mut text);
+                    if let Some(ip) = ip {
+                        text.push_str("  # ip 0x");
+                        push_hex16(&mut text, ip);
                     }
-                    .map_err(io_err)?;
+                    text.push('\n');
+                    if text.len() >= TEXT_FLUSH {
+                        out.write_all(text.as_bytes()).map_err(io_err)?;
+                        text.clear();
+                    }
                 }
             }
             Err(e) => {
                 errors += 1;
+                out.write_all(text.as_bytes()).map_err(io_err)?;
+                text.clear();
                 if json {
                     writeln!(
                         out,
@@ -116,6 +130,7 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
             }
         }
     }
+    out.write_all(text.as_bytes()).map_err(io_err)?;
     out.flush().map_err(io_err)?;
     unchanged(&input, path)?;
     if errors > 0 {

@@ -386,7 +386,9 @@ fn hwcheck(args: &[String]) -> Result<(), String> {
 /// the test packages: they are installed first, as for `cargo xtask test`).
 fn bench(args: &[String]) -> Result<(), String> {
     ensure_packages(TEST_PACKAGES)?;
-    for name in ["output", "packets", "tracer", "sources", "simulate", "layout"] {
+    for name in [
+        "output", "packets", "dump", "tracer", "sources", "simulate", "layout",
+    ] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);
         run(cmd)?;

@@ -96,9 +96,75 @@ pub fn write_args(p: &Packet, out: &mut impl Write) -> fmt::Result {
 
 /// The whole line body: name, padding and arguments.
 pub fn to_text(p: &Packet) -> String {
-    let mut s = format!("{:<10} ", p.name());
-    write_args(p, &mut s).expect("writing to a String");
-    s.trim_end().to_string()
+    let mut s = String::with_capacity(32);
+    push_text(p, &mut s);
+    s
+}
+
+/// Appends the line body of `p` ([`to_text`]'s text) to `out` without allocating: the name padded
+/// to 10 columns and a space, the arguments, no trailing space. The packets of a typical trace
+/// (TNT, TIP, FUP, PAD, PSB, numbers) are written by hand; the rest through [`write_args`].
+pub fn push_text(p: &Packet, out: &mut String) {
+    let start = out.len();
+    let name = p.name();
+    out.push_str(name);
+    for _ in name.len()..10 {
+        out.push(' ');
+    }
+    out.push(' ');
+    match *p {
+        Packet::Pad | Packet::Psb | Packet::PsbEnd | Packet::Ovf | Packet::TraceStop => {}
+        Packet::Tnt8(t) | Packet::Tnt64(t) => {
+            let mut bits = [0u8; 64];
+            let n = usize::from(t.count).min(64);
+            for (i, b) in bits[..n].iter_mut().enumerate() {
+                *b = if t.taken(i as u8) { b'!' } else { b'.' };
+            }
+            out.push_str(std::str::from_utf8(&bits[..n]).expect("ASCII"));
+        }
+        Packet::Tip(ip) | Packet::TipPge(ip) | Packet::TipPgd(ip) | Packet::Fup(ip) => match ip.ipc {
+            Ipc::Suppressed => out.push('0'),
+            ipc => {
+                out.push(char::from(b'0' + ipc as u8));
+                out.push_str(": ");
+                push_hex(out, ip.raw);
+            }
+        },
+        Packet::Cbr { ratio } => push_hex(out, u64::from(ratio)),
+        Packet::Tsc { tsc } => push_hex(out, tsc),
+        Packet::Mtc { ctc } => push_hex(out, u64::from(ctc)),
+        Packet::Cyc { value } => push_hex(out, value),
+        _ => write_args(p, out).expect("writing to a String"),
+    }
+    while out.len() > start && out.ends_with(' ') {
+        out.pop();
+    }
+}
+
+/// Appends `v` as `{:#x}` writes it: `0x` and the hex digits without leading zeros.
+pub fn push_hex(out: &mut String, v: u64) {
+    let digits = (64 - v.leading_zeros()).div_ceil(4).max(1) as usize;
+    let mut buf = [0u8; 18];
+    buf[0] = b'0';
+    buf[1] = b'x';
+    hex_digits(v, &mut buf[2..2 + digits]);
+    out.push_str(std::str::from_utf8(&buf[..2 + digits]).expect("ASCII"));
+}
+
+/// Appends `v` as `{:016x}` writes it: 16 hex digits, zero-padded.
+pub fn push_hex16(out: &mut String, v: u64) {
+    let mut buf = [0u8; 16];
+    hex_digits(v, &mut buf);
+    out.push_str(std::str::from_utf8(&buf).expect("ASCII"));
+}
+
+/// The low `out.len()` hex digits of `v`, most significant first, lowercase.
+fn hex_digits(mut v: u64, out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for d in out.iter_mut().rev() {
+        *d = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+    }
 }
 
 /// State the parser keeps between lines: whether a BBP block is open (and its item size).
