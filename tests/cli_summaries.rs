@@ -75,8 +75,9 @@ fn sim14_write_reports_laps_and_overwritten_bytes_of_a_circular_topa() {
     );
     let stdout = text(&o.stdout);
     assert!(
-        stdout
-            .contains("the regions hold the newest 8192 bytes; 31808 older bytes were overwritten (4 laps)"),
+        stdout.contains(
+            "the regions hold 8192 bytes of the stream; 31808 older bytes were overwritten (4 laps)"
+        ),
         "{stdout}"
     );
 }
@@ -105,6 +106,20 @@ fn sim14_the_summary_says_when_ptwen_0_dropped_ptwrites() {
     assert_eq!(r["stats"]["ptwrites_off"], 0);
     assert_eq!(r["stats"]["packets"]["ptw"], off);
     assert!(!stdout.contains("PTWEn=0"), "{stdout}");
+    // Code the IP filter leaves out would send nothing with PTWEn=1 either: not counted.
+    let (stdout, r) = run(&[
+        "--msr",
+        "ADDR0_A=0x1",
+        "--msr",
+        "ADDR0_B=0x2",
+        "--ctl",
+        "ADDR0_CFG=1",
+    ]);
+    assert_eq!(r["stats"]["ptwrites_off"], 0);
+    assert!(!stdout.contains("PTWRITE instructions"), "{stdout}");
+    // A CPU without PTWRITE: no advice to set a bit that would #GP.
+    let (stdout, _) = run(&["--cpu", "skylake", "--no-image"]);
+    assert!(stdout.contains("this CPU has no PTWRITE"), "{stdout}");
 }
 
 /// SIM15: `write` logs what `layout check` finds before writing (here an entry the walk reaches
@@ -126,7 +141,7 @@ fn sim15_write_and_simulate_warn_first_and_exit_1_after_an_operational_error() {
     let stderr = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("operational error when reached") && stderr.contains("T4"),
+        stderr.contains("operational error if reached") && stderr.contains("T4"),
         "{stderr}"
     );
     assert!(
@@ -255,17 +270,23 @@ fn sim17_the_main_job_shows_pmis_and_laps() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let r = report(&out);
-    let (pmis, laps) = (
-        r["stats"]["pmis"].as_u64().unwrap(),
-        r["stats"]["laps"].as_u64().unwrap(),
+    // The numbers the README quotes for the main job.
+    assert_eq!(
+        (&r["stats"]["pmis"], &r["stats"]["laps"]),
+        (&Value::from(13), &Value::from(3))
     );
-    assert!(pmis >= 8 && laps >= 2, "{pmis} PMIs, {laps} laps");
     let stdout = text(&o.stdout);
-    assert!(stdout.contains(&format!("output events: {pmis} PMI")), "{stdout}");
+    assert!(stdout.contains("output events: 13 PMI"), "{stdout}");
     assert!(
-        stdout.contains(&format!("older bytes were overwritten ({laps} laps)")),
+        stdout.contains(
+            "the regions hold 16384 bytes of the stream; 40608 older bytes were overwritten (3 laps)"
+        ),
         "{stdout}"
     );
+    let readme = fs::read_to_string(root().join("README.md"))
+        .unwrap()
+        .replace('\n', " ");
+    assert!(readme.contains("the 13 PMIs") && readme.contains("40608 older bytes were overwritten (3 laps)"));
     let xtask = fs::read_to_string(root().join("xtask/src/main.rs")).unwrap();
     assert!(
         xtask.contains("MAIN_JOB_RECORDS: &str = \"600000\""),
@@ -289,7 +310,7 @@ fn o5_s1_e3_layout_check_prints_the_walk_its_capacity_and_pmis() {
         "ok (ToPA output, cpu alderlake)",
         "#1   0x10000[0x0]         region 0x100000 1M INT",
         "#5   0x10000[0x4]         END -> table 0x10000",
-        "circular: after #5 the walk returns to #1; each lap holds 4M (4194304 bytes)",
+        "circular: after #5 the walk returns to #1; each lap writes 4M (4194304 bytes)",
         "PMIs: 4 per lap, at bytes 1048576 (#1, P1), 2097152 (#2, P1), 3145728 (#3, P1), 4194304 (#4, P1) into each lap",
     ] {
         assert!(out.contains(want), "{want:?} missing from:\n{out}");
@@ -328,10 +349,29 @@ fn o5_s1_e3_layout_check_prints_the_walk_its_capacity_and_pmis() {
         "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
          entries = [ { region = 0x100000, size = \"4K\" }, { region = 0x101000, size = \"8K\" }, { end = 0x10000 } ]\n",
     );
+    // Two entries naming one base: a lap writes 8K into 4K of memory (the check warns; stderr).
+    let aliased = layout(
+        dir.path(),
+        "aliased.toml",
+        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
+         entries = [ { region = 0x100000, size = \"4K\", int = true }, { region = 0x100000, size = \"4K\", int = true }, { end = 0x10000 } ]\n",
+    );
+    let o = ptemu(&["layout", "check", s(&aliased)]);
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert!(
+        stdout.contains("each lap writes 8K (8192 bytes)")
+            && stdout.contains("so they hold at most 4K (4096 bytes)"),
+        "{stdout}"
+    );
+    assert!(
+        (stdout.clone() + &stderr)
+            .contains("regions of the walk overlap: 8192 bytes of regions cover 4096 bytes"),
+        "{stdout}{stderr}"
+    );
     let (code, out) = check(&t4);
     assert_eq!(code, Some(1));
     assert!(
-        out.contains("ends in an operational error at #2 after 4K (4096 bytes) from the start offset (E3)"),
+        out.contains("ends at #2 after 4K (4096 bytes) from the start offset: the entry there is an operational error (E3)"),
         "{out}"
     );
 }

@@ -177,4 +177,43 @@ proptest! {
         let total = (route.first_pass + 2 * route.lap.unwrap_or(0) + 1).min(256 << 10);
         prop_assert_eq!(unit_events(&layout, total), predicted_events(&route, total));
     }
+
+    /// O5 policy "Laps and overwrites" against the route: on a circular walk over disjoint regions
+    /// (no two share a byte, no run of unlisted entries), output holds the first pass (plus the
+    /// start offset's bytes when the walk comes back to its first region) as distinct bytes; every
+    /// byte past that overwrites one, a lap counts at the first overwrite and then each time the
+    /// walk enters the lap's first region again. The unit's counts after T bytes, for T around
+    /// each of those points, are those.
+    #[test]
+    fn o5_laps_and_overwrites_follow_the_route_of_a_circular_walk(src in layout_toml(), cut in 0u64..3) {
+        let layout = Layout::parse(Path::new("p.toml"), &src).unwrap();
+        let report = layout::check(&layout);
+        // Most generated layouts do not qualify (errors, warnings, a STOP): they pass untested.
+        if !report.faults.is_empty() || !report.warnings.is_empty() {
+            return Ok(());
+        }
+        let route = report.route.unwrap();
+        let WalkEnd::Circular { to } = route.end else { return Ok(()) };
+        if route.distinct != route.region_bytes || route.steps.iter().any(|s| s.1 > 0) {
+            return Ok(());
+        }
+        let lap = route.lap.unwrap();
+        let start_offset = (layout.mask_ptrs >> 32) & 0xffff_ffff;
+        let first_is_region = route.steps[0].0 > 0;
+        let distinct = route.first_pass + if to == 0 && first_is_region { start_offset } else { 0 };
+        for t in [distinct, distinct + 1, route.first_pass + lap, route.first_pass + lap + 1, route.first_pass + 2 * lap + cut] {
+            let t = t.min(256 << 10);
+            let mut mem = SparseMemory::new();
+            let mut unit = OutputUnit::new(layout.cpu.clone());
+            layout.apply(&mut unit, &mut mem).unwrap();
+            unit.write(&mut mem, &vec![0u8; t as usize]).unwrap();
+            let s = unit.stats();
+            let laps = if t <= distinct {
+                0
+            } else {
+                1 + (1..).take_while(|k| route.first_pass + k * lap < t).count() as u64
+            };
+            prop_assert_eq!((s.laps, s.bytes_overwritten), (laps, t.saturating_sub(distinct)), "after {} bytes", t);
+        }
+    }
 }

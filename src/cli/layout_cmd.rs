@@ -114,7 +114,12 @@ fn describe_topa(o: &mut String, layout: &Layout, walk: &[(u64, u32)], route: &R
         } else {
             ""
         };
-        let wrapped = k > 0 && i == 0 && walk[k - 1] == (t, MAX_INDEX);
+        // The W5 wrap: from entry 2^25-1, or from the end of a run of unlisted entries reaching it.
+        let wrapped = k > 0 && i == 0 && {
+            let (pt, pi) = walk[k - 1];
+            let skipped = route.steps.get(k - 1).map_or(0, |s| s.1);
+            pt == t && (pi == MAX_INDEX || (skipped > 0 && pi + skipped == MAX_INDEX))
+        };
         let wrap = if wrapped { "  (after the wrap, W5)" } else { "" };
         let skipped = route.steps.get(k).map_or(0, |s| s.1);
         let more = if skipped > 0 {
@@ -133,19 +138,41 @@ fn describe_topa(o: &mut String, layout: &Layout, walk: &[(u64, u32)], route: &R
             step(walk.len() - 1),
             bytes_text(route.first_pass)
         ),
-        WalkEnd::Error => outln!(
-            o,
-            "  ends in an operational error at {} after {} from the start offset (E3); later bytes are lost",
-            walk.len().checked_sub(1).map_or("the start".into(), step),
-            bytes_text(route.first_pass)
-        ),
-        WalkEnd::Circular { to } => {
+        WalkEnd::Error => {
+            let at = match walk.len().checked_sub(1) {
+                None => "the start (the output MSRs)".to_string(),
+                Some(k) => {
+                    let (t, i) = walk[k];
+                    let e = TopaEntry::from(entries.get(&(t + 8 * u64::from(i))).copied().unwrap_or(0));
+                    if e.end() {
+                        format!("{} (the entry its END leads to)", step(k))
+                    } else {
+                        step(k)
+                    }
+                }
+            };
             outln!(
                 o,
-                "  circular: after {} the walk returns to {}; each lap holds {}, the first pass from the start offset {}; then output overwrites the oldest bytes (O5)",
+                "  ends at {at} after {} from the start offset: the entry there is an operational error (E3) or cannot be read; later bytes are lost",
+                bytes_text(route.first_pass)
+            )
+        }
+        WalkEnd::Circular { to } => {
+            let lap = route.lap.unwrap_or(0);
+            let overlap = if route.distinct < route.region_bytes {
+                format!(
+                    "; the regions overlap, so they hold at most {} of the stream",
+                    bytes_text(route.distinct)
+                )
+            } else {
+                String::new()
+            };
+            outln!(
+                o,
+                "  circular: after {} the walk returns to {}; each lap writes {}, the first pass from the start offset {}; then output overwrites the oldest bytes (O5){overlap}",
                 step(walk.len() - 1),
                 step(to),
-                bytes_text(route.lap.unwrap_or(0)),
+                bytes_text(lap),
                 bytes_text(route.first_pass)
             );
         }
@@ -212,4 +239,10 @@ fn describe_range(o: &mut String, layout: &Layout) {
         bytes_text(size - r.offset),
         bytes_text(size)
     );
+    if layout.cpu.has(ptemu::regs::Errata::TGL052) && size > 0x1000 {
+        outln!(
+            o,
+            "  with the TGL052 erratum every byte lands in the first 4K of the range (base + offset mod 4K): it holds at most 4096 bytes of the stream"
+        );
+    }
 }

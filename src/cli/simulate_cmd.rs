@@ -493,9 +493,14 @@ fn summary(
         s.overflows
     );
     if s.ptwrites_off > 0 {
+        let how = if opts.layout.cpu.ebx().contains(ptemu::regs::Leaf14Ebx::PTWRITE) {
+            "--ctl PTWEn=1 sends their data payloads"
+        } else {
+            "this CPU has no PTWRITE, CPUID.14H.0:EBX[4]=0: --cpu alderlake has it"
+        };
         outln!(
             o,
-            "  {} PTWRITE instructions sent no packet: PTWEn=0 (--ctl PTWEn=1 sends their data payloads)",
+            "  {} PTWRITE instructions sent no packet: PTWEn=0 ({how})",
             s.ptwrites_off
         );
     }

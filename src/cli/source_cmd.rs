@@ -58,25 +58,30 @@ pub fn gen(a: &GenArgs) -> Result<(), Failure> {
     let mut counts = Counts::default();
     write_output(output, |out| {
         let fetch = a.fetch_trace.as_ref().map(|_| &mut fetch_bytes as &mut dyn Write);
+        // The generators write a record at a time: a buffer in front of the counting (and of the
+        // encoder, which works per write call) makes both see 64 KiB pieces.
         if a.gzip {
-            // Buffered in front of the encoder: it works per write call, and the generators
-            // write a record at a time.
-            let mut gz = BufWriter::with_capacity(1 << 16, GzEncoder::new(out, Compression::default()));
-            let mut counted = Counted {
+            let mut gz = GzEncoder::new(out, Compression::default());
+            let counted = Counted {
                 inner: &mut gz,
                 counts: &mut counts,
                 bar: &bar,
             };
-            sources::generate(format, a.records, a.seed, &mut counted, fetch)?;
-            gz.into_inner().map_err(|e| e.into_error())?.finish()?;
+            let mut buffered = BufWriter::with_capacity(1 << 16, counted);
+            sources::generate(format, a.records, a.seed, &mut buffered, fetch)?;
+            buffered.flush()?;
+            drop(buffered);
+            gz.finish()?;
             Ok(())
         } else {
-            let mut counted = Counted {
+            let counted = Counted {
                 inner: out,
                 counts: &mut counts,
                 bar: &bar,
             };
-            sources::generate(format, a.records, a.seed, &mut counted, fetch)
+            let mut buffered = BufWriter::with_capacity(1 << 16, counted);
+            sources::generate(format, a.records, a.seed, &mut buffered, fetch)?;
+            buffered.flush()
         }
     })?;
     bar.finish_and_clear();
@@ -148,7 +153,9 @@ impl<W: Write + ?Sized> Write for Counted<'_, W> {
         let n = self.inner.write(buf)?;
         self.counts.bytes += n as u64;
         self.counts.lines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
-        self.bar.set_position(self.counts.bytes);
+        if !self.bar.is_hidden() {
+            self.bar.set_position(self.counts.bytes);
+        }
         Ok(n)
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -24,7 +24,7 @@ pub fn write_output_state(o: &mut String, log: &EventLog, listed: usize, unit: &
     if stats.bytes_overwritten > 0 {
         outln!(
             o,
-            "  the regions hold the newest {} bytes; {} older bytes were overwritten ({} lap{})",
+            "  the regions hold {} bytes of the stream; {} older bytes were overwritten ({} lap{})",
             stats.bytes_written - stats.bytes_overwritten,
             stats.bytes_overwritten,
             stats.laps,
@@ -87,7 +87,7 @@ pub fn halt_note(unit: &OutputUnit) -> &'static str {
 pub fn warn_layout(path: &Path, layout: &Layout) {
     let report = ptemu::layout::check(layout);
     for v in &report.violations {
-        tracing::warn!("{}: operational error when reached: {v}", path.display());
+        tracing::warn!("{}: operational error if reached: {v}", path.display());
     }
     for w in &report.warnings {
         tracing::warn!("{}: {w}", path.display());

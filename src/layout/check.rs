@@ -167,7 +167,14 @@ fn check_topa(layout: &Layout, ptrs: MaskPtrs, report: &mut CheckReport) {
     let end = end.unwrap_or_else(|| WalkEnd::Circular {
         to: report.walk.iter().position(|&s| s == (table, index)).unwrap_or(0),
     });
-    report.route = Some(route(layout, &report.walk, end));
+    let r = route(layout, &report.walk, end);
+    if r.region_bytes > r.distinct {
+        report.warnings.push(format!(
+            "regions of the walk overlap: {} bytes of regions cover {} bytes of memory, so the buffer holds at most {} distinct bytes of the stream",
+            r.region_bytes, r.distinct, r.distinct
+        ));
+    }
+    report.route = Some(r);
     // Output overwrites a table entry that lies inside any region the walk writes (regions merged
     // into disjoint spans first, so a large region below a small one is not missed).
     let mut spans: Vec<(u64, u64)> = Vec::new();

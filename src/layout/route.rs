@@ -53,6 +53,11 @@ pub struct Route {
     pub pmis: Vec<PmiAt>,
     /// Circular buffers: the PMIs of each later lap, at offsets from the lap's start.
     pub lap_pmis: Vec<PmiAt>,
+    /// Bytes of memory the walk's regions cover (their union): less than the sum of their sizes
+    /// when regions overlap, and then all output can hold.
+    pub distinct: u64,
+    /// The sum of the sizes of the regions the walk enters (each entry once).
+    pub region_bytes: u64,
 }
 
 /// The route of `walk` (as `layout check` found it, ending as `end`) through `layout`'s tables.
@@ -115,6 +120,30 @@ pub fn route(layout: &Layout, walk: &[(u64, u32)], end: WalkEnd) -> Route {
         }
         _ => (None, Vec::new()),
     };
+    // The memory the regions cover, each entry once (a run of unlisted entries: 4K at 0x0 each).
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    let mut region_bytes = 0u64;
+    for (k, s) in steps.iter().enumerate() {
+        let e = entry(walk[k]);
+        if s.0 > 0 {
+            spans.push((e.base(), e.base().saturating_add(e.region_size())));
+            region_bytes += e.region_size();
+        }
+        if s.1 > 0 {
+            spans.push((0, 4096));
+            region_bytes += 4096 * u64::from(s.1);
+        }
+    }
+    spans.sort_unstable();
+    let mut distinct = 0u64;
+    let mut reach = 0u64;
+    for (a, b) in spans {
+        let a = a.max(reach);
+        if b > a {
+            distinct += b - a;
+            reach = b;
+        }
+    }
     Route {
         end,
         steps,
@@ -122,6 +151,8 @@ pub fn route(layout: &Layout, walk: &[(u64, u32)], end: WalkEnd) -> Route {
         lap,
         pmis,
         lap_pmis,
+        distinct,
+        region_bytes,
     }
 }
 

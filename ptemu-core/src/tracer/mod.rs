@@ -480,7 +480,10 @@ impl Tracer {
                 size,
             } => {
                 if !self.ctl.ptw_en() {
-                    self.hot.ptwrites_off += 1;
+                    // Counted where PTWEn=1 would have sent a packet: traced code only.
+                    if self.context_en() && self.filter_en(ip) {
+                        self.hot.ptwrites_off += 1;
+                    }
                 } else if self.context_en() && self.filter_en(ip) {
                     let fup = self.ctl.fup_on_ptw(); // PTW1
                     self.flush_tnt();

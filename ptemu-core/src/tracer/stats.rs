@@ -28,8 +28,8 @@ pub struct TracerStats {
     pub bytes_dropped: u64,
     /// Packets that could not be encoded (never expected; counted, not panicked on).
     pub packets_lost: u64,
-    /// PTWRITE instructions that sent no PTW packet because PTWEn (IA32_RTIT_CTL\[12\]) was 0:
-    /// the input's data payloads that did not reach the trace.
+    /// PTWRITE instructions in traced code (ContextEn and FilterEn) that sent no PTW packet
+    /// because PTWEn (IA32_RTIT_CTL\[12\]) was 0: with PTWEn=1 each would have sent one.
     pub ptwrites_off: u64,
 }
 
