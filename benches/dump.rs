@@ -129,9 +129,15 @@ fn libipt_dump(bytes: &mut [u8], passes: usize) -> (Duration, usize) {
     unsafe {
         let dec = pt_pkt_alloc_decoder(&c);
         let mut pkt: pt_packet = std::mem::zeroed();
+        // Every pass from the first PSB, as ptemu's `sync_forward` from byte 0 (libipt's
+        // sync_forward from a PSB would go on to the next one).
+        let mut first_psb = 0u64;
+        if pt_pkt_sync_forward(dec) >= 0 {
+            pt_pkt_get_sync_offset(dec, &mut first_psb);
+        }
         let start = Instant::now();
         for _ in 0..passes {
-            if pt_pkt_sync_forward(dec) < 0 {
+            if pt_pkt_sync_set(dec, first_psb) < 0 {
                 break;
             }
             loop {
@@ -155,7 +161,6 @@ fn libipt_dump(bytes: &mut [u8], passes: usize) -> (Duration, usize) {
                     text.clear();
                 }
             }
-            pt_pkt_sync_set(dec, 0);
         }
         let t = start.elapsed();
         pt_pkt_free_decoder(dec);
@@ -181,7 +186,7 @@ unsafe fn format_c(text: &mut Vec<u8>, offset: u64, pkt: &pt_packet) {
                 } else {
                     b"tnt.64\0"
                 };
-                let mut n = snprintf(buf, room, c"%016lx  %-10s ".as_ptr(), offset, name.as_ptr());
+                let mut n = snprintf(buf, room, c"%016llx  %-10s ".as_ptr(), offset, name.as_ptr());
                 let t = pkt.payload.tnt;
                 for i in (0..t.bit_size).rev() {
                     *buf.add(n as usize) = if t.payload >> i & 1 == 1 { b'!' } else { b'.' } as c_char;
@@ -201,12 +206,12 @@ unsafe fn format_c(text: &mut Vec<u8>, offset: u64, pkt: &pt_packet) {
                 };
                 let ip = pkt.payload.ip;
                 let n = if ip.ipc == 0 {
-                    snprintf(buf, room, c"%016lx  %-10s 0".as_ptr(), offset, name.as_ptr())
+                    snprintf(buf, room, c"%016llx  %-10s 0".as_ptr(), offset, name.as_ptr())
                 } else {
                     snprintf(
                         buf,
                         room,
-                        c"%016lx  %-10s %u: 0x%lx".as_ptr(),
+                        c"%016llx  %-10s %u: 0x%llx".as_ptr(),
                         offset,
                         name.as_ptr(),
                         ip.ipc,
@@ -224,7 +229,7 @@ unsafe fn format_c(text: &mut Vec<u8>, offset: u64, pkt: &pt_packet) {
                 let n = snprintf(
                     buf,
                     room,
-                    c"%016lx  %-10s 0x%x, 0x%x".as_ptr(),
+                    c"%016llx  %-10s 0x%x, 0x%x".as_ptr(),
                     offset,
                     c"tma".as_ptr(),
                     c_int::from(t.ctc),
@@ -237,7 +242,7 @@ unsafe fn format_c(text: &mut Vec<u8>, offset: u64, pkt: &pt_packet) {
                 let n = snprintf(
                     buf,
                     room,
-                    c"%016lx  %-10s %d: 0x%lx".as_ptr(),
+                    c"%016llx  %-10s %d: 0x%llx".as_ptr(),
                     offset,
                     c"ptw".as_ptr(),
                     if p.plc == 0 { 4 } else { 8 },
@@ -252,7 +257,7 @@ unsafe fn format_c(text: &mut Vec<u8>, offset: u64, pkt: &pt_packet) {
                     snprintf(
                         buf,
                         room,
-                        c"%016lx  %-10s %s%s".as_ptr(),
+                        c"%016llx  %-10s %s%s".as_ptr(),
                         offset,
                         c"mode.exec".as_ptr(),
                         if e.csl() != 0 {
@@ -267,7 +272,13 @@ unsafe fn format_c(text: &mut Vec<u8>, offset: u64, pkt: &pt_packet) {
                         },
                     )
                 } else {
-                    snprintf(buf, room, c"%016lx  %-10s".as_ptr(), offset, c"mode.tsx".as_ptr())
+                    snprintf(
+                        buf,
+                        room,
+                        c"%016llx  %-10s".as_ptr(),
+                        offset,
+                        c"mode.tsx".as_ptr(),
+                    )
                 };
                 (b"mode\0", n)
             }
@@ -281,11 +292,12 @@ unsafe fn format_c(text: &mut Vec<u8>, offset: u64, pkt: &pt_packet) {
                 };
                 (
                     name,
-                    snprintf(buf, room, c"%016lx  %s".as_ptr(), offset, name.as_ptr()),
+                    snprintf(buf, room, c"%016llx  %s".as_ptr(), offset, name.as_ptr()),
                 )
             }
         };
         black_box(name);
+        assert!(n >= 0, "snprintf failed");
         let mut n = n as usize;
         *buf.add(n) = b'\n' as c_char;
         n += 1;
@@ -309,7 +321,7 @@ unsafe fn num(
         snprintf(
             buf,
             room,
-            c"%016lx  %-10s 0x%lx".as_ptr(),
+            c"%016llx  %-10s 0x%llx".as_ptr(),
             offset,
             name.as_ptr(),
             v,
@@ -343,6 +355,7 @@ fn measure(what: &str, mut bytes: Vec<u8>, passes: usize, rounds: usize, bench: 
     let ((to, lo), (tl, ll)) = fastest(rounds, &mut || ptemu_dump(&ours_bytes, passes), &mut || {
         libipt_dump(&mut bytes, passes)
     });
+    assert_eq!(lo, ll, "both sides decode the same packets");
     let ratio = tl.as_secs_f64() / to.as_secs_f64();
     let verdict = match (bench, ratio >= TARGET) {
         (false, _) => "not judged in a smoke run",

@@ -812,3 +812,47 @@ fn sim18_threads_give_the_same_bytes_and_the_same_errors() {
     );
     assert!(!out.exists());
 }
+
+/// A writer that always fails: a full disk under the truth spool.
+struct Full;
+
+impl Write for Full {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::other("disk full"))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// SIM18, errors: a reading error after an error on the tracer's side (the truth spool's disk is
+/// full) does not replace it with two threads: the whole batches before a bad line are traced
+/// first, as on one thread, so both report the full disk; with a good input too.
+#[test]
+fn sim18_a_tracer_side_error_is_not_replaced_by_a_later_reading_error() {
+    use ptemu::event_log::EventLog;
+    use ptemu::simulate::{default_layout, run_recording, Options};
+    use ptemu::sources::{Format, Input};
+    let sjeng = fs::read(SJENG).unwrap();
+    let mut bad = sjeng.clone();
+    bad.extend_from_slice(b"this is not a micro-op\n");
+    for bytes in [sjeng, bad] {
+        let mut errors = Vec::new();
+        for threads in [1, 2, 3] {
+            let input = Input::from_bytes("t.trace", bytes.clone()).unwrap();
+            let opts = Options::new(Format::Penn, default_layout()).with_threads(threads);
+            let r = run_recording(
+                &opts,
+                input,
+                None,
+                Vec::new(),
+                Some(&mut Full),
+                EventLog::default(),
+                &mut |_| {},
+            );
+            errors.push(r.map(drop).expect_err("the spool fails").to_string());
+        }
+        assert!(errors[0].contains("disk full"), "{errors:?}");
+        assert!(errors.iter().all(|e| *e == errors[0]), "{errors:?}");
+    }
+}

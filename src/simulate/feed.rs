@@ -8,7 +8,9 @@ use crate::image::ImageBuilder;
 use crate::sources::penn::PennEvents;
 use crate::sources::EventSource;
 use crate::tracer::Event;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread;
 
 /// Events handed to the tracer per call (whole records, so a few more).
@@ -112,9 +114,12 @@ impl Feed {
         Ok(self)
     }
 
-    /// Reading and mapping on a scoped reader thread, the tracer on this one. The reader stops
-    /// at its first error (sent last, in order) or when this side stops listening (an error of
-    /// `batch`), so the scope always ends.
+    /// Reading and mapping on a reader thread, the tracer on this one. The reader stops at its
+    /// first error (sent last, after the whole batches before it) or when this side stops
+    /// (an error of `batch`: the stop flag, and its next send fails). On success the reader is
+    /// joined and the feed comes back; on an error of this side it is left to end on its own,
+    /// so a stalled input (a pipe whose writer waits) cannot hold the error back. Without a
+    /// thread to be had, everything runs here.
     fn drive_pipelined(
         self,
         name: &str,
@@ -123,29 +128,48 @@ impl Feed {
     ) -> Result<Feed, SimError> {
         let (full_tx, full_rx) = sync_channel::<Result<Chunk, SimError>>(CHUNKS_QUEUED);
         let (spent_tx, spent_rx) = sync_channel::<Chunk>(CHUNKS_QUEUED + 2);
-        thread::scope(|scope| {
-            let reader = thread::Builder::new()
-                .name("ptemu-reader".into())
-                .spawn_scoped(scope, move || self.read_ahead(name, full_tx, spent_rx))
-                .map_err(SimError::Thread)?;
-            let traced = trace_chunks(full_rx, spent_tx, batch, progress);
-            // The receiver is gone: a reader still sending ends now.
-            let feed = reader.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            traced.map(|()| feed)
-        })
+        // The feed goes over once the thread runs, so it is still here if none can be started.
+        let (feed_tx, feed_rx) = sync_channel::<Feed>(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let (reader_name, reader_stop, reader_queued) = (name.to_owned(), stop.clone(), queued.clone());
+        let spawned = thread::Builder::new().name("ptemu-reader".into()).spawn(move || {
+            let feed = feed_rx.recv().ok()?;
+            Some(feed.read_ahead(&reader_name, &reader_stop, &reader_queued, full_tx, spent_rx))
+        });
+        let Ok(reader) = spawned else {
+            return self.drive_here(name, batch, progress);
+        };
+        feed_tx
+            .send(self)
+            .map_err(|_| SimError::Thread(std::io::Error::other("the reader thread ended")))?;
+        match trace_chunks(full_rx, &queued, spent_tx, batch, progress) {
+            Ok(()) => reader
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                .ok_or_else(|| SimError::Thread(std::io::Error::other("the reader thread ended"))),
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                Err(e)
+            }
+        }
     }
 
     /// The reader thread: fills chunks (recycling spent ones) and sends them, then returns the
-    /// feed.
+    /// feed. A chunk goes as soon as it holds a batch while nothing is `queued` (the tracer
+    /// waits: a slow input is traced as it comes), else when it is full. On an error, the whole
+    /// batches already read go first, then the error.
     fn read_ahead(
         mut self,
         name: &str,
+        stop: &AtomicBool,
+        queued: &AtomicUsize,
         full: SyncSender<Result<Chunk, SimError>>,
         spent: Receiver<Chunk>,
     ) -> Feed {
         let (mut count, mut next_report) = (0u64, PROGRESS_EVERY);
         let mut more = true;
-        while more {
+        while more && !stop.load(Ordering::Relaxed) {
             let mut chunk = spent.try_recv().unwrap_or_default();
             chunk.events.clear();
             chunk.ends.clear();
@@ -154,17 +178,31 @@ impl Feed {
                 match self.fill(&mut chunk.events, name) {
                     Ok(m) => more = m,
                     Err(e) => {
+                        // As on one thread: the batches before the error are traced, the
+                        // partial one is not.
+                        chunk.events.truncate(chunk.ends.last().copied().unwrap_or(0));
+                        if !chunk.ends.is_empty() {
+                            queued.fetch_add(1, Ordering::Relaxed);
+                            if full.send(Ok(chunk)).is_err() {
+                                return self;
+                            }
+                        }
+                        queued.fetch_add(1, Ordering::Relaxed);
                         let _ = full.send(Err(e));
                         return self;
                     }
                 }
                 chunk.ends.push(chunk.events.len());
+                if queued.load(Ordering::Relaxed) == 0 {
+                    break;
+                }
             }
             count += chunk.events.len() as u64;
             if count >= next_report {
                 next_report = count + PROGRESS_EVERY;
                 chunk.records = Some(self.source().stats().records);
             }
+            queued.fetch_add(1, Ordering::Relaxed);
             if full.send(Ok(chunk)).is_err() {
                 break;
             }
@@ -187,11 +225,13 @@ struct Chunk {
 /// Takes the receiver, so it is dropped (and the reader released) when this returns.
 fn trace_chunks(
     full: Receiver<Result<Chunk, SimError>>,
+    queued: &AtomicUsize,
     spent: SyncSender<Chunk>,
     batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), SimError> {
     for chunk in full {
+        queued.fetch_sub(1, Ordering::Relaxed);
         let chunk = chunk?;
         let mut from = 0;
         for &end in &chunk.ends {

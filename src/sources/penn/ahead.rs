@@ -2,19 +2,25 @@
 //! with two threads or more it runs ahead of the grouping, mapping and tracing, through a bounded
 //! queue of parsed micro-ops. The reader sees what a [`super::read::LineReader`] on its own
 //! thread gives: the same micro-ops and line numbers, its first error after the micro-ops before
-//! it, and the same counts at the end.
+//! it, and the same counts at the end. Two differences, neither reaching a run's outputs: the
+//! skipped count read mid-run (for progress) is the parser's, up to a chunk ahead; and after the
+//! error, later reads return the end instead of reading on.
 
 use super::read::LineReader;
 use super::Uop;
 use crate::sources::error::Result;
 use crate::sources::{ReadOptions, SourceError};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread;
 
 /// Micro-ops per message (about 120 KiB).
 const PER_CHUNK: usize = 1024;
 /// Messages in flight: the parser runs at most this far ahead.
 const CHUNKS_QUEUED: usize = 4;
+/// While the consumer waits, a chunk goes as soon as it holds this many micro-ops.
+const EAGER: usize = 64;
 
 /// Parsed lines and where the parser stood after them.
 struct Chunk {
@@ -39,6 +45,8 @@ pub(super) struct Ahead {
     line: u64,
     /// Records the grouping layer rejected (lenient), on top of the parser's.
     rejected: u64,
+    /// Chunks sent and not yet taken.
+    queued: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Ahead {
@@ -51,70 +59,81 @@ impl std::fmt::Debug for Ahead {
 }
 
 impl Ahead {
-    /// Starts parsing `lines` on a new thread. It ends at the end of input, at its first error,
-    /// or when this side is dropped (its next send fails).
-    pub(super) fn spawn(mut lines: LineReader) -> Ahead {
+    /// Starts parsing `lines` on a new thread, or gives `lines` back when no thread can be had.
+    /// The thread ends at the end of input, at its first error, or when this side is dropped (its
+    /// next send fails; a read it is blocked in finishes first).
+    pub(super) fn spawn(lines: LineReader) -> std::result::Result<Ahead, LineReader> {
         let (name, options) = (lines.name().to_owned(), lines.options());
         let (full_tx, chunks) = sync_channel::<Chunk>(CHUNKS_QUEUED);
         let (spent, spent_rx) = sync_channel::<Vec<(u64, Uop)>>(CHUNKS_QUEUED + 2);
-        let parse = move || loop {
-            let mut uops = spent_rx
-                .try_recv()
-                .unwrap_or_else(|_| Vec::with_capacity(PER_CHUNK));
-            uops.clear();
-            let mut next = Ok(true);
-            while uops.len() < PER_CHUNK {
-                match lines.next_uop() {
-                    Ok(Some(u)) => uops.push(u),
-                    Ok(None) => {
-                        next = Ok(false);
+        // The reader goes over once the thread runs, so it is still here if none can be started.
+        let (lines_tx, lines_rx) = sync_channel::<LineReader>(1);
+        // Chunks sent and not yet taken: none means the consumer waits, so a part goes at once.
+        let queued = Arc::new(AtomicUsize::new(0));
+        let in_flight = queued.clone();
+        let parse = move || {
+            let Ok(mut lines) = lines_rx.recv() else { return };
+            loop {
+                let mut uops = spent_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(PER_CHUNK));
+                uops.clear();
+                let mut next = Ok(true);
+                while uops.len() < PER_CHUNK {
+                    if uops.len() % EAGER == EAGER - 1 && in_flight.load(Ordering::Relaxed) == 0 {
                         break;
                     }
-                    Err(e) => {
-                        next = Err(e);
-                        break;
+                    match lines.next_uop() {
+                        Ok(Some(u)) => uops.push(u),
+                        Ok(None) => {
+                            next = Ok(false);
+                            break;
+                        }
+                        Err(e) => {
+                            next = Err(e);
+                            break;
+                        }
                     }
                 }
-            }
-            let go_on = matches!(next, Ok(true));
-            let chunk = Chunk {
-                uops,
-                lines: lines.line(),
-                skipped: lines.skipped(),
-                next,
-            };
-            if full_tx.send(chunk).is_err() || !go_on {
-                return;
+                let go_on = matches!(next, Ok(true));
+                let chunk = Chunk {
+                    uops,
+                    lines: lines.line(),
+                    skipped: lines.skipped(),
+                    next,
+                };
+                in_flight.fetch_add(1, Ordering::Relaxed);
+                if full_tx.send(chunk).is_err() || !go_on {
+                    return;
+                }
             }
         };
-        let current = match thread::Builder::new()
+        if thread::Builder::new()
             .name("ptemu-penn-parse".into())
             .spawn(parse)
+            .is_err()
         {
-            Ok(_) => None,
-            // No thread: the first read says so.
-            Err(e) => Some(Chunk {
-                uops: Vec::new(),
-                lines: 0,
-                skipped: 0,
-                next: Err(SourceError::io(&name, None, e)),
-            }),
-        };
-        Ahead {
+            return Err(lines);
+        }
+        if let Err(back) = lines_tx.send(lines) {
+            return Err(back.0);
+        }
+        Ok(Ahead {
             name,
             options,
             chunks,
             spent,
-            current: current.unwrap_or(Chunk {
+            current: Chunk {
                 uops: Vec::new(),
                 lines: 0,
                 skipped: 0,
                 next: Ok(true),
-            }),
+            },
             pos: 0,
             line: 0,
             rejected: 0,
-        }
+            queued,
+        })
     }
 
     pub(super) fn name(&self) -> &str {
@@ -160,6 +179,7 @@ impl Ahead {
                     std::io::Error::other("the parsing thread stopped"),
                 ));
             };
+            self.queued.fetch_sub(1, Ordering::Relaxed);
             let spent = std::mem::replace(&mut self.current, next);
             let _ = self.spent.try_send(spent.uops);
             self.pos = 0;

@@ -31,9 +31,12 @@ impl UopReader {
     /// A reader over `input` whose lines are parsed on a thread of its own, ahead of the caller,
     /// through a bounded queue: the same micro-ops, line numbers, errors (in order) and counts.
     pub fn ahead(input: Input, options: ReadOptions) -> Self {
-        UopReader {
-            inner: Inner::Ahead(super::ahead::Ahead::spawn(LineReader::new(input, options))),
-        }
+        let inner = match super::ahead::Ahead::spawn(LineReader::new(input, options)) {
+            Ok(ahead) => Inner::Ahead(ahead),
+            // No thread to be had: read here.
+            Err(lines) => Inner::Here(lines),
+        };
+        UopReader { inner }
     }
 
     /// The input's name.
