@@ -10,17 +10,13 @@ use super::read::LineReader;
 use super::Uop;
 use crate::sources::error::Result;
 use crate::sources::{ReadOptions, SourceError};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Arc;
 use std::thread;
 
 /// Micro-ops per message (about 120 KiB).
 const PER_CHUNK: usize = 1024;
 /// Messages in flight: the parser runs at most this far ahead.
 const CHUNKS_QUEUED: usize = 4;
-/// While the consumer waits, a chunk goes as soon as it holds this many micro-ops.
-const EAGER: usize = 64;
 
 /// Parsed lines and where the parser stood after them.
 struct Chunk {
@@ -45,8 +41,6 @@ pub(super) struct Ahead {
     line: u64,
     /// Records the grouping layer rejected (lenient), on top of the parser's.
     rejected: u64,
-    /// Chunks sent and not yet taken.
-    queued: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Ahead {
@@ -68,9 +62,6 @@ impl Ahead {
         let (spent, spent_rx) = sync_channel::<Vec<(u64, Uop)>>(CHUNKS_QUEUED + 2);
         // The reader goes over once the thread runs, so it is still here if none can be started.
         let (lines_tx, lines_rx) = sync_channel::<LineReader>(1);
-        // Chunks sent and not yet taken: none means the consumer waits, so a part goes at once.
-        let queued = Arc::new(AtomicUsize::new(0));
-        let in_flight = queued.clone();
         let parse = move || {
             let Ok(mut lines) = lines_rx.recv() else { return };
             loop {
@@ -80,9 +71,6 @@ impl Ahead {
                 uops.clear();
                 let mut next = Ok(true);
                 while uops.len() < PER_CHUNK {
-                    if uops.len() % EAGER == EAGER - 1 && in_flight.load(Ordering::Relaxed) == 0 {
-                        break;
-                    }
                     match lines.next_uop() {
                         Ok(Some(u)) => uops.push(u),
                         Ok(None) => {
@@ -102,7 +90,6 @@ impl Ahead {
                     skipped: lines.skipped(),
                     next,
                 };
-                in_flight.fetch_add(1, Ordering::Relaxed);
                 if full_tx.send(chunk).is_err() || !go_on {
                     return;
                 }
@@ -132,7 +119,6 @@ impl Ahead {
             pos: 0,
             line: 0,
             rejected: 0,
-            queued,
         })
     }
 
@@ -179,7 +165,6 @@ impl Ahead {
                     std::io::Error::other("the parsing thread stopped"),
                 ));
             };
-            self.queued.fetch_sub(1, Ordering::Relaxed);
             let spent = std::mem::replace(&mut self.current, next);
             let _ = self.spent.try_send(spent.uops);
             self.pos = 0;
