@@ -129,7 +129,7 @@ fn baseline_binary() -> Option<PathBuf> {
     Some(bin)
 }
 
-/// Seconds of `bin simulate` on `input` (no ground truth: the baseline has none).
+/// Wall seconds of one `bin simulate` run on `input` of `format` with `extra` arguments.
 fn simulate_with(bin: &Path, input: &Path, format: Format, out: &Path, extra: &[&str]) -> f64 {
     let t = Instant::now();
     let o = Command::new(bin)
@@ -139,8 +139,9 @@ fn simulate_with(bin: &Path, input: &Path, format: Format, out: &Path, extra: &[
         .arg(input)
         .output()
         .unwrap();
+    let secs = t.elapsed().as_secs_f64();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    t.elapsed().as_secs_f64()
+    secs
 }
 
 /// Issue 29: each format with `--threads N` (the cores, at least 2) against `--threads 1` of
@@ -215,16 +216,7 @@ fn threads(records: u64, runs: usize, bench: bool, judged: &dyn Fn(bool) -> &'st
 /// One `ptemu simulate` run on `input` of `format` with `extra` arguments: wall seconds of the
 /// whole process, and its report.
 fn simulate(input: &Path, format: Format, out: &Path, extra: &[&str]) -> (f64, Value) {
-    let t = Instant::now();
-    let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(["simulate", "--format", &format.to_string(), "-q", "--out"])
-        .arg(out)
-        .args(extra)
-        .arg(input)
-        .output()
-        .unwrap();
-    let secs = t.elapsed().as_secs_f64();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let secs = simulate_with(Path::new(env!("CARGO_BIN_EXE_ptemu")), input, format, out, extra);
     let report = serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     (secs, report)
 }

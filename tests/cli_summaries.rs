@@ -26,13 +26,45 @@ fn layout(dir: &Path, name: &str, body: &str) -> PathBuf {
     p
 }
 
+/// `ptemu simulate` of `records` generated Penn micro-ops (seed 1) through
+/// `examples/ring-layout.toml` with `extra` arguments, into `dir/out`: the directory and stdout.
+fn ring_run(dir: &Path, records: u64, extra: &[&str]) -> (PathBuf, String) {
+    let (trace, _) = generate(dir, "penn", records, 1);
+    let out = dir.join("out");
+    let l = root().join("examples/ring-layout.toml");
+    let args = [
+        "simulate",
+        s(&trace),
+        "--format",
+        "penn",
+        "--layout",
+        s(&l),
+        "--out",
+        s(&out),
+    ];
+    let o = ptemu(&[&args[..], extra].concat());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    (out, text(&o.stdout))
+}
+
 fn report(out: &Path) -> Value {
     serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap()
 }
 
+/// A Skylake ToPA layout of one table at 0x10000 (the walk's start) with `entries` (TOML).
+fn skylake_topa(entries: &str) -> String {
+    format!(
+        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\nentries = [ {entries} ]\n"
+    )
+}
+
 /// Two 4 KiB regions, END back to the table: an 8 KiB ring.
-const RING_8K: &str = "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
-    entries = [ { region = 0x100000, size = \"4K\" }, { region = 0x101000, size = \"4K\" }, { end = 0x10000 } ]\n";
+const RING_8K: &str =
+    r#"{ region = 0x100000, size = "4K" }, { region = 0x101000, size = "4K" }, { end = 0x10000 }"#;
+
+/// The second region (8K at 0x101000) is not aligned to its size: T4 when the walk reaches it.
+const T4_SECOND: &str =
+    r#"{ region = 0x100000, size = "4K" }, { region = 0x101000, size = "8K" }, { end = 0x10000 }"#;
 
 /// SIM14 (O5 policy "Laps and overwrites"): 40,000 bytes through an 8 KiB ring, the issue's case.
 /// The counts in report.json and the console line match a byte model: each stream byte goes to
@@ -41,7 +73,7 @@ const RING_8K: &str = "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x
 #[test]
 fn sim14_write_reports_laps_and_overwritten_bytes_of_a_circular_topa() {
     let dir = tempfile::tempdir().unwrap();
-    let l = layout(dir.path(), "ring.toml", RING_8K);
+    let l = layout(dir.path(), "ring.toml", &skylake_topa(RING_8K));
     let st = dir.path().join("s.bin");
     fs::write(&st, stream(0, 40_000)).unwrap();
     let out = dir.path().join("out");
@@ -128,12 +160,7 @@ fn sim14_the_summary_says_when_ptwen_0_dropped_ptwrites() {
 #[test]
 fn sim15_write_and_simulate_warn_first_and_exit_1_after_an_operational_error() {
     let dir = tempfile::tempdir().unwrap();
-    let bad = layout(
-        dir.path(),
-        "t4.toml",
-        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
-         entries = [ { region = 0x100000, size = \"4K\" }, { region = 0x101000, size = \"8K\" }, { end = 0x10000 } ]\n",
-    );
+    let bad = layout(dir.path(), "t4.toml", &skylake_topa(T4_SECOND));
     let st = dir.path().join("s.bin");
     fs::write(&st, stream(0, 10_000)).unwrap();
     let out = dir.path().join("out");
@@ -155,8 +182,7 @@ fn sim15_write_and_simulate_warn_first_and_exit_1_after_an_operational_error() {
     let unlisted = layout(
         dir.path(),
         "unlisted.toml",
-        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
-         entries = [ { region = 0x100000, size = \"4K\" } ]\n",
+        &skylake_topa("{ region = 0x100000, size = \"4K\" }"),
     );
     let o = ptemu(&write_args(&unlisted, s(&st), &dir.path().join("out2")));
     assert!(
@@ -174,8 +200,7 @@ fn sim15_write_and_simulate_warn_first_and_exit_1_after_an_operational_error() {
     let at_enable = layout(
         dir.path(),
         "t4-first.toml",
-        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
-         entries = [ { region = 0x101000, size = \"8K\" }, { end = 0x10000 } ]\n",
+        &skylake_topa("{ region = 0x101000, size = \"8K\" }, { end = 0x10000 }"),
     );
     let o = ptemu(&[
         "simulate",
@@ -200,23 +225,7 @@ fn sim15_write_and_simulate_warn_first_and_exit_1_after_an_operational_error() {
 #[test]
 fn sim16_report_json_writes_msrs_and_addresses_as_hex_strings() {
     let dir = tempfile::tempdir().unwrap();
-    let (trace, _) = generate(dir.path(), "penn", 20_000, 1);
-    let out = dir.path().join("out");
-    let l = root().join("examples/ring-layout.toml");
-    let o = ptemu(&[
-        "simulate",
-        s(&trace),
-        "--format",
-        "penn",
-        "--layout",
-        s(&l),
-        "--ctl",
-        "PTWEn=1",
-        "-q",
-        "--out",
-        s(&out),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (out, _) = ring_run(dir.path(), 20_000, &["--ctl", "PTWEn=1"]);
     let r = report(&out);
     assert_eq!(r["version"], 2);
     for k in [
@@ -255,27 +264,13 @@ fn sim16_report_json_writes_msrs_and_addresses_as_hex_strings() {
 #[test]
 fn sim17_the_main_job_shows_pmis_and_laps() {
     let dir = tempfile::tempdir().unwrap();
-    let (trace, _) = generate(dir.path(), "penn", 600_000, 1);
-    let out = dir.path().join("out");
-    let l = root().join("examples/ring-layout.toml");
-    let o = ptemu(&[
-        "simulate",
-        s(&trace),
-        "--format",
-        "penn",
-        "--layout",
-        s(&l),
-        "--out",
-        s(&out),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    let (out, stdout) = ring_run(dir.path(), 600_000, &[]);
     let r = report(&out);
     // The numbers the README quotes for the main job.
     assert_eq!(
         (&r["stats"]["pmis"], &r["stats"]["laps"]),
         (&Value::from(13), &Value::from(3))
     );
-    let stdout = text(&o.stdout);
     assert!(stdout.contains("output events: 13 PMI"), "{stdout}");
     assert!(
         stdout.contains(
@@ -343,18 +338,12 @@ fn o5_s1_e3_layout_check_prints_the_walk_its_capacity_and_pmis() {
         out.contains("after 16368 bytes from the start offset, then every 16K"),
         "{out}"
     );
-    let t4 = layout(
-        dir.path(),
-        "t4.toml",
-        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
-         entries = [ { region = 0x100000, size = \"4K\" }, { region = 0x101000, size = \"8K\" }, { end = 0x10000 } ]\n",
-    );
+    let t4 = layout(dir.path(), "t4.toml", &skylake_topa(T4_SECOND));
     // Two entries naming one base: a lap writes 8K into 4K of memory (the check warns; stderr).
     let aliased = layout(
         dir.path(),
         "aliased.toml",
-        "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
-         entries = [ { region = 0x100000, size = \"4K\", int = true }, { region = 0x100000, size = \"4K\", int = true }, { end = 0x10000 } ]\n",
+        &skylake_topa("{ region = 0x100000, size = \"4K\", int = true }, { region = 0x100000, size = \"4K\", int = true }, { end = 0x10000 }"),
     );
     let o = ptemu(&["layout", "check", s(&aliased)]);
     let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
@@ -428,7 +417,7 @@ fn messages_use_sdm_names_and_list_things_once() {
     );
     assert!(stdout.contains("(range mask 0x3fff, offset 0x64)"), "{stdout}");
     let o = ptemu(&write_args(
-        &layout(dir.path(), "ring.toml", RING_8K),
+        &layout(dir.path(), "ring.toml", &skylake_topa(RING_8K)),
         s(&st),
         &dir.path().join("out2"),
     ));

@@ -215,7 +215,8 @@ fn options(a: &Args) -> Result<Options, Failure> {
         layout.cpu = CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
     }
     if let Some(p) = &a.layout {
-        warn_layout(p, &layout);
+        // The picture of the run checks `opts.layout` again at the end (a static check, cheap).
+        let _ = warn_layout(p, &layout);
     }
     let mut opts = Options::new(format, layout);
     for text in &a.ctl {

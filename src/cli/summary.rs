@@ -2,7 +2,7 @@
 
 use super::Failure;
 use ptemu::event_log::EventLog;
-use ptemu::layout::Layout;
+use ptemu::layout::{CheckReport, Layout};
 use ptemu::regs::RtitCtl;
 use ptemu::report::MsrSnapshot;
 use ptemu::OutputUnit;
@@ -83,8 +83,9 @@ pub fn halt_note(unit: &OutputUnit) -> &'static str {
 
 /// Logs what `layout check` finds in the layout file at `path` before a run: the operational
 /// errors its walk will meet and the likely mistakes (output over a table, a walk into unlisted
-/// memory). #GP faults are not repeated: programming the layout reports them.
-pub fn warn_layout(path: &Path, layout: &Layout) {
+/// memory). #GP faults are not repeated: programming the layout reports them. Returns the
+/// check's report, for the picture of the run.
+pub fn warn_layout(path: &Path, layout: &Layout) -> CheckReport {
     let report = ptemu::layout::check(layout);
     for v in &report.violations {
         tracing::warn!("{}: operational error if reached: {v}", path.display());
@@ -92,6 +93,7 @@ pub fn warn_layout(path: &Path, layout: &Layout) {
     for w in &report.warnings {
         tracing::warn!("{}: {w}", path.display());
     }
+    report
 }
 
 /// Exit code 1 for a run the output unit ended in an operational error (STATUS.Error set): the

@@ -19,7 +19,7 @@ const CHUNK: usize = 64 << 10;
 
 pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> Result<(), Failure> {
     let layout = Layout::load(layout_path).map_err(|e| Failure::input(e.to_string()))?;
-    warn_layout(layout_path, &layout);
+    let check = warn_layout(layout_path, &layout);
     let mut input: Box<dyn Read> = if stream_path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
@@ -63,7 +63,7 @@ pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> R
         .and_then(|()| log.flush())
         .map_err(out_error)?;
     let report = Report::with_log(&unit, &log);
-    let picture = ptemu::picture::run_svg(&layout, &ptemu::layout::check(&layout), &Run::of(&report));
+    let picture = ptemu::picture::run_svg(&layout, &check, &Run::of(&report));
     write_outputs_with(dir.staging(), &unit, &mem, &report)
         .and_then(|()| write_atomic(&dir.staged("layout.svg"), |w| w.write_all(picture.as_bytes())))
         .and_then(|()| dir.commit(&["events.jsonl", "regions", "report.json", "layout.svg"], &[]))
