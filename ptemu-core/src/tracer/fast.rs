@@ -187,6 +187,12 @@ impl Hot {
                     self.tip(target, buf);
                 }
             }
+            // Time passes; with no CYC, MTC or back-pressure on the fast path (see
+            // `fast_allowed`) only the clock moves, as `Tracer::tick` would move it.
+            Event::Cycles(n) => {
+                clock.advance(n);
+                return true;
+            }
             _ => {
                 self.events -= 1;
                 return false;

@@ -54,7 +54,7 @@ pub(crate) const START: StartState = StartState {
 };
 
 /// The bus operation of a valid record; `None` for an invalid cycle type.
-#[inline]
+#[inline(always)]
 pub fn bus_op(r: &Record) -> Option<BusOp> {
     let data = |kind| BusOp::Data {
         kind,
@@ -125,8 +125,14 @@ impl EventSource for ByuEvents {
             let r = self.batch[i];
             let t = r.cycle_type();
             self.by_type[usize::from(t.value())] += 1;
+            // No cycles elapse in this format; a HLT still wakes (on a valid record only).
+            // Mapping the op straight after decoding it lets the compiler fuse the two
+            // matches into one jump.
+            if t.is_valid() {
+                self.flow.elapse(0, out);
+            }
             match bus_op(&r) {
-                Some(op) => self.flow.op(op, 0, out),
+                Some(op) => self.flow.apply(op, out),
                 None => {
                     self.invalid += 1;
                     let err = self.reader.error_back(
@@ -177,6 +183,77 @@ mod tests {
         let mut v = Vec::new();
         src.for_each_event(&mut |e| v.push(*e)).unwrap();
         v
+    }
+
+    /// The hot loops elapse cycles (and wake from HLT) before asking for the bus op, only for
+    /// records that have one: the validity tests must agree with `bus_op` on every value.
+    #[test]
+    fn validity_tests_agree_with_bus_op() {
+        for control in 0..=255u8 {
+            for be in [0x00, 0xfb, 0xfe, 0xff] {
+                let r = Record {
+                    addr: 0x1000,
+                    byte_enables: be,
+                    control,
+                };
+                assert_eq!(
+                    r.cycle_type().is_valid(),
+                    bus_op(&r).is_some(),
+                    "control {control:#x}"
+                );
+            }
+        }
+        for value in 0..=255u8 {
+            let r = byu_p2::Record {
+                addr: 0x1000,
+                reqtype: byu_p2::ReqType(value),
+                size: 4,
+                attr: 0,
+                proc_id: 0,
+                time: 3,
+            };
+            assert_eq!(
+                r.reqtype.index().is_some(),
+                byu_p2::bus_op(&r).is_some(),
+                "reqtype {value:#x}"
+            );
+        }
+    }
+
+    /// A lenient run skips an unknown record between a HLT and the next fetch without waking
+    /// (p2AddrTr, where the wake carries the cycles of the record that ends the halt): the
+    /// events are those of the trace without it.
+    #[test]
+    fn a_skipped_record_after_hlt_does_not_wake() {
+        let record = |reqtype, addr, time| byu_p2::Record {
+            addr,
+            reqtype,
+            size: 32,
+            attr: 0,
+            proc_id: 0,
+            time,
+        };
+        let records = |with_unknown: bool| {
+            let mut w = byu_p2::Writer::new(Vec::new());
+            w.write(&record(byu_p2::ReqType::FETCH, 0x1000, 1)).unwrap();
+            w.write(&record(byu_p2::ReqType::HALT, 0, 1)).unwrap();
+            if with_unknown {
+                w.write(&record(byu_p2::ReqType(0x7f), 0x2000, 5)).unwrap();
+            }
+            w.write(&record(byu_p2::ReqType::FETCH, 0x1040, 7)).unwrap();
+            Input::from_bytes("hlt.tr", w.into_inner()).unwrap()
+        };
+        let lenient = ReadOptions { lenient: true };
+        let mut with = byu_p2::ByuP2Events::new(records(true), lenient).unwrap();
+        let mut without = byu_p2::ByuP2Events::new(records(false), lenient).unwrap();
+        let events = all_events(&mut with);
+        assert_eq!(events, all_events(&mut without));
+        let wake = events.iter().find(|e| matches!(e, Event::Wake { .. }));
+        assert!(
+            matches!(wake, Some(Event::Wake { cycles, .. }) if *cycles == byu_p2::core_cycles(7)),
+            "{events:?}"
+        );
+        assert_eq!(with.stats().skipped, 1);
     }
 
     /// The batched mapping (BATCH records per call) gives what mapping the records one at a time

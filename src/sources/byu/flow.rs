@@ -86,8 +86,17 @@ impl Flow {
         }
     }
 
-    /// Maps one bus cycle preceded by `cycles` core cycles.
+    /// Maps one bus cycle preceded by `cycles` core cycles (the readers call the two halves
+    /// themselves; the tests map one record at a time with this).
+    #[cfg(test)]
     pub(crate) fn op(&mut self, op: BusOp, cycles: u64, out: &mut Vec<Event>) {
+        self.elapse(cycles, out);
+        self.apply(op, out);
+    }
+
+    /// The `cycles` core cycles before a bus cycle: a wake from HLT, or cycles passing.
+    #[inline(always)]
+    pub(crate) fn elapse(&mut self, cycles: u64, out: &mut Vec<Event>) {
         if self.halted {
             self.halted = false;
             out.push(Event::Wake {
@@ -99,6 +108,11 @@ impl Flow {
         } else if cycles > 0 {
             out.push(Event::Cycles(cycles));
         }
+    }
+
+    /// Maps one bus cycle (after [`Flow::elapse`]).
+    #[inline(always)]
+    pub(crate) fn apply(&mut self, op: BusOp, out: &mut Vec<Event>) {
         match op {
             BusOp::Fetch { addr, .. } => self.fetch(u64::from(addr), out),
             BusOp::Data { kind, addr, len } => {
@@ -140,6 +154,7 @@ impl Flow {
         }
     }
 
+    #[inline(always)]
     fn fetch(&mut self, a: u64, out: &mut Vec<Event>) {
         self.counts.fetch += 1;
         if let Some(from) = self.interrupt_from.take() {

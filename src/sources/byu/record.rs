@@ -76,6 +76,7 @@ impl CycleType {
     }
 
     /// Whether the specification defines this type (0, 2, 4, 6, 10 and 11 are invalid).
+    #[inline]
     pub fn is_valid(self) -> bool {
         !matches!(
             self,

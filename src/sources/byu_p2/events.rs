@@ -23,6 +23,7 @@ const P2_APPROXIMATIONS: [&str; 3] = [
 ];
 
 /// The bus operation of a record; `None` for an unknown request type.
+#[inline(always)]
 pub fn bus_op(r: &Record) -> Option<BusOp> {
     let data = |kind| BusOp::Data {
         kind,
@@ -118,11 +119,15 @@ impl EventSource for ByuP2Events {
                 self.other_proc += 1;
             }
             match r.reqtype.index() {
-                Some(i) => self.by_type[i] += 1,
+                Some(i) => {
+                    self.by_type[i] += 1;
+                    self.flow.elapse(core_cycles(r.time), out);
+                }
                 None => self.unknown += 1,
             }
+            // Mapping the op straight after decoding it lets the compiler fuse the two matches.
             match bus_op(&r) {
-                Some(op) => self.flow.op(op, core_cycles(r.time), out),
+                Some(op) => self.flow.apply(op, out),
                 None => {
                     let err = self.reader.error_back(
                         n - 1 - i,
