@@ -121,34 +121,37 @@ impl EventSource for ByuEvents {
             return Ok(true);
         }
         let n = self.batch.len();
-        for i in 0..n {
-            let r = self.batch[i];
-            let t = r.cycle_type();
-            self.by_type[usize::from(t.value())] += 1;
-            // No cycles elapse in this format; a HLT still wakes (on a valid record only).
-            // Mapping the op straight after decoding it lets the compiler fuse the two
-            // matches into one jump.
-            if t.is_valid() {
-                self.flow.elapse(0, out);
-            }
-            match bus_op(&r) {
-                Some(op) => self.flow.apply(op, out),
-                None => {
-                    self.invalid += 1;
-                    let err = self.reader.error_back(
-                        n - 1 - i,
-                        ErrorKind::BadField,
-                        format!(
-                            "invalid cycle type {} (control byte {:#04x}); the spec defines 1, 3, 5, 7, 8, 9, 12..15",
-                            t.value(),
-                            r.control
-                        ),
-                    );
-                    self.options.skip(err, &mut self.skipped)?;
+        let (batch, reader, options) = (&self.batch, &mut self.reader, &self.options);
+        let (by_type, invalid, skipped) = (&mut self.by_type, &mut self.invalid, &mut self.skipped);
+        self.flow.batch(|flow| {
+            for (i, r) in batch.iter().enumerate() {
+                let t = r.cycle_type();
+                by_type[usize::from(t.value())] += 1;
+                // No cycles elapse in this format; a HLT still wakes (on a valid record only).
+                // Mapping the op straight after decoding it lets the compiler fuse the two
+                // matches into one jump.
+                if t.is_valid() {
+                    flow.elapse(0, out);
+                }
+                match bus_op(r) {
+                    Some(op) => flow.apply(op, out),
+                    None => {
+                        *invalid += 1;
+                        let err = reader.error_back(
+                            n - 1 - i,
+                            ErrorKind::BadField,
+                            format!(
+                                "invalid cycle type {} (control byte {:#04x}); the spec defines 1, 3, 5, 7, 8, 9, 12..15",
+                                t.value(),
+                                r.control
+                            ),
+                        );
+                        options.skip(err, skipped)?;
+                    }
                 }
             }
-        }
-        Ok(true)
+            Ok(true)
+        })
     }
 
     fn start_state(&self) -> StartState {
@@ -156,7 +159,7 @@ impl EventSource for ByuEvents {
     }
 
     fn stats(&self) -> SourceStats {
-        let mut counts = flow_counts(&self.flow.counts, self.invalid);
+        let mut counts = flow_counts(self.flow.counts(), self.invalid);
         counts.extend(TYPE_NAMES.iter().zip(self.by_type).map(|(&n, v)| (n, v)));
         SourceStats {
             format: "byu",

@@ -41,6 +41,15 @@ pub(crate) struct FlowCounts {
 /// went on sequentially (a `Retire`) or was redirected (the unit ends in a jump).
 #[derive(Debug)]
 pub(crate) struct Flow {
+    state: State,
+    /// Interrupted IPs, to recognise the returns from their handlers.
+    irets: Vec<u64>,
+}
+
+/// The part of [`Flow`] a batch keeps in locals (registers, once inlined): everything but the
+/// IRET stack.
+#[derive(Clone, Copy, Debug)]
+struct State {
     /// Bytes per fetch unit: a fetch at `a` brings `a .. (a | (unit - 1)) + 1`.
     unit: u64,
     pending: Option<u64>,
@@ -48,26 +57,70 @@ pub(crate) struct Flow {
     started: bool,
     interrupt_from: Option<u64>,
     halted: bool,
-    irets: Vec<u64>,
-    pub counts: FlowCounts,
+    counts: FlowCounts,
+}
+
+/// A [`Flow`] during one batch ([`Flow::batch`]): its state copied out, so that the compiler can
+/// keep it in registers across the records instead of loading and storing it for each one.
+pub(crate) struct Local<'a> {
+    state: State,
+    irets: &'a mut Vec<u64>,
 }
 
 impl Flow {
     pub(crate) fn new(unit: u64) -> Flow {
         Flow {
-            unit,
-            pending: None,
-            ip: 0,
-            started: false,
-            interrupt_from: None,
-            halted: false,
+            state: State {
+                unit,
+                pending: None,
+                ip: 0,
+                started: false,
+                interrupt_from: None,
+                halted: false,
+                counts: FlowCounts::default(),
+            },
             irets: Vec::with_capacity(IRET_DEPTH),
-            counts: FlowCounts::default(),
         }
     }
 
+    /// The counters so far.
+    pub(crate) fn counts(&self) -> &FlowCounts {
+        &self.state.counts
+    }
+
+    /// Runs `f` (the mapping of a batch of records) on a [`Local`] copy of the state, written back
+    /// when `f` returns, whatever it returns.
+    #[inline(always)]
+    pub(crate) fn batch<T>(&mut self, f: impl FnOnce(&mut Local<'_>) -> T) -> T {
+        let mut local = Local {
+            state: self.state,
+            irets: &mut self.irets,
+        };
+        let r = f(&mut local);
+        self.state = local.state;
+        r
+    }
+
+    /// Maps one bus cycle preceded by `cycles` core cycles (the readers map whole batches with
+    /// [`Flow::batch`]; the tests map one record at a time with this).
+    #[cfg(test)]
+    pub(crate) fn op(&mut self, op: BusOp, cycles: u64, out: &mut Vec<Event>) {
+        self.batch(|f| {
+            f.elapse(cycles, out);
+            f.apply(op, out);
+        })
+    }
+
+    /// At the end of the input: retires the held-back unit.
+    pub(crate) fn finish(&mut self, out: &mut Vec<Event>) {
+        self.batch(|f| f.flush(out));
+    }
+}
+
+impl Local<'_> {
+    #[inline(always)]
     fn unit_end(&self, a: u64) -> u64 {
-        (a | (self.unit - 1)) + 1
+        (a | (self.state.unit - 1)) + 1
     }
 
     fn far(kind: FarKind, from: u64, to: u64) -> Event {
@@ -75,30 +128,23 @@ impl Flow {
     }
 
     /// Retires the held-back unit up to its end.
+    #[inline(always)]
     fn flush(&mut self, out: &mut Vec<Event>) {
-        if let Some(p) = self.pending.take() {
+        if let Some(p) = self.state.pending.take() {
             let end = self.unit_end(p);
             out.push(Event::Retire {
                 ip: p,
                 len: (end - p) as u8,
             });
-            self.ip = end;
+            self.state.ip = end;
         }
-    }
-
-    /// Maps one bus cycle preceded by `cycles` core cycles (the readers call the two halves
-    /// themselves; the tests map one record at a time with this).
-    #[cfg(test)]
-    pub(crate) fn op(&mut self, op: BusOp, cycles: u64, out: &mut Vec<Event>) {
-        self.elapse(cycles, out);
-        self.apply(op, out);
     }
 
     /// The `cycles` core cycles before a bus cycle: a wake from HLT, or cycles passing.
     #[inline(always)]
     pub(crate) fn elapse(&mut self, cycles: u64, out: &mut Vec<Event>) {
-        if self.halted {
-            self.halted = false;
+        if self.state.halted {
+            self.state.halted = false;
             out.push(Event::Wake {
                 last: HLT_STATE,
                 deepest: HLT_STATE,
@@ -110,62 +156,57 @@ impl Flow {
         }
     }
 
-    /// Maps one bus cycle (after [`Flow::elapse`]).
+    /// Maps one bus cycle (after [`Local::elapse`]).
     #[inline(always)]
     pub(crate) fn apply(&mut self, op: BusOp, out: &mut Vec<Event>) {
+        let st = &mut self.state;
         match op {
             BusOp::Fetch { addr, .. } => self.fetch(u64::from(addr), out),
             BusOp::Data { kind, addr, len } => {
                 if kind.is_io() {
-                    self.counts.io += 1;
+                    st.counts.io += 1;
                 } else if kind.is_write() {
-                    self.counts.data_write += 1;
+                    st.counts.data_write += 1;
                 } else {
-                    self.counts.data_read += 1;
+                    st.counts.data_read += 1;
                 }
                 out.push(Event::Ptwrite {
-                    ip: self.pending.unwrap_or(self.ip),
+                    ip: st.pending.unwrap_or(st.ip),
                     len: 0,
                     payload: ptw_payload(kind, addr, len),
                     size: PtwSize::Eight,
                 });
             }
             BusOp::IntAck => {
-                self.counts.int_ack += 1;
+                st.counts.int_ack += 1;
                 self.flush(out);
                 // Pentium runs two INTA cycles per interrupt: the second adds nothing.
-                self.interrupt_from.get_or_insert(self.ip);
+                self.state.interrupt_from.get_or_insert(self.state.ip);
             }
             BusOp::Special(s) => {
-                self.counts.special += 1;
+                st.counts.special += 1;
                 if s == SpecialCycle::Halt {
-                    self.counts.halt += 1;
+                    st.counts.halt += 1;
                     self.flush(out);
                     out.push(Event::Sleep {
-                        ip: self.ip,
+                        ip: self.state.ip,
                         state: HLT_STATE,
                         sub_state: 0,
                         hw: false,
                     });
-                    self.halted = true;
+                    self.state.halted = true;
                 }
             }
-            BusOp::Other => self.counts.other += 1,
+            BusOp::Other => st.counts.other += 1,
         }
     }
 
     #[inline(always)]
     fn fetch(&mut self, a: u64, out: &mut Vec<Event>) {
-        self.counts.fetch += 1;
-        if let Some(from) = self.interrupt_from.take() {
-            self.counts.discontinuities += 1;
-            self.counts.interrupts += 1;
-            if self.irets.len() == IRET_DEPTH {
-                self.irets.remove(0);
-            }
-            self.irets.push(from);
-            out.push(Self::far(FarKind::Interrupt { vector: INTA_VECTOR }, from, a));
-        } else if let Some(p) = self.pending {
+        self.state.counts.fetch += 1;
+        if let Some(from) = self.state.interrupt_from.take() {
+            self.interrupt(from, a, out);
+        } else if let Some(p) = self.state.pending {
             if p < a && a <= self.unit_end(p) {
                 out.push(Event::Retire {
                     ip: p,
@@ -174,28 +215,34 @@ impl Flow {
             } else {
                 self.redirect(p, a, out);
             }
-        } else if self.started && self.ip != a {
+        } else if self.state.started && self.state.ip != a {
             // After a HLT or an INTA-less wake: a redirect from where the flow stopped.
-            self.redirect(self.ip, a, out);
+            self.redirect(self.state.ip, a, out);
         }
-        self.started = true;
-        self.pending = Some(a);
-        self.ip = a;
+        self.state.started = true;
+        self.state.pending = Some(a);
+        self.state.ip = a;
     }
 
+    fn interrupt(&mut self, from: u64, to: u64, out: &mut Vec<Event>) {
+        self.state.counts.discontinuities += 1;
+        self.state.counts.interrupts += 1;
+        if self.irets.len() == IRET_DEPTH {
+            self.irets.remove(0);
+        }
+        self.irets.push(from);
+        out.push(Self::far(FarKind::Interrupt { vector: INTA_VECTOR }, from, to));
+    }
+
+    #[inline(always)]
     fn redirect(&mut self, from: u64, to: u64, out: &mut Vec<Event>) {
-        self.counts.discontinuities += 1;
+        self.state.counts.discontinuities += 1;
         if self.irets.last() == Some(&to) {
             self.irets.pop();
-            self.counts.irets += 1;
+            self.state.counts.irets += 1;
             out.push(Self::far(FarKind::Iret, from, to));
         } else {
             out.push(Event::IndirectJump { ip: from, target: to });
         }
-    }
-
-    /// At the end of the input: retires the held-back unit.
-    pub(crate) fn finish(&mut self, out: &mut Vec<Event>) {
-        self.flush(out);
     }
 }

@@ -110,38 +110,43 @@ impl EventSource for ByuP2Events {
             return Ok(true);
         }
         let n = self.batch.len();
-        for i in 0..n {
-            let r = self.batch[i];
-            if r.time == TIME_SENTINEL {
-                self.sentinels += 1;
-            }
-            if *self.first_proc.get_or_insert(r.proc_id) != r.proc_id {
-                self.other_proc += 1;
-            }
-            match r.reqtype.index() {
-                Some(i) => {
-                    self.by_type[i] += 1;
-                    self.flow.elapse(core_cycles(r.time), out);
+        let (batch, reader, options) = (&self.batch, &mut self.reader, &self.options);
+        let (by_type, unknown, skipped) = (&mut self.by_type, &mut self.unknown, &mut self.skipped);
+        let (sentinels, first_proc, other_proc) =
+            (&mut self.sentinels, &mut self.first_proc, &mut self.other_proc);
+        self.flow.batch(|flow| {
+            for (i, r) in batch.iter().enumerate() {
+                if r.time == TIME_SENTINEL {
+                    *sentinels += 1;
                 }
-                None => self.unknown += 1,
-            }
-            // Mapping the op straight after decoding it lets the compiler fuse the two matches.
-            match bus_op(&r) {
-                Some(op) => self.flow.apply(op, out),
-                None => {
-                    let err = self.reader.error_back(
-                        n - 1 - i,
-                        ErrorKind::BadField,
-                        format!(
-                            "unknown reqtype {:#04x} (byutr.h defines 00..03, 10, 11, 20..23, 31..37)",
-                            r.reqtype.0
-                        ),
-                    );
-                    self.options.skip(err, &mut self.skipped)?;
+                if *first_proc.get_or_insert(r.proc_id) != r.proc_id {
+                    *other_proc += 1;
+                }
+                match r.reqtype.index() {
+                    Some(i) => {
+                        by_type[i] += 1;
+                        flow.elapse(core_cycles(r.time), out);
+                    }
+                    None => *unknown += 1,
+                }
+                // Mapping the op straight after decoding it lets the compiler fuse the two matches.
+                match bus_op(r) {
+                    Some(op) => flow.apply(op, out),
+                    None => {
+                        let err = reader.error_back(
+                            n - 1 - i,
+                            ErrorKind::BadField,
+                            format!(
+                                "unknown reqtype {:#04x} (byutr.h defines 00..03, 10, 11, 20..23, 31..37)",
+                                r.reqtype.0
+                            ),
+                        );
+                        options.skip(err, skipped)?;
+                    }
                 }
             }
-        }
-        Ok(true)
+            Ok(true)
+        })
     }
 
     fn start_state(&self) -> StartState {
@@ -149,7 +154,7 @@ impl EventSource for ByuP2Events {
     }
 
     fn stats(&self) -> SourceStats {
-        let mut counts = flow_counts(&self.flow.counts, self.unknown);
+        let mut counts = flow_counts(self.flow.counts(), self.unknown);
         counts.push(("time_sentinel", self.sentinels));
         counts.push(("other_proc", self.other_proc));
         counts.extend(ReqType::DEFINED.iter().zip(self.by_type).map(|(d, v)| (d.1, v)));
