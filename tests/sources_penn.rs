@@ -422,39 +422,61 @@ fn reading(mut r: UopReader) -> (Vec<(u64, Uop)>, Option<String>, u64, u64) {
     (got, error, r.line(), r.skipped())
 }
 
-/// SIM18: lines parsed ahead on their own thread give what the reader on the caller's thread
-/// gives: the same micro-ops and line numbers over many chunks (1,024 a message), blank and bad
-/// lines, the first error at its line after the micro-ops before it (strict), the skipped count
-/// (lenient), gzip, and an empty file.
+/// Inserts `extra` before line `n` (1-based) of `text`.
+fn insert_before_line(text: &mut Vec<u8>, n: usize, extra: &[u8]) {
+    let at = if n == 1 {
+        0
+    } else {
+        text.iter()
+            .enumerate()
+            .filter(|(_, &b)| b == b'\n')
+            .nth(n - 2)
+            .unwrap()
+            .0
+            + 1
+    };
+    text.splice(at..at, extra.iter().copied());
+}
+
+/// Compares [`UopReader::parallel`] with 1 to 3 workers with the reader on the caller's thread,
+/// strict and lenient: the same micro-ops and line numbers, error text, last line and skipped
+/// count.
+fn assert_parallel_reads_as_here(what: &str, bytes: &[u8]) {
+    for lenient in [false, true] {
+        let options = ReadOptions { lenient };
+        let here = reading(UopReader::new(bytes_input("t.trace", bytes), options));
+        for workers in 1..=3 {
+            let split = reading(UopReader::parallel(
+                bytes_input("t.trace", bytes),
+                options,
+                workers,
+            ));
+            assert!(
+                here == split,
+                "{what}, lenient {lenient}, {workers} workers: {:?} vs {:?}",
+                (&here.1, here.2, here.3, here.0.len()),
+                (&split.1, split.2, split.3, split.0.len())
+            );
+        }
+    }
+}
+
+/// SIM18, SIM19: lines parsed ahead, split across workers in blocks of about 128 KiB, give what
+/// the reader on the caller's thread gives: the same micro-ops and line numbers over many
+/// blocks, blank and bad lines, the first error at its line after the micro-ops before it
+/// (strict), the skipped count (lenient), gzip, and an empty file.
 #[test]
 fn sim18_lines_parsed_ahead_read_as_on_one_thread() {
     let mut text = generated(5_000, 9);
     // A bad line (line 3001), blank lines and CRLF further on.
-    let at = text
-        .iter()
-        .enumerate()
-        .filter(|(_, &b)| b == b'\n')
-        .nth(2999)
-        .unwrap()
-        .0
-        + 1;
-    text.splice(at..at, b"this is not a micro-op\n\n\r\n".iter().copied());
+    insert_before_line(&mut text, 3001, b"this is not a micro-op\n\n\r\n");
     let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
     gz.write_all(&text).unwrap();
     let gz = gz.finish().unwrap();
-    for bytes in [&text[..], &gz[..], b"", &generated(3_000, 2)[..]] {
-        for lenient in [false, true] {
-            let options = ReadOptions { lenient };
-            let here = reading(UopReader::new(bytes_input("t.trace", bytes), options));
-            let ahead = reading(UopReader::ahead(bytes_input("t.trace", bytes), options));
-            assert!(
-                here == ahead,
-                "lenient {lenient}: {:?} vs {:?}",
-                (&here.1, here.2, here.3),
-                (&ahead.1, ahead.2, ahead.3)
-            );
-        }
-    }
+    assert_parallel_reads_as_here("text", &text);
+    assert_parallel_reads_as_here("gzip", &gz);
+    assert_parallel_reads_as_here("empty", b"");
+    assert_parallel_reads_as_here("generated", &generated(3_000, 2));
     let strict = reading(UopReader::new(
         bytes_input("t.trace", &text),
         ReadOptions::default(),
@@ -470,4 +492,118 @@ fn sim18_lines_parsed_ahead_read_as_on_one_thread() {
         ReadOptions { lenient: true },
     ));
     assert_eq!((lenient.1, lenient.3), (None, 1));
+}
+
+/// SIM19: where the blocks are cut does not show. Lines too long for the parser (2,000 bytes)
+/// and longer than a block (300 KB without a newline, read past by the splitter), a bad line
+/// at a block's end, many bad lines in one block, a last line without its newline, a last line
+/// too long without its newline: line numbers, errors and counts as on one thread.
+#[test]
+fn sim19_blocks_cut_anywhere_read_as_on_one_thread() {
+    let base = generated(6_000, 5);
+    let long = vec![b'7'; 2_000];
+    let mut huge = vec![b'x'; 300_000];
+    huge.push(b'\n');
+    let mut text = base.clone();
+    insert_before_line(&mut text, 5_000, &huge);
+    insert_before_line(&mut text, 2_500, &[&long[..], b"\n"].concat());
+    for n in (1_000..1_100).step_by(7) {
+        insert_before_line(&mut text, n, b"1 zz\n");
+    }
+    insert_before_line(&mut text, 40, b"\n\n\n");
+    assert_parallel_reads_as_here("long lines", &text);
+    let lenient = reading(UopReader::parallel(
+        bytes_input("t.trace", &text),
+        ReadOptions { lenient: true },
+        2,
+    ));
+    assert_eq!(lenient.3, 2 + 15, "two lines too long, 15 bad");
+    let strict = reading(UopReader::parallel(
+        bytes_input("t.trace", &text),
+        ReadOptions::default(),
+        2,
+    ));
+    let first_bad = text.split(|&b| b == b'\n').position(|l| l == b"1 zz").unwrap() + 1;
+    let expected = format!("line {first_bad}: field 2 (PC)");
+    assert!(
+        strict.1.as_deref().is_some_and(|e| e.contains(&expected)),
+        "{:?}",
+        strict.1
+    );
+
+    // Every cut point of a block: a bad line right before, at and after each offset near the
+    // first block's end (128 KiB).
+    let lines_before = base[..128 << 10].iter().filter(|&&b| b == b'\n').count();
+    for n in lines_before - 1..=lines_before + 2 {
+        let mut t = base.clone();
+        insert_before_line(&mut t, n, b"not a micro-op\n");
+        assert_parallel_reads_as_here(&format!("bad line {n}"), &t);
+    }
+    // The end of the input inside a line: whole, too long, or a block of its own.
+    let mut no_newline = base.clone();
+    no_newline.pop();
+    assert_parallel_reads_as_here("no final newline", &no_newline);
+    let mut long_end = base.clone();
+    long_end.extend_from_slice(&long);
+    assert_parallel_reads_as_here("long last line", &long_end);
+    let mut huge_end = base.clone();
+    huge_end.extend_from_slice(&huge[..200_000]);
+    assert_parallel_reads_as_here("huge last line", &huge_end);
+}
+
+/// A reader that gives `ok` bytes, then fails.
+struct FailAfter {
+    bytes: Vec<u8>,
+    at: usize,
+    ok: usize,
+}
+
+impl std::io::Read for FailAfter {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at >= self.ok {
+            return Err(std::io::Error::other("the disk went away"));
+        }
+        let n = buf.len().min(self.ok - self.at).min(4096);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// SIM19: a read error mid-line is reported at the line after the last whole one, after every
+/// micro-op before it, with the same text as on one thread, wherever the blocks were cut.
+#[test]
+fn sim19_a_read_error_comes_after_the_whole_lines_before_it() {
+    let bytes = generated(8_000, 3);
+    for ok in [100, 128 << 10, (128 << 10) + 50, 300_000] {
+        let input = |bytes: &[u8]| {
+            let r = FailAfter {
+                bytes: bytes.to_vec(),
+                at: 0,
+                ok,
+            };
+            Input::from_reader("pipe", r).unwrap()
+        };
+        let here = reading(UopReader::new(input(&bytes), ReadOptions::default()));
+        assert!(
+            here.1
+                .as_deref()
+                .is_some_and(|e| e.contains("the disk went away")),
+            "{:?}",
+            here.1
+        );
+        for workers in 1..=3 {
+            let split = reading(UopReader::parallel(
+                input(&bytes),
+                ReadOptions::default(),
+                workers,
+            ));
+            assert!(
+                here == split,
+                "error after {ok} bytes, {workers} workers: {:?} vs {:?}",
+                (&here.1, here.2, here.0.len()),
+                (&split.1, split.2, split.0.len())
+            );
+        }
+    }
 }

@@ -225,10 +225,10 @@ pub fn run_recording<W: Write>(
         .map_err(|e| SimError::Config(e.to_string()))?;
     let name = input.name().to_owned();
     let feed = match opts.format {
-        // SIM18: with a second thread, Penn lines are parsed on a third (parsing is most of the
-        // time): the same events either way.
+        // SIM18, SIM19: with a second thread, Penn lines are parsed ahead, split across as many
+        // workers as threads (parsing is most of the time): the same events either way.
         Format::Penn if opts.threads >= 2 => Feed::Penn(
-            Box::new(PennEvents::parsed_ahead(input, opts.read)),
+            Box::new(PennEvents::parsed_ahead(input, opts.read, opts.threads)),
             opts.image.then(ImageBuilder::new),
         ),
         Format::Penn => Feed::Penn(

@@ -48,10 +48,10 @@ impl PennEvents {
         Self::over(UopReader::new(input, options))
     }
 
-    /// Maps the trace `input`, its lines parsed on a thread of their own ([`UopReader::ahead`]):
-    /// the same events, errors and counts as [`PennEvents::new`].
-    pub fn parsed_ahead(input: Input, options: ReadOptions) -> Self {
-        Self::over(UopReader::ahead(input, options))
+    /// Maps the trace `input`, its lines parsed ahead on `workers` threads of their own
+    /// ([`UopReader::parallel`]): the same events, errors and counts as [`PennEvents::new`].
+    pub fn parsed_ahead(input: Input, options: ReadOptions, workers: usize) -> Self {
+        Self::over(UopReader::parallel(input, options, workers))
     }
 
     fn over(uops: UopReader) -> Self {

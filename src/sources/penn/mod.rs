@@ -6,13 +6,13 @@
 //! - [`UopWriter`] writes the same text back; [`generate`] writes synthetic traces;
 //! - [`PennEvents`] maps macro-ops to tracer events (`spec/mapping.md`).
 
-mod ahead;
 mod events;
 mod fast;
 mod gen;
 mod macro_op;
 mod parse;
 mod read;
+mod split;
 mod write;
 
 pub use events::PennEvents;

@@ -8,7 +8,7 @@ use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
 use std::io::BufRead;
 
 /// Reads a Penn trace one micro-op at a time: on the caller's thread ([`UopReader::new`]) or
-/// parsed ahead on a thread of its own ([`UopReader::ahead`], `super::ahead`).
+/// parsed ahead on threads of their own ([`UopReader::parallel`], `super::split`).
 #[derive(Debug)]
 pub struct UopReader {
     inner: Inner,
@@ -17,7 +17,7 @@ pub struct UopReader {
 #[derive(Debug)]
 enum Inner {
     Here(LineReader),
-    Ahead(super::ahead::Ahead),
+    Ahead(super::split::Split),
 }
 
 impl UopReader {
@@ -31,10 +31,17 @@ impl UopReader {
     /// A reader over `input` whose lines are parsed on a thread of its own, ahead of the caller,
     /// through a bounded queue: the same micro-ops, line numbers, errors (in order) and counts.
     pub fn ahead(input: Input, options: ReadOptions) -> Self {
-        let inner = match super::ahead::Ahead::spawn(LineReader::new(input, options)) {
-            Ok(ahead) => Inner::Ahead(ahead),
+        Self::parallel(input, options, 1)
+    }
+
+    /// [`UopReader::ahead`] with the parsing split across `workers` threads (blocks of lines in
+    /// turn; `super::split`), and one more thread reading and cutting the input: the same
+    /// micro-ops, line numbers, errors (in order) and counts.
+    pub fn parallel(input: Input, options: ReadOptions, workers: usize) -> Self {
+        let inner = match super::split::Split::spawn(input, options, workers) {
+            Ok(split) => Inner::Ahead(split),
             // No thread to be had: read here.
-            Err(lines) => Inner::Here(lines),
+            Err(input) => Inner::Here(LineReader::new(input, options)),
         };
         UopReader { inner }
     }
@@ -127,21 +134,6 @@ impl LineReader {
     /// The input's name.
     pub(super) fn name(&self) -> &str {
         self.input.name()
-    }
-
-    /// Lines read so far.
-    pub(super) fn line(&self) -> u64 {
-        self.line
-    }
-
-    /// Bad lines skipped so far.
-    pub(super) fn skipped(&self) -> u64 {
-        self.skipped
-    }
-
-    /// The reader options.
-    pub(super) fn options(&self) -> ReadOptions {
-        self.options
     }
 
     /// The next micro-op and its line number, `None` at the end of the input.
@@ -264,7 +256,7 @@ impl LineReader {
 
 /// The exact parser, for the lines the in-place fast path of [`LineReader::next_uop`] did not take
 /// (declined, or split across buffer fills: one per fill at most).
-fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
+pub(super) fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
     match parse_line(line) {
         Ok(u) => Ok(Some(u)),
         Err(_) if is_blank(line) => Ok(None),
@@ -272,7 +264,7 @@ fn parse_or_blank(line: &[u8]) -> std::result::Result<Option<Uop>, LineError> {
     }
 }
 
-fn too_long() -> LineError {
+pub(super) fn too_long() -> LineError {
     LineError {
         kind: ErrorKind::LineTooLong,
         message: format!("line longer than {MAX_LINE} bytes"),

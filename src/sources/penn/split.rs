@@ -1,0 +1,366 @@
+//! Penn lines parsed on threads of their own (SIM18, SIM19): parsing is most of a Penn run's time,
+//! so with two threads or more it runs ahead of the grouping, mapping and tracing, and it is split
+//! across workers.
+//!
+//! A splitter thread reads the input and cuts it into blocks of whole lines (about
+//! [`BLOCK`] bytes each); worker `k` of `n` parses blocks `k`, `k + n`, `k + 2n`, ... with line
+//! numbers counted from its block's start; the reader takes the parsed blocks back in order and
+//! numbers their lines. It sees what a [`super::read::LineReader`] on its own thread gives: the same
+//! micro-ops and line numbers, the same errors in the same order (a bad line, a line too long, a
+//! read error at the line after the last whole one) and the same counts. After an error, later
+//! reads return the end instead of reading on. Bounded: a worker holds at most [`QUEUED`] blocks
+//! waiting and [`QUEUED`] parsed, buffers go back to be reused.
+
+use super::parse::{LineError, MAX_LINE};
+use super::read::{parse_or_blank, too_long};
+use super::Uop;
+use crate::sources::error::Result;
+use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
+use std::io::{self, BufRead};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread;
+
+/// Bytes per block (about 1,500 lines).
+pub(super) const BLOCK: usize = 128 << 10;
+/// Blocks queued to each worker, and parsed blocks queued from it.
+const QUEUED: usize = 2;
+
+/// What follows a block's bytes.
+enum After {
+    More,
+    End,
+    /// A read error after the block's whole lines (a part line before it is dropped, as the
+    /// line reader never parses it).
+    Error(io::Error),
+}
+
+/// Whole lines of the input (the last one may lack its newline at the end of the input).
+struct Block {
+    bytes: Vec<u8>,
+    after: After,
+}
+
+/// A parsed block: its micro-ops and bad lines by line number within the block (from 1).
+struct Parsed {
+    uops: Vec<(u64, Uop)>,
+    errors: Vec<(u64, LineError)>,
+    lines: u64,
+    after: After,
+}
+
+/// The reader's side of the splitter and workers.
+pub(super) struct Split {
+    name: String,
+    options: ReadOptions,
+    /// Parsed blocks from each worker, taken in turn.
+    parsed: Vec<Receiver<Parsed>>,
+    /// Spent micro-op buffers back to each worker.
+    spent: Vec<SyncSender<Vec<(u64, Uop)>>>,
+    /// The worker of the next block.
+    turn: usize,
+    current: Parsed,
+    pos: usize,
+    error_pos: usize,
+    /// Lines of the blocks before `current`.
+    base: u64,
+    /// The line of the micro-op last returned, or of the bad line last skipped.
+    line: u64,
+    skipped: u64,
+    done: bool,
+}
+
+impl std::fmt::Debug for Split {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Split")
+            .field("name", &self.name)
+            .field("workers", &self.parsed.len())
+            .field("line", &self.line)
+            .finish()
+    }
+}
+
+impl Split {
+    /// Starts the splitter and `workers` parsing threads (at least one) over `input`, or gives
+    /// `input` back when no thread can be had. The threads end at the end of input, after a read
+    /// error, or when this side is dropped (their next send fails; a read the splitter is
+    /// blocked in finishes first).
+    pub(super) fn spawn(
+        input: Input,
+        options: ReadOptions,
+        workers: usize,
+    ) -> std::result::Result<Split, Input> {
+        let workers = workers.max(1);
+        let name = input.name().to_owned();
+        let (bytes_back, bytes_spent) = sync_channel::<Vec<u8>>(workers * (QUEUED + 2));
+        let mut to_workers = Vec::new();
+        let mut parsed = Vec::new();
+        let mut spent = Vec::new();
+        for k in 0..workers {
+            let (block_tx, block_rx) = sync_channel::<Block>(QUEUED);
+            let (parsed_tx, parsed_rx) = sync_channel::<Parsed>(QUEUED);
+            let (spent_tx, spent_rx) = sync_channel::<Vec<(u64, Uop)>>(QUEUED + 2);
+            let bytes_back = bytes_back.clone();
+            let work = move || {
+                while let Ok(block) = block_rx.recv() {
+                    let uops = spent_rx.try_recv().unwrap_or_default();
+                    let (p, bytes) = parse_block(block, uops);
+                    let _ = bytes_back.try_send(bytes);
+                    let last = !matches!(p.after, After::More);
+                    if parsed_tx.send(p).is_err() || last {
+                        return;
+                    }
+                }
+            };
+            // A worker that cannot start: the threads started so far end when their channels
+            // drop, and the input has not moved yet.
+            if thread::Builder::new()
+                .name(format!("ptemu-penn-parse-{k}"))
+                .spawn(work)
+                .is_err()
+            {
+                return Err(input);
+            }
+            to_workers.push(block_tx);
+            parsed.push(parsed_rx);
+            spent.push(spent_tx);
+        }
+        // The input goes over once the splitter runs, so it is still here if none can be started.
+        let (input_tx, input_rx) = sync_channel::<Input>(1);
+        let split = move || {
+            let Ok(input) = input_rx.recv() else { return };
+            split_blocks(input, &to_workers, &bytes_spent);
+        };
+        if thread::Builder::new()
+            .name("ptemu-penn-split".into())
+            .spawn(split)
+            .is_err()
+        {
+            return Err(input);
+        }
+        if let Err(back) = input_tx.send(input) {
+            return Err(back.0);
+        }
+        Ok(Split {
+            name,
+            options,
+            parsed,
+            spent,
+            turn: 0,
+            current: Parsed {
+                uops: Vec::new(),
+                errors: Vec::new(),
+                lines: 0,
+                after: After::More,
+            },
+            pos: 0,
+            error_pos: 0,
+            base: 0,
+            line: 0,
+            skipped: 0,
+            done: false,
+        })
+    }
+
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(super) fn line(&self) -> u64 {
+        self.line
+    }
+
+    pub(super) fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    pub(super) fn lenient(&self) -> bool {
+        self.options.lenient
+    }
+
+    pub(super) fn skip(&mut self, err: SourceError) -> Result<()> {
+        self.options.skip(err, &mut self.skipped)
+    }
+
+    /// The next parsed micro-op, as [`super::read::LineReader::next_uop`] would return it.
+    #[inline]
+    pub(super) fn next_uop(&mut self) -> Result<Option<(u64, Uop)>> {
+        if self.done {
+            return Ok(None);
+        }
+        loop {
+            let bad = self.current.errors.get(self.error_pos).map(|e| e.0);
+            if let Some(&(rel, u)) = self.current.uops.get(self.pos) {
+                if bad.is_none_or(|b| rel < b) {
+                    self.pos += 1;
+                    self.line = self.base + rel;
+                    return Ok(Some((self.line, u)));
+                }
+            }
+            match bad {
+                Some(rel) => {
+                    let spent = LineError {
+                        kind: ErrorKind::BadField,
+                        message: String::new(),
+                    };
+                    let e = std::mem::replace(&mut self.current.errors[self.error_pos].1, spent);
+                    self.error_pos += 1;
+                    self.line = self.base + rel;
+                    let err = SourceError::at(&self.name, Position::Line(self.line), e.kind, e.message);
+                    if let Err(err) = self.options.skip(err, &mut self.skipped) {
+                        self.done = true;
+                        return Err(err);
+                    }
+                }
+                None => self.next_block()?,
+            }
+            if self.done {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Moves past the current block: the next one in order, the end, or the read error that
+    /// ended the input.
+    #[cold]
+    fn next_block(&mut self) -> Result<()> {
+        self.base += self.current.lines;
+        self.line = self.base;
+        match std::mem::replace(&mut self.current.after, After::End) {
+            After::More => {}
+            After::End => {
+                self.done = true;
+                return Ok(());
+            }
+            After::Error(e) => {
+                self.done = true;
+                return Err(SourceError::io(
+                    &self.name,
+                    Some(Position::Line(self.base + 1)),
+                    e,
+                ));
+            }
+        }
+        let Ok(next) = self.parsed[self.turn].recv() else {
+            // A worker is gone without its last word: it panicked.
+            self.done = true;
+            return Err(SourceError::io(
+                &self.name,
+                None,
+                io::Error::other("a parsing thread stopped"),
+            ));
+        };
+        let spent = std::mem::replace(&mut self.current, next);
+        let _ = self.spent[self.turn].try_send(spent.uops);
+        self.turn = (self.turn + 1) % self.parsed.len();
+        self.pos = 0;
+        self.error_pos = 0;
+        Ok(())
+    }
+}
+
+/// The splitter: blocks of whole lines to the workers in turn, until the end of the input, a read
+/// error, or a worker gone.
+fn split_blocks(mut input: Input, workers: &[SyncSender<Block>], spent: &Receiver<Vec<u8>>) {
+    let mut carry: Vec<u8> = Vec::new();
+    for turn in (0..workers.len()).cycle() {
+        let mut bytes = spent
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BLOCK + MAX_LINE + 2));
+        bytes.clear();
+        bytes.append(&mut carry);
+        let after = fill(&mut input, &mut bytes);
+        let after = match after {
+            After::More => cut(&mut input, &mut bytes, &mut carry),
+            After::Error(e) => {
+                // Only whole lines go before the error.
+                let whole = memchr::memrchr(b'\n', &bytes).map_or(0, |nl| nl + 1);
+                bytes.truncate(whole);
+                After::Error(e)
+            }
+            After::End => After::End,
+        };
+        let last = !matches!(after, After::More);
+        if workers[turn].send(Block { bytes, after }).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Appends input to `bytes` until it holds [`BLOCK`] bytes or the input ends or fails.
+fn fill(input: &mut Input, bytes: &mut Vec<u8>) -> After {
+    while bytes.len() < BLOCK {
+        let buf = match input.fill_buf() {
+            Ok([]) => return After::End,
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return After::Error(e),
+        };
+        let n = buf.len().min(BLOCK - bytes.len());
+        bytes.extend_from_slice(&buf[..n]);
+        input.consume(n);
+    }
+    After::More
+}
+
+/// Ends a full block after its last newline, the rest carried to the next block. A block without
+/// a newline is one line longer than [`MAX_LINE`]: its first `MAX_LINE + 1` bytes stand for it
+/// (the worker rejects it as too long) and the rest of it is read past.
+fn cut(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
+    if let Some(nl) = memchr::memrchr(b'\n', bytes) {
+        carry.extend_from_slice(&bytes[nl + 1..]);
+        bytes.truncate(nl + 1);
+        return After::More;
+    }
+    bytes.truncate(MAX_LINE + 1);
+    bytes.push(b'\n');
+    loop {
+        let buf = match input.fill_buf() {
+            Ok([]) => return After::End,
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return After::Error(e),
+        };
+        if let Some(nl) = memchr::memchr(b'\n', buf) {
+            input.consume(nl + 1);
+            return After::More;
+        }
+        let n = buf.len();
+        input.consume(n);
+    }
+}
+
+/// A worker's parse of one block, and the block's buffer to reuse.
+fn parse_block(block: Block, mut uops: Vec<(u64, Uop)>) -> (Parsed, Vec<u8>) {
+    let bytes = block.bytes;
+    uops.clear();
+    let mut errors = Vec::new();
+    let (mut at, mut line) = (0, 0u64);
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let (len, next) = match memchr::memchr(b'\n', rest) {
+            Some(nl) => (nl, at + nl + 1),
+            None => (rest.len(), bytes.len()),
+        };
+        line += 1;
+        let parsed = if len > MAX_LINE {
+            Err(too_long())
+        } else if let Some(u) = super::fast::parse_in(rest, len) {
+            Ok(Some(u))
+        } else {
+            parse_or_blank(&rest[..len])
+        };
+        match parsed {
+            Ok(Some(u)) => uops.push((line, u)),
+            Ok(None) => {}
+            Err(e) => errors.push((line, e)),
+        }
+        at = next;
+    }
+    let parsed = Parsed {
+        uops,
+        errors,
+        lines: line,
+        after: block.after,
+    };
+    (parsed, bytes)
+}
