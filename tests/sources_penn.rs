@@ -495,7 +495,7 @@ fn sim18_lines_parsed_ahead_read_as_on_one_thread() {
 }
 
 /// SIM19: where the blocks are cut does not show. Lines too long for the parser (2,000 bytes)
-/// and longer than a block (300 KB without a newline, read past by the splitter), a bad line
+/// and longer than a block (300 KB without a newline, read past by the worker reading it), a bad line
 /// at a block's end, many bad lines in one block, a last line without its newline, a last line
 /// too long without its newline: line numbers, errors and counts as on one thread.
 #[test]

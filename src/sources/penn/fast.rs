@@ -211,7 +211,17 @@ impl Tokens<'_> {
         if e - s != 1 {
             return None;
         }
-        table.iter().find(|(k, _)| *k == self.buf[s]).map(|&(_, v)| v)
+        // Unrolled compares: a search through the table was a call per field.
+        let b = self.buf[s];
+        if b == table[0].0 {
+            Some(table[0].1)
+        } else if b == table[1].0 {
+            Some(table[1].1)
+        } else if b == table[2].0 {
+            Some(table[2].1)
+        } else {
+            None
+        }
     }
 
     /// A name: its bytes are printable already (`classify` let no other byte through), so only

@@ -2,14 +2,16 @@
 //! so with two threads or more it runs ahead of the grouping, mapping and tracing, and it is split
 //! across workers.
 //!
-//! A splitter thread reads the input and cuts it into blocks of whole lines (about
-//! [`BLOCK`] bytes each); worker `k` of `n` parses blocks `k`, `k + n`, `k + 2n`, ... with line
-//! numbers counted from its block's start; the reader takes the parsed blocks back in order and
-//! numbers their lines. It sees what a [`super::read::LineReader`] on its own thread gives: the same
-//! micro-ops and line numbers, the same errors in the same order (a bad line, a line too long, a
-//! read error at the line after the last whole one) and the same counts. After an error, later
-//! reads return the end instead of reading on. Bounded: a worker holds at most [`QUEUED`] blocks
-//! waiting and [`QUEUED`] parsed, buffers go back to be reused.
+//! The workers take turns at the input: worker `k` of `n` holds it for blocks `k`, `k + n`,
+//! `k + 2n`, ..., reads a block of whole lines (about [`BLOCK`] bytes) into its own buffer, hands
+//! the input on to worker `k + 1` (a token ring: the input itself is the token, so the reads stay
+//! in order) and parses the block with line numbers counted from its start, where the bytes are
+//! still in its core's cache. The reader takes the parsed blocks back in order and numbers their
+//! lines. It sees what a [`super::read::LineReader`] on its own thread gives: the same micro-ops
+//! and line numbers, the same errors in the same order (a bad line, a line too long, a read error
+//! at the line after the last whole one) and the same counts. After an error, later reads return
+//! the end instead of reading on. Bounded: each worker holds one block and at most [`QUEUED`]
+//! parsed ones; micro-op buffers go back to be reused.
 
 use super::parse::{LineError, MAX_LINE};
 use super::read::{parse_or_blank, too_long};
@@ -48,7 +50,7 @@ struct Parsed {
     after: After,
 }
 
-/// The reader's side of the splitter and workers.
+/// The reader's side of the parsing workers.
 pub(super) struct Split {
     name: String,
     options: ReadOptions,
@@ -80,10 +82,10 @@ impl std::fmt::Debug for Split {
 }
 
 impl Split {
-    /// Starts the splitter and `workers` parsing threads (at least one) over `input`, or gives
-    /// `input` back when no thread can be had. The threads end at the end of input, after a read
-    /// error, or when this side is dropped (their next send fails; a read the splitter is
-    /// blocked in finishes first).
+    /// Starts `workers` parsing threads (at least one) over `input`, or gives `input` back when
+    /// no thread can be had. The threads end at the end of input, after a read error, or when
+    /// this side is dropped (their next send fails; a read a worker is blocked in finishes
+    /// first).
     pub(super) fn spawn(
         input: Input,
         options: ReadOptions,
@@ -91,27 +93,22 @@ impl Split {
     ) -> std::result::Result<Split, Input> {
         let workers = workers.max(1);
         let name = input.name().to_owned();
-        let (bytes_back, bytes_spent) = sync_channel::<Vec<u8>>(workers * (QUEUED + 2));
-        let mut to_workers = Vec::new();
+        let (mut turns_tx, mut turns_rx) = (Vec::new(), Vec::new());
+        for _ in 0..workers {
+            let (tx, rx) = sync_channel::<Token>(1);
+            turns_tx.push(tx);
+            turns_rx.push(Some(rx));
+        }
+        let first = turns_tx[0].clone();
         let mut parsed = Vec::new();
         let mut spent = Vec::new();
         for k in 0..workers {
-            let (block_tx, block_rx) = sync_channel::<Block>(QUEUED);
             let (parsed_tx, parsed_rx) = sync_channel::<Parsed>(QUEUED);
             let (spent_tx, spent_rx) = sync_channel::<Vec<(u64, Uop)>>(QUEUED + 2);
-            let bytes_back = bytes_back.clone();
-            let work = move || {
-                while let Ok(block) = block_rx.recv() {
-                    let uops = spent_rx.try_recv().unwrap_or_default();
-                    let (p, bytes) = parse_block(block, uops);
-                    let _ = bytes_back.try_send(bytes);
-                    let last = !matches!(p.after, After::More);
-                    if parsed_tx.send(p).is_err() || last {
-                        return;
-                    }
-                }
-            };
-            // A worker that cannot start: the threads started so far end when their channels
+            let turn = turns_rx[k].take().expect("one receiver per worker");
+            let next = turns_tx[(k + 1) % workers].clone();
+            let work = move || work(&turn, &next, &parsed_tx, &spent_rx);
+            // A worker that cannot start: the ones started so far end when their turn channels
             // drop, and the input has not moved yet.
             if thread::Builder::new()
                 .name(format!("ptemu-penn-parse-{k}"))
@@ -120,25 +117,17 @@ impl Split {
             {
                 return Err(input);
             }
-            to_workers.push(block_tx);
             parsed.push(parsed_rx);
             spent.push(spent_tx);
         }
-        // The input goes over once the splitter runs, so it is still here if none can be started.
-        let (input_tx, input_rx) = sync_channel::<Input>(1);
-        let split = move || {
-            let Ok(input) = input_rx.recv() else { return };
-            split_blocks(input, &to_workers, &bytes_spent);
+        drop(turns_tx);
+        let token = Token {
+            input,
+            carry: Vec::new(),
+            ended: false,
         };
-        if thread::Builder::new()
-            .name("ptemu-penn-split".into())
-            .spawn(split)
-            .is_err()
-        {
-            return Err(input);
-        }
-        if let Err(back) = input_tx.send(input) {
-            return Err(back.0);
+        if let Err(back) = first.send(token) {
+            return Err(back.0.input);
         }
         Ok(Split {
             name,
@@ -258,31 +247,63 @@ impl Split {
     }
 }
 
-/// The splitter: blocks of whole lines to the workers in turn, until the end of the input, a read
-/// error, or a worker gone.
-fn split_blocks(mut input: Input, workers: &[SyncSender<Block>], spent: &Receiver<Vec<u8>>) {
-    let mut carry: Vec<u8> = Vec::new();
-    for turn in (0..workers.len()).cycle() {
-        let mut bytes = spent
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BLOCK + MAX_LINE + 2));
-        bytes.clear();
-        bytes.append(&mut carry);
-        let after = fill(&mut input, &mut bytes);
-        let after = match after {
-            After::More => cut(&mut input, &mut bytes, &mut carry),
-            After::Error(e) => {
-                // Only whole lines go before the error.
-                let whole = memchr::memrchr(b'\n', &bytes).map_or(0, |nl| nl + 1);
-                bytes.truncate(whole);
-                After::Error(e)
-            }
-            After::End => After::End,
-        };
-        let last = !matches!(after, After::More);
-        if workers[turn].send(Block { bytes, after }).is_err() || last {
+/// The input and the part line after the last block read, passed from worker to worker.
+struct Token {
+    input: Input,
+    carry: Vec<u8>,
+    /// The input ended (or failed) with the last block read.
+    ended: bool,
+}
+
+/// A worker: waits for its turn at the input, reads a block, hands the input on, parses the
+/// block and sends it to the reader; until the input ends or the reader or a neighbour is gone.
+fn work(
+    turn: &Receiver<Token>,
+    next: &SyncSender<Token>,
+    parsed: &SyncSender<Parsed>,
+    spent: &Receiver<Vec<(u64, Uop)>>,
+) {
+    let mut bytes = Vec::with_capacity(BLOCK);
+    while let Ok(mut token) = turn.recv() {
+        if token.ended {
+            // Passed round after the last block: every worker stops.
+            let _ = next.send(token);
             return;
         }
+        bytes.clear();
+        bytes.append(&mut token.carry);
+        let after = read_block(&mut token.input, &mut bytes, &mut token.carry);
+        token.ended = !matches!(after, After::More);
+        let last = token.ended;
+        // The next worker may be gone only when the reader is: the block is parsed anyway.
+        let _ = next.send(token);
+        let uops = spent.try_recv().unwrap_or_default();
+        let (p, b) = parse_block(
+            Block {
+                bytes: std::mem::take(&mut bytes),
+                after,
+            },
+            uops,
+        );
+        bytes = b;
+        if parsed.send(p).is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Reads the next block of whole lines into `bytes` (which starts with the part line carried
+/// from the block before); the part line after it goes to `carry`.
+fn read_block(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
+    match fill(input, bytes) {
+        After::More => cut(input, bytes, carry),
+        After::Error(e) => {
+            // Only whole lines go before the error.
+            let whole = memchr::memrchr(b'\n', bytes).map_or(0, |nl| nl + 1);
+            bytes.truncate(whole);
+            After::Error(e)
+        }
+        After::End => After::End,
     }
 }
 
