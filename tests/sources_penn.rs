@@ -551,19 +551,24 @@ fn sim19_blocks_cut_anywhere_read_as_on_one_thread() {
     assert_parallel_reads_as_here("huge last line", &huge_end);
 }
 
-/// A reader that gives `ok` bytes, then fails.
+/// A reader that gives `ok` bytes of `bytes`, then fails; once interrupted at `interrupt_at`.
 struct FailAfter {
     bytes: Vec<u8>,
     at: usize,
     ok: usize,
+    interrupt_at: Option<usize>,
 }
 
 impl std::io::Read for FailAfter {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.at >= self.ok {
+        if self.interrupt_at.is_some_and(|i| self.at >= i) {
+            self.interrupt_at = None;
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        if self.at >= self.ok.min(self.bytes.len()) && self.ok != usize::MAX {
             return Err(std::io::Error::other("the disk went away"));
         }
-        let n = buf.len().min(self.ok - self.at).min(4096);
+        let n = buf.len().min(self.ok.min(self.bytes.len()) - self.at).min(4096);
         buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
         self.at += n;
         Ok(n)
@@ -571,39 +576,86 @@ impl std::io::Read for FailAfter {
 }
 
 /// SIM19: a read error mid-line is reported at the line after the last whole one, after every
-/// micro-op before it, with the same text as on one thread, wherever the blocks were cut.
+/// micro-op before it, with the same text as on one thread, wherever the blocks were cut, strict
+/// and lenient, also inside a line too long to parse (2,000 bytes) or longer than a block.
 #[test]
 fn sim19_a_read_error_comes_after_the_whole_lines_before_it() {
-    let bytes = generated(8_000, 3);
-    for ok in [100, 128 << 10, (128 << 10) + 50, 300_000] {
+    let lines = generated(8_000, 3);
+    let whole = lines.iter().filter(|&&b| b == b'\n').count() as u64;
+    let mut cases: Vec<(Vec<u8>, usize)> = [100, 128 << 10, (128 << 10) + 50, 300_000]
+        .iter()
+        .map(|&ok| (lines.clone(), ok))
+        .collect();
+    for tail in [2_000, 300_000] {
+        let mut b = lines.clone();
+        b.extend(std::iter::repeat_n(b'7', tail));
+        let ok = b.len();
+        cases.push((b, ok));
+    }
+    for (bytes, ok) in cases {
         let input = |bytes: &[u8]| {
             let r = FailAfter {
                 bytes: bytes.to_vec(),
                 at: 0,
                 ok,
+                interrupt_at: None,
             };
             Input::from_reader("pipe", r).unwrap()
         };
-        let here = reading(UopReader::new(input(&bytes), ReadOptions::default()));
-        assert!(
-            here.1
-                .as_deref()
-                .is_some_and(|e| e.contains("the disk went away")),
-            "{:?}",
-            here.1
-        );
-        for workers in 1..=3 {
-            let split = reading(UopReader::parallel(
-                input(&bytes),
-                ReadOptions::default(),
-                workers,
-            ));
+        for lenient in [false, true] {
+            let options = ReadOptions { lenient };
+            let here = reading(UopReader::new(input(&bytes), options));
             assert!(
-                here == split,
-                "error after {ok} bytes, {workers} workers: {:?} vs {:?}",
-                (&here.1, here.2, here.0.len()),
-                (&split.1, split.2, split.0.len())
+                here.1
+                    .as_deref()
+                    .is_some_and(|e| e.contains("the disk went away")),
+                "{:?}",
+                here.1
             );
+            if ok == bytes.len() {
+                let expected = format!("line {}: the disk went away", whole + 1);
+                assert!(
+                    here.1.as_deref().is_some_and(|e| e.contains(&expected)),
+                    "{:?}",
+                    here.1
+                );
+                assert_eq!(here.3, 0, "nothing skipped");
+            }
+            for workers in 1..=3 {
+                let split = reading(UopReader::parallel(input(&bytes), options, workers));
+                assert!(
+                    here == split,
+                    "error after {ok} bytes, lenient {lenient}, {workers} workers: {:?} vs {:?}",
+                    (&here.1, here.2, here.3, here.0.len()),
+                    (&split.1, split.2, split.3, split.0.len())
+                );
+            }
+        }
+    }
+}
+
+/// An interrupted read (EINTR) is read again by the input: every reader reads on, as on one
+/// thread.
+#[test]
+fn sim19_an_interrupted_read_is_read_again() {
+    let bytes = generated(2_000, 4);
+    let input = |at: usize| {
+        let r = FailAfter {
+            bytes: bytes.clone(),
+            at: 0,
+            ok: usize::MAX,
+            interrupt_at: Some(at),
+        };
+        Input::from_reader("pipe", r).unwrap()
+    };
+    let all = reading(UopReader::new(
+        bytes_input("t.trace", &bytes),
+        ReadOptions::default(),
+    ));
+    for at in [10, 70_000] {
+        assert!(reading(UopReader::new(input(at), ReadOptions::default())) == all);
+        for workers in 1..=2 {
+            assert!(reading(UopReader::parallel(input(at), ReadOptions::default(), workers)) == all);
         }
     }
 }

@@ -58,6 +58,10 @@ pub fn default_ctl(scheme: Scheme, format: Format) -> RtitCtl {
         .with_topa(scheme == Scheme::Topa)
 }
 
+/// The most Penn parsing workers a run starts, whatever [`Options::threads`] asks for (SIM19):
+/// each holds a block and parsed micro-ops, and more than the cores only take turns.
+pub const MAX_PARSE_WORKERS: usize = 16;
+
 /// What to simulate, besides the input.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -76,8 +80,9 @@ pub struct Options {
     pub read: ReadOptions,
     /// Build the code image of a Penn trace.
     pub image: bool,
-    /// Threads (SIM18): 1 reads, maps and traces on the calling thread; 2 or more read and map on
-    /// a second thread, ahead of the tracer. The outputs are the same bytes either way.
+    /// Threads (SIM18, SIM19): 1 reads, maps and traces on the calling thread; 2 or more read
+    /// and map on a second thread, ahead of the tracer, and parse a Penn trace on as many more
+    /// (at most [`MAX_PARSE_WORKERS`]). The outputs are the same bytes either way.
     pub threads: usize,
 }
 
@@ -228,7 +233,11 @@ pub fn run_recording<W: Write>(
         // SIM18, SIM19: with a second thread, Penn lines are parsed ahead, split across as many
         // workers as threads (parsing is most of the time): the same events either way.
         Format::Penn if opts.threads >= 2 => Feed::Penn(
-            Box::new(PennEvents::parsed_ahead(input, opts.read, opts.threads)),
+            Box::new(PennEvents::parsed_ahead(
+                input,
+                opts.read,
+                opts.threads.min(MAX_PARSE_WORKERS),
+            )),
             opts.image.then(ImageBuilder::new),
         ),
         Format::Penn => Feed::Penn(

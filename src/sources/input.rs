@@ -228,16 +228,21 @@ impl<R> Sticky<R> {
 }
 
 impl<R: Read> Read for Sticky<R> {
+    /// Reads again after an interrupted read (EINTR), so that no reader above sees one: every
+    /// reader treats the input alike.
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if let Some(f) = &self.failed {
             return Err(f.again());
         }
-        match self.inner.read(out) {
-            Err(e) if e.kind() != io::ErrorKind::Interrupted => {
-                self.failed = Some(Failed::of(&e));
-                Err(e)
+        loop {
+            match self.inner.read(out) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.failed = Some(Failed::of(&e));
+                    return Err(e);
+                }
+                r => return r,
             }
-            r => r,
         }
     }
 }

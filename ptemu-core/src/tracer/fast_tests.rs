@@ -124,14 +124,15 @@ enum Mode {
     Batches,
 }
 
-/// Runs `events` in `mode`; the state a decoder and a user can see.
+/// Runs `events` in `mode`; the state a decoder and a user can see, and the core clock (seen in
+/// the trace only through a TSC after the cycles passed).
 fn run(
     mode: Mode,
     long_tnt: bool,
     ctl: RtitCtl,
     range: Option<(u64, u64)>,
     events: &[Event],
-) -> (Vec<u8>, Vec<u64>, TracerStats, bool) {
+) -> (Vec<u8>, Vec<u64>, TracerStats, bool, u64) {
     let mut mem = SparseMemory::new();
     let unit = OutputUnit::new(CpuProfile::named("generic-max").unwrap());
     let mut t = Tracer::new(
@@ -168,7 +169,7 @@ fn run(
         .iter()
         .map(|&m| t.rdmsr(m).unwrap())
         .collect();
-    (bytes, msrs, t.stats(), t.packet_en())
+    (bytes, msrs, t.stats(), t.packet_en(), t.clock().cycles())
 }
 
 proptest! {
@@ -186,6 +187,7 @@ proptest! {
             prop_assert_eq!(&fast.1, &general.1, "MSRs");
             prop_assert_eq!(&fast.2, &general.2, "statistics");
             prop_assert_eq!(fast.3, general.3, "PacketEn");
+            prop_assert_eq!(fast.4, general.4, "core cycles");
             prop_assert!(fast.0 == general.0, "the trace bytes differ");
         }
     }

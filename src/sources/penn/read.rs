@@ -34,9 +34,9 @@ impl UopReader {
         Self::parallel(input, options, 1)
     }
 
-    /// [`UopReader::ahead`] with the parsing split across `workers` threads (blocks of lines in
-    /// turn; `super::split`), and one more thread reading and cutting the input: the same
-    /// micro-ops, line numbers, errors (in order) and counts.
+    /// [`UopReader::ahead`] with the parsing split across `workers` threads that take turns
+    /// reading blocks of lines and parse them side by side (`super::split`): the same micro-ops,
+    /// line numbers, errors (in order) and counts.
     pub fn parallel(input: Input, options: ReadOptions, workers: usize) -> Self {
         let inner = match super::split::Split::spawn(input, options, workers) {
             Ok(split) => Inner::Ahead(split),
@@ -222,8 +222,9 @@ impl LineReader {
                 let n = buf.len();
                 if self.spill.len() + n > MAX_LINE {
                     self.input.consume(n);
-                    self.line += 1;
+                    // A read error before the line's end is at this line: not counted yet.
                     self.skip_rest_of_line()?;
+                    self.line += 1;
                     self.spill.clear();
                     return Ok(Step::Line(Err(too_long())));
                 }

@@ -10,8 +10,9 @@
 //! lines. It sees what a [`super::read::LineReader`] on its own thread gives: the same micro-ops
 //! and line numbers, the same errors in the same order (a bad line, a line too long, a read error
 //! at the line after the last whole one) and the same counts. After an error, later reads return
-//! the end instead of reading on. Bounded: each worker holds one block and at most [`QUEUED`]
-//! parsed ones; micro-op buffers go back to be reused.
+//! the end instead of reading on (simulate stops at the first error anyway). Bounded: each worker
+//! holds one block and at most [`QUEUED`] + 1 parsed ones; micro-op buffers go back to be
+//! reused. Interrupted reads never get here: [`Input`] reads again.
 
 use super::parse::{LineError, MAX_LINE};
 use super::read::{parse_or_blank, too_long};
@@ -24,7 +25,7 @@ use std::thread;
 
 /// Bytes per block (about 1,500 lines).
 pub(super) const BLOCK: usize = 128 << 10;
-/// Blocks queued to each worker, and parsed blocks queued from it.
+/// Parsed blocks queued from each worker (one more waits in its blocked send).
 const QUEUED: usize = 2;
 
 /// What follows a block's bytes.
@@ -34,12 +35,6 @@ enum After {
     /// A read error after the block's whole lines (a part line before it is dropped, as the
     /// line reader never parses it).
     Error(io::Error),
-}
-
-/// Whole lines of the input (the last one may lack its newline at the end of the input).
-struct Block {
-    bytes: Vec<u8>,
-    after: After,
 }
 
 /// A parsed block: its micro-ops and bad lines by line number within the block (from 1).
@@ -278,14 +273,7 @@ fn work(
         // The next worker may be gone only when the reader is: the block is parsed anyway.
         let _ = next.send(token);
         let uops = spent.try_recv().unwrap_or_default();
-        let (p, b) = parse_block(
-            Block {
-                bytes: std::mem::take(&mut bytes),
-                after,
-            },
-            uops,
-        );
-        bytes = b;
+        let p = parse_block(&bytes, after, uops);
         if parsed.send(p).is_err() || last {
             return;
         }
@@ -313,7 +301,6 @@ fn fill(input: &mut Input, bytes: &mut Vec<u8>) -> After {
         let buf = match input.fill_buf() {
             Ok([]) => return After::End,
             Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return After::Error(e),
         };
         let n = buf.len().min(BLOCK - bytes.len());
@@ -338,8 +325,11 @@ fn cut(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
         let buf = match input.fill_buf() {
             Ok([]) => return After::End,
             Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return After::Error(e),
+            Err(e) => {
+                // The error is at this line, which was not whole: none of it is parsed.
+                bytes.clear();
+                return After::Error(e);
+            }
         };
         if let Some(nl) = memchr::memchr(b'\n', buf) {
             input.consume(nl + 1);
@@ -350,9 +340,9 @@ fn cut(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
     }
 }
 
-/// A worker's parse of one block, and the block's buffer to reuse.
-fn parse_block(block: Block, mut uops: Vec<(u64, Uop)>) -> (Parsed, Vec<u8>) {
-    let bytes = block.bytes;
+/// A worker's parse of one block of whole lines (the last one may lack its newline at the end of
+/// the input), `after` what follows it.
+fn parse_block(bytes: &[u8], after: After, mut uops: Vec<(u64, Uop)>) -> Parsed {
     uops.clear();
     let mut errors = Vec::new();
     let (mut at, mut line) = (0, 0u64);
@@ -377,11 +367,10 @@ fn parse_block(block: Block, mut uops: Vec<(u64, Uop)>) -> (Parsed, Vec<u8>) {
         }
         at = next;
     }
-    let parsed = Parsed {
+    Parsed {
         uops,
         errors,
         lines: line,
-        after: block.after,
-    };
-    (parsed, bytes)
+        after,
+    }
 }
