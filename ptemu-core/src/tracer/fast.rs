@@ -1,5 +1,6 @@
 //! The fast path: the common events (retired instructions, PTWRITEs while PTWEn = 0, branches
-//! that keep the context, and cycles passing) under the settings where few rules apply ([`Tracer::fast_allowed`]).
+//! that keep the context, and cycles passing) under the settings where few rules apply
+//! ([`Tracer::fast_allowed`]).
 //!
 //! Everything it reads and writes sits in one [`Hot`] inside the tracer. One event
 //! ([`Tracer::event`]) works on it in place; a batch ([`Tracer::events`]) works on a local copy
