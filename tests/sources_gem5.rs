@@ -772,3 +772,68 @@ fn generated_events_trace_to_a_stream_libipt_reads() {
     .unwrap();
     trace_through_libipt(&mut only_fetch, usize::MAX);
 }
+
+/// Everything a source maps to the end or its first error, the error's text, and its stats then.
+fn mapped(mut ev: Gem5Events) -> (Vec<Event>, Option<String>, ptemu::sources::SourceStats) {
+    let mut all = Vec::new();
+    let err = ev
+        .for_each_event(&mut |e| all.push(*e))
+        .err()
+        .map(|e| e.to_string());
+    (all, err, ev.stats())
+}
+
+/// SIM20: a gem5 trace decoded ahead on a thread of its own maps as on one thread: the same
+/// events, error text and stats (records, skipped, counts), strict and lenient, over many
+/// chunks (1,024 records a message), for a dep and fetch pair, a fetch trace alone, a bad record
+/// in the middle, lost framing at the end, and a trace without records.
+#[test]
+fn sim20_gem5_decoded_ahead_maps_as_on_one_thread() {
+    let (dep, fetch) = gen_bytes(10_000, 11);
+    let mut records: Vec<InstDepRecord> = (0..5_000).map(|i| comp(i, 0x1000 + 4 * (i % 300))).collect();
+    records[2_500].r#type = 7;
+    let (bad, _) = dep_trace(&records);
+    let (mut lost, _) = dep_trace(&records[..3_000]);
+    lost.extend([0xff, 0xff, 0xff, 0xff, 0x7f]);
+    let (empty, _) = dep_trace(&[]);
+    // (what, main trace, companion)
+    type Case<'a> = (&'a str, Vec<u8>, Option<Vec<u8>>);
+    let cases: Vec<Case> = vec![
+        ("pair", dep.clone(), Some(fetch.clone())),
+        ("fetch alone", fetch.clone(), None),
+        ("bad record", bad, None),
+        ("lost framing", lost, None),
+        ("empty", empty, None),
+    ];
+    for (what, main, companion) in cases {
+        for lenient in [false, true] {
+            let options = ReadOptions { lenient };
+            let open = |ahead: bool| {
+                let input = Input::from_bytes("m.trace", main.clone()).unwrap();
+                let companion = companion
+                    .clone()
+                    .map(|c| Input::from_bytes("c.trace", c).unwrap());
+                if ahead {
+                    Gem5Events::decoded_ahead(input, companion, options).unwrap()
+                } else {
+                    Gem5Events::new(input, companion, options).unwrap()
+                }
+            };
+            let here = mapped(open(false));
+            let ahead = mapped(open(true));
+            assert!(
+                here == ahead,
+                "{what}, lenient {lenient}: {:?} vs {:?}",
+                (&here.1, here.0.len(), &here.2),
+                (&ahead.1, ahead.0.len(), &ahead.2)
+            );
+            if what == "bad record" {
+                assert_eq!(here.1.is_some(), !lenient, "{:?}", here.1);
+                assert_eq!(here.2.skipped, u64::from(lenient));
+            }
+            if what == "lost framing" {
+                assert!(here.1.is_some(), "lost framing is an error even when lenient");
+            }
+        }
+    }
+}

@@ -80,9 +80,10 @@ pub struct Options {
     pub read: ReadOptions,
     /// Build the code image of a Penn trace.
     pub image: bool,
-    /// Threads (SIM18, SIM19): 1 reads, maps and traces on the calling thread; 2 or more read
-    /// and map on a second thread, ahead of the tracer, and parse a Penn trace on as many more
-    /// (at most [`MAX_PARSE_WORKERS`]). The outputs are the same bytes either way.
+    /// Threads (SIM18-SIM20): 1 reads, maps and traces on the calling thread; 2 or more read
+    /// and map on a second thread, ahead of the tracer, parse a Penn trace on as many more (at
+    /// most [`MAX_PARSE_WORKERS`]) and decode a gem5 trace on a third (SIM20). The outputs are
+    /// the same bytes either way.
     pub threads: usize,
 }
 
@@ -244,6 +245,10 @@ pub fn run_recording<W: Write>(
             Box::new(PennEvents::new(input, opts.read)),
             opts.image.then(ImageBuilder::new),
         ),
+        // SIM20: with a second thread, gem5 messages are decoded on a third.
+        Format::Gem5 if opts.threads >= 2 => Feed::Other(Box::new(sources::gem5::Gem5Events::decoded_ahead(
+            input, fetch, opts.read,
+        )?)),
         f => Feed::Other(sources::open_events(f, input, fetch, opts.read)?),
     };
     let mut unit = OutputUnit::new(opts.layout.cpu.clone());

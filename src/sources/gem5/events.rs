@@ -7,8 +7,9 @@
 //! "instruction" per fetch pc, ticks by difference; given next to a dep trace it is only read
 //! and counted.
 
+use super::ahead::{Ahead, Slim};
 use super::messages::RecordType;
-use super::read::{Reader, Record, TraceKind};
+use super::read::{Reader, TraceKind};
 use crate::packet::PtwSize;
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::{EventSource, Input, ReadOptions, SourceStats, StartState};
@@ -51,10 +52,34 @@ const DISCONTINUITIES: usize = 6;
 const FILTERED: usize = 7;
 const NO_PC: usize = 8;
 
+/// The main trace's records: read here, or decoded ahead on a thread of their own.
+#[derive(Debug)]
+enum Main {
+    Here(Box<Reader>),
+    Ahead(Ahead),
+}
+
+impl Main {
+    #[inline]
+    fn next_record(&mut self) -> Result<Option<Slim>> {
+        match self {
+            Main::Here(r) => Ok(r.next_record()?.map(|r| Slim::of(&r))),
+            Main::Ahead(a) => a.next_record(),
+        }
+    }
+
+    fn records(&self) -> u64 {
+        match self {
+            Main::Here(r) => r.records(),
+            Main::Ahead(a) => a.records(),
+        }
+    }
+}
+
 /// A gem5 dep trace (or fetch trace) as tracer events.
 #[derive(Debug)]
 pub struct Gem5Events {
-    main: Reader,
+    main: Main,
     companion: Option<Reader>,
     options: ReadOptions,
     tick_freq: u64,
@@ -76,6 +101,16 @@ impl Gem5Events {
     /// so it may be given either way round (a fetch trace as `input`, the dep trace as `fetch`);
     /// two traces of one kind are an error naming the second file.
     pub fn new(input: Input, fetch: Option<Input>, options: ReadOptions) -> Result<Self> {
+        Self::open(input, fetch, options, false)
+    }
+
+    /// [`Gem5Events::new`] with the main trace decoded on a thread of its own, ahead of the
+    /// mapping (SIM20): the same events, errors and counts.
+    pub fn decoded_ahead(input: Input, fetch: Option<Input>, options: ReadOptions) -> Result<Self> {
+        Self::open(input, fetch, options, true)
+    }
+
+    fn open(input: Input, fetch: Option<Input>, options: ReadOptions, ahead: bool) -> Result<Self> {
         let mut main = Reader::new(input)?;
         let mut companion = fetch.map(Reader::new).transpose()?;
         if let Some(other) = companion.as_mut() {
@@ -100,8 +135,16 @@ impl Gem5Events {
                 }
             }
         }
+        let tick_freq = main.header().tick_freq().max(1);
+        let main = Box::new(main);
+        let main = if ahead {
+            // No thread to be had: read here.
+            Ahead::spawn(main).map_or_else(Main::Here, Main::Ahead)
+        } else {
+            Main::Here(main)
+        };
         Ok(Gem5Events {
-            tick_freq: main.header().tick_freq().max(1),
+            tick_freq,
             main,
             companion,
             options,
@@ -165,10 +208,13 @@ impl Gem5Events {
             None => return Ok(false),
         };
         match record {
-            Record::Dep(r) => {
-                let kind = RecordType::try_from(r.r#type).unwrap_or(RecordType::Invalid);
-                let (pc, delay, weight) = (r.pc, r.comp_delay, r.weight);
-                let payload = r.v_addr.or(r.p_addr);
+            Slim::Dep {
+                kind,
+                pc,
+                comp_delay: delay,
+                weight,
+                addr: payload,
+            } => {
                 self.counts[match kind {
                     RecordType::Comp => COMP,
                     RecordType::Load => LOAD,
@@ -189,8 +235,7 @@ impl Gem5Events {
                     self.payloads.extend(payload);
                 }
             }
-            Record::Fetch(p) => {
-                let (tick, pc, addr) = (p.tick, p.pc, p.addr);
+            Slim::Fetch { tick, pc, addr } => {
                 self.counts[FETCH] += 1;
                 let elapsed = self.last_tick.map_or(0, |t| tick.saturating_sub(t));
                 self.last_tick = Some(tick);

@@ -2,6 +2,7 @@
 //! instruction-fetch trace (Packet), protobuf messages behind the magic `gem5`, usually gzip'd.
 //! `spec/mapping.md` (section gem5) documents the format and the mapping to tracer events.
 
+mod ahead;
 mod events;
 mod fast;
 mod gen;
