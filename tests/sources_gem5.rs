@@ -837,3 +837,131 @@ fn sim20_gem5_decoded_ahead_maps_as_on_one_thread() {
         }
     }
 }
+
+/// Bytes, then a read error (a pipe that breaks), or a panic.
+struct Breaks {
+    bytes: std::io::Cursor<Vec<u8>>,
+    panics: bool,
+}
+
+impl std::io::Read for Breaks {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = std::io::Read::read(&mut self.bytes, out)?;
+        assert!(n > 0 || !self.panics, "the reader broke");
+        if n == 0 {
+            return Err(std::io::Error::other("pipe broke"));
+        }
+        Ok(n)
+    }
+}
+
+/// SIM20: decoded ahead as on one thread also for a read error mid-file (strict and lenient)
+/// and gzip'd traces (a pair, and one cut short); a panic in the decoding thread goes on in the
+/// mapping's thread.
+#[test]
+fn sim20_read_errors_gzip_and_panics_as_on_one_thread() {
+    let (dep, fetch) = gen_bytes(10_000, 11);
+    let cut = dep.len() * 2 / 3;
+    let gz = |b: &[u8]| {
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    let mut gz_cut = gz(&dep);
+    gz_cut.truncate(gz_cut.len() * 2 / 3);
+    for lenient in [false, true] {
+        let options = ReadOptions { lenient };
+        for what in ["broken", "gzip pair", "gzip cut"] {
+            let open = |ahead: bool| {
+                let (input, companion) = match what {
+                    "broken" => {
+                        let r = Breaks {
+                            bytes: std::io::Cursor::new(dep[..cut].to_vec()),
+                            panics: false,
+                        };
+                        (Input::from_reader("m", r).unwrap(), None)
+                    }
+                    "gzip pair" => (
+                        Input::from_bytes("m", gz(&dep)).unwrap(),
+                        Some(Input::from_bytes("c", gz(&fetch)).unwrap()),
+                    ),
+                    _ => (Input::from_bytes("m", gz_cut.clone()).unwrap(), None),
+                };
+                if ahead {
+                    Gem5Events::decoded_ahead(input, companion, options).unwrap()
+                } else {
+                    Gem5Events::new(input, companion, options).unwrap()
+                }
+            };
+            let here = mapped(open(false));
+            let ahead = mapped(open(true));
+            assert!(
+                here == ahead,
+                "{what}, lenient {lenient}: {:?} vs {:?}",
+                (&here.1, &here.2),
+                (&ahead.1, &ahead.2)
+            );
+            assert_eq!(here.1.is_some(), what != "gzip pair", "{what}: {:?}", here.1);
+        }
+    }
+    let r = Breaks {
+        bytes: std::io::Cursor::new(dep[..cut].to_vec()),
+        panics: true,
+    };
+    let ev =
+        Gem5Events::decoded_ahead(Input::from_reader("m", r).unwrap(), None, ReadOptions::default()).unwrap();
+    let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || mapped(ev)))
+        .expect_err("the panic goes on");
+    let text = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+    assert!(text.is_some_and(|t| t.contains("the reader broke")));
+}
+
+/// A bad record, then an input that stalls (a pipe whose writer waits): the error arrives while
+/// the input stalls, decoded ahead as on one thread.
+struct Stalls {
+    bytes: std::io::Cursor<Vec<u8>>,
+    wait: std::sync::mpsc::Receiver<()>,
+}
+
+impl std::io::Read for Stalls {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = std::io::Read::read(&mut self.bytes, out)?;
+        if n == 0 {
+            let _ = self.wait.recv();
+        }
+        Ok(n)
+    }
+}
+
+/// SIM20: an error the decoding thread found is not held back by an input that stalls after it.
+#[test]
+fn sim20_an_error_before_a_stall_arrives() {
+    let mut records: Vec<InstDepRecord> = (0..100).map(|i| comp(i, 0x1000 + 4 * (i % 30))).collect();
+    records[50].r#type = 7;
+    let (bad, _) = dep_trace(&records);
+    for ahead in [false, true] {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let bad = bad.clone();
+        std::thread::spawn(move || {
+            let r = Stalls {
+                bytes: std::io::Cursor::new(bad),
+                wait,
+            };
+            let input = Input::from_reader("m", r).unwrap();
+            let ev = if ahead {
+                Gem5Events::decoded_ahead(input, None, ReadOptions::default()).unwrap()
+            } else {
+                Gem5Events::new(input, None, ReadOptions::default()).unwrap()
+            };
+            let _ = done_tx.send(mapped(ev).1);
+        });
+        let got = done_rx.recv_timeout(std::time::Duration::from_secs(20));
+        drop(release);
+        let error = got.expect("the error arrives while the input stalls");
+        assert!(error.is_some_and(|e| e.contains("type 7")), "ahead {ahead}");
+    }
+}

@@ -659,3 +659,57 @@ fn sim19_an_interrupted_read_is_read_again() {
         }
     }
 }
+
+/// A reader that gives its bytes, then panics.
+struct PanicAtEnd {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for PanicAtEnd {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        assert!(self.at < self.bytes.len(), "the reader broke");
+        let n = buf.len().min(self.bytes.len() - self.at).min(4096);
+        buf[..n].copy_from_slice(&self.bytes[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// SIM19: a panic on a parsing worker (here: in the input's read) goes on in the reader's
+/// thread, as it would on one thread, instead of becoming an input error.
+#[test]
+fn sim19_a_worker_panic_goes_on_in_the_reader() {
+    let bytes = generated(4_000, 6);
+    for workers in [0, 1, 2, 3] {
+        let input = Input::from_reader(
+            "pipe",
+            PanicAtEnd {
+                bytes: bytes.clone(),
+                at: 0,
+            },
+        )
+        .unwrap();
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let reader = if workers == 0 {
+                UopReader::new(input, ReadOptions::default())
+            } else {
+                UopReader::parallel(input, ReadOptions::default(), workers)
+            };
+            reading(reader)
+        }));
+        let panic = run.expect_err("the panic reaches the reader");
+        assert!(
+            panic_text(&*panic).contains("the reader broke"),
+            "{workers} workers"
+        );
+    }
+}

@@ -6,6 +6,8 @@
 //! The mapping sees what the [`Reader`] on its own thread gives: the same records, the same
 //! errors in the same order, and the same record count after each. After the end or an error that
 //! ends the reader, the thread stops; when this side is dropped, its next send fails and it stops.
+//! A chunk goes as soon as it holds an error, so an input that stalls after a bad record cannot
+//! hold the error back; in strict mode the thread may have decoded up to a few chunks past it.
 
 use super::messages::RecordType;
 use super::read::{Reader, Record};
@@ -72,6 +74,8 @@ struct Chunk {
 /// The mapping's side of the decoding thread.
 pub(super) struct Ahead {
     name: String,
+    /// Joined when the thread is gone without its last word, to pass its panic on.
+    thread: Option<thread::JoinHandle<()>>,
     chunks: Receiver<Chunk>,
     spent: SyncSender<Vec<Item>>,
     current: Chunk,
@@ -113,28 +117,33 @@ impl Ahead {
                         }
                         Err(e) => Err(e),
                     };
+                    let error = record.is_err();
                     items.push(Item {
                         record,
                         records: reader.records(),
                     });
+                    if error {
+                        // Sent at once: an input that stalls next must not hold the error back.
+                        break;
+                    }
                 }
                 if full_tx.send(Chunk { items, end }).is_err() || end {
                     return;
                 }
             }
         };
-        if thread::Builder::new()
+        let Ok(thread) = thread::Builder::new()
             .name("ptemu-gem5-decode".into())
             .spawn(decode)
-            .is_err()
-        {
+        else {
             return Err(reader);
-        }
+        };
         if let Err(back) = reader_tx.send(reader) {
             return Err(back.0);
         }
         Ok(Ahead {
             name,
+            thread: Some(thread),
             chunks,
             spent,
             current: Chunk {
@@ -170,8 +179,12 @@ impl Ahead {
                 return Ok(None);
             }
             let Ok(next) = self.chunks.recv() else {
-                // The thread is gone without its last word: it panicked.
+                // The thread is gone without its last word: its panic goes on here, as it would
+                // on one thread.
                 self.current.end = true;
+                if let Some(Err(panic)) = self.thread.take().map(thread::JoinHandle::join) {
+                    std::panic::resume_unwind(panic);
+                }
                 return Err(SourceError::io(
                     &self.name,
                     None,

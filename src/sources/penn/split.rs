@@ -49,6 +49,8 @@ struct Parsed {
 pub(super) struct Split {
     name: String,
     options: ReadOptions,
+    /// The workers, joined when one is gone without its last word, to pass its panic on.
+    threads: Vec<thread::JoinHandle<()>>,
     /// Parsed blocks from each worker, taken in turn.
     parsed: Vec<Receiver<Parsed>>,
     /// Spent micro-op buffers back to each worker.
@@ -97,6 +99,7 @@ impl Split {
         let first = turns_tx[0].clone();
         let mut parsed = Vec::new();
         let mut spent = Vec::new();
+        let mut threads = Vec::new();
         for k in 0..workers {
             let (parsed_tx, parsed_rx) = sync_channel::<Parsed>(QUEUED);
             let (spent_tx, spent_rx) = sync_channel::<Vec<(u64, Uop)>>(QUEUED + 2);
@@ -105,13 +108,13 @@ impl Split {
             let work = move || work(&turn, &next, &parsed_tx, &spent_rx);
             // A worker that cannot start: the ones started so far end when their turn channels
             // drop, and the input has not moved yet.
-            if thread::Builder::new()
+            let Ok(handle) = thread::Builder::new()
                 .name(format!("ptemu-penn-parse-{k}"))
                 .spawn(work)
-                .is_err()
-            {
+            else {
                 return Err(input);
-            }
+            };
+            threads.push(handle);
             parsed.push(parsed_rx);
             spent.push(spent_tx);
         }
@@ -127,6 +130,7 @@ impl Split {
         Ok(Split {
             name,
             options,
+            threads,
             parsed,
             spent,
             turn: 0,
@@ -225,8 +229,17 @@ impl Split {
             }
         }
         let Ok(next) = self.parsed[self.turn].recv() else {
-            // A worker is gone without its last word: it panicked.
+            // A worker is gone without its last word: it panicked, or a neighbour did. The panic
+            // goes on here, as it would on one thread. This worker is ending (its channel is
+            // closed); the others are joined only when done: one may be blocked in a read.
             self.done = true;
+            let mut threads = std::mem::take(&mut self.threads);
+            let this = threads.remove(self.turn);
+            for t in std::iter::once(this).chain(threads.into_iter().filter(|t| t.is_finished())) {
+                if let Err(panic) = t.join() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
             return Err(SourceError::io(
                 &self.name,
                 None,
