@@ -783,6 +783,35 @@ fn mapped(mut ev: Gem5Events) -> (Vec<Event>, Option<String>, ptemu::sources::So
     (all, err, ev.stats())
 }
 
+/// `Gem5Events` over the pair `open` makes, decoded ahead or read here.
+fn gem5_events(open: &dyn Fn() -> (Input, Option<Input>), options: ReadOptions, ahead: bool) -> Gem5Events {
+    let (input, companion) = open();
+    if ahead {
+        Gem5Events::decoded_ahead(input, companion, options).unwrap()
+    } else {
+        Gem5Events::new(input, companion, options).unwrap()
+    }
+}
+
+/// SIM20: what `open`'s inputs map to decoded ahead is what they map to read here (events, error
+/// text, stats); returns the latter.
+fn assert_ahead_maps_as_here(
+    what: &str,
+    options: ReadOptions,
+    open: &dyn Fn() -> (Input, Option<Input>),
+) -> (Vec<Event>, Option<String>, ptemu::sources::SourceStats) {
+    let here = mapped(gem5_events(open, options, false));
+    let ahead = mapped(gem5_events(open, options, true));
+    assert!(
+        here == ahead,
+        "{what}, lenient {}: {:?} vs {:?}",
+        options.lenient,
+        (&here.1, here.0.len(), &here.2),
+        (&ahead.1, ahead.0.len(), &ahead.2)
+    );
+    here
+}
+
 /// SIM20: a gem5 trace decoded ahead on a thread of its own maps as on one thread: the same
 /// events, error text and stats (records, skipped, counts), strict and lenient, over many
 /// chunks (1,024 records a message), for a dep and fetch pair, a fetch trace alone, a bad record
@@ -808,25 +837,13 @@ fn sim20_gem5_decoded_ahead_maps_as_on_one_thread() {
     for (what, main, companion) in cases {
         for lenient in [false, true] {
             let options = ReadOptions { lenient };
-            let open = |ahead: bool| {
+            let here = assert_ahead_maps_as_here(what, options, &|| {
                 let input = Input::from_bytes("m.trace", main.clone()).unwrap();
                 let companion = companion
                     .clone()
                     .map(|c| Input::from_bytes("c.trace", c).unwrap());
-                if ahead {
-                    Gem5Events::decoded_ahead(input, companion, options).unwrap()
-                } else {
-                    Gem5Events::new(input, companion, options).unwrap()
-                }
-            };
-            let here = mapped(open(false));
-            let ahead = mapped(open(true));
-            assert!(
-                here == ahead,
-                "{what}, lenient {lenient}: {:?} vs {:?}",
-                (&here.1, here.0.len(), &here.2),
-                (&ahead.1, ahead.0.len(), &ahead.2)
-            );
+                (input, companion)
+            });
             if what == "bad record" {
                 assert_eq!(here.1.is_some(), !lenient, "{:?}", here.1);
                 assert_eq!(here.2.skipped, u64::from(lenient));
@@ -872,35 +889,20 @@ fn sim20_read_errors_gzip_and_panics_as_on_one_thread() {
     for lenient in [false, true] {
         let options = ReadOptions { lenient };
         for what in ["broken", "gzip pair", "gzip cut"] {
-            let open = |ahead: bool| {
-                let (input, companion) = match what {
-                    "broken" => {
-                        let r = Breaks {
-                            bytes: std::io::Cursor::new(dep[..cut].to_vec()),
-                            panics: false,
-                        };
-                        (Input::from_reader("m", r).unwrap(), None)
-                    }
-                    "gzip pair" => (
-                        Input::from_bytes("m", gz(&dep)).unwrap(),
-                        Some(Input::from_bytes("c", gz(&fetch)).unwrap()),
-                    ),
-                    _ => (Input::from_bytes("m", gz_cut.clone()).unwrap(), None),
-                };
-                if ahead {
-                    Gem5Events::decoded_ahead(input, companion, options).unwrap()
-                } else {
-                    Gem5Events::new(input, companion, options).unwrap()
+            let here = assert_ahead_maps_as_here(what, options, &|| match what {
+                "broken" => {
+                    let r = Breaks {
+                        bytes: std::io::Cursor::new(dep[..cut].to_vec()),
+                        panics: false,
+                    };
+                    (Input::from_reader("m", r).unwrap(), None)
                 }
-            };
-            let here = mapped(open(false));
-            let ahead = mapped(open(true));
-            assert!(
-                here == ahead,
-                "{what}, lenient {lenient}: {:?} vs {:?}",
-                (&here.1, &here.2),
-                (&ahead.1, &ahead.2)
-            );
+                "gzip pair" => (
+                    Input::from_bytes("m", gz(&dep)).unwrap(),
+                    Some(Input::from_bytes("c", gz(&fetch)).unwrap()),
+                ),
+                _ => (Input::from_bytes("m", gz_cut.clone()).unwrap(), None),
+            });
             assert_eq!(here.1.is_some(), what != "gzip pair", "{what}: {:?}", here.1);
         }
     }
