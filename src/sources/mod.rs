@@ -14,6 +14,7 @@ pub mod input;
 pub mod kaplan;
 mod map_guard;
 pub mod penn;
+mod ring;
 pub mod rng;
 
 pub use error::{ErrorKind, Position, SourceError};

@@ -1,32 +1,26 @@
 //! Penn lines parsed on threads of their own (SIM18, SIM19): parsing is most of a Penn run's time,
 //! so with two threads or more it runs ahead of the grouping, mapping and tracing, and it is split
-//! across workers.
+//! across the workers of a [`Ring`].
 //!
-//! The workers take turns at the input: worker `k` of `n` holds it for blocks `k`, `k + n`,
-//! `k + 2n`, ..., reads a block of whole lines (about [`BLOCK`] bytes) into its own buffer, hands
-//! the input on to worker `k + 1` (a token ring: the input itself is the token, so the reads stay
-//! in order) and parses the block with line numbers counted from its start, where the bytes are
-//! still in its core's cache. The reader takes the parsed blocks back in order and numbers their
-//! lines. It sees what a [`super::read::LineReader`] on its own thread gives: the same micro-ops
-//! and line numbers, the same errors in the same order (a bad line, a line too long, a read error
-//! at the line after the last whole one) and the same counts. After an error, later reads return
-//! the end instead of reading on (simulate stops at the first error anyway). Bounded: each worker
-//! holds one block and at most [`QUEUED`] + 1 parsed ones; micro-op buffers go back to be
-//! reused. Interrupted reads never get here: [`Input`] reads again.
+//! Each worker, in its turn at the input, reads a block of whole lines (about [`BLOCK`] bytes)
+//! and parses it with line numbers counted from its start. The reader takes the parsed blocks
+//! back in order and numbers their lines. It sees what a [`super::read::LineReader`] on its own
+//! thread gives: the same micro-ops and line numbers, the same errors in the same order (a bad
+//! line, a line too long, a read error at the line after the last whole one) and the same counts.
+//! After an error, later reads return the end instead of reading on (simulate stops at the first
+//! error anyway). Micro-op buffers go back to be reused. Interrupted reads never get here:
+//! [`Input`] reads again.
 
 use super::parse::{LineError, MAX_LINE};
 use super::read::{parse_or_blank, too_long};
 use super::Uop;
 use crate::sources::error::Result;
+use crate::sources::ring::{Blocks, Ring};
 use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
 use std::io::{self, BufRead};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::thread;
 
 /// Bytes per block (about 1,500 lines).
 pub(super) const BLOCK: usize = 128 << 10;
-/// Parsed blocks queued from each worker (one more waits in its blocked send).
-const QUEUED: usize = 2;
 
 /// What follows a block's bytes.
 enum After {
@@ -45,18 +39,52 @@ struct Parsed {
     after: After,
 }
 
+impl Parsed {
+    /// No lines, and the end after them.
+    fn empty() -> Parsed {
+        Parsed {
+            uops: Vec::new(),
+            errors: Vec::new(),
+            lines: 0,
+            after: After::End,
+        }
+    }
+}
+
+/// The input and the part line after the last block read, passed from worker to worker.
+struct Token {
+    input: Input,
+    carry: Vec<u8>,
+}
+
+/// Penn lines, read in blocks of whole lines and parsed.
+#[derive(Clone, Copy)]
+struct Lines;
+
+impl Blocks for Lines {
+    type Token = Token;
+    type After = After;
+    type Parsed = Parsed;
+
+    fn read(&self, token: &mut Token, bytes: &mut Vec<u8>) -> After {
+        bytes.append(&mut token.carry);
+        read_block(&mut token.input, bytes, &mut token.carry)
+    }
+
+    fn last(after: &After) -> bool {
+        !matches!(after, After::More)
+    }
+
+    fn parse(&self, bytes: &[u8], after: After, spent: Option<Parsed>) -> Parsed {
+        parse_block(bytes, after, spent.unwrap_or_else(Parsed::empty))
+    }
+}
+
 /// The reader's side of the parsing workers.
 pub(super) struct Split {
     name: String,
     options: ReadOptions,
-    /// The workers, joined when one is gone without its last word, to pass its panic on.
-    threads: Vec<thread::JoinHandle<()>>,
-    /// Parsed blocks from each worker, taken in turn.
-    parsed: Vec<Receiver<Parsed>>,
-    /// Spent micro-op buffers back to each worker.
-    spent: Vec<SyncSender<Vec<(u64, Uop)>>>,
-    /// The worker of the next block.
-    turn: usize,
+    ring: Ring<Lines>,
     current: Parsed,
     pos: usize,
     error_pos: usize,
@@ -72,7 +100,7 @@ impl std::fmt::Debug for Split {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Split")
             .field("name", &self.name)
-            .field("workers", &self.parsed.len())
+            .field("ring", &self.ring)
             .field("line", &self.line)
             .finish()
     }
@@ -88,57 +116,19 @@ impl Split {
         options: ReadOptions,
         workers: usize,
     ) -> std::result::Result<Split, Input> {
-        let workers = workers.max(1);
         let name = input.name().to_owned();
-        let (mut turns_tx, mut turns_rx) = (Vec::new(), Vec::new());
-        for _ in 0..workers {
-            let (tx, rx) = sync_channel::<Token>(1);
-            turns_tx.push(tx);
-            turns_rx.push(Some(rx));
-        }
-        let first = turns_tx[0].clone();
-        let mut parsed = Vec::new();
-        let mut spent = Vec::new();
-        let mut threads = Vec::new();
-        for k in 0..workers {
-            let (parsed_tx, parsed_rx) = sync_channel::<Parsed>(QUEUED);
-            let (spent_tx, spent_rx) = sync_channel::<Vec<(u64, Uop)>>(QUEUED + 2);
-            let turn = turns_rx[k].take().expect("one receiver per worker");
-            let next = turns_tx[(k + 1) % workers].clone();
-            let work = move || work(&turn, &next, &parsed_tx, &spent_rx);
-            // A worker that cannot start: the ones started so far end when their turn channels
-            // drop, and the input has not moved yet.
-            let Ok(handle) = thread::Builder::new()
-                .name(format!("ptemu-penn-parse-{k}"))
-                .spawn(work)
-            else {
-                return Err(input);
-            };
-            threads.push(handle);
-            parsed.push(parsed_rx);
-            spent.push(spent_tx);
-        }
-        drop(turns_tx);
         let token = Token {
             input,
             carry: Vec::new(),
-            ended: false,
         };
-        if let Err(back) = first.send(token) {
-            return Err(back.0.input);
-        }
+        let ring = Ring::spawn(Lines, token, workers, "ptemu-penn-parse").map_err(|t| t.input)?;
         Ok(Split {
             name,
             options,
-            threads,
-            parsed,
-            spent,
-            turn: 0,
+            ring,
             current: Parsed {
-                uops: Vec::new(),
-                errors: Vec::new(),
-                lines: 0,
                 after: After::More,
+                ..Parsed::empty()
             },
             pos: 0,
             error_pos: 0,
@@ -228,68 +218,19 @@ impl Split {
                 ));
             }
         }
-        let Ok(next) = self.parsed[self.turn].recv() else {
-            // A worker is gone without its last word: it panicked, or a neighbour did. The panic
-            // goes on here, as it would on one thread. This worker is ending (its channel is
-            // closed); the others are joined only when done: one may be blocked in a read.
+        let spent = std::mem::replace(&mut self.current, Parsed::empty());
+        let Some(next) = self.ring.next(Some(spent)) else {
             self.done = true;
-            let mut threads = std::mem::take(&mut self.threads);
-            let this = threads.remove(self.turn);
-            for t in std::iter::once(this).chain(threads.into_iter().filter(|t| t.is_finished())) {
-                if let Err(panic) = t.join() {
-                    std::panic::resume_unwind(panic);
-                }
-            }
             return Err(SourceError::io(
                 &self.name,
                 None,
                 io::Error::other("a parsing thread stopped"),
             ));
         };
-        let spent = std::mem::replace(&mut self.current, next);
-        let _ = self.spent[self.turn].try_send(spent.uops);
-        self.turn = (self.turn + 1) % self.parsed.len();
+        self.current = next;
         self.pos = 0;
         self.error_pos = 0;
         Ok(())
-    }
-}
-
-/// The input and the part line after the last block read, passed from worker to worker.
-struct Token {
-    input: Input,
-    carry: Vec<u8>,
-    /// The input ended (or failed) with the last block read.
-    ended: bool,
-}
-
-/// A worker: waits for its turn at the input, reads a block, hands the input on, parses the
-/// block and sends it to the reader; until the input ends or the reader or a neighbour is gone.
-fn work(
-    turn: &Receiver<Token>,
-    next: &SyncSender<Token>,
-    parsed: &SyncSender<Parsed>,
-    spent: &Receiver<Vec<(u64, Uop)>>,
-) {
-    let mut bytes = Vec::with_capacity(BLOCK);
-    while let Ok(mut token) = turn.recv() {
-        if token.ended {
-            // Passed round after the last block: every worker stops.
-            let _ = next.send(token);
-            return;
-        }
-        bytes.clear();
-        bytes.append(&mut token.carry);
-        let after = read_block(&mut token.input, &mut bytes, &mut token.carry);
-        token.ended = !matches!(after, After::More);
-        let last = token.ended;
-        // The next worker may be gone only when the reader is: the block is parsed anyway.
-        let _ = next.send(token);
-        let uops = spent.try_recv().unwrap_or_default();
-        let p = parse_block(&bytes, after, uops);
-        if parsed.send(p).is_err() || last {
-            return;
-        }
     }
 }
 
@@ -355,9 +296,10 @@ fn cut(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
 
 /// A worker's parse of one block of whole lines (the last one may lack its newline at the end of
 /// the input), `after` what follows it.
-fn parse_block(bytes: &[u8], after: After, mut uops: Vec<(u64, Uop)>) -> Parsed {
+fn parse_block(bytes: &[u8], after: After, spent: Parsed) -> Parsed {
+    let (mut uops, mut errors) = (spent.uops, spent.errors);
     uops.clear();
-    let mut errors = Vec::new();
+    errors.clear();
     let (mut at, mut line) = (0, 0u64);
     while at < bytes.len() {
         let rest = &bytes[at..];

@@ -1,0 +1,160 @@
+//! A ring of workers that read an input in turn and parse what they read side by side (SIM19,
+//! SIM20): the parse of a text or binary trace is most of a run's time, so it is split across
+//! threads, and its results come back in reading order.
+//!
+//! Worker `k` of `n` holds the input for blocks `k`, `k + n`, `k + 2n`, ...: it reads a block
+//! into its own buffer, hands the input on to worker `k + 1` (the input itself is the token, so
+//! the reads stay in order), then parses the block where its bytes are still in its core's cache
+//! and queues the result. The reader takes the results back in turn. Bounded: each worker holds
+//! one block and at most [`QUEUED`] + 1 parsed ones; spent results go back to be reused. A worker
+//! ends after the block that ends the input, when the reader is gone (its next send fails), or
+//! when a neighbour is gone; a panic on a worker reaches the reader's thread.
+
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread;
+
+/// Parsed blocks queued from each worker (one more waits in its blocked send).
+pub(crate) const QUEUED: usize = 2;
+
+/// What a ring reads and how it parses it.
+pub(crate) trait Blocks: Send + 'static {
+    /// The input and where it stands, passed from worker to worker.
+    type Token: Send + 'static;
+    /// How a block's read ended, handed from the read to the parse.
+    type After: Send + 'static;
+    /// A parsed block, as the reader takes it; a spent one is given back to be reused.
+    type Parsed: Send + 'static;
+
+    /// Reads the next block from `token` into `bytes` (empty).
+    fn read(&self, token: &mut Self::Token, bytes: &mut Vec<u8>) -> Self::After;
+    /// Whether the input is done after a block read with this ending.
+    fn last(after: &Self::After) -> bool;
+    /// Parses `bytes`, read with `after`, into `spent` (a result the reader gave back, or `None`).
+    fn parse(&self, bytes: &[u8], after: Self::After, spent: Option<Self::Parsed>) -> Self::Parsed;
+}
+
+/// The token and whether the input ended with the last block read.
+struct Turn<T> {
+    token: T,
+    ended: bool,
+}
+
+/// The reader's side of a ring.
+pub(crate) struct Ring<B: Blocks> {
+    /// The workers, joined when one is gone without its last word, to pass its panic on.
+    threads: Vec<thread::JoinHandle<()>>,
+    /// Parsed blocks from each worker, taken in turn.
+    parsed: Vec<Receiver<B::Parsed>>,
+    /// Spent results back to each worker.
+    spent: Vec<SyncSender<B::Parsed>>,
+    /// The worker of the next block.
+    turn: usize,
+}
+
+impl<B: Blocks> std::fmt::Debug for Ring<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring")
+            .field("workers", &self.parsed.len())
+            .field("turn", &self.turn)
+            .finish()
+    }
+}
+
+impl<B: Blocks + Clone> Ring<B> {
+    /// Starts `workers` threads (at least one) named `name-k` over `token`, or gives `token` back
+    /// when no thread can be had.
+    pub(crate) fn spawn(blocks: B, token: B::Token, workers: usize, name: &str) -> Result<Self, B::Token> {
+        let workers = workers.max(1);
+        let (mut turns_tx, mut turns_rx) = (Vec::new(), Vec::new());
+        for _ in 0..workers {
+            let (tx, rx) = sync_channel::<Turn<B::Token>>(1);
+            turns_tx.push(tx);
+            turns_rx.push(Some(rx));
+        }
+        let first = turns_tx[0].clone();
+        let mut ring = Ring {
+            threads: Vec::new(),
+            parsed: Vec::new(),
+            spent: Vec::new(),
+            turn: 0,
+        };
+        for k in 0..workers {
+            let (parsed_tx, parsed_rx) = sync_channel(QUEUED);
+            let (spent_tx, spent_rx) = sync_channel(QUEUED + 2);
+            let turn = turns_rx[k].take().expect("one receiver per worker");
+            let next = turns_tx[(k + 1) % workers].clone();
+            let blocks = blocks.clone();
+            let work = move || work(&blocks, &turn, &next, &parsed_tx, &spent_rx);
+            // A worker that cannot start: the ones started so far end when their turn channels
+            // drop, and the token has not moved yet.
+            let Ok(handle) = thread::Builder::new().name(format!("{name}-{k}")).spawn(work) else {
+                return Err(token);
+            };
+            ring.threads.push(handle);
+            ring.parsed.push(parsed_rx);
+            ring.spent.push(spent_tx);
+        }
+        drop(turns_tx);
+        if let Err(back) = first.send(Turn { token, ended: false }) {
+            return Err(back.0.token);
+        }
+        Ok(ring)
+    }
+}
+
+impl<B: Blocks> Ring<B> {
+    /// The next parsed block in reading order; `spent` (the block before, if any) goes back to its
+    /// worker. `None` when a worker is gone without its last word and none of the workers that
+    /// are done panicked (a panic is passed on here, as it would be on one thread). Not to be
+    /// called again after the block that ends the input.
+    pub(crate) fn next(&mut self, spent: Option<B::Parsed>) -> Option<B::Parsed> {
+        if let Some(spent) = spent {
+            // The worker of the block before.
+            let before = (self.turn + self.parsed.len() - 1) % self.parsed.len();
+            let _ = self.spent[before].try_send(spent);
+        }
+        let Ok(next) = self.parsed[self.turn].recv() else {
+            // It panicked, or a neighbour did. This worker is ending (its channel is closed); the
+            // others are joined only when done: one may be blocked in a read.
+            let mut threads = std::mem::take(&mut self.threads);
+            let this = threads.remove(self.turn);
+            for t in std::iter::once(this).chain(threads.into_iter().filter(|t| t.is_finished())) {
+                if let Err(panic) = t.join() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+            return None;
+        };
+        self.turn = (self.turn + 1) % self.parsed.len();
+        Some(next)
+    }
+}
+
+/// A worker: waits for its turn at the input, reads a block, hands the input on, parses the
+/// block and sends it to the reader; until the input ends or the reader or a neighbour is gone.
+fn work<B: Blocks>(
+    blocks: &B,
+    turn: &Receiver<Turn<B::Token>>,
+    next: &SyncSender<Turn<B::Token>>,
+    parsed: &SyncSender<B::Parsed>,
+    spent: &Receiver<B::Parsed>,
+) {
+    let mut bytes = Vec::new();
+    while let Ok(mut turn_now) = turn.recv() {
+        if turn_now.ended {
+            // Passed round after the last block: every worker stops.
+            let _ = next.send(turn_now);
+            return;
+        }
+        bytes.clear();
+        let after = blocks.read(&mut turn_now.token, &mut bytes);
+        let last = B::last(&after);
+        turn_now.ended = last;
+        // The next worker may be gone only when the reader is: the block is parsed anyway.
+        let _ = next.send(turn_now);
+        let p = blocks.parse(&bytes, after, spent.try_recv().ok());
+        if parsed.send(p).is_err() || last {
+            return;
+        }
+    }
+}
