@@ -783,39 +783,44 @@ fn mapped(mut ev: Gem5Events) -> (Vec<Event>, Option<String>, ptemu::sources::So
     (all, err, ev.stats())
 }
 
-/// `Gem5Events` over the pair `open` makes, decoded ahead or read here.
-fn gem5_events(open: &dyn Fn() -> (Input, Option<Input>), options: ReadOptions, ahead: bool) -> Gem5Events {
+/// `Gem5Events` over the pair `open` makes, decoded ahead by `workers`, or read here.
+fn gem5_events(
+    open: &dyn Fn() -> (Input, Option<Input>),
+    options: ReadOptions,
+    workers: Option<usize>,
+) -> Gem5Events {
     let (input, companion) = open();
-    if ahead {
-        Gem5Events::decoded_ahead(input, companion, options).unwrap()
-    } else {
-        Gem5Events::new(input, companion, options).unwrap()
+    match workers {
+        Some(n) => Gem5Events::decoded_ahead(input, companion, options, n).unwrap(),
+        None => Gem5Events::new(input, companion, options).unwrap(),
     }
 }
 
-/// SIM20: what `open`'s inputs map to decoded ahead is what they map to read here (events, error
-/// text, stats); returns the latter.
+/// SIM20: what `open`'s inputs map to decoded ahead by 1, 2 or 3 workers is what they map to read
+/// here (events, error text, stats); returns the latter.
 fn assert_ahead_maps_as_here(
     what: &str,
     options: ReadOptions,
     open: &dyn Fn() -> (Input, Option<Input>),
 ) -> (Vec<Event>, Option<String>, ptemu::sources::SourceStats) {
-    let here = mapped(gem5_events(open, options, false));
-    let ahead = mapped(gem5_events(open, options, true));
-    assert!(
-        here == ahead,
-        "{what}, lenient {}: {:?} vs {:?}",
-        options.lenient,
-        (&here.1, here.0.len(), &here.2),
-        (&ahead.1, ahead.0.len(), &ahead.2)
-    );
+    let here = mapped(gem5_events(open, options, None));
+    for workers in 1..=3 {
+        let ahead = mapped(gem5_events(open, options, Some(workers)));
+        assert!(
+            here == ahead,
+            "{what}, lenient {}, {workers} workers: {:?} vs {:?}",
+            options.lenient,
+            (&here.1, here.0.len(), &here.2),
+            (&ahead.1, ahead.0.len(), &ahead.2)
+        );
+    }
     here
 }
 
-/// SIM20: a gem5 trace decoded ahead on a thread of its own maps as on one thread: the same
-/// events, error text and stats (records, skipped, counts), strict and lenient, over many
-/// chunks (1,024 records a message), for a dep and fetch pair, a fetch trace alone, a bad record
-/// in the middle, lost framing at the end, and a trace without records.
+/// SIM20: a gem5 trace decoded ahead by 1 to 3 workers maps as on one thread: the same events,
+/// error text and stats (records, skipped, counts), strict and lenient, over several blocks,
+/// for a dep and fetch pair, a fetch trace alone, a bad record in the middle, lost framing at
+/// the end, and a trace without records.
 #[test]
 fn sim20_gem5_decoded_ahead_maps_as_on_one_thread() {
     let (dep, fetch) = gen_bytes(10_000, 11);
@@ -910,8 +915,13 @@ fn sim20_read_errors_gzip_and_panics_as_on_one_thread() {
         bytes: std::io::Cursor::new(dep[..cut].to_vec()),
         panics: true,
     };
-    let ev =
-        Gem5Events::decoded_ahead(Input::from_reader("m", r).unwrap(), None, ReadOptions::default()).unwrap();
+    let ev = Gem5Events::decoded_ahead(
+        Input::from_reader("m", r).unwrap(),
+        None,
+        ReadOptions::default(),
+        2,
+    )
+    .unwrap();
     let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || mapped(ev)))
         .expect_err("the panic goes on");
     let text = panic
@@ -944,7 +954,7 @@ fn sim20_an_error_before_a_stall_arrives() {
     let mut records: Vec<InstDepRecord> = (0..100).map(|i| comp(i, 0x1000 + 4 * (i % 30))).collect();
     records[50].r#type = 7;
     let (bad, _) = dep_trace(&records);
-    for ahead in [false, true] {
+    for workers in [None, Some(1), Some(2)] {
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let bad = bad.clone();
@@ -954,16 +964,90 @@ fn sim20_an_error_before_a_stall_arrives() {
                 wait,
             };
             let input = Input::from_reader("m", r).unwrap();
-            let ev = if ahead {
-                Gem5Events::decoded_ahead(input, None, ReadOptions::default()).unwrap()
-            } else {
-                Gem5Events::new(input, None, ReadOptions::default()).unwrap()
+            let ev = match workers {
+                Some(n) => Gem5Events::decoded_ahead(input, None, ReadOptions::default(), n).unwrap(),
+                None => Gem5Events::new(input, None, ReadOptions::default()).unwrap(),
             };
             let _ = done_tx.send(mapped(ev).1);
         });
         let got = done_rx.recv_timeout(std::time::Duration::from_secs(20));
         drop(release);
         let error = got.expect("the error arrives while the input stalls");
-        assert!(error.is_some_and(|e| e.contains("type 7")), "ahead {ahead}");
+        assert!(error.is_some_and(|e| e.contains("type 7")), "workers {workers:?}");
+    }
+}
+
+/// Bytes in reads of a few sizes in turn, so that the input's buffer often ends inside a message
+/// (or its length prefix).
+struct Chops {
+    bytes: std::io::Cursor<Vec<u8>>,
+    sizes: &'static [usize],
+    next: usize,
+}
+
+impl std::io::Read for Chops {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let size = self.sizes[self.next % self.sizes.len()];
+        self.next += 1;
+        let n = size.min(out.len());
+        std::io::Read::read(&mut self.bytes, &mut out[..n])
+    }
+}
+
+/// SIM20: blocks cut anywhere decode as on one thread. The input comes in reads of 1 to 300
+/// bytes, so messages and their length prefixes run past the input's buffer (a block then takes
+/// the one message, framed as the reader frames it); messages of 1 and 2-byte prefixes, one
+/// prefix padded to a longer varint than it needs (the offsets after it move by a byte), bad
+/// records before and after it (their offsets are in the error text), and a trace cut inside a
+/// message at the end; 1 to 3 workers, strict and lenient, plain and gzip'd.
+#[test]
+fn sim20_blocks_cut_anywhere_decode_as_on_one_thread() {
+    let mut records: Vec<InstDepRecord> = (0..3_000).map(|i| comp(i, 0x1000 + 4 * (i % 300))).collect();
+    for i in (7..3_000).step_by(97) {
+        // About 170 bytes: a two-byte length prefix.
+        records[i as usize].rob_dep = (0..40).map(|d| 1_000_000 + d).collect();
+    }
+    records[1_000].r#type = 7;
+    records[2_000].r#type = 9;
+    let (trace, offsets) = dep_trace(&records);
+    // Record 1,500's one-byte length prefix, written in two bytes.
+    let at = offsets[1_500] as usize;
+    let len = trace[at];
+    assert!(len < 0x80);
+    let mut padded = trace[..at].to_vec();
+    padded.extend([len | 0x80, 0x00]);
+    padded.extend(&trace[at + 1..]);
+    let mut cut = padded.clone();
+    cut.truncate(cut.len() - 5);
+    let gz = |b: &[u8]| {
+        let mut e = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(b).unwrap();
+        e.finish().unwrap()
+    };
+    const SIZES: [&[usize]; 3] = [&[1, 2, 3], &[7, 300, 13, 1, 64], &[1 << 20]];
+    for (what, bytes) in [("padded", padded), ("cut", cut)] {
+        for sizes in SIZES {
+            for gzip in [false, true] {
+                let body = if gzip { gz(&bytes) } else { bytes.clone() };
+                for lenient in [false, true] {
+                    let options = ReadOptions { lenient };
+                    let here = assert_ahead_maps_as_here(what, options, &|| {
+                        let r = Chops {
+                            bytes: std::io::Cursor::new(body.clone()),
+                            sizes,
+                            next: 0,
+                        };
+                        (Input::from_reader("m", r).unwrap(), None)
+                    });
+                    let error = here.1.unwrap_or_default();
+                    if lenient {
+                        assert_eq!(here.2.skipped, 2, "{what}");
+                        assert_eq!(error.contains("runs past the end"), what == "cut", "{error}");
+                    } else {
+                        assert!(error.contains("type 7"), "{error}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -82,7 +82,7 @@ pub struct Options {
     pub image: bool,
     /// Threads (SIM18-SIM20): 1 reads, maps and traces on the calling thread; 2 or more read
     /// and map on a second thread, ahead of the tracer, parse a Penn trace on as many more (at
-    /// most [`MAX_PARSE_WORKERS`]) and decode a gem5 trace on a third (SIM20). The outputs are
+    /// most [`MAX_PARSE_WORKERS`]) and decode a gem5 trace on as many (SIM20). The outputs are
     /// the same bytes either way.
     pub threads: usize,
 }
@@ -245,9 +245,13 @@ pub fn run_recording<W: Write>(
             Box::new(PennEvents::new(input, opts.read)),
             opts.image.then(ImageBuilder::new),
         ),
-        // SIM20: with a second thread, gem5 messages are decoded on a third.
+        // SIM20: with a second thread, gem5 messages are decoded ahead, split across as many
+        // workers as threads.
         Format::Gem5 if opts.threads >= 2 => Feed::Other(Box::new(sources::gem5::Gem5Events::decoded_ahead(
-            input, fetch, opts.read,
+            input,
+            fetch,
+            opts.read,
+            opts.threads.min(MAX_PARSE_WORKERS),
         )?)),
         f => Feed::Other(sources::open_events(f, input, fetch, opts.read)?),
     };

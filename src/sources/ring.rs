@@ -26,11 +26,11 @@ pub(crate) trait Blocks: Send + 'static {
     type Parsed: Send + 'static;
 
     /// Reads the next block from `token` into `bytes` (empty).
-    fn read(&self, token: &mut Self::Token, bytes: &mut Vec<u8>) -> Self::After;
+    fn read(&mut self, token: &mut Self::Token, bytes: &mut Vec<u8>) -> Self::After;
     /// Whether the input is done after a block read with this ending.
     fn last(after: &Self::After) -> bool;
     /// Parses `bytes`, read with `after`, into `spent` (a result the reader gave back, or `None`).
-    fn parse(&self, bytes: &[u8], after: Self::After, spent: Option<Self::Parsed>) -> Self::Parsed;
+    fn parse(&mut self, bytes: &[u8], after: Self::After, spent: Option<Self::Parsed>) -> Self::Parsed;
 }
 
 /// The token and whether the input ended with the last block read.
@@ -83,8 +83,8 @@ impl<B: Blocks + Clone> Ring<B> {
             let (spent_tx, spent_rx) = sync_channel(QUEUED + 2);
             let turn = turns_rx[k].take().expect("one receiver per worker");
             let next = turns_tx[(k + 1) % workers].clone();
-            let blocks = blocks.clone();
-            let work = move || work(&blocks, &turn, &next, &parsed_tx, &spent_rx);
+            let mut blocks = blocks.clone();
+            let work = move || work(&mut blocks, &turn, &next, &parsed_tx, &spent_rx);
             // A worker that cannot start: the ones started so far end when their turn channels
             // drop, and the token has not moved yet.
             let Ok(handle) = thread::Builder::new().name(format!("{name}-{k}")).spawn(work) else {
@@ -133,7 +133,7 @@ impl<B: Blocks> Ring<B> {
 /// A worker: waits for its turn at the input, reads a block, hands the input on, parses the
 /// block and sends it to the reader; until the input ends or the reader or a neighbour is gone.
 fn work<B: Blocks>(
-    blocks: &B,
+    blocks: &mut B,
     turn: &Receiver<Turn<B::Token>>,
     next: &SyncSender<Turn<B::Token>>,
     parsed: &SyncSender<B::Parsed>,

@@ -1,25 +1,24 @@
-//! gem5 records decoded on a thread of their own (SIM20): decoding the protobuf messages is most
+//! gem5 records decoded on threads of their own (SIM20): decoding the protobuf messages is most
 //! of a gem5 run's time once the tracer's fast path takes its cycles, so with two threads or more
-//! it runs ahead of the mapping, through a bounded queue of the few fields the mapping reads
-//! ([`Slim`]: no repeated fields, so nothing is allocated per record).
+//! it runs ahead of the mapping, split across the workers of a [`Ring`].
 //!
-//! The mapping sees what the [`Reader`] on its own thread gives: the same records, the same
-//! errors in the same order, and the same record count after each. After the end or an error that
-//! ends the reader, the thread stops; when this side is dropped, its next send fails and it stops.
-//! A chunk goes as soon as it holds an error, so an input that stalls after a bad record cannot
-//! hold the error back; in strict mode the thread may have decoded up to a few chunks past it.
+//! Each worker, in its turn at the input, takes a block of whole messages (about [`BLOCK`] bytes:
+//! [`Reader::take_block`], which frames them as the reader does and stops short of a read that
+//! could wait) and decodes it into the few fields the mapping reads ([`Slim`]: no repeated
+//! fields, so nothing is allocated per record). The mapping sees what the [`Reader`] on its own
+//! thread gives: the same records, the same errors in the same order (a bad message where it is,
+//! a framing or read error after the messages before it), and the same record count after each.
+//! A block is never held back while the input waits, so an input that stalls after a bad record
+//! cannot hold the error back; in strict mode the workers may have decoded a few blocks past it.
 
-use super::messages::RecordType;
-use super::read::{Reader, Record};
+use super::messages::{InstDepRecord, Packet, RecordType};
+use super::read::{decode_block, Reader, Record, TraceKind};
 use crate::sources::error::Result;
+use crate::sources::ring::{Blocks, Ring};
 use crate::sources::SourceError;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::thread;
 
-/// Records per message.
-const PER_CHUNK: usize = 1024;
-/// Messages in flight.
-const QUEUED: usize = 4;
+/// Bytes per block (about 5,000 dep records).
+pub(super) const BLOCK: usize = 128 << 10;
 
 /// The fields of a record the mapping reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,99 +58,148 @@ impl Slim {
     }
 }
 
-/// One `next_record` of the reader: its outcome and the reader's record count after it.
-struct Item {
-    record: Result<Slim>,
-    records: u64,
+/// How a block's read ended.
+enum Ending {
+    More,
+    End,
+    /// The framing or read error after the block's messages; it ends the reader.
+    Error(SourceError),
 }
 
-/// Items in reading order; `end`: the reader returned its end after them.
-struct Chunk {
-    items: Vec<Item>,
-    end: bool,
+/// A block's read: the input offset of its first byte, and how it ended.
+struct Taken {
+    start: u64,
+    ending: Ending,
 }
 
-/// The mapping's side of the decoding thread.
+/// A decoded block: its good records, and its bad messages by index among its messages.
+struct Decoded {
+    records: Vec<Slim>,
+    errors: Vec<(usize, Option<SourceError>)>,
+    messages: usize,
+    ending: Ending,
+}
+
+impl Decoded {
+    /// No messages, and the end after them.
+    fn empty() -> Decoded {
+        Decoded {
+            records: Vec::new(),
+            errors: Vec::new(),
+            messages: 0,
+            ending: Ending::End,
+        }
+    }
+}
+
+/// A trace's record messages, taken in blocks and decoded; each worker has its own records to
+/// decode into.
+#[derive(Clone)]
+struct Messages {
+    kind: TraceKind,
+    name: String,
+    dep: InstDepRecord,
+    packet: Packet,
+}
+
+impl Blocks for Messages {
+    type Token = Box<Reader>;
+    type After = Taken;
+    type Parsed = Decoded;
+
+    fn read(&mut self, reader: &mut Box<Reader>, bytes: &mut Vec<u8>) -> Taken {
+        let start = reader.offset();
+        let ending = match reader.take_block(bytes, BLOCK) {
+            Ok(true) => Ending::More,
+            Ok(false) => Ending::End,
+            Err(e) => Ending::Error(e),
+        };
+        Taken { start, ending }
+    }
+
+    fn last(after: &Taken) -> bool {
+        !matches!(after.ending, Ending::More)
+    }
+
+    fn parse(&mut self, bytes: &[u8], after: Taken, spent: Option<Decoded>) -> Decoded {
+        let mut d = spent.unwrap_or_else(Decoded::empty);
+        d.records.clear();
+        d.errors.clear();
+        let mut n = 0;
+        let each = |r: Result<Record<'_>>| {
+            match r {
+                Ok(record) => d.records.push(Slim::of(&record)),
+                Err(e) => d.errors.push((n, Some(e))),
+            }
+            n += 1;
+        };
+        decode_block(
+            self.kind,
+            &self.name,
+            bytes,
+            after.start,
+            &mut self.dep,
+            &mut self.packet,
+            each,
+        );
+        d.messages = n;
+        d.ending = after.ending;
+        d
+    }
+}
+
+/// The mapping's side of the decoding workers.
 pub(super) struct Ahead {
     name: String,
-    /// Joined when the thread is gone without its last word, to pass its panic on.
-    thread: Option<thread::JoinHandle<()>>,
-    chunks: Receiver<Chunk>,
-    spent: SyncSender<Vec<Item>>,
-    current: Chunk,
+    ring: Ring<Messages>,
+    current: Decoded,
+    /// Messages of `current` returned so far, and its good records and errors among them.
     pos: usize,
+    record_pos: usize,
+    error_pos: usize,
+    /// Messages of the blocks before `current`.
+    base: u64,
     records: u64,
+    done: bool,
 }
 
 impl std::fmt::Debug for Ahead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ahead")
             .field("name", &self.name)
+            .field("ring", &self.ring)
             .field("records", &self.records)
             .finish()
     }
 }
 
 impl Ahead {
-    /// Starts decoding `reader` on a new thread, or gives it back when no thread can be had.
-    pub(super) fn spawn(reader: Box<Reader>) -> std::result::Result<Ahead, Box<Reader>> {
+    /// Starts decoding `reader` on `workers` new threads (at least one), or gives it back when
+    /// no thread can be had. The threads end at the end of input, after a framing or read error,
+    /// or when this side is dropped (their next send fails; a read a worker is blocked in
+    /// finishes first).
+    pub(super) fn spawn(reader: Box<Reader>, workers: usize) -> std::result::Result<Ahead, Box<Reader>> {
         let name = reader.name().to_owned();
-        let (full_tx, chunks) = sync_channel::<Chunk>(QUEUED);
-        let (spent, spent_rx) = sync_channel::<Vec<Item>>(QUEUED + 2);
-        // The reader goes over once the thread runs, so it is still here if none can be started.
-        let (reader_tx, reader_rx) = sync_channel::<Box<Reader>>(1);
-        let decode = move || {
-            let Ok(mut reader) = reader_rx.recv() else { return };
-            loop {
-                let mut items = spent_rx
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(PER_CHUNK));
-                items.clear();
-                let mut end = false;
-                while items.len() < PER_CHUNK {
-                    let record = match reader.next_record() {
-                        Ok(Some(r)) => Ok(Slim::of(&r)),
-                        Ok(None) => {
-                            end = true;
-                            break;
-                        }
-                        Err(e) => Err(e),
-                    };
-                    let error = record.is_err();
-                    items.push(Item {
-                        record,
-                        records: reader.records(),
-                    });
-                    if error {
-                        // Sent at once: an input that stalls next must not hold the error back.
-                        break;
-                    }
-                }
-                if full_tx.send(Chunk { items, end }).is_err() || end {
-                    return;
-                }
-            }
+        let messages = Messages {
+            kind: reader.kind(),
+            name: name.clone(),
+            dep: InstDepRecord::default(),
+            packet: Packet::default(),
         };
-        let Ok(thread) = thread::Builder::new()
-            .name("ptemu-gem5-decode".into())
-            .spawn(decode)
-        else {
-            return Err(reader);
-        };
-        if let Err(back) = reader_tx.send(reader) {
-            return Err(back.0);
-        }
+        let ring = Ring::spawn(messages, reader, workers, "ptemu-gem5-decode")?;
         Ok(Ahead {
             name,
-            thread: Some(thread),
-            chunks,
-            spent,
-            current: Chunk {
-                items: Vec::new(),
-                end: false,
+            ring,
+            current: Decoded {
+                ending: Ending::More,
+                ..Decoded::empty()
             },
             pos: 0,
+            record_pos: 0,
+            error_pos: 0,
+            base: 0,
             records: 0,
+            done: false,
         })
     }
 
@@ -164,36 +212,59 @@ impl Ahead {
     #[inline]
     pub(super) fn next_record(&mut self) -> Result<Option<Slim>> {
         loop {
-            if let Some(item) = self.current.items.get_mut(self.pos) {
+            if self.pos < self.current.messages {
+                let i = self.pos;
                 self.pos += 1;
-                self.records = item.records;
-                // The item is spent: an error is moved out, a record copied.
-                let placeholder = Ok(Slim::Fetch {
-                    tick: 0,
-                    pc: None,
-                    addr: 0,
-                });
-                return std::mem::replace(&mut item.record, placeholder).map(Some);
+                self.records = self.base + self.pos as u64;
+                if let Some((at, error)) = self.current.errors.get_mut(self.error_pos) {
+                    if *at == i {
+                        self.error_pos += 1;
+                        if let Some(e) = error.take() {
+                            return Err(e);
+                        }
+                    }
+                }
+                let record = self.current.records[self.record_pos];
+                self.record_pos += 1;
+                return Ok(Some(record));
             }
-            if self.current.end {
+            if self.done {
                 return Ok(None);
             }
-            let Ok(next) = self.chunks.recv() else {
-                // The thread is gone without its last word: its panic goes on here, as it would
-                // on one thread.
-                self.current.end = true;
-                if let Some(Err(panic)) = self.thread.take().map(thread::JoinHandle::join) {
-                    std::panic::resume_unwind(panic);
-                }
-                return Err(SourceError::io(
-                    &self.name,
-                    None,
-                    std::io::Error::other("the decoding thread stopped"),
-                ));
-            };
-            let spent = std::mem::replace(&mut self.current, next);
-            let _ = self.spent.try_send(spent.items);
-            self.pos = 0;
+            self.next_block()?;
         }
+    }
+
+    /// Moves past the current block: the next one in order, the end, or the framing or read
+    /// error that ended the input.
+    #[cold]
+    fn next_block(&mut self) -> Result<()> {
+        self.base += self.current.messages as u64;
+        self.records = self.base;
+        match std::mem::replace(&mut self.current.ending, Ending::End) {
+            Ending::More => {}
+            Ending::End => {
+                self.done = true;
+                return Ok(());
+            }
+            Ending::Error(e) => {
+                self.done = true;
+                return Err(e);
+            }
+        }
+        let spent = std::mem::replace(&mut self.current, Decoded::empty());
+        let Some(next) = self.ring.next(Some(spent)) else {
+            self.done = true;
+            return Err(SourceError::io(
+                &self.name,
+                None,
+                std::io::Error::other("a decoding thread stopped"),
+            ));
+        };
+        self.current = next;
+        self.pos = 0;
+        self.record_pos = 0;
+        self.error_pos = 0;
+        Ok(())
     }
 }

@@ -56,7 +56,7 @@ const NO_PC: usize = 8;
 #[derive(Debug)]
 enum Main {
     Here(Box<Reader>),
-    Ahead(Ahead),
+    Ahead(Box<Ahead>),
 }
 
 impl Main {
@@ -101,16 +101,23 @@ impl Gem5Events {
     /// so it may be given either way round (a fetch trace as `input`, the dep trace as `fetch`);
     /// two traces of one kind are an error naming the second file.
     pub fn new(input: Input, fetch: Option<Input>, options: ReadOptions) -> Result<Self> {
-        Self::open(input, fetch, options, false)
+        Self::open(input, fetch, options, None)
     }
 
-    /// [`Gem5Events::new`] with the main trace decoded on a thread of its own, ahead of the
-    /// mapping (SIM20): the same events, errors and counts.
-    pub fn decoded_ahead(input: Input, fetch: Option<Input>, options: ReadOptions) -> Result<Self> {
-        Self::open(input, fetch, options, true)
+    /// [`Gem5Events::new`] with the main trace decoded ahead of the mapping, split across
+    /// `workers` threads of their own that take turns reading blocks of messages and decode them
+    /// side by side (SIM20): the same events, errors and counts.
+    pub fn decoded_ahead(
+        input: Input,
+        fetch: Option<Input>,
+        options: ReadOptions,
+        workers: usize,
+    ) -> Result<Self> {
+        Self::open(input, fetch, options, Some(workers))
     }
 
-    fn open(input: Input, fetch: Option<Input>, options: ReadOptions, ahead: bool) -> Result<Self> {
+    /// Opens the pair; `ahead`: the workers to decode the main trace on, if any.
+    fn open(input: Input, fetch: Option<Input>, options: ReadOptions, ahead: Option<usize>) -> Result<Self> {
         let mut main = Reader::new(input)?;
         let mut companion = fetch.map(Reader::new).transpose()?;
         if let Some(other) = companion.as_mut() {
@@ -137,11 +144,12 @@ impl Gem5Events {
         }
         let tick_freq = main.header().tick_freq().max(1);
         let main = Box::new(main);
-        let main = if ahead {
+        let main = match ahead {
             // No thread to be had: read here.
-            Ahead::spawn(main).map_or_else(Main::Here, Main::Ahead)
-        } else {
-            Main::Here(main)
+            Some(workers) => {
+                Ahead::spawn(main, workers).map_or_else(Main::Here, |a| Main::Ahead(Box::new(a)))
+            }
+            None => Main::Here(main),
         };
         Ok(Gem5Events {
             tick_freq,

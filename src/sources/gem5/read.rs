@@ -225,6 +225,58 @@ impl Reader {
         }))
     }
 
+    /// Appends whole record messages, length prefixes and bodies, to `block` (empty), for a
+    /// worker to decode (`super::ahead`, SIM20): the messages wholly in the input's buffer, as
+    /// they are there, until the block holds at least `want` bytes; when there are none, the one
+    /// message that runs past the buffer (or the end, or the error). So the block is never held
+    /// back while the input waits. Returns `Ok(true)` while there may be more, `Ok(false)` at a
+    /// clean end; an error is the framing or read error [`Reader::next_record`] returns there,
+    /// after the messages before it, and ends the reader. Messages are counted in
+    /// [`Reader::records`]; none is decoded.
+    pub(super) fn take_block(&mut self, block: &mut Vec<u8>, want: usize) -> Result<bool> {
+        if self.done {
+            return Ok(false);
+        }
+        let whole = match self.input.fill_buf() {
+            Ok(avail) => {
+                let (mut n, mut count) = (0, 0);
+                while block.len() + n < want {
+                    let Some((prefix, len)) = in_place(&avail[n..]) else {
+                        break;
+                    };
+                    n += prefix + len;
+                    count += 1;
+                }
+                block.extend_from_slice(&avail[..n]);
+                self.records += count;
+                n
+            }
+            // The framing below reads again and reports the error with its position.
+            Err(_) => 0,
+        };
+        self.input.consume(whole);
+        self.offset += whole as u64;
+        if whole > 0 {
+            // Reading on could wait for the input (the buffer is empty, or its next message
+            // runs past it): the block goes as it is.
+            return Ok(true);
+        }
+        match self.frame() {
+            Ok(Some(_)) => {
+                // Alone in its block, at the block's start: its prefix need not be the input's.
+                prost::encoding::encode_varint(self.body.len() as u64, block);
+                block.extend_from_slice(&self.body);
+                self.records += 1;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => {
+                self.done = true;
+                Err(e)
+            }
+        }
+    }
+
     /// Reads one length prefix and the body into `self.body`; returns the prefix's offset, or
     /// `None` at EOF before the prefix.
     fn frame(&mut self) -> Result<Option<u64>> {
@@ -321,6 +373,38 @@ impl Reader {
     fn error(&self, at: u64, kind: ErrorKind, msg: impl Into<String>) -> SourceError {
         SourceError::at(self.name(), Position::Byte(at), kind, msg)
     }
+}
+
+/// Decodes the record messages of `block`, which [`Reader::take_block`] took from byte `start`
+/// of the `kind` trace named `name`, into `dep` or `packet`: calls `each` with every record, or
+/// its [`ErrorKind::BadField`] error, in order, as [`Reader::next_record`] gives them.
+pub(super) fn decode_block(
+    kind: TraceKind,
+    name: &str,
+    block: &[u8],
+    start: u64,
+    dep: &mut InstDepRecord,
+    packet: &mut Packet,
+    mut each: impl FnMut(Result<Record<'_>>),
+) {
+    let mut pos = 0;
+    while let Some((prefix, len)) = in_place(&block[pos..]) {
+        let at = pos;
+        pos += prefix + len;
+        match decode_body(kind, &block[at + prefix..], len, dep, packet) {
+            Ok(()) => each(Ok(match kind {
+                TraceKind::Dep => Record::Dep(dep),
+                TraceKind::Fetch => Record::Fetch(packet),
+            })),
+            Err(msg) => each(Err(SourceError::at(
+                name,
+                Position::Byte(start + at as u64),
+                ErrorKind::BadField,
+                msg,
+            ))),
+        }
+    }
+    debug_assert_eq!(pos, block.len(), "a block holds whole messages");
 }
 
 /// The length prefix's size and the body's length of the message at the front of `avail`, when

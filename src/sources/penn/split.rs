@@ -66,7 +66,7 @@ impl Blocks for Lines {
     type After = After;
     type Parsed = Parsed;
 
-    fn read(&self, token: &mut Token, bytes: &mut Vec<u8>) -> After {
+    fn read(&mut self, token: &mut Token, bytes: &mut Vec<u8>) -> After {
         bytes.append(&mut token.carry);
         read_block(&mut token.input, bytes, &mut token.carry)
     }
@@ -75,7 +75,7 @@ impl Blocks for Lines {
         !matches!(after, After::More)
     }
 
-    fn parse(&self, bytes: &[u8], after: After, spent: Option<Parsed>) -> Parsed {
+    fn parse(&mut self, bytes: &[u8], after: After, spent: Option<Parsed>) -> Parsed {
         parse_block(bytes, after, spent.unwrap_or_else(Parsed::empty))
     }
 }
