@@ -12,7 +12,7 @@ use prost::Message;
 use ptemu::regs::RtitCtl;
 use ptemu::sources::gem5::{
     generate, Gem5Events, Header, InstDepRecord, InstDepRecordHeader, Packet, Reader, Record, RecordType,
-    TraceKind, Writer, MAX_MESSAGE,
+    TraceKind, Writer, DECODE_BLOCK, MAX_MESSAGE,
 };
 use ptemu::sources::{ErrorKind, EventSource, Input, ReadOptions, SourceError};
 use ptemu::tracer::{Event, ExecMode, TracerConfig};
@@ -823,11 +823,15 @@ fn assert_ahead_maps_as_here(
 /// the end, and a trace without records.
 #[test]
 fn sim20_gem5_decoded_ahead_maps_as_on_one_thread() {
-    let (dep, fetch) = gen_bytes(10_000, 11);
-    let mut records: Vec<InstDepRecord> = (0..5_000).map(|i| comp(i, 0x1000 + 4 * (i % 300))).collect();
-    records[2_500].r#type = 7;
+    // About 3 blocks each.
+    let n = DECODE_BLOCK as u64 / 4;
+    let (dep, fetch) = gen_bytes(n, 11);
+    let mut records: Vec<InstDepRecord> = (0..n).map(|i| comp(i, 0x1000 + 4 * (i % 300))).collect();
+    let (bad_at, lost_at) = (n as usize / 2, n as usize * 2 / 3);
+    records[bad_at].r#type = 7;
     let (bad, _) = dep_trace(&records);
-    let (mut lost, _) = dep_trace(&records[..3_000]);
+    assert!(bad.len() > 2 * DECODE_BLOCK);
+    let (mut lost, _) = dep_trace(&records[..lost_at]);
     lost.extend([0xff, 0xff, 0xff, 0xff, 0x7f]);
     let (empty, _) = dep_trace(&[]);
     // (what, main trace, companion)
@@ -882,7 +886,7 @@ impl std::io::Read for Breaks {
 /// mapping's thread.
 #[test]
 fn sim20_read_errors_gzip_and_panics_as_on_one_thread() {
-    let (dep, fetch) = gen_bytes(10_000, 11);
+    let (dep, fetch) = gen_bytes(DECODE_BLOCK as u64 / 9, 11);
     let cut = dep.len() * 2 / 3;
     let gz = |b: &[u8]| {
         let mut e = GzEncoder::new(Vec::new(), flate2::Compression::fast());

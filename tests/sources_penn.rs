@@ -8,7 +8,9 @@ use common::query::{error_name, Query, Timing};
 use common::trace::TraceRig;
 use flate2::{write::GzEncoder, Compression};
 use proptest::prelude::*;
-use ptemu::sources::penn::{self, BranchKind, MacroOp, MacroOpReader, PennEvents, Uop, UopReader, UopWriter};
+use ptemu::sources::penn::{
+    self, BranchKind, MacroOp, MacroOpReader, PennEvents, Uop, UopReader, UopWriter, PARSE_BLOCK,
+};
 use ptemu::sources::{ErrorKind, EventSource, Input, ReadOptions, SourceError};
 use ptemu::{Event, RtitCtl, TracerConfig};
 use std::io::Write;
@@ -461,13 +463,14 @@ fn assert_parallel_reads_as_here(what: &str, bytes: &[u8]) {
     }
 }
 
-/// SIM18, SIM19: lines parsed ahead, split across workers in blocks of about 128 KiB, give what
+/// SIM18, SIM19: lines parsed ahead, split across workers in blocks of `PARSE_BLOCK`, give what
 /// the reader on the caller's thread gives: the same micro-ops and line numbers over many
 /// blocks, blank and bad lines, the first error at its line after the micro-ops before it
 /// (strict), the skipped count (lenient), gzip, and an empty file.
 #[test]
 fn sim18_lines_parsed_ahead_read_as_on_one_thread() {
-    let mut text = generated(5_000, 9);
+    // About 4 blocks.
+    let mut text = generated(PARSE_BLOCK as u64 / 20, 9);
     // A bad line (line 3001), blank lines and CRLF further on.
     insert_before_line(&mut text, 3001, b"this is not a micro-op\n\n\r\n");
     let mut gz = GzEncoder::new(Vec::new(), Compression::fast());
@@ -495,17 +498,18 @@ fn sim18_lines_parsed_ahead_read_as_on_one_thread() {
 }
 
 /// SIM19: where the blocks are cut does not show. Lines too long for the parser (2,000 bytes)
-/// and longer than a block (300 KB without a newline, read past by the worker reading it), a bad line
+/// and longer than a block (300 KB more than a block without a newline, read past by the worker reading it), a bad line
 /// at a block's end, many bad lines in one block, a last line without its newline, a last line
 /// too long without its newline: line numbers, errors and counts as on one thread.
 #[test]
 fn sim19_blocks_cut_anywhere_read_as_on_one_thread() {
-    let base = generated(6_000, 5);
+    // About 2 blocks.
+    let base = generated(PARSE_BLOCK as u64 / 40, 5);
     let long = vec![b'7'; 2_000];
-    let mut huge = vec![b'x'; 300_000];
+    let mut huge = vec![b'x'; PARSE_BLOCK + 300_000];
     huge.push(b'\n');
     let mut text = base.clone();
-    insert_before_line(&mut text, 5_000, &huge);
+    insert_before_line(&mut text, 9_000, &huge);
     insert_before_line(&mut text, 2_500, &[&long[..], b"\n"].concat());
     for n in (1_000..1_100).step_by(7) {
         insert_before_line(&mut text, n, b"1 zz\n");
@@ -532,8 +536,8 @@ fn sim19_blocks_cut_anywhere_read_as_on_one_thread() {
     );
 
     // Every cut point of a block: a bad line right before, at and after each offset near the
-    // first block's end (128 KiB).
-    let lines_before = base[..128 << 10].iter().filter(|&&b| b == b'\n').count();
+    // first block's end.
+    let lines_before = base[..PARSE_BLOCK].iter().filter(|&&b| b == b'\n').count();
     for n in lines_before - 1..=lines_before + 2 {
         let mut t = base.clone();
         insert_before_line(&mut t, n, b"not a micro-op\n");
@@ -547,7 +551,7 @@ fn sim19_blocks_cut_anywhere_read_as_on_one_thread() {
     long_end.extend_from_slice(&long);
     assert_parallel_reads_as_here("long last line", &long_end);
     let mut huge_end = base.clone();
-    huge_end.extend_from_slice(&huge[..200_000]);
+    huge_end.extend_from_slice(&huge[..PARSE_BLOCK + 70_000]);
     assert_parallel_reads_as_here("huge last line", &huge_end);
 }
 
@@ -580,13 +584,15 @@ impl std::io::Read for FailAfter {
 /// and lenient, also inside a line too long to parse (2,000 bytes) or longer than a block.
 #[test]
 fn sim19_a_read_error_comes_after_the_whole_lines_before_it() {
-    let lines = generated(8_000, 3);
+    // About 3 blocks.
+    let lines = generated(PARSE_BLOCK as u64 / 30, 3);
     let whole = lines.iter().filter(|&&b| b == b'\n').count() as u64;
-    let mut cases: Vec<(Vec<u8>, usize)> = [100, 128 << 10, (128 << 10) + 50, 300_000]
+    let b = PARSE_BLOCK;
+    let mut cases: Vec<(Vec<u8>, usize)> = [100, b, b + 50, 2 * b + 40_000]
         .iter()
         .map(|&ok| (lines.clone(), ok))
         .collect();
-    for tail in [2_000, 300_000] {
+    for tail in [2_000, b + 300_000] {
         let mut b = lines.clone();
         b.extend(std::iter::repeat_n(b'7', tail));
         let ok = b.len();

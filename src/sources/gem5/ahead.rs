@@ -17,9 +17,9 @@ use crate::sources::error::Result;
 use crate::sources::ring::{Blocks, Ring};
 use crate::sources::SourceError;
 
-/// Bytes per block (about 10,000 dep records): a block is a hand-off between threads, and each
+/// Bytes per block of [`super::Gem5Events::decoded_ahead`] (about 10,000 dep records): a block is a hand-off between threads, and each
 /// costs a wake-up, so they are few; its decoded records stay near a MiB.
-pub(super) const BLOCK: usize = 256 << 10;
+pub const BLOCK: usize = 256 << 10;
 
 /// The fields of a record the mapping reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -23,6 +23,7 @@ pub use gen::generate;
 pub use macro_op::{BranchKind, MacroOp, MacroOpReader};
 pub use parse::MAX_LINE;
 pub use read::UopReader;
+pub use split::BLOCK as PARSE_BLOCK;
 pub use write::UopWriter;
 
 use std::fmt;

@@ -19,9 +19,9 @@ use crate::sources::ring::{Blocks, Ring};
 use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
 use std::io::{self, BufRead};
 
-/// Bytes per block (about 6,000 lines): a block is a hand-off between threads, and each costs a
+/// Bytes per block of [`super::UopReader::parallel`] (about 6,000 lines): a block is a hand-off between threads, and each costs a
 /// wake-up (tens of microseconds on a VM), so they are few.
-pub(super) const BLOCK: usize = 512 << 10;
+pub const BLOCK: usize = 512 << 10;
 
 /// What follows a block's bytes.
 enum After {
