@@ -985,7 +985,7 @@ fn sim20_an_error_before_a_stall_arrives() {
 /// (or its length prefix).
 struct Chops {
     bytes: std::io::Cursor<Vec<u8>>,
-    sizes: &'static [usize],
+    sizes: Vec<usize>,
     next: usize,
 }
 
@@ -1038,7 +1038,7 @@ fn sim20_blocks_cut_anywhere_decode_as_on_one_thread() {
                     let here = assert_ahead_maps_as_here(what, options, &|| {
                         let r = Chops {
                             bytes: std::io::Cursor::new(body.clone()),
-                            sizes,
+                            sizes: sizes.to_vec(),
                             next: 0,
                         };
                         (Input::from_reader("m", r).unwrap(), None)
@@ -1052,6 +1052,59 @@ fn sim20_blocks_cut_anywhere_decode_as_on_one_thread() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Everything `open`'s input maps to, decoded ahead by `workers` or read here, or the error that
+/// stops it opening.
+fn mapped_or_not(
+    open: &dyn Fn() -> Input,
+    options: ReadOptions,
+    workers: Option<usize>,
+) -> Result<(Vec<Event>, Option<String>, ptemu::sources::SourceStats), String> {
+    let events = match workers {
+        Some(n) => Gem5Events::decoded_ahead(open(), None, options, n),
+        None => Gem5Events::new(open(), None, options),
+    };
+    events.map(mapped).map_err(|e| e.to_string())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// SIM20: a spoiled trace (bytes overwritten anywhere, the header and length prefixes
+    /// included, and cut short anywhere), in reads of any sizes, maps decoded ahead by 1 to 3
+    /// workers as on one thread: the same events, error text and stats, strict and lenient.
+    #[test]
+    fn sim20_spoiled_traces_decode_ahead_as_on_one_thread(
+        seed in 0u64..1_000,
+        spoils in proptest::collection::vec((0.0f64..1.0, any::<u8>()), 0..6),
+        keep in 0.3f64..=1.0,
+        sizes in proptest::collection::vec(1usize..400, 1..5),
+        lenient: bool,
+    ) {
+        let (mut bytes, _) = gen_bytes(1_500, seed);
+        for (at, b) in spoils {
+            let i = ((bytes.len() as f64 * at) as usize).min(bytes.len() - 1);
+            bytes[i] = b;
+        }
+        bytes.truncate((bytes.len() as f64 * keep) as usize);
+        let open = || {
+            let r = Chops {
+                bytes: std::io::Cursor::new(bytes.clone()),
+                sizes: sizes.clone(),
+                next: 0,
+            };
+            Input::from_reader("m", r).unwrap()
+        };
+        let options = ReadOptions { lenient };
+        let here = mapped_or_not(&open, options, None);
+        for workers in 1..=3 {
+            let ahead = mapped_or_not(&open, options, Some(workers));
+            prop_assert!(here == ahead, "{} workers: {:?} vs {:?}", workers,
+                here.as_ref().map(|h| (&h.1, h.0.len(), &h.2)),
+                ahead.as_ref().map(|h| (&h.1, h.0.len(), &h.2)));
         }
     }
 }
