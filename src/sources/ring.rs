@@ -10,6 +10,7 @@
 //! ends after the block that ends the input, when the reader is gone (its next send fails), or
 //! when a neighbour is gone; a panic on a worker reaches the reader's thread.
 
+use super::SourceError;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread;
 
@@ -31,6 +32,30 @@ pub(crate) trait Blocks: Send + 'static {
     fn last(after: &Self::After) -> bool;
     /// Parses `bytes`, read with `after`, into `spent` (a result the reader gave back, or `None`).
     fn parse(&mut self, bytes: &[u8], after: Self::After, spent: Option<Self::Parsed>) -> Self::Parsed;
+}
+
+/// What follows a block: more blocks, the end of the input, or the error that ended it.
+pub(crate) enum Ending<E> {
+    More,
+    End,
+    Error(E),
+}
+
+impl<E> Ending<E> {
+    /// Whether no block follows.
+    pub(crate) fn is_last(&self) -> bool {
+        !matches!(self, Ending::More)
+    }
+
+    /// Takes it out (leaving the end): `Ok(true)` when more blocks follow, `Ok(false)` at the
+    /// end, or the error.
+    pub(crate) fn take(&mut self) -> Result<bool, E> {
+        match std::mem::replace(self, Ending::End) {
+            Ending::More => Ok(true),
+            Ending::End => Ok(false),
+            Ending::Error(e) => Err(e),
+        }
+    }
 }
 
 /// The token and whether the input ended with the last block read.
@@ -104,10 +129,10 @@ impl<B: Blocks + Clone> Ring<B> {
 
 impl<B: Blocks> Ring<B> {
     /// The next parsed block in reading order; `spent` (the block before, if any) goes back to its
-    /// worker. `None` when a worker is gone without its last word and none of the workers that
-    /// are done panicked (a panic is passed on here, as it would be on one thread). Not to be
-    /// called again after the block that ends the input.
-    pub(crate) fn next(&mut self, spent: Option<B::Parsed>) -> Option<B::Parsed> {
+    /// worker. When a worker is gone without its last word, the panic of a worker that is done
+    /// goes on here, as it would on one thread; without one, an I/O error on the input `name`.
+    /// Not to be called again after the block that ends the input.
+    pub(crate) fn next(&mut self, spent: Option<B::Parsed>, name: &str) -> Result<B::Parsed, SourceError> {
         if let Some(spent) = spent {
             // The worker of the block before.
             let before = (self.turn + self.parsed.len() - 1) % self.parsed.len();
@@ -123,10 +148,14 @@ impl<B: Blocks> Ring<B> {
                     std::panic::resume_unwind(panic);
                 }
             }
-            return None;
+            return Err(SourceError::io(
+                name,
+                None,
+                std::io::Error::other("a parsing thread stopped"),
+            ));
         };
         self.turn = (self.turn + 1) % self.parsed.len();
-        Some(next)
+        Ok(next)
     }
 }
 

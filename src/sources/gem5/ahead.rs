@@ -14,7 +14,7 @@
 use super::messages::{InstDepRecord, Packet, RecordType};
 use super::read::{decode_block, Reader, Record, TraceKind};
 use crate::sources::error::Result;
-use crate::sources::ring::{Blocks, Ring};
+use crate::sources::ring::{Blocks, Ending, Ring};
 use crate::sources::SourceError;
 
 /// Bytes per block of [`super::Gem5Events::decoded_ahead`] (about 10,000 dep records): a block is a hand-off between threads, and each
@@ -59,18 +59,11 @@ impl Slim {
     }
 }
 
-/// How a block's read ended.
-enum Ending {
-    More,
-    End,
-    /// The framing or read error after the block's messages; it ends the reader.
-    Error(SourceError),
-}
-
 /// A block's read: the input offset of its first byte, and how it ended.
 struct Taken {
     start: u64,
-    ending: Ending,
+    /// The framing or read error after the block's messages ends the reader.
+    ending: Ending<SourceError>,
 }
 
 /// A decoded block: its good records, and its bad messages by index among its messages.
@@ -78,7 +71,7 @@ struct Decoded {
     records: Vec<Slim>,
     errors: Vec<(usize, Option<SourceError>)>,
     messages: usize,
-    ending: Ending,
+    ending: Ending<SourceError>,
 }
 
 impl Decoded {
@@ -119,7 +112,7 @@ impl Blocks for Messages {
     }
 
     fn last(after: &Taken) -> bool {
-        !matches!(after.ending, Ending::More)
+        after.ending.is_last()
     }
 
     fn parse(&mut self, bytes: &[u8], after: Taken, spent: Option<Decoded>) -> Decoded {
@@ -242,27 +235,16 @@ impl Ahead {
     fn next_block(&mut self) -> Result<()> {
         self.base += self.current.messages as u64;
         self.records = self.base;
-        match std::mem::replace(&mut self.current.ending, Ending::End) {
-            Ending::More => {}
-            Ending::End => {
-                self.done = true;
-                return Ok(());
-            }
-            Ending::Error(e) => {
-                self.done = true;
-                return Err(e);
-            }
+        let more = self.current.ending.take().inspect_err(|_| self.done = true)?;
+        if !more {
+            self.done = true;
+            return Ok(());
         }
         let spent = std::mem::replace(&mut self.current, Decoded::empty());
-        let Some(next) = self.ring.next(Some(spent)) else {
-            self.done = true;
-            return Err(SourceError::io(
-                &self.name,
-                None,
-                std::io::Error::other("a decoding thread stopped"),
-            ));
-        };
-        self.current = next;
+        self.current = self
+            .ring
+            .next(Some(spent), &self.name)
+            .inspect_err(|_| self.done = true)?;
         self.pos = 0;
         self.record_pos = 0;
         self.error_pos = 0;

@@ -15,7 +15,7 @@ use super::parse::{LineError, MAX_LINE};
 use super::read::{parse_or_blank, too_long};
 use super::Uop;
 use crate::sources::error::Result;
-use crate::sources::ring::{Blocks, Ring};
+use crate::sources::ring::{Blocks, Ending, Ring};
 use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
 use std::io::{self, BufRead};
 
@@ -23,14 +23,9 @@ use std::io::{self, BufRead};
 /// wake-up (tens of microseconds on a VM), so they are few.
 pub const BLOCK: usize = 512 << 10;
 
-/// What follows a block's bytes.
-enum After {
-    More,
-    End,
-    /// A read error after the block's whole lines (a part line before it is dropped, as the
-    /// line reader never parses it).
-    Error(io::Error),
-}
+/// What follows a block's bytes; a read error comes after the block's whole lines (a part line
+/// before it is dropped, as the line reader never parses it).
+type After = Ending<io::Error>;
 
 /// A parsed block: its micro-ops and bad lines by line number within the block (from 1).
 struct Parsed {
@@ -47,7 +42,7 @@ impl Parsed {
             uops: Vec::new(),
             errors: Vec::new(),
             lines: 0,
-            after: After::End,
+            after: Ending::End,
         }
     }
 }
@@ -73,7 +68,7 @@ impl Blocks for Lines {
     }
 
     fn last(after: &After) -> bool {
-        !matches!(after, After::More)
+        after.is_last()
     }
 
     fn parse(&mut self, bytes: &[u8], after: After, spent: Option<Parsed>) -> Parsed {
@@ -128,7 +123,7 @@ impl Split {
             options,
             ring,
             current: Parsed {
-                after: After::More,
+                after: Ending::More,
                 ..Parsed::empty()
             },
             pos: 0,
@@ -204,31 +199,19 @@ impl Split {
     fn next_block(&mut self) -> Result<()> {
         self.base += self.current.lines;
         self.line = self.base;
-        match std::mem::replace(&mut self.current.after, After::End) {
-            After::More => {}
-            After::End => {
-                self.done = true;
-                return Ok(());
-            }
-            After::Error(e) => {
-                self.done = true;
-                return Err(SourceError::io(
-                    &self.name,
-                    Some(Position::Line(self.base + 1)),
-                    e,
-                ));
-            }
+        let more = self.current.after.take().map_err(|e| {
+            self.done = true;
+            SourceError::io(&self.name, Some(Position::Line(self.base + 1)), e)
+        })?;
+        if !more {
+            self.done = true;
+            return Ok(());
         }
         let spent = std::mem::replace(&mut self.current, Parsed::empty());
-        let Some(next) = self.ring.next(Some(spent)) else {
-            self.done = true;
-            return Err(SourceError::io(
-                &self.name,
-                None,
-                io::Error::other("a parsing thread stopped"),
-            ));
-        };
-        self.current = next;
+        self.current = self
+            .ring
+            .next(Some(spent), &self.name)
+            .inspect_err(|_| self.done = true)?;
         self.pos = 0;
         self.error_pos = 0;
         Ok(())
@@ -239,14 +222,14 @@ impl Split {
 /// from the block before); the part line after it goes to `carry`.
 fn read_block(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
     match fill(input, bytes) {
-        After::More => cut(input, bytes, carry),
-        After::Error(e) => {
+        Ending::More => cut(input, bytes, carry),
+        Ending::Error(e) => {
             // Only whole lines go before the error.
             let whole = memchr::memrchr(b'\n', bytes).map_or(0, |nl| nl + 1);
             bytes.truncate(whole);
-            After::Error(e)
+            Ending::Error(e)
         }
-        After::End => After::End,
+        Ending::End => Ending::End,
     }
 }
 
@@ -254,15 +237,15 @@ fn read_block(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> Af
 fn fill(input: &mut Input, bytes: &mut Vec<u8>) -> After {
     while bytes.len() < BLOCK {
         let buf = match input.fill_buf() {
-            Ok([]) => return After::End,
+            Ok([]) => return Ending::End,
             Ok(b) => b,
-            Err(e) => return After::Error(e),
+            Err(e) => return Ending::Error(e),
         };
         let n = buf.len().min(BLOCK - bytes.len());
         bytes.extend_from_slice(&buf[..n]);
         input.consume(n);
     }
-    After::More
+    Ending::More
 }
 
 /// Ends a full block after its last newline, the rest carried to the next block. A block without
@@ -272,23 +255,23 @@ fn cut(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
     if let Some(nl) = memchr::memrchr(b'\n', bytes) {
         carry.extend_from_slice(&bytes[nl + 1..]);
         bytes.truncate(nl + 1);
-        return After::More;
+        return Ending::More;
     }
     bytes.truncate(MAX_LINE + 1);
     bytes.push(b'\n');
     loop {
         let buf = match input.fill_buf() {
-            Ok([]) => return After::End,
+            Ok([]) => return Ending::End,
             Ok(b) => b,
             Err(e) => {
                 // The error is at this line, which was not whole: none of it is parsed.
                 bytes.clear();
-                return After::Error(e);
+                return Ending::Error(e);
             }
         };
         if let Some(nl) = memchr::memchr(b'\n', buf) {
             input.consume(nl + 1);
-            return After::More;
+            return Ending::More;
         }
         let n = buf.len();
         input.consume(n);
