@@ -1108,3 +1108,32 @@ proptest! {
         }
     }
 }
+
+/// SIM20: a trace dense with bad messages (runs of zero bytes: each an empty message, which lacks
+/// the required fields) maps decoded ahead as on one thread, strict and lenient. A worker keeps
+/// at most 512 errors of a block and leaves the rest to the mapping's side, in steps of as many;
+/// the runs hold thousands of errors per block, so the rest is taken up several times.
+#[test]
+fn sim20_dense_errors_decode_ahead_as_on_one_thread() {
+    let records: Vec<InstDepRecord> = (0..6_000).map(|i| comp(i, 0x1000 + 4 * (i % 300))).collect();
+    let (trace, offsets) = dep_trace(&records);
+    let mut bytes = Vec::new();
+    let mut from = 0;
+    for (k, &at) in offsets.iter().step_by(1_500).enumerate().skip(1) {
+        bytes.extend(&trace[from..at as usize]);
+        bytes.extend(std::iter::repeat_n(0u8, 3_000 * k));
+        from = at as usize;
+    }
+    bytes.extend(&trace[from..]);
+    for lenient in [false, true] {
+        let options = ReadOptions { lenient };
+        let here = assert_ahead_maps_as_here("zeros", options, &|| {
+            (Input::from_bytes("m", bytes.clone()).unwrap(), None)
+        });
+        if lenient {
+            assert_eq!(here.2.skipped, 3_000 * (1 + 2 + 3));
+        } else {
+            assert!(here.1.is_some_and(|e| e.contains("lacks required")));
+        }
+    }
+}

@@ -498,9 +498,10 @@ fn sim18_lines_parsed_ahead_read_as_on_one_thread() {
 }
 
 /// SIM19: where the blocks are cut does not show. Lines too long for the parser (2,000 bytes)
-/// and longer than a block (300 KB more than a block without a newline, read past by the worker reading it), a bad line
-/// at a block's end, many bad lines in one block, a last line without its newline, a last line
-/// too long without its newline: line numbers, errors and counts as on one thread.
+/// and longer than a block (300 KB more than a block, without a newline: read past by the worker
+/// reading it), a bad line at a block's end, many bad lines in one block, a last line without its
+/// newline, a last line too long without its newline: line numbers, errors and counts as on one
+/// thread.
 #[test]
 fn sim19_blocks_cut_anywhere_read_as_on_one_thread() {
     // About 2 blocks.
@@ -553,6 +554,24 @@ fn sim19_blocks_cut_anywhere_read_as_on_one_thread() {
     let mut huge_end = base.clone();
     huge_end.extend_from_slice(&huge[..PARSE_BLOCK + 70_000]);
     assert_parallel_reads_as_here("huge last line", &huge_end);
+}
+
+/// SIM19: a trace dense with bad lines reads as on one thread, strict and lenient. A worker
+/// keeps at most 512 bad lines of a block and leaves the rest to the reader's side, in steps of
+/// as many; these runs hold thousands per block, so the rest is taken up several times.
+#[test]
+fn sim19_dense_errors_read_as_on_one_thread() {
+    let mut text = generated(20_000, 7);
+    for n in [15_000, 9_000, 3_000] {
+        insert_before_line(&mut text, n, &b"x\n".repeat(n / 3 * 2));
+    }
+    assert_parallel_reads_as_here("dense", &text);
+    let lenient = reading(UopReader::parallel(
+        bytes_input("t.trace", &text),
+        ReadOptions { lenient: true },
+        2,
+    ));
+    assert_eq!(lenient.3, (15_000 + 9_000 + 3_000) / 3 * 2);
 }
 
 /// A reader that gives `ok` bytes of `bytes`, then fails; once interrupted at `interrupt_at`.

@@ -86,8 +86,8 @@ pub struct Args {
     #[arg(long)]
     out: PathBuf,
     /// Threads: 1 does everything on one; 2 or more read and map the input on a second thread,
-    /// ahead of the tracer and output unit, parse a Penn trace on N more (at most 16) and decode
-    /// a gem5 trace on a third; the outputs are the same bytes. Default: the machine's cores.
+    /// ahead of the tracer and output unit, and parse a Penn trace or decode a gem5 trace on N
+    /// more (at most 16); the outputs are the same bytes. Default: the machine's cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
     /// Print nothing on success.

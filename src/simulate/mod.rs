@@ -58,8 +58,9 @@ pub fn default_ctl(scheme: Scheme, format: Format) -> RtitCtl {
         .with_topa(scheme == Scheme::Topa)
 }
 
-/// The most Penn parsing workers a run starts, whatever [`Options::threads`] asks for (SIM19):
-/// each holds a block and parsed micro-ops, and more than the cores only take turns.
+/// The most workers a run starts to parse a Penn trace or decode a gem5 one, whatever
+/// [`Options::threads`] asks for (SIM19, SIM20): each holds a block and its parsed records, and
+/// more than the cores only take turns.
 pub const MAX_PARSE_WORKERS: usize = 16;
 
 /// What to simulate, besides the input.

@@ -31,7 +31,27 @@ pub(crate) trait Blocks: Send + 'static {
     /// Whether the input is done after a block read with this ending.
     fn last(after: &Self::After) -> bool;
     /// Parses `bytes`, read with `after`, into `spent` (a result the reader gave back, or `None`).
+    /// A parse may stop once it holds as many errors as it keeps ([`errors_kept`]): its result
+    /// then tells where, and what follows the rest ([`Blocks::rest`]), and its own ending is
+    /// [`Ending::More`]. The rest is parsed next, on the reader's side.
     fn parse(&mut self, bytes: &[u8], after: Self::After, spent: Option<Self::Parsed>) -> Self::Parsed;
+    /// Where a parse stopped in its bytes, and what follows the rest, taken out of `parsed`.
+    fn rest(parsed: &mut Self::Parsed) -> Option<(usize, Self::After)>;
+}
+
+/// The errors a lenient parse keeps per block before it leaves the rest to the reader (a strict
+/// one keeps 1: a run stops at its first error). An error costs a few hundred bytes and a block
+/// of bad input can hold one every byte or two, so without a bound the blocks in flight could
+/// hold gigabytes of them.
+pub(crate) const ERRORS_KEPT: usize = 512;
+
+/// How many errors a parse keeps per block (at least 1).
+pub(crate) fn errors_kept(lenient: bool) -> usize {
+    if lenient {
+        ERRORS_KEPT
+    } else {
+        1
+    }
 }
 
 /// What follows a block: more blocks, the end of the input, or the error that ended it.
@@ -58,6 +78,12 @@ impl<E> Ending<E> {
     }
 }
 
+/// A worker's parsed block, and the bytes its parse left (with what follows them).
+struct Done<B: Blocks> {
+    parsed: B::Parsed,
+    rest: Option<(Vec<u8>, B::After)>,
+}
+
 /// The token and whether the input ended with the last block read.
 struct Turn<T> {
     token: T,
@@ -69,11 +95,16 @@ pub(crate) struct Ring<B: Blocks> {
     /// The workers, joined when one is gone without its last word, to pass its panic on.
     threads: Vec<thread::JoinHandle<()>>,
     /// Parsed blocks from each worker, taken in turn.
-    parsed: Vec<Receiver<B::Parsed>>,
+    parsed: Vec<Receiver<Done<B>>>,
     /// Spent results back to each worker.
     spent: Vec<SyncSender<B::Parsed>>,
     /// The worker of the next block.
     turn: usize,
+    /// Parses on the reader's side what a worker left of a block.
+    local: B,
+    /// What a worker left of the block last taken: its bytes, how far they are parsed here, and
+    /// what follows them.
+    pending: Option<(Vec<u8>, usize, B::After)>,
 }
 
 impl<B: Blocks> std::fmt::Debug for Ring<B> {
@@ -102,6 +133,8 @@ impl<B: Blocks + Clone> Ring<B> {
             parsed: Vec::new(),
             spent: Vec::new(),
             turn: 0,
+            local: blocks.clone(),
+            pending: None,
         };
         for k in 0..workers {
             let (parsed_tx, parsed_rx) = sync_channel(QUEUED);
@@ -129,10 +162,18 @@ impl<B: Blocks + Clone> Ring<B> {
 
 impl<B: Blocks> Ring<B> {
     /// The next parsed block in reading order; `spent` (the block before, if any) goes back to its
-    /// worker. When a worker is gone without its last word, the panic of a worker that is done
+    /// worker. What a worker's parse left of a block is parsed here, into `spent`, in the same
+    /// steps. When a worker is gone without its last word, the panic of a worker that is done
     /// goes on here, as it would on one thread; without one, an I/O error on the input `name`.
     /// Not to be called again after the block that ends the input.
     pub(crate) fn next(&mut self, spent: Option<B::Parsed>, name: &str) -> Result<B::Parsed, SourceError> {
+        if let Some((bytes, at, after)) = self.pending.take() {
+            let mut p = self.local.parse(&bytes[at..], after, spent);
+            if let Some((more, after)) = B::rest(&mut p) {
+                self.pending = Some((bytes, at + more, after));
+            }
+            return Ok(p);
+        }
         if let Some(spent) = spent {
             // The worker of the block before.
             let before = (self.turn + self.parsed.len() - 1) % self.parsed.len();
@@ -155,7 +196,8 @@ impl<B: Blocks> Ring<B> {
             ));
         };
         self.turn = (self.turn + 1) % self.parsed.len();
-        Ok(next)
+        self.pending = next.rest.map(|(bytes, after)| (bytes, 0, after));
+        Ok(next.parsed)
     }
 }
 
@@ -165,7 +207,7 @@ fn work<B: Blocks>(
     blocks: &mut B,
     turn: &Receiver<Turn<B::Token>>,
     next: &SyncSender<Turn<B::Token>>,
-    parsed: &SyncSender<B::Parsed>,
+    parsed: &SyncSender<Done<B>>,
     spent: &Receiver<B::Parsed>,
 ) {
     let mut bytes = Vec::new();
@@ -181,8 +223,10 @@ fn work<B: Blocks>(
         turn_now.ended = last;
         // The next worker may be gone only when the reader is: the block is parsed anyway.
         let _ = next.send(turn_now);
-        let p = blocks.parse(&bytes, after, spent.try_recv().ok());
-        if parsed.send(p).is_err() || last {
+        let mut p = blocks.parse(&bytes, after, spent.try_recv().ok());
+        // Left to the reader: copied, as this buffer takes the next block.
+        let rest = B::rest(&mut p).map(|(at, after)| (bytes[at..].to_vec(), after));
+        if parsed.send(Done { parsed: p, rest }).is_err() || last {
             return;
         }
     }

@@ -14,11 +14,13 @@
 use super::messages::{InstDepRecord, Packet, RecordType};
 use super::read::{decode_block, Reader, Record, TraceKind};
 use crate::sources::error::Result;
-use crate::sources::ring::{Blocks, Ending, Ring};
+use crate::sources::ring::{errors_kept, Blocks, Ending, Ring};
 use crate::sources::SourceError;
 
-/// Bytes per block of [`super::Gem5Events::decoded_ahead`] (about 10,000 dep records): a block is a hand-off between threads, and each
-/// costs a wake-up, so they are few; its decoded records stay near a MiB.
+/// Bytes per block of [`super::Gem5Events::decoded_ahead`] (about 10,000 dep records): a block
+/// is a hand-off between threads, and each costs a wake-up, so they are few. Its decoded records
+/// take about 0.5 MiB, and at most [`crate::sources::ring::ERRORS_KEPT`] errors are kept with
+/// them.
 pub const BLOCK: usize = 256 << 10;
 
 /// The fields of a record the mapping reads.
@@ -71,7 +73,10 @@ struct Decoded {
     records: Vec<Slim>,
     errors: Vec<(usize, Option<SourceError>)>,
     messages: usize,
+    /// What follows: the end, the framing or read error that ends the reader, or more.
     ending: Ending<SourceError>,
+    /// Where the parse stopped, once it held as many errors as it keeps, and what follows.
+    rest: Option<(usize, Taken)>,
 }
 
 impl Decoded {
@@ -82,6 +87,7 @@ impl Decoded {
             errors: Vec::new(),
             messages: 0,
             ending: Ending::End,
+            rest: None,
         }
     }
 }
@@ -92,6 +98,8 @@ impl Decoded {
 struct Messages {
     kind: TraceKind,
     name: String,
+    /// Errors kept per block ([`errors_kept`]).
+    errors_kept: usize,
     dep: InstDepRecord,
     packet: Packet,
 }
@@ -120,25 +128,41 @@ impl Blocks for Messages {
         d.records.clear();
         d.errors.clear();
         let mut n = 0;
+        let keep = self.errors_kept;
         let each = |r: Result<Record<'_>>| {
             match r {
                 Ok(record) => d.records.push(Slim::of(&record)),
                 Err(e) => d.errors.push((n, Some(e))),
             }
             n += 1;
+            d.errors.len() < keep
         };
-        decode_block(
+        let start = after.start;
+        let done = decode_block(
             self.kind,
             &self.name,
             bytes,
-            after.start,
+            start,
             &mut self.dep,
             &mut self.packet,
             each,
         );
         d.messages = n;
-        d.ending = after.ending;
+        if done < bytes.len() {
+            let rest = Taken {
+                start: start + done as u64,
+                ending: after.ending,
+            };
+            d.rest = Some((done, rest));
+            d.ending = Ending::More;
+        } else {
+            d.ending = after.ending;
+        }
         d
+    }
+
+    fn rest(decoded: &mut Decoded) -> Option<(usize, Taken)> {
+        decoded.rest.take()
     }
 }
 
@@ -172,11 +196,16 @@ impl Ahead {
     /// no thread can be had. The threads end at the end of input, after a framing or read error,
     /// or when this side is dropped (their next send fails; a read a worker is blocked in
     /// finishes first).
-    pub(super) fn spawn(reader: Box<Reader>, workers: usize) -> std::result::Result<Ahead, Box<Reader>> {
+    pub(super) fn spawn(
+        reader: Box<Reader>,
+        workers: usize,
+        lenient: bool,
+    ) -> std::result::Result<Ahead, Box<Reader>> {
         let name = reader.name().to_owned();
         let messages = Messages {
             kind: reader.kind(),
             name: name.clone(),
+            errors_kept: errors_kept(lenient),
             dep: InstDepRecord::default(),
             packet: Packet::default(),
         };
@@ -213,9 +242,7 @@ impl Ahead {
                 if let Some((at, error)) = self.current.errors.get_mut(self.error_pos) {
                     if *at == i {
                         self.error_pos += 1;
-                        if let Some(e) = error.take() {
-                            return Err(e);
-                        }
+                        return Err(error.take().expect("each error is returned once"));
                     }
                 }
                 let record = self.current.records[self.record_pos];
@@ -249,5 +276,95 @@ impl Ahead {
         self.record_pos = 0;
         self.error_pos = 0;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::messages::{InstDepRecordHeader, RecordType};
+    use super::super::read::Header;
+    use super::super::write::Writer;
+    use super::*;
+    use crate::sources::Input;
+    use prost::Message;
+
+    /// A dep trace of `n` good records with a run of `zeros` zero bytes (each an empty message,
+    /// which lacks the required fields) after every 1,000th.
+    fn dense(n: u64, zeros: usize) -> Vec<u8> {
+        let header = Header::Dep(InstDepRecordHeader {
+            obj_id: "t".into(),
+            ver: None,
+            tick_freq: 1_000_000_000_000,
+            window_size: 576,
+        });
+        let mut w = Writer::new(Vec::new(), &header).unwrap();
+        let Header::Dep(h) = &header else { unreachable!() };
+        let delimited = |n: usize| prost::length_delimiter_len(n) + n;
+        let mut at = 4 + delimited(h.encoded_len());
+        let mut runs = Vec::new();
+        for i in 0..n {
+            let r = InstDepRecord {
+                seq_num: i,
+                r#type: RecordType::Comp as i32,
+                comp_delay: 500,
+                pc: Some(0x1000 + 4 * (i % 300)),
+                ..Default::default()
+            };
+            w.write_dep(&r).unwrap();
+            at += delimited(r.encoded_len());
+            if i % 1_000 == 999 {
+                runs.push(at);
+            }
+        }
+        let mut bytes = w.finish().unwrap();
+        for at in runs.into_iter().rev() {
+            bytes.splice(at..at, std::iter::repeat_n(0u8, zeros));
+        }
+        bytes
+    }
+
+    /// Every record or error text, with the record count after it, to the end or a framing error.
+    fn all(mut next: impl FnMut() -> (Result<Option<Slim>>, u64)) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        loop {
+            let (r, records) = next();
+            match r {
+                Ok(None) => return out,
+                Ok(Some(s)) => out.push((format!("{s:?}"), records)),
+                Err(e) => {
+                    let last = !e.is_skippable();
+                    out.push((e.to_string(), records));
+                    if last {
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+
+    /// SIM20, the errors a worker keeps per block (`ERRORS_KEPT`, lenient; 1 when strict): the
+    /// rest of a block is decoded on the mapping's side, with every error's text and offset and
+    /// every record count as the reader on one thread gives them, however many times the rest is
+    /// taken up.
+    #[test]
+    fn sim20_errors_past_the_kept_ones_read_as_on_one_thread() {
+        let bytes = dense(5_000, 3 * crate::sources::ring::ERRORS_KEPT + 7);
+        let mut here = Reader::new(Input::from_bytes("m", bytes.clone()).unwrap()).unwrap();
+        let want = all(|| {
+            let r = here.next_record().map(|r| r.map(|r| Slim::of(&r)));
+            (r, here.records())
+        });
+        assert!(want.len() > 5 * (3 * crate::sources::ring::ERRORS_KEPT + 7));
+        for lenient in [false, true] {
+            for workers in 1..=3 {
+                let reader = Box::new(Reader::new(Input::from_bytes("m", bytes.clone()).unwrap()).unwrap());
+                let mut ahead = Ahead::spawn(reader, workers, lenient).unwrap();
+                let got = all(|| {
+                    let r = ahead.next_record();
+                    (r, ahead.records())
+                });
+                assert!(got == want, "lenient {lenient}, {workers} workers");
+            }
+        }
     }
 }

@@ -146,9 +146,8 @@ impl Gem5Events {
         let main = Box::new(main);
         let main = match ahead {
             // No thread to be had: read here.
-            Some(workers) => {
-                Ahead::spawn(main, workers).map_or_else(Main::Here, |a| Main::Ahead(Box::new(a)))
-            }
+            Some(workers) => Ahead::spawn(main, workers, options.lenient)
+                .map_or_else(Main::Here, |a| Main::Ahead(Box::new(a))),
             None => Main::Here(main),
         };
         Ok(Gem5Events {

@@ -11,10 +11,10 @@ mod read;
 mod varint;
 mod write;
 
+pub use ahead::BLOCK as DECODE_BLOCK;
 pub use events::Gem5Events;
 // The per-format generators are what `sources::generate` (`ptemu gen`) dispatches to, and what
 // the tests call; `sources::generate` is the API.
-pub use ahead::BLOCK as DECODE_BLOCK;
 #[doc(hidden)]
 pub use gen::generate;
 pub use messages::{IdStringEntry, InstDepRecord, InstDepRecordHeader, Packet, PacketHeader, RecordType};

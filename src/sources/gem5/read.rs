@@ -377,7 +377,8 @@ impl Reader {
 
 /// Decodes the record messages of `block`, which [`Reader::take_block`] took from byte `start`
 /// of the `kind` trace named `name`, into `dep` or `packet`: calls `each` with every record, or
-/// its [`ErrorKind::BadField`] error, in order, as [`Reader::next_record`] gives them.
+/// its [`ErrorKind::BadField`] error, in order, as [`Reader::next_record`] gives them, until it
+/// returns `false`. Returns the bytes of the messages decoded.
 pub(super) fn decode_block(
     kind: TraceKind,
     name: &str,
@@ -385,13 +386,13 @@ pub(super) fn decode_block(
     start: u64,
     dep: &mut InstDepRecord,
     packet: &mut Packet,
-    mut each: impl FnMut(Result<Record<'_>>),
-) {
+    mut each: impl FnMut(Result<Record<'_>>) -> bool,
+) -> usize {
     let mut pos = 0;
     while let Some((prefix, len)) = in_place(&block[pos..]) {
         let at = pos;
         pos += prefix + len;
-        match decode_body(kind, &block[at + prefix..], len, dep, packet) {
+        let go_on = match decode_body(kind, &block[at + prefix..], len, dep, packet) {
             Ok(()) => each(Ok(match kind {
                 TraceKind::Dep => Record::Dep(dep),
                 TraceKind::Fetch => Record::Fetch(packet),
@@ -402,9 +403,13 @@ pub(super) fn decode_block(
                 ErrorKind::BadField,
                 msg,
             ))),
+        };
+        if !go_on {
+            return pos;
         }
     }
     debug_assert_eq!(pos, block.len(), "a block holds whole messages");
+    pos
 }
 
 /// The length prefix's size and the body's length of the message at the front of `avail`, when

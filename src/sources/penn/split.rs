@@ -15,12 +15,12 @@ use super::parse::{LineError, MAX_LINE};
 use super::read::{parse_or_blank, too_long};
 use super::Uop;
 use crate::sources::error::Result;
-use crate::sources::ring::{Blocks, Ending, Ring};
+use crate::sources::ring::{errors_kept, Blocks, Ending, Ring};
 use crate::sources::{ErrorKind, Input, Position, ReadOptions, SourceError};
 use std::io::{self, BufRead};
 
-/// Bytes per block of [`super::UopReader::parallel`] (about 6,000 lines): a block is a hand-off between threads, and each costs a
-/// wake-up (tens of microseconds on a VM), so they are few.
+/// Bytes per block of [`super::UopReader::parallel`] (about 6,000 lines): a block is a hand-off
+/// between threads, and each costs a wake-up (tens of microseconds on a VM), so they are few.
 pub const BLOCK: usize = 512 << 10;
 
 /// What follows a block's bytes; a read error comes after the block's whole lines (a part line
@@ -32,7 +32,10 @@ struct Parsed {
     uops: Vec<(u64, Uop)>,
     errors: Vec<(u64, LineError)>,
     lines: u64,
+    /// What follows: the end, the read error, or more.
     after: After,
+    /// Where the parse stopped, once it held as many errors as it keeps, and what follows.
+    rest: Option<(usize, After)>,
 }
 
 impl Parsed {
@@ -43,6 +46,7 @@ impl Parsed {
             errors: Vec::new(),
             lines: 0,
             after: Ending::End,
+            rest: None,
         }
     }
 }
@@ -53,9 +57,12 @@ struct Token {
     carry: Vec<u8>,
 }
 
-/// Penn lines, read in blocks of whole lines and parsed.
+/// Penn lines, read in blocks of whole lines and parsed; errors kept per block
+/// ([`errors_kept`]).
 #[derive(Clone, Copy)]
-struct Lines;
+struct Lines {
+    errors_kept: usize,
+}
 
 impl Blocks for Lines {
     type Token = Token;
@@ -72,7 +79,16 @@ impl Blocks for Lines {
     }
 
     fn parse(&mut self, bytes: &[u8], after: After, spent: Option<Parsed>) -> Parsed {
-        parse_block(bytes, after, spent.unwrap_or_else(Parsed::empty))
+        parse_block(
+            bytes,
+            after,
+            spent.unwrap_or_else(Parsed::empty),
+            self.errors_kept,
+        )
+    }
+
+    fn rest(parsed: &mut Parsed) -> Option<(usize, After)> {
+        parsed.rest.take()
     }
 }
 
@@ -117,7 +133,10 @@ impl Split {
             input,
             carry: Vec::new(),
         };
-        let ring = Ring::spawn(Lines, token, workers, "ptemu-penn-parse").map_err(|t| t.input)?;
+        let lines = Lines {
+            errors_kept: errors_kept(options.lenient),
+        };
+        let ring = Ring::spawn(lines, token, workers, "ptemu-penn-parse").map_err(|t| t.input)?;
         Ok(Split {
             name,
             options,
@@ -279,8 +298,8 @@ fn cut(input: &mut Input, bytes: &mut Vec<u8>, carry: &mut Vec<u8>) -> After {
 }
 
 /// A worker's parse of one block of whole lines (the last one may lack its newline at the end of
-/// the input), `after` what follows it.
-fn parse_block(bytes: &[u8], after: After, spent: Parsed) -> Parsed {
+/// the input), `after` what follows it; it stops after `errors_kept` bad lines, leaving the rest.
+fn parse_block(bytes: &[u8], after: After, spent: Parsed, errors_kept: usize) -> Parsed {
     let (mut uops, mut errors) = (spent.uops, spent.errors);
     uops.clear();
     errors.clear();
@@ -305,11 +324,21 @@ fn parse_block(bytes: &[u8], after: After, spent: Parsed) -> Parsed {
             Err(e) => errors.push((line, e)),
         }
         at = next;
+        if errors.len() == errors_kept && at < bytes.len() {
+            return Parsed {
+                uops,
+                errors,
+                lines: line,
+                after: Ending::More,
+                rest: Some((at, after)),
+            };
+        }
     }
     Parsed {
         uops,
         errors,
         lines: line,
         after,
+        rest: None,
     }
 }
