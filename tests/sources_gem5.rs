@@ -940,11 +940,14 @@ fn sim20_read_errors_gzip_and_panics_as_on_one_thread() {
 struct Stalls {
     bytes: std::io::Cursor<Vec<u8>>,
     wait: std::sync::mpsc::Receiver<()>,
+    /// The most bytes a read gives.
+    most: usize,
 }
 
 impl std::io::Read for Stalls {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        let n = std::io::Read::read(&mut self.bytes, out)?;
+        let most = out.len().min(self.most);
+        let n = std::io::Read::read(&mut self.bytes, &mut out[..most])?;
         if n == 0 {
             let _ = self.wait.recv();
         }
@@ -952,20 +955,28 @@ impl std::io::Read for Stalls {
     }
 }
 
-/// SIM20: an error the decoding thread found is not held back by an input that stalls after it.
+/// SIM20: an error a decoding worker found is not held back by an input that stalls after it,
+/// whether the input came in one read or in reads of 7 bytes (the bad record's block then holds
+/// the one message that ran past the buffer).
 #[test]
 fn sim20_an_error_before_a_stall_arrives() {
     let mut records: Vec<InstDepRecord> = (0..100).map(|i| comp(i, 0x1000 + 4 * (i % 30))).collect();
     records[50].r#type = 7;
-    let (bad, _) = dep_trace(&records);
-    for workers in [None, Some(1), Some(2)] {
+    let (bad, offsets) = dep_trace(&records);
+    // The input stalls right after the bad record, or a record later.
+    let cases = [(offsets[51], usize::MAX), (offsets[51], 7), (offsets[52], 7)];
+    for ((end, most), workers) in cases
+        .into_iter()
+        .flat_map(|c| [(c, None), (c, Some(1)), (c, Some(2))])
+    {
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let (done_tx, done_rx) = std::sync::mpsc::channel();
-        let bad = bad.clone();
+        let bad = bad[..end as usize].to_vec();
         std::thread::spawn(move || {
             let r = Stalls {
                 bytes: std::io::Cursor::new(bad),
                 wait,
+                most,
             };
             let input = Input::from_reader("m", r).unwrap();
             let ev = match workers {
@@ -977,7 +988,10 @@ fn sim20_an_error_before_a_stall_arrives() {
         let got = done_rx.recv_timeout(std::time::Duration::from_secs(20));
         drop(release);
         let error = got.expect("the error arrives while the input stalls");
-        assert!(error.is_some_and(|e| e.contains("type 7")), "workers {workers:?}");
+        assert!(
+            error.is_some_and(|e| e.contains("type 7")),
+            "workers {workers:?}, stall at {end}, reads of {most}"
+        );
     }
 }
 
@@ -1000,20 +1014,24 @@ impl std::io::Read for Chops {
 
 /// SIM20: blocks cut anywhere decode as on one thread. The input comes in reads of 1 to 300
 /// bytes, so messages and their length prefixes run past the input's buffer (a block then takes
-/// the one message, framed as the reader frames it); messages of 1 and 2-byte prefixes, one
+/// the one message, framed as the reader frames it), or of 1 MiB (the trace is longer than a
+/// block, which the block size then cuts); messages of 1 and 2-byte prefixes, one
 /// prefix padded to a longer varint than it needs (the offsets after it move by a byte), bad
 /// records before and after it (their offsets are in the error text), and a trace cut inside a
 /// message at the end; 1 to 3 workers, strict and lenient, plain and gzip'd.
 #[test]
 fn sim20_blocks_cut_anywhere_decode_as_on_one_thread() {
-    let mut records: Vec<InstDepRecord> = (0..3_000).map(|i| comp(i, 0x1000 + 4 * (i % 300))).collect();
-    for i in (7..3_000).step_by(97) {
+    let n = 24_000;
+    let mut records: Vec<InstDepRecord> = (0..n).map(|i| comp(i, 0x1000 + 4 * (i % 300))).collect();
+    for i in (7..n).step_by(97) {
         // About 170 bytes: a two-byte length prefix.
         records[i as usize].rob_dep = (0..40).map(|d| 1_000_000 + d).collect();
     }
     records[1_000].r#type = 7;
-    records[2_000].r#type = 9;
+    records[9_000].r#type = 9;
     let (trace, offsets) = dep_trace(&records);
+    // With reads of 1 MiB, the block size cuts it.
+    assert!(trace.len() > DECODE_BLOCK, "{}", trace.len());
     // Record 1,500's one-byte length prefix, written in two bytes.
     let at = offsets[1_500] as usize;
     let len = trace[at];
@@ -1125,15 +1143,22 @@ fn sim20_dense_errors_decode_ahead_as_on_one_thread() {
         from = at as usize;
     }
     bytes.extend(&trace[from..]);
-    for lenient in [false, true] {
-        let options = ReadOptions { lenient };
-        let here = assert_ahead_maps_as_here("zeros", options, &|| {
-            (Input::from_bytes("m", bytes.clone()).unwrap(), None)
-        });
-        if lenient {
-            assert_eq!(here.2.skipped, 3_000 * (1 + 2 + 3));
-        } else {
-            assert!(here.1.is_some_and(|e| e.contains("lacks required")));
+    // Also through a mapped file, whose buffer is the whole rest of the file.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dense.trace");
+    std::fs::write(&file, &bytes).unwrap();
+    for mapped in [false, true] {
+        for lenient in [false, true] {
+            let options = ReadOptions { lenient };
+            let here = assert_ahead_maps_as_here("zeros", options, &|| match mapped {
+                true => (Input::open(&file).unwrap(), None),
+                false => (Input::from_bytes("m", bytes.clone()).unwrap(), None),
+            });
+            if lenient {
+                assert_eq!(here.2.skipped, 3_000 * (1 + 2 + 3));
+            } else {
+                assert!(here.1.is_some_and(|e| e.contains("lacks required")));
+            }
         }
     }
 }
