@@ -15,9 +15,9 @@ use std::thread;
 
 /// Events handed to the tracer per call (whole records, so a few more).
 pub(super) const BATCH: usize = 256;
-/// Batches per message from the reader thread: a message costs a channel hand-off, a batch a
-/// tracer call.
-const BATCHES_PER_CHUNK: usize = 16;
+/// Batches per message from the reader thread: a message costs a channel hand-off (and often a
+/// thread wake-up), a batch a tracer call.
+const BATCHES_PER_CHUNK: usize = 64;
 /// Messages queued between the reader thread and the tracer: memory stays bounded (about
 /// `CHUNKS_QUEUED * BATCHES_PER_CHUNK * BATCH` events) however far ahead reading could run.
 const CHUNKS_QUEUED: usize = 4;
