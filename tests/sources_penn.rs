@@ -574,6 +574,34 @@ fn sim19_dense_errors_read_as_on_one_thread() {
     assert_eq!(lenient.3, (15_000 + 9_000 + 3_000) / 3 * 2);
 }
 
+/// SIM19, the fuzz targets' check (`sources::read_arbitrary`): with 1 to 3 workers chosen by the
+/// mode byte, the workers give what one thread gives, on the samples, a generated trace over
+/// several blocks with bad lines and a long one, and one with a bad line only in a later block
+/// (its line number is in the error).
+#[test]
+fn sim19_fuzz_body_compares_workers_with_one_thread() {
+    let mut spoiled = generated(PARSE_BLOCK as u64 / 40, 8);
+    insert_before_line(&mut spoiled, 700, b"1 zz\n\n");
+    insert_before_line(&mut spoiled, 9_000, &[&[b'7'; 3_000][..], b"\n"].concat());
+    let mut inputs: Vec<Vec<u8>> = [SJENG, GCC, HANDEDITED]
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    inputs.push(spoiled.clone());
+    inputs.push(spoiled[..spoiled.len() / 3].to_vec());
+    let mut late = generated(PARSE_BLOCK as u64 / 40, 9);
+    for n in [9_001, 12_003] {
+        insert_before_line(&mut late, n, b"1 zz\n");
+    }
+    inputs.push(late);
+    for bytes in inputs {
+        for mode in 0..8u8 {
+            let data = [&[mode][..], &bytes].concat();
+            ptemu::sources::read_arbitrary(ptemu::sources::Format::Penn, &data);
+        }
+    }
+}
+
 /// A reader that gives `ok` bytes of `bytes`, then fails; once interrupted at `interrupt_at`.
 struct FailAfter {
     bytes: Vec<u8>,

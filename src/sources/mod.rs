@@ -234,22 +234,46 @@ pub fn generate(
 }
 
 /// Reads arbitrary bytes as `format` through its mapping to the end or the first error; the
-/// first byte picks strict (even) or lenient (odd) reading. The body of every fuzz target
-/// (`fuzz/`, `cargo xtask fuzz`): whatever the bytes, this must return, never panic or hang.
+/// first byte picks strict (even) or lenient (odd) reading, and for Penn and gem5 (bits 1-2) how
+/// many workers, 1 to 3, parse the same bytes ahead (SIM19, SIM20; 0: none). The body of every
+/// fuzz target (`fuzz/`, `cargo xtask fuzz`): whatever the bytes, this must return, never panic
+/// or hang, and the workers must give what one thread gives (events, error text and stats).
 #[doc(hidden)]
 pub fn read_arbitrary(format: Format, data: &[u8]) {
     let Some((&mode, body)) = data.split_first() else {
         return;
     };
-    let Ok(input) = Input::from_bytes("fuzz", body.to_vec()) else {
-        return;
-    };
     let options = ReadOptions {
         lenient: mode & 1 == 1,
     };
-    let Ok(mut source) = open_events(format, input, None, options) else {
+    let input = || Input::from_bytes("fuzz", body.to_vec());
+    let here = input().and_then(|i| open_events(format, i, None, options));
+    let here = here.map(drained).map_err(|e| e.to_string());
+    let workers = usize::from(mode >> 1 & 3);
+    if workers == 0 {
         return;
+    }
+    let ahead: Box<dyn EventSource + Send> = match (format, input()) {
+        (Format::Penn, Ok(i)) => Box::new(penn::PennEvents::parsed_ahead(i, options, workers)),
+        (Format::Gem5, Ok(i)) => match gem5::Gem5Events::decoded_ahead(i, None, options, workers) {
+            Ok(source) => Box::new(source),
+            Err(e) => {
+                assert_eq!(
+                    here.err(),
+                    Some(e.to_string()),
+                    "gem5 opened by {workers} workers"
+                );
+                return;
+            }
+        },
+        _ => return,
     };
-    let _ = source.for_each_event(&mut |_| {});
-    let _ = source.stats();
+    assert_eq!(here, Ok(drained(ahead)), "{workers} workers");
+}
+
+/// Everything `source` maps to the end or its first error, the error's text and its stats.
+fn drained(mut source: Box<dyn EventSource + Send>) -> (Vec<Event>, Option<String>, SourceStats) {
+    let mut events = Vec::new();
+    let error = source.for_each_event(&mut |e| events.push(*e)).err();
+    (events, error.map(|e| e.to_string()), source.stats())
 }
