@@ -6,7 +6,9 @@
 //! into its own buffer, hands the input on to worker `k + 1` (the input itself is the token, so
 //! the reads stay in order), then parses the block where its bytes are still in its core's cache
 //! and queues the result. The reader takes the results back in turn. Bounded: each worker holds
-//! one block and at most [`QUEUED`] + 1 parsed ones; spent results go back to be reused. A worker
+//! one block and at most [`QUEUED`] + 1 parsed ones (with, when a parse stopped at the errors it
+//! keeps, a copy of the rest of its block, which the reader parses itself); spent results go
+//! back to be reused. A worker
 //! ends after the block that ends the input, when the reader is gone (its next send fails), or
 //! when a neighbour is gone; a panic on a worker reaches the reader's thread.
 
@@ -170,6 +172,8 @@ impl<B: Blocks> Ring<B> {
         if let Some((bytes, at, after)) = self.pending.take() {
             let mut p = self.local.parse(&bytes[at..], after, spent);
             if let Some((more, after)) = B::rest(&mut p) {
+                // A parse that keeps errors stops after one at the least.
+                debug_assert!(more > 0, "a parse of the rest made no progress");
                 self.pending = Some((bytes, at + more, after));
             }
             return Ok(p);

@@ -19,8 +19,7 @@ use crate::sources::SourceError;
 
 /// Bytes per block of [`super::Gem5Events::decoded_ahead`] (about 10,000 dep records): a block
 /// is a hand-off between threads, and each costs a wake-up, so they are few. Its decoded records
-/// take about 0.5 MiB, and at most [`crate::sources::ring::ERRORS_KEPT`] errors are kept with
-/// them.
+/// take about 0.5 MiB, and at most 512 errors are kept with them (SIM20).
 pub const BLOCK: usize = 256 << 10;
 
 /// The fields of a record the mapping reads.
@@ -148,7 +147,7 @@ impl Blocks for Messages {
             each,
         );
         d.messages = n;
-        if done < bytes.len() {
+        if done < bytes.len() && d.errors.len() >= keep {
             let rest = Taken {
                 start: start + done as u64,
                 ending: after.ending,
