@@ -170,13 +170,11 @@ pub(super) struct Ahead {
     name: String,
     ring: Ring<Messages>,
     current: Decoded,
-    /// Messages of `current` returned so far, and its good records and errors among them.
+    /// Messages of `current` returned so far, and its errors among them (the rest are records).
     pos: usize,
-    record_pos: usize,
     error_pos: usize,
     /// Messages of the blocks before `current`.
     base: u64,
-    records: u64,
     done: bool,
 }
 
@@ -185,7 +183,7 @@ impl std::fmt::Debug for Ahead {
         f.debug_struct("Ahead")
             .field("name", &self.name)
             .field("ring", &self.ring)
-            .field("records", &self.records)
+            .field("records", &self.records())
             .finish()
     }
 }
@@ -217,17 +215,15 @@ impl Ahead {
                 ..Decoded::empty()
             },
             pos: 0,
-            record_pos: 0,
             error_pos: 0,
             base: 0,
-            records: 0,
             done: false,
         })
     }
 
     /// The reader's record count after the record last returned.
     pub(super) fn records(&self) -> u64 {
-        self.records
+        self.base + self.pos as u64
     }
 
     /// The next record, as [`Reader::next_record`] would return it.
@@ -237,16 +233,14 @@ impl Ahead {
             if self.pos < self.current.messages {
                 let i = self.pos;
                 self.pos += 1;
-                self.records = self.base + self.pos as u64;
                 if let Some((at, error)) = self.current.errors.get_mut(self.error_pos) {
                     if *at == i {
                         self.error_pos += 1;
                         return Err(error.take().expect("each error is returned once"));
                     }
                 }
-                let record = self.current.records[self.record_pos];
-                self.record_pos += 1;
-                return Ok(Some(record));
+                // Every message before this one was a record or one of the errors passed.
+                return Ok(Some(self.current.records[i - self.error_pos]));
             }
             if self.done {
                 return Ok(None);
@@ -259,21 +253,19 @@ impl Ahead {
     /// error that ended the input.
     #[cold]
     fn next_block(&mut self) -> Result<()> {
-        self.base += self.current.messages as u64;
-        self.records = self.base;
-        let more = self.current.ending.take().inspect_err(|_| self.done = true)?;
+        let mut spent = std::mem::replace(&mut self.current, Decoded::empty());
+        self.base += spent.messages as u64;
+        self.pos = 0;
+        self.error_pos = 0;
+        let more = spent.ending.take().inspect_err(|_| self.done = true)?;
         if !more {
             self.done = true;
             return Ok(());
         }
-        let spent = std::mem::replace(&mut self.current, Decoded::empty());
         self.current = self
             .ring
             .next(Some(spent), &self.name)
             .inspect_err(|_| self.done = true)?;
-        self.pos = 0;
-        self.record_pos = 0;
-        self.error_pos = 0;
         Ok(())
     }
 }

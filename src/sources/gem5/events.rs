@@ -52,7 +52,7 @@ const DISCONTINUITIES: usize = 6;
 const FILTERED: usize = 7;
 const NO_PC: usize = 8;
 
-/// The main trace's records: read here, or decoded ahead on a thread of their own.
+/// The main trace's records: read here, or decoded ahead by workers (SIM20).
 #[derive(Debug)]
 enum Main {
     Here(Box<Reader>),
