@@ -100,3 +100,55 @@ fn stats_on_a_file_cut_while_read_exits_2_or_counts_it_whole() {
         other => panic!("exit {other:?} ({:?}): {err}", o.status),
     }
 }
+
+/// Bytes in reads of 5, each after an interrupted read (EINTR).
+struct Interrupts {
+    bytes: std::io::Cursor<Vec<u8>>,
+    interrupt: bool,
+}
+
+impl Read for Interrupts {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        self.interrupt = !self.interrupt;
+        if self.interrupt {
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        let n = out.len().min(5);
+        self.bytes.read(&mut out[..n])
+    }
+}
+
+/// An interrupted read is read again by the input itself, plain or gzip'd, through `Read` and
+/// `BufRead`: no reader above it sees one (the readers of every format rely on it and do not
+/// retry themselves).
+#[test]
+fn interrupted_reads_are_read_again_by_the_input() {
+    let bytes: Vec<u8> = (0..50_000u32).map(|i| (i * 7) as u8).collect();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &bytes).unwrap();
+    let gz = gz.finish().unwrap();
+    for body in [bytes.clone(), gz] {
+        let open = || {
+            let r = Interrupts {
+                bytes: std::io::Cursor::new(body.clone()),
+                interrupt: false,
+            };
+            Input::from_reader("pipe", r).unwrap()
+        };
+        let mut read = Vec::new();
+        open().read_to_end(&mut read).unwrap();
+        assert_eq!(read, bytes);
+        let mut input = open();
+        let mut buffered = Vec::new();
+        loop {
+            let buf = input.fill_buf().unwrap();
+            if buf.is_empty() {
+                break;
+            }
+            buffered.extend_from_slice(buf);
+            let n = buf.len();
+            input.consume(n);
+        }
+        assert_eq!(buffered, bytes);
+    }
+}

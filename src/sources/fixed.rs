@@ -6,15 +6,14 @@ use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::Input;
 use std::io::{self, BufRead, Read, Write};
 
-/// Reads up to `buf.len()` bytes: fewer only at the end of the input.
+/// Reads up to `buf.len()` bytes: fewer only at the end of the input. (Interrupted reads never
+/// get here: `Input` reads again.)
 pub(crate) fn fill(input: &mut Input, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
-        match input.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+        match input.read(&mut buf[got..])? {
+            0 => break,
+            n => got += n,
         }
     }
     Ok(got)

@@ -338,19 +338,13 @@ impl Reader {
 
     /// One byte, or `None` at EOF.
     fn byte(&mut self) -> io::Result<Option<u8>> {
-        loop {
-            match self.input.fill_buf() {
-                Ok([]) => return Ok(None),
-                Ok(buf) => {
-                    let b = buf[0];
-                    self.input.consume(1);
-                    self.offset += 1;
-                    return Ok(Some(b));
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        // Interrupted reads never get here: `Input` reads again.
+        let Some(&b) = self.input.fill_buf()?.first() else {
+            return Ok(None);
+        };
+        self.input.consume(1);
+        self.offset += 1;
+        Ok(Some(b))
     }
 
     /// Fills `buf` as far as the input goes; returns the bytes read.
@@ -363,7 +357,6 @@ impl Reader {
                     got += n;
                     self.offset += n as u64;
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(SourceError::io(self.name(), Some(Position::Byte(self.offset)), e)),
             }
         }
