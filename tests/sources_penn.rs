@@ -445,22 +445,29 @@ fn insert_before_line(text: &mut Vec<u8>, n: usize, extra: &[u8]) {
 /// count.
 fn assert_parallel_reads_as_here(what: &str, bytes: &[u8]) {
     for lenient in [false, true] {
-        let options = ReadOptions { lenient };
-        let here = reading(UopReader::new(bytes_input("t.trace", bytes), options));
-        for workers in 1..=3 {
-            let split = reading(UopReader::parallel(
-                bytes_input("t.trace", bytes),
-                options,
-                workers,
-            ));
-            assert!(
-                here == split,
-                "{what}, lenient {lenient}, {workers} workers: {:?} vs {:?}",
-                (&here.1, here.2, here.3, here.0.len()),
-                (&split.1, split.2, split.3, split.0.len())
-            );
-        }
+        assert_parallel_opened_as_here(what, ReadOptions { lenient }, &|| bytes_input("t.trace", bytes));
     }
+}
+
+/// [`assert_parallel_reads_as_here`] over the inputs `open` makes, with `options`; returns what
+/// the reader on the caller's thread read.
+fn assert_parallel_opened_as_here(
+    what: &str,
+    options: ReadOptions,
+    open: &dyn Fn() -> Input,
+) -> (Vec<(u64, Uop)>, Option<String>, u64, u64) {
+    let here = reading(UopReader::new(open(), options));
+    for workers in 1..=3 {
+        let split = reading(UopReader::parallel(open(), options, workers));
+        assert!(
+            here == split,
+            "{what}, lenient {}, {workers} workers: {:?} vs {:?}",
+            options.lenient,
+            (&here.1, here.2, here.3, here.0.len()),
+            (&split.1, split.2, split.3, split.0.len())
+        );
+    }
+    here
 }
 
 /// SIM18, SIM19: lines parsed ahead, split across workers in blocks of `PARSE_BLOCK`, give what
@@ -646,9 +653,9 @@ fn sim19_a_read_error_comes_after_the_whole_lines_before_it() {
         cases.push((b, ok));
     }
     for (bytes, ok) in cases {
-        let input = |bytes: &[u8]| {
+        let input = || {
             let r = FailAfter {
-                bytes: bytes.to_vec(),
+                bytes: bytes.clone(),
                 at: 0,
                 ok,
                 interrupt_at: None,
@@ -657,7 +664,8 @@ fn sim19_a_read_error_comes_after_the_whole_lines_before_it() {
         };
         for lenient in [false, true] {
             let options = ReadOptions { lenient };
-            let here = reading(UopReader::new(input(&bytes), options));
+            let what = format!("error after {ok} bytes");
+            let here = assert_parallel_opened_as_here(&what, options, &input);
             assert!(
                 here.1
                     .as_deref()
@@ -673,15 +681,6 @@ fn sim19_a_read_error_comes_after_the_whole_lines_before_it() {
                     here.1
                 );
                 assert_eq!(here.3, 0, "nothing skipped");
-            }
-            for workers in 1..=3 {
-                let split = reading(UopReader::parallel(input(&bytes), options, workers));
-                assert!(
-                    here == split,
-                    "error after {ok} bytes, lenient {lenient}, {workers} workers: {:?} vs {:?}",
-                    (&here.1, here.2, here.3, here.0.len()),
-                    (&split.1, split.2, split.3, split.0.len())
-                );
             }
         }
     }
