@@ -18,6 +18,7 @@ mod layout_cmd;
 mod output;
 mod packet_cmd;
 mod repack_cmd;
+mod run_cmd;
 mod run_dir;
 mod simulate_cmd;
 mod source_cmd;
@@ -48,6 +49,11 @@ enum Command {
     /// DIR/image.bin and DIR/image.json with the ptxed command that replays the trace.
     #[command(override_usage = "ptemu simulate [OPTIONS] --out <OUT> [<INPUT> --format <FORMAT>]")]
     Simulate(simulate_cmd::Args),
+    /// Run a real x86-64 program under QEMU (qemu-x86_64) with ptemu's plugin and trace it as
+    /// `simulate` traces a file: DIR receives the same outputs, and with --perf-data a perf.data
+    /// that names the files the program mapped (spec/qemu.md). Exits with the program's status.
+    #[command(override_usage = "ptemu run [OPTIONS] --out <OUT> -- <PROGRAM> [ARGS]...")]
+    Run(run_cmd::Args),
     /// Program the MSRs from a layout, write a byte stream through the output unit, disable tracing,
     /// and write DIR/report.json and DIR/regions/.
     Write {
@@ -169,6 +175,27 @@ impl Failure {
         }
     }
 
+    /// What it says.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Exit with `code` (a traced program's status), saying nothing.
+    pub fn status(code: u8) -> Self {
+        Failure {
+            message: String::new(),
+            code,
+        }
+    }
+
+    /// Exit with `code` and a message (a program that cannot run: 126, 127).
+    pub fn with_code(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code,
+        }
+    }
+
     /// The check ran and found problems: exit code 1.
     pub fn found(message: impl Into<String>) -> Self {
         Failure {
@@ -203,6 +230,7 @@ pub fn run() -> ExitCode {
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Simulate(args) => simulate_cmd::run(args),
+        Command::Run(args) => run_cmd::run(args),
         Command::Layout {
             command: LayoutCommand::Default,
         } => output::print(ptemu::simulate::DEFAULT_LAYOUT),
@@ -240,6 +268,7 @@ pub fn run() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) if f.code == 0 => ExitCode::SUCCESS,
+        Err(f) if f.message.is_empty() => ExitCode::from(f.code),
         Err(f) => {
             eprintln!("ptemu: error: {}", f.message);
             ExitCode::from(f.code)

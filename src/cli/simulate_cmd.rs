@@ -38,76 +38,149 @@ pub struct Args {
     /// trace).
     #[arg(long)]
     fetch_trace: Option<PathBuf>,
-    /// Output layout (TOML, as `ptemu write` takes). Default: four 1 MiB ToPA regions with INT,
-    /// END back to the table (`ptemu layout default` prints it).
-    #[arg(long)]
-    layout: Option<PathBuf>,
-    /// CPU profile, replacing the layout's: broadwell, skylake, goldmont, icelake, alderlake,
-    /// sapphirerapids, generic-max.
-    #[arg(long)]
-    cpu: Option<String>,
-    /// IA32_RTIT_CTL field by its SDM name (any case), e.g. DisRETC=1, PSBFreq=1, MTCEn=1;
-    /// raw=0x... sets the whole MSR. Repeatable, applied in order on top of the default TraceEn
-    /// BranchEn User TSCEn (+ ToPA for a ToPA layout, + OS for CPL-0 BYU traces).
-    #[arg(long, value_name = "KEY=VALUE")]
-    ctl: Vec<String>,
-    /// Another configuration MSR written before CTL: CR3_MATCH, ADDR0_A ... ADDR3_B.
-    #[arg(long, value_name = "NAME=VALUE")]
-    msr: Vec<String>,
-    /// Tracer settings (TOML): clock, cycles_per_instruction, long_tnt, tsx, overflow,
-    /// flush_bytes, packing (spec/generation.md).
-    #[arg(long, value_name = "FILE")]
-    tracer_config: Option<PathBuf>,
-    /// How packets are laid out: none (no PADs) or hardware (as Skylake and later lay them out,
-    /// spec/hardware.md). Default: the CPU profile's.
-    #[arg(long, value_name = "none|hardware")]
-    packing: Option<ptemu::packing::Packing>,
     /// Skip bad records and count them instead of stopping at the first.
     #[arg(long)]
     lenient: bool,
     /// Penn: do not synthesize the code image.
     #[arg(long)]
     no_image: bool,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// The options `ptemu simulate` and `ptemu run` share: the layout, CPU and MSRs, the tracer,
+/// faults, the outputs.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Output layout (TOML, as `ptemu write` takes). Default: four 1 MiB ToPA regions with INT,
+    /// END back to the table (`ptemu layout default` prints it).
+    #[arg(long)]
+    pub(super) layout: Option<PathBuf>,
+    /// CPU profile, replacing the layout's: broadwell, skylake, goldmont, icelake, alderlake,
+    /// sapphirerapids, generic-max.
+    #[arg(long)]
+    pub(super) cpu: Option<String>,
+    /// IA32_RTIT_CTL field by its SDM name (any case), e.g. DisRETC=1, PSBFreq=1, MTCEn=1;
+    /// raw=0x... sets the whole MSR. Repeatable, applied in order on top of the default TraceEn
+    /// BranchEn User TSCEn (+ ToPA for a ToPA layout, + OS for CPL-0 BYU traces).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub(super) ctl: Vec<String>,
+    /// Another configuration MSR written before CTL: CR3_MATCH, ADDR0_A ... ADDR3_B.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub(super) msr: Vec<String>,
+    /// Tracer settings (TOML): clock, cycles_per_instruction, long_tnt, tsx, overflow,
+    /// flush_bytes, packing (spec/generation.md).
+    #[arg(long, value_name = "FILE")]
+    pub(super) tracer_config: Option<PathBuf>,
+    /// How packets are laid out: none (no PADs) or hardware (as Skylake and later lay them out,
+    /// spec/hardware.md). Default: the CPU profile's.
+    #[arg(long, value_name = "none|hardware")]
+    pub(super) packing: Option<ptemu::packing::Packing>,
     /// Inject a fault: ovf[@N], wrap[@SIZE], stop[@SIZE], gap[@N], corrupt[@OFF],
     /// corrupt-silent[@OFF] (spec/truth.md). Repeatable; positions not given come from --seed.
     #[arg(long, value_name = "KIND[@WHERE]")]
-    fault: Vec<Fault>,
+    pub(super) fault: Vec<Fault>,
     /// Seed for fault positions not given.
     #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub(super) seed: u64,
     /// Do not write truth.jsonl (faster on long runs; not with --fault).
     #[arg(long, conflicts_with = "fault")]
-    no_truth: bool,
+    pub(super) no_truth: bool,
     /// Also write DIR/perf.data (and, for Penn input, DIR/image.elf) for Linux perf's Intel PT
     /// decoder (spec/perf-data.md).
     #[arg(long)]
-    perf_data: bool,
+    pub(super) perf_data: bool,
     /// Output directory.
     #[arg(long)]
-    out: PathBuf,
+    pub(super) out: PathBuf,
     /// Threads: 1 does everything on one; 2 or more read and map the input on a second thread,
     /// ahead of the tracer and output unit, and parse a Penn trace or decode a gem5 trace on N
     /// more (at most 16); the outputs are the same bytes. Default: the machine's cores.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
-    threads: Option<u16>,
+    pub(super) threads: Option<u16>,
     /// Print nothing on success.
     #[arg(long, short)]
-    quiet: bool,
+    pub(super) quiet: bool,
 }
 
 pub fn run(a: Args) -> Result<(), Failure> {
     let opts = options(&a)?;
     let (input, fetch) = inputs(&a)?;
     let name = input.name().to_owned();
+    let read = input.progress();
+    let done = execute(
+        &a.run,
+        &opts,
+        &name,
+        read.total(),
+        &|records| {
+            if read.total().is_some() {
+                read.consumed()
+            } else {
+                records
+            }
+        },
+        |sink, spool, events, progress| {
+            simulate::run_recording(&opts, input, fetch, sink, spool, events, progress)
+        },
+        &|| (Vec::new(), None),
+    )?;
+    if !a.run.quiet {
+        print(&summary(
+            "simulate",
+            &name,
+            &a.run,
+            &opts,
+            &done.outcome,
+            &done.report,
+            done.truth.as_ref(),
+        ))?;
+    }
+    fail_on_operational_error(&done.outcome.unit)
+}
 
-    let out_error = |e: std::io::Error| Failure::input(format!("{}: writing outputs: {e}", a.out.display()));
-    let dir = RunDir::create(&a.out).map_err(out_error)?;
+/// The simulation's result, once DIR holds every output.
+pub(super) struct Done {
+    pub outcome: Outcome,
+    pub report: SimReport,
+    pub truth: Option<TruthSummary>,
+}
+
+/// What a run knows once its simulation is over: the file mappings for perf.data's MMAP2
+/// records, and what report.json says of a traced program.
+pub(super) type After = (Vec<ptemu::perf_data::Mapping>, Option<serde_json::Value>);
+
+/// The staged file a simulation writes the stream to.
+pub(super) type Sink = BufWriter<fs::File>;
+
+/// What `ptemu simulate` and `ptemu run` do around the simulation: DIR staged (SIM-all or
+/// nothing), the progress bar (`total` bytes, `position` from the records read), `simulate`
+/// run into the staged sink, truth spool and event log, then the truth, perf.data (with the
+/// file mappings `after` gives once the simulation is over), the report and every other file,
+/// moved into place at once.
+#[allow(clippy::type_complexity)]
+pub(super) fn execute(
+    r: &RunArgs,
+    opts: &Options,
+    name: &str,
+    total: Option<u64>,
+    position: &dyn Fn(u64) -> u64,
+    simulate: impl FnOnce(
+        Sink,
+        Option<&mut dyn std::io::Write>,
+        EventLog,
+        &mut dyn FnMut(u64),
+    ) -> Result<(Outcome, Sink), SimError>,
+    after: &dyn Fn() -> After,
+) -> Result<Done, Failure> {
+    let out_error = |e: std::io::Error| Failure::input(format!("{}: writing outputs: {e}", r.out.display()));
+    let dir = RunDir::create(&r.out).map_err(out_error)?;
     let create = |name: &str| {
         fs::File::create(dir.staged(name))
             .map(|f| BufWriter::with_capacity(1 << 20, f))
             .map_err(out_error)
     };
-    let plan = plan(&a);
+    let plan = plan(r);
     // With consumer-side faults the stored stream goes aside first; trace.pt is what the
     // consumer got (spec/truth.md FLT3, FLT5-FLT7).
     let full = if plan.changes_delivery() {
@@ -116,30 +189,22 @@ pub fn run(a: Args) -> Result<(), Failure> {
         "trace.pt"
     };
     let sink = create(full)?;
-    let mut spool = if a.no_truth {
+    let mut spool = if r.no_truth {
         None
     } else {
         Some(create("truth.spool")?)
     };
     let events = EventLog::default().streaming_to(create("events.jsonl")?);
 
-    let read = input.progress();
-    let bar = progress_bar(a.quiet, read.total());
+    let bar = progress_bar(r.quiet, total);
     let started = std::time::Instant::now();
-    let result = simulate::run_recording(
-        &opts,
-        input,
-        fetch,
+    let result = simulate(
         sink,
         spool.as_mut().map(|w| w as &mut dyn std::io::Write),
         events,
         &mut |records| {
             bar.set_message(format!("{} records", HumanCount(records)));
-            bar.set_position(if read.total().is_some() {
-                read.consumed()
-            } else {
-                records
-            });
+            bar.set_position(position(records));
         },
     );
     bar.finish_and_clear();
@@ -147,7 +212,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let sim_error = |e: SimError| match e {
         // Writing DIR failed, not the input: name DIR (a full disk, say).
         SimError::Sink(_) | SimError::Events(_) | SimError::Truth(_) => {
-            Failure::input(format!("{}: {e}", a.out.display()))
+            Failure::input(format!("{}: {e}", r.out.display()))
         }
         e => Failure::input(e.to_string()),
     };
@@ -160,7 +225,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let truth = match spool {
         Some(w) => {
             w.into_inner().map_err(|e| out_error(e.into_error()))?;
-            let run = opts.describe(&plan, &name);
+            let run = opts.describe(&plan, name);
             Some(
                 simulate::finish_truth(
                     &dir.staged(full),
@@ -176,22 +241,41 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
         None => None,
     };
-    let perf = if a.perf_data {
-        Some(write_perf_data(&dir, &opts, &outcome, &plan, &name).map_err(out_error)?)
+    let (maps, program) = after();
+    let perf = if r.perf_data {
+        Some(write_perf_data(&dir, opts, &outcome, &plan, name, maps).map_err(out_error)?)
     } else {
         None
     };
-    let report =
-        finish(dir, &opts, &outcome, run_info, truth.as_ref(), perf.as_deref()).map_err(out_error)?;
-    if !a.quiet {
-        print(&summary(&name, &a, &opts, &outcome, &report, truth.as_ref()))?;
-    }
-    fail_on_operational_error(&outcome.unit)
+    let report = finish(
+        dir,
+        opts,
+        &outcome,
+        run_info,
+        truth.as_ref(),
+        perf.as_deref(),
+        program,
+    )
+    .map_err(out_error)?;
+    Ok(Done {
+        outcome,
+        report,
+        truth,
+    })
 }
 
 /// Resolves the layout, CPU, CTL, other MSRs and tracer settings; every mistake is reported before
 /// any input is read.
 fn options(a: &Args) -> Result<Options, Failure> {
+    let format = format_of(a)?;
+    let mut opts = run_options(format, &a.run)?;
+    opts.read = ReadOptions { lenient: a.lenient };
+    opts.image &= !a.no_image;
+    Ok(opts)
+}
+
+/// The input's format: `--format`, or Penn for the bundled sample.
+fn format_of(a: &Args) -> Result<Format, Failure> {
     let format = match (&a.input, a.format) {
         (_, Some(f)) => f,
         (None, None) => Format::Penn,
@@ -206,29 +290,35 @@ fn options(a: &Args) -> Result<Options, Failure> {
             "without an INPUT the bundled sample is Penn: --format penn",
         ));
     }
-    let mut layout = match &a.layout {
+    Ok(format)
+}
+
+/// The simulation's options for `format` from the options `simulate` and `run` share; every
+/// mistake is reported before any input is read.
+pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failure> {
+    let mut layout = match &r.layout {
         Some(p) => Layout::load(p).map_err(|e| Failure::input(e.to_string()))?,
         None => simulate::default_layout(),
     };
-    if let Some(name) = &a.cpu {
+    if let Some(name) = &r.cpu {
         // SIM5: --cpu replaces the layout's profile (and its maxphyaddr/errata overrides).
         layout.cpu = CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
     }
-    if let Some(p) = &a.layout {
+    if let Some(p) = &r.layout {
         // The picture of the run checks `opts.layout` again at the end (a static check, cheap).
         let _ = warn_layout(p, &layout);
     }
     let mut opts = Options::new(format, layout);
-    for text in &a.ctl {
+    for text in &r.ctl {
         opts.ctl = apply_assignment(opts.ctl, text).map_err(|e| Failure::input(format!("--ctl {e}")))?;
     }
-    for text in &a.msr {
+    for text in &r.msr {
         opts.msrs.push(msr_assignment(text)?);
     }
-    if let Some(p) = &a.tracer_config {
+    if let Some(p) = &r.tracer_config {
         opts.tracer = ptemu::config_file::load_tracer_config(p).map_err(|e| Failure::input(e.to_string()))?;
     }
-    opts.tracer.packing = a.packing.or(opts.tracer.packing);
+    opts.tracer.packing = r.packing.or(opts.tracer.packing);
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
         tracing::warn!(
             "IA32_RTIT_CTL.ToPA={} but the layout's scheme is {}: the output MSRs are read as the \
@@ -237,21 +327,19 @@ fn options(a: &Args) -> Result<Options, Failure> {
             opts.layout.scheme
         );
     }
-    opts.read = ReadOptions { lenient: a.lenient };
-    opts.threads = a
+    opts.threads = r
         .threads
         .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    opts.image &= !a.no_image;
-    opts.apply_faults(&plan(a), a.layout.is_some())
+    opts.apply_faults(&plan(r), r.layout.is_some())
         .map_err(|e| Failure::input(e.to_string()))?;
     Ok(opts)
 }
 
-fn plan(a: &Args) -> Plan {
+fn plan(r: &RunArgs) -> Plan {
     Plan {
-        faults: a.fault.clone(),
-        seed: a.seed,
+        faults: r.fault.clone(),
+        seed: r.seed,
     }
 }
 
@@ -305,6 +393,7 @@ fn finish(
     run_info: RunInfo,
     truth: Option<&TruthSummary>,
     perf: Option<&str>,
+    program: Option<serde_json::Value>,
 ) -> std::io::Result<SimReport> {
     let mut outputs = vec!["trace.pt", "events.jsonl"];
     let mut stale = vec![];
@@ -345,6 +434,7 @@ fn finish(
     report.run = Some(run_info);
     report.truth = truth.map(TruthSummary::to_json);
     report.perf = perf.map(str::to_owned);
+    report.program = program;
     match truth {
         Some(_) => outputs.push("truth.jsonl"),
         None => stale.push("truth.jsonl"),
@@ -378,6 +468,7 @@ fn write_perf_data(
     outcome: &Outcome,
     plan: &Plan,
     name: &str,
+    maps: Vec<ptemu::perf_data::Mapping>,
 ) -> std::io::Result<String> {
     use ptemu::perf_data::{self, Mapping, Spec};
     let image = match &outcome.image {
@@ -414,6 +505,7 @@ fn write_perf_data(
         ctl: opts.ctl,
         tsc_ctc: (clock.tsc_per_art, 1),
         max_nonturbo_ratio: clock.nominal_ratio,
+        maps,
         pid: 1000,
         comm: Path::new(name)
             .file_name()
@@ -444,9 +536,10 @@ fn write_perf_data(
 }
 
 /// The console summary of a `ptemu simulate` run.
-fn summary(
+pub(super) fn summary(
+    command: &str,
     name: &str,
-    a: &Args,
+    a: &RunArgs,
     opts: &Options,
     run: &Outcome,
     r: &SimReport,
@@ -461,7 +554,7 @@ fn summary(
     );
     outln!(
         o,
-        "ptemu simulate: {name} ({}), cpu {}, {layout}",
+        "ptemu {command}: {name} ({}), cpu {}, {layout}",
         opts.format,
         r.cpu
     );

@@ -68,6 +68,9 @@ pub struct Spec {
     pub comm: String,
     /// The code image: path as the MMAP2 record names it, load address, length, file offset.
     pub image: Option<Mapping>,
+    /// More files mapped into the process (a real program's executable, `ld.so`, libraries:
+    /// `ptemu run`), an MMAP2 record each after the image's.
+    pub maps: Vec<Mapping>,
     /// The address filters, in the form `perf record --filter` takes (`filter A/SIZE@FILE`,
     /// `tracestop A/SIZE@FILE`, comma-separated), or empty.
     pub filter: String,
@@ -240,7 +243,7 @@ fn sideband(spec: &Spec) -> io::Result<Vec<u8>> {
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.extend_from_slice(&comm);
     sample_id(&mut r, spec.pid);
-    if let Some(m) = &spec.image {
+    for m in spec.image.iter().chain(&spec.maps) {
         let name = padded_str(&m.path);
         header(
             &mut r,
@@ -367,6 +370,7 @@ mod tests {
             pid: 1000,
             comm: "t".into(),
             image: Some(Mapping::new(path.into(), 0x400000, 0x2000, 0x1000)),
+            maps: Vec::new(),
             filter: String::new(),
         }
     }

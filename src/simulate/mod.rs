@@ -223,8 +223,8 @@ pub fn run_recording<W: Write>(
     input: Input,
     fetch: Option<Input>,
     sink: W,
-    mut facts: Option<&mut dyn Write>,
-    mut events_log: EventLog,
+    facts: Option<&mut dyn Write>,
+    events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
     opts.tracer
@@ -256,6 +256,36 @@ pub fn run_recording<W: Write>(
         )?)),
         f => Feed::Other(sources::open_events(f, input, fetch, opts.read)?),
     };
+    run_feed(opts, &name, feed, sink, facts, events_log, progress)
+}
+
+/// [`run_recording`] with the events of `source` (an emulator's, such as `ptemu run`'s QEMU
+/// plugin stream) instead of a trace file; `name` names the input in the log.
+pub fn run_source<W: Write>(
+    opts: &Options,
+    name: &str,
+    source: Box<dyn sources::EventSource + Send>,
+    sink: W,
+    facts: Option<&mut dyn Write>,
+    events_log: EventLog,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Outcome, W), SimError> {
+    opts.tracer
+        .validate()
+        .map_err(|e| SimError::Config(e.to_string()))?;
+    run_feed(opts, name, Feed::Other(source), sink, facts, events_log, progress)
+}
+
+fn run_feed<W: Write>(
+    opts: &Options,
+    name: &str,
+    feed: Feed,
+    sink: W,
+    mut facts: Option<&mut dyn Write>,
+    mut events_log: EventLog,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(Outcome, W), SimError> {
+    let name = name.to_owned();
     let mut unit = OutputUnit::new(opts.layout.cpu.clone());
     unit.track_regions(true);
     let mut tracer = Tracer::new(unit, opts.tracer.clone());

@@ -47,6 +47,10 @@ pub struct SimReport {
     /// The perf command that decodes DIR/perf.data (`--perf-data`, spec/perf-data.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub perf: Option<String>,
+    /// The traced program of `ptemu run` (spec/qemu.md): command, exit status, the files its
+    /// code ran from, what was not traced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<serde_json::Value>,
 }
 
 /// The process side of a run, for sizing and benchmarks.
@@ -200,6 +204,7 @@ impl SimReport {
             run: None,
             truth: None,
             perf: None,
+            program: None,
         }
     }
 }

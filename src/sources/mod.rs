@@ -14,6 +14,7 @@ pub mod input;
 pub mod kaplan;
 mod map_guard;
 pub mod penn;
+pub mod qemu;
 mod ring;
 pub mod rng;
 
@@ -49,6 +50,11 @@ pub enum Format {
     #[cfg_attr(feature = "cli", value(name = "gem5"))]
     #[serde(rename = "gem5")]
     Gem5,
+    /// A real program run under QEMU with ptemu's plugin (`ptemu run`, spec/qemu.md): events
+    /// from an emulator, not a file, so no `--format` takes it.
+    #[cfg_attr(feature = "cli", value(skip))]
+    #[serde(rename = "qemu")]
+    Qemu,
 }
 
 impl Format {
@@ -69,6 +75,7 @@ impl Format {
             Format::Penn => "penn",
             Format::Kaplan => "kaplan",
             Format::Gem5 => "gem5",
+            Format::Qemu => "qemu",
         }
     }
 
@@ -77,7 +84,7 @@ impl Format {
     pub fn start_cpl(self) -> u8 {
         match self {
             Format::Byu | Format::ByuP2 => 0,
-            Format::Penn | Format::Kaplan | Format::Gem5 => 3,
+            Format::Penn | Format::Kaplan | Format::Gem5 | Format::Qemu => 3,
         }
     }
 }
@@ -205,6 +212,14 @@ pub fn open_events(
         Format::Penn => Box::new(penn::PennEvents::new(input, options)),
         Format::Kaplan => Box::new(kaplan::KaplanEvents::new(input, options)?),
         Format::Gem5 => Box::new(gem5::Gem5Events::new(input, fetch, options)?),
+        Format::Qemu => {
+            return Err(SourceError {
+                file: input.name().to_owned(),
+                position: None,
+                kind: ErrorKind::BadField,
+                message: "QEMU events come from a running program: `ptemu run -- PROGRAM`".into(),
+            })
+        }
     })
 }
 
@@ -230,6 +245,10 @@ pub fn generate(
         Format::Penn => penn::generate(records, seed, out),
         Format::Kaplan => kaplan::generate(records, seed, out),
         Format::Gem5 => gem5::generate(records, seed, out, fetch_out),
+        Format::Qemu => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "QEMU events come from a running program (`ptemu run`), not from `ptemu gen`",
+        )),
     }
 }
 

@@ -1,0 +1,120 @@
+//! The few functions of QEMU's TCG plugin API (version 1, QEMU 4.2 to 8.x) the plugin calls,
+//! declared here from the API's documented signatures and looked up in the QEMU executable at
+//! load time (`dlsym`): the library has no undefined symbols, so it also links as a test.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+
+/// The plugin's id, as QEMU gives it.
+pub type PluginId = u64;
+
+/// `qemu_info_t`: what QEMU tells the plugin at install.
+#[repr(C)]
+#[derive(Debug)]
+pub struct QemuInfo {
+    /// The guest architecture ("x86_64").
+    pub target_name: *const c_char,
+    /// Lowest plugin API version this QEMU supports.
+    pub version_min: c_int,
+    /// Its current plugin API version.
+    pub version_cur: c_int,
+    /// Whether QEMU emulates a whole system (not user mode).
+    pub system_emulation: bool,
+}
+
+/// An opaque translation block.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Tb {
+    _opaque: [u8; 0],
+}
+
+/// An opaque translated instruction.
+#[repr(C)]
+#[derive(Debug)]
+pub struct TbInsn {
+    _opaque: [u8; 0],
+}
+
+/// `QEMU_PLUGIN_CB_NO_REGS`.
+pub const CB_NO_REGS: c_int = 0;
+
+/// A translation callback.
+pub type TbTransCb = unsafe extern "C" fn(PluginId, *mut Tb);
+/// An instruction-execution callback.
+pub type InsnExecCb = unsafe extern "C" fn(c_uint, *mut c_void);
+/// A vCPU callback.
+pub type VcpuCb = unsafe extern "C" fn(PluginId, c_uint);
+/// The at-exit callback.
+pub type AtexitCb = unsafe extern "C" fn(PluginId, *mut c_void);
+/// A system-call callback: number and eight arguments.
+pub type SyscallCb = unsafe extern "C" fn(PluginId, c_uint, i64, u64, u64, u64, u64, u64, u64, u64, u64);
+/// A system-call return callback: number and result.
+pub type SyscallRetCb = unsafe extern "C" fn(PluginId, c_uint, i64, i64);
+
+/// The API functions, resolved.
+#[derive(Debug, Clone, Copy)]
+pub struct Api {
+    pub register_tb_trans: unsafe extern "C" fn(PluginId, TbTransCb),
+    pub register_insn_exec: unsafe extern "C" fn(*mut TbInsn, InsnExecCb, c_int, *mut c_void),
+    pub register_vcpu_init: unsafe extern "C" fn(PluginId, VcpuCb),
+    pub register_atexit: unsafe extern "C" fn(PluginId, AtexitCb, *mut c_void),
+    pub register_syscall: unsafe extern "C" fn(PluginId, SyscallCb),
+    pub register_syscall_ret: unsafe extern "C" fn(PluginId, SyscallRetCb),
+    pub tb_n_insns: unsafe extern "C" fn(*const Tb) -> usize,
+    pub tb_vaddr: unsafe extern "C" fn(*const Tb) -> u64,
+    pub tb_get_insn: unsafe extern "C" fn(*const Tb, usize) -> *mut TbInsn,
+    pub insn_vaddr: unsafe extern "C" fn(*const TbInsn) -> u64,
+    pub insn_haddr: unsafe extern "C" fn(*const TbInsn) -> *mut c_void,
+    pub outs: unsafe extern "C" fn(*const c_char),
+}
+
+impl Api {
+    /// Looks every function up in the process (QEMU exports them); the error names the first
+    /// one missing.
+    // Each transmute's target is the type of the field it fills.
+    #[allow(clippy::missing_transmute_annotations)]
+    pub fn resolve() -> Result<Api, String> {
+        /// SAFETY (of each use): the symbol has the signature the plugin API documents for it.
+        macro_rules! sym {
+            ($name:literal) => {{
+                let name = concat!($name, "\0");
+                // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the whole process.
+                let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
+                if p.is_null() {
+                    return Err(format!("QEMU does not export {}", $name));
+                }
+                // SAFETY: a function pointer of the documented signature (see the macro doc).
+                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
+            }};
+        }
+        Ok(Api {
+            register_tb_trans: sym!("qemu_plugin_register_vcpu_tb_trans_cb"),
+            register_insn_exec: sym!("qemu_plugin_register_vcpu_insn_exec_cb"),
+            register_vcpu_init: sym!("qemu_plugin_register_vcpu_init_cb"),
+            register_atexit: sym!("qemu_plugin_register_atexit_cb"),
+            register_syscall: sym!("qemu_plugin_register_vcpu_syscall_cb"),
+            register_syscall_ret: sym!("qemu_plugin_register_vcpu_syscall_ret_cb"),
+            tb_n_insns: sym!("qemu_plugin_tb_n_insns"),
+            tb_vaddr: sym!("qemu_plugin_tb_vaddr"),
+            tb_get_insn: sym!("qemu_plugin_tb_get_insn"),
+            insn_vaddr: sym!("qemu_plugin_insn_vaddr"),
+            insn_haddr: sym!("qemu_plugin_insn_haddr"),
+            outs: sym!("qemu_plugin_outs"),
+        })
+    }
+
+    /// Prints `text` through QEMU (its log, stderr by default).
+    pub fn print(&self, text: &str) {
+        let mut s = text.replace('\0', " ");
+        s.push('\n');
+        s.push('\0');
+        // SAFETY: a NUL-terminated string that lives across the call.
+        unsafe {
+            (self.outs)(
+                CStr::from_bytes_until_nul(s.as_bytes())
+                    .expect("NUL-terminated")
+                    .as_ptr(),
+            )
+        }
+    }
+}

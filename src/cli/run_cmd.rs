@@ -1,0 +1,374 @@
+//! `ptemu run`: a real program under `qemu-x86_64` with ptemu's plugin, traced as `simulate`
+//! traces a file (spec/qemu.md).
+
+use super::output::print;
+use super::simulate_cmd::{execute, run_options, summary, RunArgs};
+use super::Failure;
+use ptemu::perf_data::Mapping;
+use ptemu::simulate;
+use ptemu::sources::qemu::{QemuEvents, Sideband};
+use ptemu::sources::{Format, SourceError};
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::{Arc, Mutex};
+
+/// The plugin's file name, as Cargo builds it.
+pub const PLUGIN_FILE: &str = "libptemu_qemu.so";
+
+/// The arguments of `ptemu run`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    run: RunArgs,
+    /// The QEMU user-mode emulator for x86-64 programs. Default: qemu-x86_64 on the PATH.
+    #[arg(long, value_name = "PATH")]
+    qemu: Option<PathBuf>,
+    /// ptemu's QEMU plugin. Default: $PTEMU_QEMU_PLUGIN, else libptemu_qemu.so next to the
+    /// ptemu executable or in ../lib/ptemu/ from it (where the README's install puts it).
+    #[arg(long, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+    /// The program to trace and its arguments (after `--`); found on the PATH as a shell finds
+    /// it.
+    #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]")]
+    command: Vec<OsString>,
+}
+
+pub fn run(a: Args) -> Result<(), Failure> {
+    let opts = run_options(Format::Qemu, &a.run)?;
+    if opts.ctl.os() {
+        // QE6: the kernel's code does not run under QEMU user mode.
+        return Err(Failure::input(
+            "--ctl OS=1: under qemu-x86_64 the kernel does not run (QEMU carries out system calls \
+             itself), so there is no kernel code to trace: ptemu run traces user mode only",
+        ));
+    }
+    let qemu = find_qemu(a.qemu.as_deref())?;
+    let plugin = find_plugin(a.plugin.as_deref())?;
+    let (arg0, rest) = a.command.split_first().expect("clap requires PROGRAM");
+    let program = find_program(arg0)?;
+    let name = Path::new(arg0).file_name().map_or_else(
+        || arg0.to_string_lossy().into_owned(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+
+    let (ours, theirs) =
+        UnixStream::pair().map_err(|e| Failure::input(format!("a socket for the plugin: {e}")))?;
+    let fd = theirs.as_raw_fd();
+    let mut cmd = Command::new(&qemu);
+    cmd.arg("-0").arg(arg0);
+    cmd.arg("-plugin").arg(plugin_arg(&plugin, fd)?);
+    cmd.arg(&program).args(rest);
+    // SAFETY: only fcntl, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The plugin's end of the socket stays open in QEMU (the pair is made close-on-exec).
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| Failure::input(format!("{}: cannot start QEMU: {e}", qemu.display())))?;
+    drop(theirs);
+    let mut child = Some(child);
+    let status: Mutex<Option<ExitStatus>> = Mutex::new(None);
+    let side = Arc::new(Mutex::new(Sideband::default()));
+
+    let wait = |child: &mut Option<Child>| -> Result<ExitStatus, Failure> {
+        if let Some(mut c) = child.take() {
+            let s = c
+                .wait()
+                .map_err(|e| Failure::input(format!("{}: waiting for QEMU: {e}", qemu.display())))?;
+            *status.lock().expect("not poisoned") = Some(s);
+        }
+        Ok(status.lock().expect("not poisoned").expect("waited"))
+    };
+    let result = execute(
+        &a.run,
+        &opts,
+        &name,
+        None,
+        &|records| records,
+        |sink, spool, events, progress| {
+            let source = QemuEvents::new(name.clone(), ours, side.clone());
+            let out = simulate::run_source(&opts, &name, Box::new(source), sink, spool, events, progress);
+            // The stream ended: QEMU exited (or the program exec'd another, or this run failed
+            // and closed its end, which stops the plugin and lets the program finish).
+            let exit = wait(&mut child).map_err(|f| refusal(&qemu, f.message()))?;
+            let out = out?;
+            let s = side.lock().expect("not poisoned");
+            if !s.loaded {
+                return Err(refusal(
+                    &qemu,
+                    &format!(
+                        "{} did not load the plugin {} (plugin API version 1; {}); it {}; its message \
+                         is above",
+                        qemu.display(),
+                        plugin.display(),
+                        qemu_version(&qemu),
+                        describe(exit)
+                    ),
+                ));
+            }
+            if s.instructions == 0 && !exit.success() {
+                return Err(refusal(
+                    &qemu,
+                    &format!(
+                        "QEMU could not run {} (it {}; its message is above): nothing was traced",
+                        program.display(),
+                        describe(exit)
+                    ),
+                ));
+            }
+            Ok(out)
+        },
+        &|| {
+            let s = side.lock().expect("not poisoned");
+            let exit = status.lock().expect("not poisoned").expect("waited");
+            (mappings(&s), Some(program_json(&a.command, &program, exit, &s)))
+        },
+    );
+    let done = match result {
+        Ok(d) => d,
+        Err(f) => {
+            // Nothing is written; the program finishes untraced, then the error.
+            let _ = wait(&mut child);
+            return Err(f);
+        }
+    };
+    let exit = status.lock().expect("not poisoned").expect("waited");
+    if !a.run.quiet {
+        let mut text = summary(
+            "run",
+            &name,
+            &a.run,
+            &opts,
+            &done.outcome,
+            &done.report,
+            done.truth.as_ref(),
+        );
+        let s = side.lock().expect("not poisoned");
+        program_lines(&mut text, exit, &s);
+        print(&text)?;
+    }
+    match exit_code(exit) {
+        0 => Ok(()),
+        n => Err(Failure::status(n)),
+    }
+}
+
+/// A refusal or failure of the run, as a source error naming QEMU.
+fn refusal(qemu: &Path, message: &str) -> simulate::SimError {
+    simulate::SimError::Source(SourceError::io(
+        &qemu.display().to_string(),
+        None,
+        std::io::Error::other(message.to_owned()),
+    ))
+}
+
+/// The exit status a shell gives for the program's end: its code, or 128 + the signal.
+pub fn exit_code(s: ExitStatus) -> u8 {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => 1,
+    }
+}
+
+fn describe(s: ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        _ => "ended".into(),
+    }
+}
+
+/// `-plugin PATH,fd=N` (QEMU splits the option at commas).
+fn plugin_arg(plugin: &Path, fd: i32) -> Result<OsString, Failure> {
+    if plugin.as_os_str().as_encoded_bytes().contains(&b',') {
+        return Err(Failure::input(format!(
+            "{}: QEMU reads -plugin options up to a comma: the plugin's path must have none",
+            plugin.display()
+        )));
+    }
+    let mut s = plugin.as_os_str().to_owned();
+    s.push(format!(",fd={fd}"));
+    Ok(s)
+}
+
+fn qemu_version(qemu: &Path) -> String {
+    Command::new(qemu)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "version unknown".into())
+}
+
+/// `--qemu`, or qemu-x86_64 on the PATH; missing: exit 2 with the command that installs it.
+fn find_qemu(given: Option<&Path>) -> Result<PathBuf, Failure> {
+    if let Some(p) = given {
+        return if is_executable(p) {
+            Ok(p.to_path_buf())
+        } else {
+            Err(Failure::input(format!(
+                "--qemu {}: no such executable",
+                p.display()
+            )))
+        };
+    }
+    on_path(OsStr::new("qemu-x86_64")).ok_or_else(|| {
+        Failure::input(
+            "qemu-x86_64 is not on the PATH: install QEMU's user-mode emulators with \
+             `apt-get install qemu-user` (Debian, Ubuntu), or name one with --qemu PATH",
+        )
+    })
+}
+
+/// `--plugin`, `$PTEMU_QEMU_PLUGIN`, or next to this executable; missing: exit 2 with the
+/// command that builds it.
+fn find_plugin(given: Option<&Path>) -> Result<PathBuf, Failure> {
+    let exists = |p: &Path| p.is_file();
+    if let Some(p) = given {
+        return if exists(p) {
+            Ok(p.to_path_buf())
+        } else {
+            Err(Failure::input(format!("--plugin {}: no such file", p.display())))
+        };
+    }
+    if let Some(p) = std::env::var_os("PTEMU_QEMU_PLUGIN") {
+        let p = PathBuf::from(p);
+        return if exists(&p) {
+            Ok(p)
+        } else {
+            Err(Failure::input(format!(
+                "PTEMU_QEMU_PLUGIN={}: no such file",
+                p.display()
+            )))
+        };
+    }
+    let exe = std::env::current_exe().ok().and_then(|e| e.canonicalize().ok());
+    let dir = exe.as_deref().and_then(Path::parent);
+    let candidates: Vec<PathBuf> = dir
+        .map(|d| vec![d.join(PLUGIN_FILE), d.join("../lib/ptemu").join(PLUGIN_FILE)])
+        .unwrap_or_default();
+    if let Some(p) = candidates.iter().find(|p| exists(p)) {
+        return Ok(p.clone());
+    }
+    let place = dir.map_or_else(
+        || "the ptemu executable's folder".into(),
+        |d| d.display().to_string(),
+    );
+    Err(Failure::input(format!(
+        "ptemu's QEMU plugin ({PLUGIN_FILE}) is not installed: build it with \
+         `cargo build --release -p ptemu-qemu --manifest-path {}/Cargo.toml` and copy \
+         target/release/{PLUGIN_FILE} to {place} (or give --plugin PATH)",
+        env!("CARGO_MANIFEST_DIR")
+    )))
+}
+
+/// PROGRAM as a shell finds it: a name with a slash as it is, else the first match on the PATH;
+/// not found: 127, found but not runnable: 126, with the shell's words.
+fn find_program(arg0: &OsStr) -> Result<PathBuf, Failure> {
+    let shown = arg0.to_string_lossy();
+    let path = if arg0.as_encoded_bytes().contains(&b'/') {
+        PathBuf::from(arg0)
+    } else {
+        on_path(arg0).ok_or_else(|| Failure::with_code(127, format!("{shown}: command not found")))?
+    };
+    let meta = std::fs::metadata(&path).map_err(|e| {
+        Failure::with_code(
+            if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            },
+            format!("{shown}: {}", plain(&e)),
+        )
+    })?;
+    if meta.is_dir() {
+        return Err(Failure::with_code(126, format!("{shown}: Is a directory")));
+    }
+    if !is_executable(&path) {
+        return Err(Failure::with_code(126, format!("{shown}: Permission denied")));
+    }
+    Ok(path)
+}
+
+/// An I/O error's text without Rust's "(os error N)".
+fn plain(e: &std::io::Error) -> String {
+    let t = e.to_string();
+    t.split(" (os error").next().unwrap_or(&t).to_owned()
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn on_path(name: &OsStr) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+/// perf's MMAP2 records: every file mapping the program's code ran from.
+fn mappings(s: &Sideband) -> Vec<Mapping> {
+    s.maps
+        .iter()
+        .map(|m| Mapping::new(m.path.clone(), m.start, m.end - m.start, m.offset))
+        .collect()
+}
+
+fn program_json(command: &[OsString], program: &Path, exit: ExitStatus, s: &Sideband) -> serde_json::Value {
+    serde_json::json!({
+        "command": command.iter().map(|c| c.to_string_lossy()).collect::<Vec<_>>(),
+        "path": program.display().to_string(),
+        "exit_status": exit_code(exit),
+        "signal": exit.signal(),
+        "instructions": s.instructions,
+        "executions": s.executed,
+        "exited": s.ended,
+        "maps": s.maps.iter().map(|m| serde_json::json!({
+            "path": m.path,
+            "start": format!("{:#x}", m.start),
+            "end": format!("{:#x}", m.end),
+            "offset": format!("{:#x}", m.offset),
+        })).collect::<Vec<_>>(),
+        "forks_not_traced": s.forks,
+        "execs": s.execs,
+    })
+}
+
+fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband) {
+    outln!(
+        o,
+        "  program: {}, {} file mappings ran code (report.json: program.maps)",
+        describe(exit),
+        s.maps.len()
+    );
+    if !s.forks.is_empty() {
+        outln!(
+            o,
+            "  not traced: {} forked child process(es) (pids {}): children are issue 41's",
+            s.forks.len(),
+            s.forks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+        );
+    }
+    if !s.ended {
+        if let Some(e) = s.execs.last() {
+            outln!(
+                o,
+                "  the program called execve({e}): the trace ends there, the new program ran untraced"
+            );
+        }
+    }
+}

@@ -1,0 +1,469 @@
+//! The plugin's stream mapped to tracer events (spec/qemu.md): each executed instruction's
+//! outcome is read from the next one QEMU executed.
+
+use super::classify::{classify, Insn, Kind};
+use super::wire::{FileMap, NoteKind, Reader, Record, WireError};
+use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
+use crate::sources::error::{ErrorKind, Position, Result, SourceError};
+use crate::sources::{EventSource, SourceStats, StartState};
+use crate::tracer::{Event, ExecMode, FarKind};
+use std::collections::HashSet;
+use std::io::Read;
+use std::sync::{Arc, Mutex};
+
+/// What the run learnt besides the events, for the summary, report.json and perf.data: shared
+/// with the caller, since the source itself goes into the simulation.
+#[derive(Clone, Debug, Default)]
+pub struct Sideband {
+    /// Every file mapping code ran from, in the order first executed.
+    pub maps: Vec<FileMap>,
+    /// Children the program forked (not traced, QE8).
+    pub forks: Vec<u64>,
+    /// The programs it tried to execve (QE9): the last one replaced it if the stream ended there.
+    pub execs: Vec<String>,
+    /// Whether the plugin wrote its end record (the program exited; no end: it was killed or
+    /// replaced by execve).
+    pub ended: bool,
+    /// Instruction executions the plugin counted (REP iterations each), from its end record.
+    pub executed: Option<u64>,
+    /// Whether the plugin spoke at all (the stream's magic arrived): QEMU loaded it.
+    pub loaded: bool,
+    /// Instructions traced (REP iterations once), when the stream ended.
+    pub instructions: u64,
+}
+
+/// A QEMU plugin stream as an [`EventSource`].
+pub struct QemuEvents<R> {
+    name: String,
+    reader: Reader<R>,
+    table: Vec<Insn>,
+    pending: Option<Insn>,
+    handlers: HashSet<u64>,
+    files: Vec<(FileMap, Option<memmap2::Mmap>)>,
+    side: Arc<Mutex<Sideband>>,
+    executions: u64,
+    instructions: u64,
+    counts: Counts,
+    done: bool,
+    scratch: Vec<u8>,
+    starts: Vec<u32>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    blocks: u64,
+    conditional: u64,
+    direct: u64,
+    indirect: u64,
+    returns: u64,
+    syscalls: u64,
+    rep: u64,
+}
+
+impl<R> std::fmt::Debug for QemuEvents<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QemuEvents")
+            .field("name", &self.name)
+            .field("translated", &self.table.len())
+            .field("executions", &self.executions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Read> QemuEvents<R> {
+    /// Reads the stream `inner`; `name` names it in errors (the program); `side` receives the
+    /// mappings and notes.
+    pub fn new(name: impl Into<String>, inner: R, side: Arc<Mutex<Sideband>>) -> Self {
+        QemuEvents {
+            name: name.into(),
+            reader: Reader::new(inner),
+            table: Vec::new(),
+            pending: None,
+            handlers: HashSet::new(),
+            files: Vec::new(),
+            side,
+            executions: 0,
+            instructions: 0,
+            counts: Counts::default(),
+            done: false,
+            scratch: Vec::new(),
+            starts: Vec::new(),
+        }
+    }
+
+    fn error(&self, offset: u64, kind: ErrorKind, message: impl Into<String>) -> SourceError {
+        SourceError {
+            file: self.name.clone(),
+            position: Some(Position::Byte(offset)),
+            kind,
+            message: message.into(),
+        }
+    }
+
+    fn wire_error(&self, e: WireError) -> SourceError {
+        let kind = match e.io {
+            Some(io) => ErrorKind::Io(io),
+            None => ErrorKind::LostFraming,
+        };
+        SourceError {
+            file: format!("{} (the plugin's stream)", self.name),
+            position: Some(Position::Byte(e.offset)),
+            kind,
+            message: e.message,
+        }
+    }
+
+    /// QE5: the bytes QEMU translated must be the file's at that address; otherwise the code was
+    /// written at run time and no decoder that reads the files could follow it.
+    fn check_bytes(&mut self, ip: u64, bytes: &[u8], at: u64) -> Result<()> {
+        let Some((m, file)) = self.files.iter().find(|(m, _)| m.start <= ip && ip < m.end) else {
+            return Err(self.error(
+                at,
+                ErrorKind::Inconsistent,
+                format!("code at {ip:#x} lies in no file mapping the plugin reported"),
+            ));
+        };
+        let Some(data) = file else { return Ok(()) };
+        let off = (m.offset + (ip - m.start)) as usize;
+        if data.get(off..off + bytes.len()) != Some(bytes) {
+            return Err(self.error(
+                at,
+                ErrorKind::Inconsistent,
+                format!(
+                    "the code QEMU ran at {ip:#x} is not what {} holds there: code written at run \
+                     time is not traced yet (issue 41)",
+                    m.path
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn add_map(&mut self, m: FileMap, at: u64) -> Result<()> {
+        if let Some((old, _)) = self.files.iter().find(|(o, _)| {
+            o.start < m.end
+                && m.start < o.end
+                && (o.path != m.path
+                    || o.offset as i128 - o.start as i128 != m.offset as i128 - m.start as i128)
+        }) {
+            return Err(self.error(
+                at,
+                ErrorKind::Inconsistent,
+                format!(
+                    "{} mapped at {:#x}..{:#x} over {} at {:#x}..{:#x}: code mapped again over \
+                     other code is not traced yet (issue 41)",
+                    m.path, m.start, m.end, old.path, old.start, old.end
+                ),
+            ));
+        }
+        if self.files.iter().any(|(o, _)| *o == m) {
+            return Ok(());
+        }
+        // The file as it is now: the plugin saw it mapped, so it exists unless it was removed
+        // since (then the check is skipped: perf cannot read it either, and says so).
+        let data = std::fs::File::open(&m.path)
+            .ok()
+            // SAFETY: a read-only private map of a file; if another process truncates it, reads
+            // past the new end fault, as with any mapped file (the same trade as `Input`).
+            .and_then(|f| unsafe { memmap2::Mmap::map(&f) }.ok());
+        self.side.lock().expect("not poisoned").maps.push(m.clone());
+        self.files.push((m, data));
+        Ok(())
+    }
+
+    /// Steps the flow to instruction `insn`, emitting the events of the one before it.
+    fn step(&mut self, insn: Insn, out: &mut Vec<Event>, at: u64) -> Result<()> {
+        self.executions += 1;
+        if let Some(p) = self.pending {
+            if p.kind == Kind::RepString && p.ip == insn.ip {
+                // QE4: one more iteration of the same REP instruction.
+                return Ok(());
+            }
+            self.resolve(p, insn.ip, out, at)?;
+        }
+        self.pending = Some(insn);
+        Ok(())
+    }
+
+    /// The events of `p`, which QEMU followed with the instruction at `nx` (QE3).
+    fn resolve(&mut self, p: Insn, nx: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+        let (ip, len) = (p.ip, p.len);
+        let direct_to_nx = matches!(p.kind, Kind::Jump | Kind::Call | Kind::Conditional) && p.target == nx;
+        if self.handlers.contains(&nx) && !direct_to_nx {
+            return Err(self.error(
+                at,
+                ErrorKind::Inconsistent,
+                format!(
+                    "after {ip:#x} the program ran its signal handler at {nx:#x}: signals are not \
+                     traced yet (issue 41)"
+                ),
+            ));
+        }
+        let unexplained = |this: &Self| {
+            this.error(
+                at,
+                ErrorKind::Inconsistent,
+                format!(
+                    "after the instruction at {ip:#x} ({:?}) QEMU ran {nx:#x}, where that \
+                     instruction does not go: an asynchronous transfer (a signal or sigreturn), \
+                     which is not traced yet (issue 41)",
+                    p.kind
+                ),
+            )
+        };
+        self.instructions += 1;
+        match p.kind {
+            Kind::Plain | Kind::RepString => {
+                if nx != p.next() {
+                    return Err(unexplained(self));
+                }
+                self.counts.rep += u64::from(p.kind == Kind::RepString);
+                out.push(Event::Retire { ip, len });
+            }
+            Kind::Conditional => {
+                if nx != p.target && nx != p.next() {
+                    return Err(unexplained(self));
+                }
+                self.counts.conditional += 1;
+                out.push(Event::CondBranch {
+                    ip,
+                    len,
+                    target: p.target,
+                    taken: nx == p.target,
+                });
+            }
+            Kind::Jump | Kind::Call => {
+                if nx != p.target {
+                    return Err(unexplained(self));
+                }
+                self.counts.direct += 1;
+                out.push(if p.kind == Kind::Jump {
+                    Event::Jump { ip, target: nx }
+                } else {
+                    Event::Call { ip, len, target: nx }
+                });
+            }
+            Kind::IndirectJump => {
+                self.counts.indirect += 1;
+                out.push(Event::IndirectJump { ip, target: nx });
+            }
+            Kind::IndirectCall => {
+                self.counts.indirect += 1;
+                out.push(Event::IndirectCall { ip, len, target: nx });
+            }
+            Kind::Return => {
+                self.counts.returns += 1;
+                out.push(Event::Return { ip, target: nx });
+            }
+            Kind::Syscall | Kind::SoftwareInterrupt(_) => {
+                if nx != p.next() {
+                    return Err(unexplained(self));
+                }
+                self.counts.syscalls += 1;
+                // QE6: into the kernel, which is not traced, and back after the instruction.
+                let (into, back) = match p.kind {
+                    Kind::Syscall => (FarKind::Syscall, FarKind::Sysret),
+                    Kind::SoftwareInterrupt(vector) => (FarKind::SoftwareInterrupt { vector }, FarKind::Iret),
+                    _ => unreachable!("matched above"),
+                };
+                out.push(Event::far(into, ip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
+                out.push(Event::far(back, SYSRET_FROM, nx, 3, ExecMode::Bits64));
+            }
+            Kind::Far | Kind::Iret => {
+                let kind = if p.kind == Kind::Iret {
+                    FarKind::Iret
+                } else {
+                    FarKind::FarBranch
+                };
+                self.counts.indirect += 1;
+                out.push(Event::far(kind, ip, nx, 3, ExecMode::Bits64));
+            }
+        }
+        Ok(())
+    }
+
+    /// QE7: the last instruction QEMU began, when the stream ends.
+    fn finish(&mut self, out: &mut Vec<Event>) {
+        let Some(p) = self.pending.take() else { return };
+        match p.kind {
+            Kind::Syscall => {
+                // exit, exit_group, a successful execve, or a signal the program sent itself.
+                self.instructions += 1;
+                self.counts.syscalls += 1;
+                out.push(Event::far(
+                    FarKind::Syscall,
+                    p.ip,
+                    SYSCALL_ENTRY,
+                    0,
+                    ExecMode::Bits64,
+                ));
+            }
+            _ => {
+                // The process was stopped there (a fault or a kill): the instruction did not
+                // complete; the trace leaves user mode before it.
+                out.push(Event::far(
+                    FarKind::Interrupt { vector: 0 },
+                    p.ip,
+                    SYSCALL_ENTRY,
+                    0,
+                    ExecMode::Bits64,
+                ));
+            }
+        }
+    }
+
+    fn note(&mut self, kind: NoteKind, value: u64, text: String, at: u64) -> Result<()> {
+        let refuse = |this: &Self, what: String| Err(this.error(at, ErrorKind::Inconsistent, what));
+        match kind {
+            NoteKind::Thread => refuse(
+                self,
+                format!(
+                    "the program started a second thread (clone flags {value:#x}): threads are not \
+                     traced yet (issue 41)"
+                ),
+            ),
+            NoteKind::AnonymousCode => refuse(
+                self,
+                format!(
+                    "the program ran code at {value:#x}, which no file holds ({text}): code written \
+                     at run time is not traced yet (issue 41)"
+                ),
+            ),
+            NoteKind::Failure => refuse(self, format!("the QEMU plugin failed: {text}")),
+            NoteKind::Handler => {
+                self.handlers.insert(value);
+                Ok(())
+            }
+            NoteKind::Fork => {
+                self.side.lock().expect("not poisoned").forks.push(value);
+                Ok(())
+            }
+            NoteKind::Exec => {
+                self.side.lock().expect("not poisoned").execs.push(text);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<R: Read> EventSource for QemuEvents<R> {
+    fn next_events(&mut self, out: &mut Vec<Event>) -> Result<bool> {
+        if self.done {
+            return Ok(false);
+        }
+        let from = out.len();
+        while out.len() == from {
+            let at = self.reader.offset();
+            let rec = match self.reader.next_record() {
+                Ok(r) => r,
+                Err(e) => return Err(self.wire_error(e)),
+            };
+            match rec {
+                None => {
+                    self.finish(out);
+                    self.done = true;
+                    let mut side = self.side.lock().expect("not poisoned");
+                    side.loaded = self.reader.started();
+                    side.instructions = self.instructions;
+                    drop(side);
+                    return Ok(out.len() > from);
+                }
+                Some(Record::Block {
+                    vaddr,
+                    first_id,
+                    offsets,
+                    code,
+                }) => {
+                    self.counts.blocks += 1;
+                    debug_assert_eq!(first_id as usize, self.table.len());
+                    // The record borrows the reader: copied to buffers that are reused.
+                    let mut scratch = std::mem::take(&mut self.scratch);
+                    let mut starts = std::mem::take(&mut self.starts);
+                    scratch.clear();
+                    scratch.extend_from_slice(code);
+                    starts.clear();
+                    starts.extend_from_slice(offsets);
+                    for (k, &off) in starts.iter().enumerate() {
+                        let off = off as usize;
+                        let ip = vaddr.wrapping_add(off as u64);
+                        let insn = classify(ip, &scratch[off..])
+                            .map_err(|m| self.error(at, ErrorKind::BadField, m))?;
+                        let len = usize::from(insn.len);
+                        let next = starts.get(k + 1).map_or(scratch.len(), |&n| n as usize);
+                        if off + len > scratch.len() || (k + 1 < starts.len() && off + len != next) {
+                            return Err(self.error(
+                                at,
+                                ErrorKind::BadField,
+                                format!(
+                                    "the instruction at {ip:#x} is {len} bytes long, QEMU's next one \
+                                     starts {} bytes after it",
+                                    next - off
+                                ),
+                            ));
+                        }
+                        self.check_bytes(ip, &scratch[off..off + len], at)?;
+                        self.table.push(insn);
+                    }
+                    self.scratch = scratch;
+                    self.starts = starts;
+                }
+                Some(Record::Exec { first, count }) => {
+                    for id in first..first + count {
+                        let insn = self.table[id as usize];
+                        self.step(insn, out, at)?;
+                    }
+                }
+                Some(Record::Map(m)) => self.add_map(m, at)?,
+                Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,
+                Some(Record::End { executed }) => {
+                    let mut side = self.side.lock().expect("not poisoned");
+                    side.ended = true;
+                    side.executed = Some(executed);
+                    drop(side);
+                    if executed != self.executions {
+                        return Err(self.error(
+                            at,
+                            ErrorKind::Inconsistent,
+                            format!(
+                                "the plugin counted {executed} executions, the stream holds {}",
+                                self.executions
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn start_state(&self) -> StartState {
+        StartState {
+            mode: ExecMode::Bits64,
+            cpl: 3,
+            cr3: QEMU_CR3,
+        }
+    }
+
+    fn stats(&self) -> SourceStats {
+        let c = self.counts;
+        SourceStats {
+            format: "qemu",
+            records: self.executions,
+            skipped: 0,
+            counts: vec![
+                ("instructions", self.instructions),
+                ("translated_blocks", c.blocks),
+                ("translated_instructions", self.table.len() as u64),
+                ("conditional_branches", c.conditional),
+                ("direct_branches", c.direct),
+                ("indirect_branches", c.indirect),
+                ("returns", c.returns),
+                ("system_calls", c.syscalls),
+                ("rep_string_instructions", c.rep),
+            ],
+            approximations: vec![
+                "system calls: the kernel is not traced (User=1, OS=0): a disable at the SYSCALL and an enable at the instruction after it (QE6)",
+            ],
+        }
+    }
+}
