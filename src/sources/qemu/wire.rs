@@ -582,13 +582,13 @@ mod tests {
         while let Some(rec) = r.next_record().unwrap() {
             got.push(format!("{rec:?}"));
         }
-        assert_eq!(got.len(), 9, "{got:#?}");
-        assert!(got[0].starts_with("Block { vaddr: 4198400, first_id: 0"));
-        assert_eq!(got[2], "Exec { first: 0, count: 1 }");
-        assert_eq!(got[3], "Exec { first: 1, count: 1 }");
-        assert_eq!(got[6], "Exec { first: 1, count: 1 }");
-        assert!(got[7].contains("Fork"));
-        assert_eq!(got[8], "End { executed: 5 }");
+        assert_eq!(got.len(), 8, "{got:#?}");
+        assert!(got[0].starts_with("Block { vaddr: 4198400, first_id: 0, offsets: [0, 1]"));
+        assert_eq!(got[2], "Exec { first: 0, count: 2 }");
+        assert_eq!(got[3], "Exec { first: 0, count: 1 }");
+        assert_eq!(got[5], "Exec { first: 1, count: 1 }");
+        assert!(got[6].contains("Fork"));
+        assert_eq!(got[7], "End { executed: 5 }");
         assert!(r.ended());
     }
 
