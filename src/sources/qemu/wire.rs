@@ -604,14 +604,18 @@ mod tests {
         let e = r.next_record().unwrap_err();
         assert_eq!(e.offset, 8 + 6);
         let mut bad = bytes.clone();
-        bad[8 + 6 + 1] = 9; // exec of an id never translated
+        bad[8 + 6 + 1] = 9; // a run of ids never translated
         let mut r = Reader::new(&bad[..]);
         r.next_record().unwrap();
-        assert!(r
-            .next_record()
-            .unwrap_err()
-            .message
-            .contains("before it was translated"));
+        let e = r.next_record().unwrap_err();
+        assert!(e.message.contains("past the last translated"), "{e}");
+        let mut bad = bytes.clone();
+        bad[8 + 6] = 2; // an exec of id 1, never translated
+        bad[8 + 6 + 1] = 1;
+        let mut r = Reader::new(&bad[..]);
+        r.next_record().unwrap();
+        let e = r.next_record().unwrap_err();
+        assert!(e.message.contains("before it was translated"), "{e}");
         let e = Reader::new(&b"PTEMUQ\x00\x09"[..]).next_record().unwrap_err();
         assert!(e.message.contains("magic"), "{e}");
     }
