@@ -40,13 +40,62 @@ fn json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Decodes `CASE/trace.pt` over `CASE/image.bin` (at `image.json`'s base), with the timing in
+/// A file section of the code image: the file, the offset and size of the part mapped, and
+/// the address it is mapped at.
+#[derive(Clone, Debug)]
+pub struct Section {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// File offset of the part mapped.
+    pub offset: u64,
+    /// Its size (0: to the end of the file).
+    pub size: u64,
+    /// Where it is mapped.
+    pub vaddr: u64,
+}
+
+fn hex_field(v: &serde_json::Value, what: &str) -> u64 {
+    v.as_str()
+        .and_then(|h| u64::from_str_radix(h.strip_prefix("0x")?, 16).ok())
+        .unwrap_or_else(|| panic!("{what}: a \"0x...\" string"))
+}
+
+/// The code a case runs: `image.bin` at `image.json`'s base (a Penn trace), or the files
+/// `report.json` lists under `program.maps` (a real program, `ptemu run`).
+pub fn case_sections(case: &Path) -> Vec<Section> {
+    if case.join("image.json").is_file() {
+        let base = hex_field(&json(&case.join("image.json"))["base"], "image.json: base");
+        return vec![Section {
+            path: case.join("image.bin"),
+            offset: 0,
+            size: 0,
+            vaddr: base,
+        }];
+    }
+    let report = json(&case.join("report.json"));
+    let maps = report["program"]["maps"]
+        .as_array()
+        .expect("no image.json, and report.json has no program.maps: a case without code");
+    maps.iter()
+        .map(|m| {
+            let (start, end) = (
+                hex_field(&m["start"], "maps.start"),
+                hex_field(&m["end"], "maps.end"),
+            );
+            Section {
+                path: m["path"].as_str().expect("maps.path").into(),
+                offset: hex_field(&m["offset"], "maps.offset"),
+                size: end - start,
+                vaddr: start,
+            }
+        })
+        .collect()
+}
+
+/// Decodes `CASE/trace.pt` over the case's code ([`case_sections`]), with the timing in
 /// `case.json` (or that `ptemu simulate`'s report implies), into verify's lines.
 pub fn decode_case(case: &Path) -> String {
-    let base = json(&case.join("image.json"))["base"]
-        .as_str()
-        .and_then(|h| u64::from_str_radix(h.strip_prefix("0x")?, 16).ok())
-        .expect("image.json: base, a \"0x...\" string");
+    let sections = case_sections(case);
     let clock = ptemu::TracerConfig::default().clock;
     let mut t = Timing {
         mtc_freq: 3,
@@ -67,7 +116,7 @@ pub fn decode_case(case: &Path) -> String {
         }
     }
     let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_lines(&trace, &case.join("image.bin"), base, t)
+    decode_sections(&trace, &sections, t)
 }
 
 /// The PSB whose PSB+ (up to its PSBEND) holds offset `at` in `buf`, if any.
@@ -97,12 +146,26 @@ fn error_text(code: i32) -> String {
 
 /// Decodes `trace` over the raw image file `image` loaded at `base` (see the module doc).
 pub fn decode_lines(trace: &[u8], image: &Path, base: u64, t: Timing) -> String {
+    let section = Section {
+        path: image.to_path_buf(),
+        offset: 0,
+        size: 0,
+        vaddr: base,
+    };
+    decode_sections(trace, &[section], t)
+}
+
+/// Decodes `trace` over the file `sections` (see the module doc).
+pub fn decode_sections(trace: &[u8], sections: &[Section], t: Timing) -> String {
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
     let mut out = String::new();
     let eos = -(pt_error_code_pte_eos as i32);
-    let name = CString::new(image.to_str().expect("a UTF-8 path")).expect("no NUL in the path");
-    // SAFETY: `buf` and `name` outlive the decoder; every out-pointer is a local of the size
+    let names: Vec<CString> = sections
+        .iter()
+        .map(|s| CString::new(s.path.to_str().expect("a UTF-8 path")).expect("no NUL in the path"))
+        .collect();
+    // SAFETY: `buf` and `names` outlive the decoder; every out-pointer is a local of the size
     // passed.
     unsafe {
         let mut c: pt_config = std::mem::zeroed();
@@ -115,16 +178,28 @@ pub fn decode_lines(trace: &[u8], image: &Path, base: u64, t: Timing) -> String 
         c.cpuid_0x15_ebx = t.cpuid_0x15_ebx;
         let dec = pt_insn_alloc_decoder(&c);
         assert!(!dec.is_null(), "pt_insn_alloc_decoder");
-        let size = std::fs::metadata(image).map(|m| m.len()).unwrap_or(0);
-        let rc = pt_image_add_file(
-            pt_insn_get_image(dec),
-            name.as_ptr(),
-            0,
-            size,
-            std::ptr::null(),
-            base,
-        );
-        assert!(rc >= 0, "pt_image_add_file: {}", error_text(rc));
+        for (s, name) in sections.iter().zip(&names) {
+            let file = std::fs::metadata(&s.path).map(|m| m.len()).unwrap_or(0);
+            // A mapping may run past the file's end (its last page): libipt takes what is there.
+            let size = match s.size {
+                0 => file.saturating_sub(s.offset),
+                n => n.min(file.saturating_sub(s.offset)),
+            };
+            let rc = pt_image_add_file(
+                pt_insn_get_image(dec),
+                name.as_ptr(),
+                s.offset,
+                size,
+                std::ptr::null(),
+                s.vaddr,
+            );
+            assert!(
+                rc >= 0,
+                "pt_image_add_file {}: {}",
+                s.path.display(),
+                error_text(rc)
+            );
+        }
         // The PSB decoding last started again at, so an error there moves on.
         let mut restarted: Option<usize> = None;
         let mut status = pt_insn_sync_forward(dec);

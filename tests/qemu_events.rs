@@ -1,0 +1,319 @@
+//! The QEMU plugin's stream mapped to tracer events (spec/qemu.md QE1-QE7, QE10), on streams
+//! written here with the plugin's own writer: every class of instruction, REP strings, system
+//! calls, the end of a run, and the streams that must be refused.
+
+use ptemu::sources::qemu::wire::{FileMap, NoteKind, Writer};
+use ptemu::sources::qemu::{QemuEvents, Sideband, SYSCALL_ENTRY, SYSRET_FROM};
+use ptemu::sources::EventSource;
+use ptemu::tracer::{Event, ExecMode, FarKind};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+const BASE: u64 = 0x40_0000;
+
+/// A file holding `code` at offset 0, mapped at [`BASE`].
+fn code_file(dir: &Path, code: &[u8]) -> FileMap {
+    let path = dir.join("code.bin");
+    std::fs::write(&path, code).unwrap();
+    FileMap {
+        start: BASE,
+        end: BASE + 0x1000,
+        offset: 0,
+        major: 0,
+        minor: 0,
+        inode: 0,
+        path: path.to_str().unwrap().into(),
+    }
+}
+
+/// The events of a stream, or its error's text.
+fn events(bytes: Vec<u8>) -> Result<(Vec<Event>, Sideband), String> {
+    let side = Arc::new(Mutex::new(Sideband::default()));
+    let mut src = QemuEvents::new("prog", std::io::Cursor::new(bytes), side.clone());
+    let mut out = Vec::new();
+    loop {
+        match src.next_events(&mut out) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let s = side.lock().unwrap().clone();
+    Ok((out, s))
+}
+
+fn finish(w: &mut Writer, end: bool) -> Vec<u8> {
+    if end {
+        w.end();
+    }
+    let mut out = Vec::new();
+    w.take(&mut |b| out.extend_from_slice(b));
+    out
+}
+
+/// One block of instructions (each given as its bytes) at `BASE + at`, ids from `first`.
+fn block(w: &mut Writer, at: u64, insns: &[&[u8]]) -> u64 {
+    let mut distances = Vec::new();
+    let mut code = Vec::new();
+    for (k, i) in insns.iter().enumerate() {
+        if k > 0 {
+            distances.push(insns[k - 1].len() as u64);
+        }
+        code.extend_from_slice(i);
+    }
+    w.block(BASE + at, &distances, &code)
+}
+
+// The program the tests run, at BASE (offsets in comments):
+//   0x00 mov rbx, rax          48 89 c3
+//   0x03 je  0x10              74 0b
+//   0x05 call 0x20             e8 16 00 00 00
+//   0x0a jmp rax               ff e0
+//   0x0c nop x4
+//   0x10 syscall               0f 05
+//   0x12 rep movsb             f3 a4
+//   0x14 jmp 0x05              eb ef
+//   0x16 nop x10
+//   0x20 ret                   c3
+//   0x21 call rax              ff d0
+//   0x23 int 0x80              cd 80
+//   0x25 syscall               0f 05
+const PROGRAM: [u8; 0x27] = [
+    0x48, 0x89, 0xc3, 0x74, 0x0b, 0xe8, 0x16, 0, 0, 0, 0xff, 0xe0, 0x90, 0x90, 0x90, 0x90, 0x0f, 0x05, 0xf3,
+    0xa4, 0xeb, 0xef, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0xc3, 0xff, 0xd0, 0xcd,
+    0x80, 0x0f, 0x05,
+];
+
+/// Blocks as QEMU would cut the program: ids 0-3 (0x00..0x0a), 4-6 (0x10, 0x12, 0x14),
+/// 7 (0x20), 8-9 (0x21, 0x23), 10 (0x05 on its own, reached by the jmp) and 11 (0x25).
+fn translate(w: &mut Writer, map: &FileMap) {
+    w.map(map);
+    let p = &PROGRAM;
+    assert_eq!(block(w, 0x00, &[&p[0..3], &p[3..5], &p[5..10], &p[10..12]]), 0);
+    assert_eq!(
+        block(w, 0x10, &[&p[0x10..0x12], &p[0x12..0x14], &p[0x14..0x16]]),
+        4
+    );
+    assert_eq!(block(w, 0x20, &[&p[0x20..0x21]]), 7);
+    assert_eq!(block(w, 0x21, &[&p[0x21..0x23], &p[0x23..0x25]]), 8);
+    assert_eq!(block(w, 0x05, &[&p[5..10]]), 10);
+    assert_eq!(block(w, 0x25, &[&p[0x25..0x27]]), 11);
+}
+
+/// The translated program, `ids` executed, the end record when `end`.
+fn run(dir: &Path, ids: &[u64], end: bool) -> Result<(Vec<Event>, Sideband), String> {
+    let map = code_file(dir, &PROGRAM);
+    let mut w = Writer::new();
+    translate(&mut w, &map);
+    for &id in ids {
+        w.exec(id);
+    }
+    events(finish(&mut w, end))
+}
+
+fn far(kind: FarKind, from: u64, to: u64, cpl: u8) -> Event {
+    Event::far(kind, from, to, cpl, ExecMode::Bits64)
+}
+
+fn a(o: u64) -> u64 {
+    BASE + o
+}
+
+#[test]
+fn qe2_qe3_every_class_of_instruction_becomes_its_event() {
+    let dir = tempfile::tempdir().unwrap();
+    // mov, je (taken), syscall, rep movsb (3 iterations), jmp 0x05, call 0x20, ret to 0x0a,
+    // jmp rax to 0x21, call rax to 0x00, mov, je (not taken), call 0x20, ret to 0x23,
+    // int 0x80, syscall (the last: exit).
+    let ids = [0, 1, 4, 5, 5, 5, 6, 10, 7, 3, 8, 0, 1, 2, 7, 9, 11];
+    let (ev, side) = run(dir.path(), &ids, true).unwrap();
+    let want = vec![
+        Event::Retire { ip: a(0), len: 3 },
+        Event::CondBranch {
+            ip: a(3),
+            len: 2,
+            target: a(0x10),
+            taken: true,
+        },
+        far(FarKind::Syscall, a(0x10), SYSCALL_ENTRY, 0),
+        far(FarKind::Sysret, SYSRET_FROM, a(0x12), 3),
+        Event::Retire { ip: a(0x12), len: 2 },
+        Event::Jump {
+            ip: a(0x14),
+            target: a(5),
+        },
+        Event::Call {
+            ip: a(5),
+            len: 5,
+            target: a(0x20),
+        },
+        Event::Return {
+            ip: a(0x20),
+            target: a(0x0a),
+        },
+        Event::IndirectJump {
+            ip: a(0x0a),
+            target: a(0x21),
+        },
+        Event::IndirectCall {
+            ip: a(0x21),
+            len: 2,
+            target: a(0),
+        },
+        Event::Retire { ip: a(0), len: 3 },
+        Event::CondBranch {
+            ip: a(3),
+            len: 2,
+            target: a(0x10),
+            taken: false,
+        },
+        Event::Call {
+            ip: a(5),
+            len: 5,
+            target: a(0x20),
+        },
+        Event::Return {
+            ip: a(0x20),
+            target: a(0x23),
+        },
+        far(
+            FarKind::SoftwareInterrupt { vector: 0x80 },
+            a(0x23),
+            SYSCALL_ENTRY,
+            0,
+        ),
+        far(FarKind::Iret, SYSRET_FROM, a(0x25), 3),
+        far(FarKind::Syscall, a(0x25), SYSCALL_ENTRY, 0),
+    ];
+    assert_eq!(ev, want);
+    assert!(side.ended);
+    assert_eq!(side.executed, Some(ids.len() as u64));
+    assert_eq!(side.instructions, 15, "17 executions, 3 of them one REP movsb");
+    assert_eq!(side.maps.len(), 1);
+}
+
+#[test]
+fn qe4_a_rep_string_instruction_is_one_instruction() {
+    let dir = tempfile::tempdir().unwrap();
+    for iterations in [1, 2, 50] {
+        let mut ids = vec![4];
+        ids.extend(std::iter::repeat_n(5, iterations));
+        ids.push(6);
+        ids.push(10);
+        let (ev, _) = run(dir.path(), &ids, false).unwrap();
+        let reps = ev
+            .iter()
+            .filter(|e| matches!(e, Event::Retire { ip, .. } if *ip == a(0x12)))
+            .count();
+        assert_eq!(reps, 1, "{iterations} iterations: {ev:?}");
+    }
+}
+
+#[test]
+fn qe6_a_system_call_leaves_and_re_enters_tracing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ev, _) = run(dir.path(), &[4, 5, 6], false).unwrap();
+    assert_eq!(
+        &ev[..2],
+        &[
+            far(FarKind::Syscall, a(0x10), SYSCALL_ENTRY, 0),
+            far(FarKind::Sysret, SYSRET_FROM, a(0x12), 3)
+        ]
+    );
+    // A system call that does not come back to the next instruction is not explained.
+    let e = run(dir.path(), &[4, 7], false).unwrap_err();
+    assert!(e.contains("does not go") && e.contains("issue 41"), "{e}");
+}
+
+#[test]
+fn qe7_the_last_instruction_is_the_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ends after a SYSCALL began: exit (or execve): the transfer into the kernel, counted.
+    let (ev, side) = run(dir.path(), &[0, 1, 4], true).unwrap();
+    assert_eq!(ev.last(), Some(&far(FarKind::Syscall, a(0x10), SYSCALL_ENTRY, 0)));
+    assert_eq!(side.instructions, 3);
+    // Ends at a plain instruction (killed there, no end record): it did not complete.
+    let (ev, side) = run(dir.path(), &[0, 1, 4, 5, 6, 10, 7, 3, 8, 0], false).unwrap();
+    assert_eq!(
+        ev.last(),
+        Some(&far(FarKind::Interrupt { vector: 0 }, a(0), SYSCALL_ENTRY, 0))
+    );
+    assert!(!side.ended);
+    assert_eq!(side.instructions, 9);
+}
+
+#[test]
+fn qe1_a_stream_that_breaks_off_or_lies_is_an_error_with_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let map = code_file(dir.path(), &PROGRAM);
+    let mut w = Writer::new();
+    translate(&mut w, &map);
+    w.exec(0);
+    w.exec(1);
+    let mut bytes = finish(&mut w, true);
+    // The end record's count says 2; make it 3.
+    let n = bytes.len();
+    bytes[n - 1] = 3;
+    let e = events(bytes.clone()).unwrap_err();
+    assert!(e.contains("counted 3 executions, the stream holds 2"), "{e}");
+    assert!(e.contains("byte offset"), "{e}");
+    // Cut inside the end record.
+    let e = events(bytes[..n - 1].to_vec()).unwrap_err();
+    assert!(
+        e.contains("ends inside a record") && e.contains(&format!("byte offset {}", n - 2)),
+        "{e}"
+    );
+    // Not a plugin stream at all.
+    let e = events(b"hello, world".to_vec()).unwrap_err();
+    assert!(e.contains("byte offset 0") && e.contains("magic"), "{e}");
+}
+
+#[test]
+fn qe5_code_that_is_not_the_files_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut map = code_file(dir.path(), &PROGRAM);
+    // The file holds the program with one byte changed: what QEMU ran is not the file.
+    let mut changed = PROGRAM;
+    changed[0x21] = 0x90;
+    std::fs::write(&map.path, changed).unwrap();
+    let mut w = Writer::new();
+    translate(&mut w, &map);
+    let e = events(finish(&mut w, true)).unwrap_err();
+    assert!(
+        e.contains("is not what") && e.contains("written at run time"),
+        "{e}"
+    );
+    // Code outside every mapping the plugin reported.
+    map.start = BASE + 0x1000;
+    map.end = BASE + 0x2000;
+    std::fs::write(&map.path, PROGRAM).unwrap();
+    let mut w = Writer::new();
+    translate(&mut w, &map);
+    let e = events(finish(&mut w, true)).unwrap_err();
+    assert!(e.contains("lies in no file mapping"), "{e}");
+    // Code in anonymous memory, which the plugin notes.
+    let mut w = Writer::new();
+    w.note(NoteKind::AnonymousCode, 0x7000_0000, "anonymous memory");
+    let e = events(finish(&mut w, true)).unwrap_err();
+    assert!(e.contains("0x70000000") && e.contains("no file holds"), "{e}");
+}
+
+#[test]
+fn qe10_threads_and_signal_handlers_are_refused_in_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let map = code_file(dir.path(), &PROGRAM);
+    // A handler at 0x21 was installed; reaching it by a RET (no direct branch goes there) is a
+    // signal delivered.
+    let mut w = Writer::new();
+    translate(&mut w, &map);
+    w.note(NoteKind::Handler, a(0x21), "");
+    for id in [0, 1, 4, 5, 6, 10, 7, 8] {
+        w.exec(id);
+    }
+    let e = events(finish(&mut w, true)).unwrap_err();
+    assert!(e.contains("signal handler at 0x400021"), "{e}");
+    let mut w = Writer::new();
+    w.note(NoteKind::Thread, 0x3d0f00, "clone");
+    let e = events(finish(&mut w, true)).unwrap_err();
+    assert!(e.contains("second thread") && e.contains("issue 41"), "{e}");
+}
