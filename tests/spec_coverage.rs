@@ -308,6 +308,12 @@ fn every_perf_data_rule_is_named_by_a_test_that_exists() {
     assert_rules("perf-data.md", &[("PD", 6)]);
 }
 
+/// spec/qemu.md: every QE rule is named by a test, and every test it lists exists.
+#[test]
+fn every_qemu_rule_is_named_by_a_test_that_exists() {
+    assert_rules("qemu.md", &[("QE", 12)]);
+}
+
 /// spec/picture.md: every PIC rule is named by a test, and every test it lists exists.
 #[test]
 fn every_picture_rule_is_named_by_a_test_that_exists() {

@@ -1,0 +1,511 @@
+//! `ptemu run` on real programs under qemu-x86_64 (spec/qemu.md): the program's own output and
+//! status, the truth against QEMU's own log of what it executed, perf and libipt decoding the
+//! trace against the real files, and the refusals. Needs Debian's qemu-user and linux-perf
+//! (`cargo xtask test` installs both) and gcc for the small C programs of the refusals.
+
+mod common;
+
+use common::cli::{s, text};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// libipt's instruction decoder over a case directory (examples/libipt_decode.rs).
+#[path = "../examples/libipt_decode.rs"]
+#[allow(dead_code)]
+mod libipt_decode;
+
+const PATH: &str = "/usr/bin:/bin";
+
+/// The plugin, built next to the ptemu binary by `cargo test --workspace` (what `cargo xtask
+/// test` runs).
+fn plugin() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_ptemu"))
+        .parent()
+        .unwrap()
+        .join("libptemu_qemu.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: the workspace build makes it (cargo build -p ptemu-qemu)",
+        p.display()
+    );
+    p
+}
+
+/// The same environment for every run, native or not: the stack QEMU lays out (and so the
+/// alignment of the strings a program compares) depends on it.
+fn env(cmd: &mut Command) -> &mut Command {
+    cmd.env_clear().env("PATH", PATH).env("LC_ALL", "C")
+}
+
+fn which(program: &str) -> PathBuf {
+    PATH.split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} is not installed"))
+}
+
+fn feed(mut cmd: Command, stdin: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = child.stdin.take().unwrap();
+    let body = stdin.to_vec();
+    let t = std::thread::spawn(move || {
+        let _ = w.write_all(&body);
+    });
+    let out = child.wait_with_output().unwrap();
+    t.join().unwrap();
+    out
+}
+
+/// `ptemu run EXTRA --out OUT -- PROGRAM...` with `stdin`.
+fn ptemu_run(out: &Path, extra: &[&str], program: &[&str], stdin: &[u8]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .arg("run")
+        .args(["--plugin", s(&plugin()), "-q", "--out", s(out)])
+        .args(extra)
+        .arg("--")
+        .args(program);
+    feed(cmd, stdin)
+}
+
+fn native(program: &[&str], stdin: &[u8]) -> Output {
+    let mut cmd = Command::new(which(program[0]));
+    env(&mut cmd).arg0(program[0]).args(&program[1..]);
+    feed(cmd, stdin)
+}
+
+use std::os::unix::process::CommandExt;
+
+/// QEMU's own account of what it executed, without the plugin: one instruction a block
+/// (`-singlestep`), every block's execution logged (`-d nochain,exec`); the addresses in order,
+/// consecutive repeats folded (QEMU runs a REP string instruction once an iteration).
+fn qemu_executed(program: &[&str], stdin: &[u8]) -> Vec<u64> {
+    let mut cmd = Command::new("qemu-x86_64");
+    env(&mut cmd)
+        .args([
+            "-singlestep",
+            "-d",
+            "nochain,exec",
+            "-D",
+            "/dev/stderr",
+            "-0",
+            program[0],
+        ])
+        .arg(which(program[0]))
+        .args(&program[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // stdout a pipe as in the other runs (a program may look at what its output is).
+    let mut child = cmd.spawn().expect("qemu-x86_64 (Debian's qemu-user)");
+    let mut stdout = child.stdout.take().unwrap();
+    let drain = std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let mut w = child.stdin.take().unwrap();
+    let body = stdin.to_vec();
+    let t = std::thread::spawn(move || {
+        let _ = w.write_all(&body);
+    });
+    let mut ips = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        // Trace 0: 0x7f81b4000100 [0000000000000000/0000004002825b70/1040c0b3/00000201]
+        let Some(rest) = line.strip_prefix("Trace ") else {
+            continue;
+        };
+        let pc = rest.split('/').nth(1).expect("QEMU's exec log line");
+        let pc = u64::from_str_radix(pc, 16).unwrap();
+        if ips.last() != Some(&pc) {
+            ips.push(pc);
+        }
+    }
+    child.wait().unwrap();
+    t.join().unwrap();
+    drain.join().unwrap().unwrap();
+    ips
+}
+
+/// The truth's instruction addresses, in order, consecutive repeats folded as in
+/// [`qemu_executed`].
+fn truth_ips(case: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(case.join("truth.jsonl")).unwrap();
+    let mut ips = Vec::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["k"] == "insn" {
+            let ip = u64::from_str_radix(v["ip"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap();
+            if ips.last() != Some(&ip) {
+                ips.push(ip);
+            }
+        }
+    }
+    ips
+}
+
+fn verify(case: &Path, lines: &[u8]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    cmd.args(["verify", s(case), "--ips", "-"]);
+    feed(cmd, lines)
+}
+
+fn report(case: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(case.join("report.json")).unwrap()).unwrap()
+}
+
+/// Everything QE1-QE3, QE6 and QE12 promise, for one program.
+fn check_program(root: &Path, name: &str, program: &[&str], stdin: &[u8]) {
+    let case = root.join(name);
+    let traced = ptemu_run(&case, &["--perf-data"], program, stdin);
+    let plain = native(program, stdin);
+    assert_eq!(
+        traced.status.code(),
+        plain.status.code(),
+        "{name}: {}",
+        text(&traced.stderr)
+    );
+    assert!(
+        traced.stdout == plain.stdout,
+        "{name}: the output differs from the native run's"
+    );
+    assert_eq!(text(&traced.stderr), text(&plain.stderr), "{name}");
+
+    // The truth lists exactly what QEMU executed (its own log, not the plugin's).
+    let want = qemu_executed(program, stdin);
+    let got = truth_ips(&case);
+    assert!(want.len() > 10_000, "{name}: {} instructions", want.len());
+    if let Some(k) = (0..want.len().min(got.len())).find(|&k| want[k] != got[k]) {
+        panic!(
+            "{name}: instruction {k}: QEMU ran {:#x}, the truth says {:#x}",
+            want[k], got[k]
+        );
+    }
+    assert_eq!(got.len(), want.len(), "{name}: instructions");
+    let r = report(&case);
+    assert_eq!(r["program"]["exit_status"], plain.status.code().unwrap());
+    let maps = r["program"]["maps"].as_array().unwrap();
+    assert!(
+        maps.iter()
+            .any(|m| m["path"].as_str().unwrap().contains("ld-linux-x86-64")),
+        "{maps:?}"
+    );
+
+    // perf decodes the trace against the real files, without an error, and verify agrees.
+    let perf = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(case.join("perf.data"))
+        .args(["--itrace=i0nse", "-F", "ip"])
+        .output()
+        .expect("perf (Debian's linux-perf)");
+    assert!(perf.status.success(), "{name}: perf: {}", text(&perf.stderr));
+    let lines = text(&perf.stdout);
+    assert!(
+        !lines.contains("error"),
+        "{name}: perf: {}",
+        lines.lines().find(|l| l.contains("error")).unwrap()
+    );
+    let v = verify(&case, &perf.stdout);
+    assert!(v.status.success(), "{name}: verify of perf: {}", text(&v.stdout));
+    // perf names the program's own symbols.
+    let syms = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(case.join("perf.data"))
+        .args(["--itrace=i0nse", "-F", "ip,sym"])
+        .output()
+        .unwrap();
+    let syms = text(&syms.stdout);
+    assert!(
+        syms.contains("_dl_start") && syms.contains("__libc_start_main"),
+        "{name}: symbols"
+    );
+
+    // libipt's instruction decoder over the same files.
+    let libipt = libipt_decode::decode_case(&case);
+    assert!(
+        !libipt.contains("error"),
+        "{name}: libipt: {}",
+        libipt.lines().find(|l| l.contains("error")).unwrap()
+    );
+    let v = verify(&case, libipt.as_bytes());
+    assert!(
+        v.status.success(),
+        "{name}: verify of libipt: {}",
+        text(&v.stdout)
+    );
+}
+
+/// Some kilobytes of text lines, the same each time.
+fn words(lines: usize) -> Vec<u8> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut out = String::new();
+    for _ in 0..lines {
+        for _ in 0..6 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            out.push_str(
+                ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta"][(x % 8) as usize],
+            );
+            out.push(' ');
+        }
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+#[test]
+fn qe1_qe3_qe6_qe12_real_programs_trace_exactly_what_qemu_executed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let data = root.join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("words.txt"), words(100)).unwrap();
+    std::fs::write(data.join("few.txt"), words(30)).unwrap();
+    std::fs::write(data.join("b.txt"), b"b\n").unwrap();
+    std::fs::write(data.join("a.txt"), b"a\n").unwrap();
+    let words_txt = data.join("words.txt");
+    check_program(root, "true", &["true"], b"");
+    check_program(root, "ls", &["ls", "-l", s(&data)], b"");
+    check_program(root, "gzip", &["gzip", "-c", "-n", s(&words_txt)], b"");
+    check_program(root, "sort", &["sort"], &words(300));
+    check_program(root, "sed", &["sed", "s/a/A/g", s(&data.join("few.txt"))], b"");
+}
+
+#[test]
+fn qe6_os_tracing_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = ptemu_run(&out, &["--ctl", "OS=1"], &["true"], b"");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("OS=1"), "{}", text(&o.stderr));
+    assert!(!out.exists());
+}
+
+#[test]
+fn qe11_the_exit_status_is_the_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = ptemu_run(&out, &[], &["sh", "-c", "echo hi; exit 3"], b"");
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(text(&o.stdout), "hi\n");
+    assert_eq!(report(&out)["program"]["exit_status"], 3);
+    // A program killed by a signal: 128 + N, as a shell says; the trace ends at the kill.
+    let o = ptemu_run(&out, &[], &["sh", "-c", "kill -TERM $$"], b"");
+    assert_eq!(o.status.code(), Some(128 + 15), "{}", text(&o.stderr));
+    let r = report(&out);
+    assert_eq!(r["program"]["signal"], 15);
+    let v = verify(&out, libipt_decode::decode_case(&out).as_bytes());
+    assert!(v.status.success(), "{}", text(&v.stdout));
+    // stdin reaches the program.
+    let o = ptemu_run(&out, &[], &["cat"], b"through\n");
+    assert_eq!((o.status.code(), text(&o.stdout)), (Some(0), "through\n".into()));
+}
+
+#[test]
+fn qe11_a_missing_program_qemu_or_plugin_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = ptemu_run(&out, &[], &["no-such-program-here"], b"");
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        text(&o.stderr).contains("no-such-program-here: command not found"),
+        "{}",
+        text(&o.stderr)
+    );
+    let plain = dir.path().join("plain.txt");
+    std::fs::write(&plain, b"not a program\n").unwrap();
+    let o = ptemu_run(&out, &[], &[s(&plain)], b"");
+    assert_eq!(o.status.code(), Some(126));
+    assert!(
+        text(&o.stderr).contains("Permission denied"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = ptemu_run(&out, &[], &["/tmp"], b"");
+    assert_eq!(o.status.code(), Some(126));
+    assert!(!out.exists());
+
+    // No QEMU: the command that installs it.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    cmd.env_clear().env("PATH", dir.path()).args([
+        "run",
+        "--plugin",
+        s(&plugin()),
+        "--out",
+        s(&out),
+        "--",
+        "/usr/bin/true",
+    ]);
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("apt-get install qemu-user"),
+        "{}",
+        text(&o.stderr)
+    );
+    // No plugin where it is looked for: the command that builds it.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .env("PTEMU_QEMU_PLUGIN", dir.path().join("none.so"))
+        .args(["run", "--out", s(&out), "--", "true"]);
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("PTEMU_QEMU_PLUGIN"),
+        "{}",
+        text(&o.stderr)
+    );
+    let exe_dir = dir.path().join("bin");
+    std::fs::create_dir(&exe_dir).unwrap();
+    let lone = exe_dir.join("ptemu");
+    std::fs::copy(env!("CARGO_BIN_EXE_ptemu"), &lone).unwrap();
+    let mut cmd = Command::new(&lone);
+    env(&mut cmd).args(["run", "--out", s(&out), "--", "true"]);
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("cargo build --release -p ptemu-qemu"),
+        "{}",
+        text(&o.stderr)
+    );
+    // Next to the executable, it is found without naming it.
+    std::fs::copy(plugin(), exe_dir.join("libptemu_qemu.so")).unwrap();
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    // QEMU that does not load the plugin: both versions named.
+    let bad = dir.path().join("bad.so");
+    std::fs::write(&bad, b"not a library").unwrap();
+    std::fs::remove_dir_all(&out).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd).args(["run", "--plugin", s(&bad), "--out", s(&out), "--", "true"]);
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("did not load the plugin")
+            && e.contains("plugin API version 1")
+            && e.contains("version 7."),
+        "{e}"
+    );
+    assert!(!out.exists());
+}
+
+/// Compiles `source` (C) with gcc into `dir`.
+fn c_program(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    let o = Command::new("gcc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    exe
+}
+
+#[test]
+fn qe10_threads_and_signal_handlers_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let thread = c_program(
+        dir.path(),
+        "thread",
+        "#include <pthread.h>\n#include <stdio.h>\nstatic void *f(void *a) { return a; }\n\
+         int main(void) { pthread_t t; pthread_create(&t, 0, f, 0); pthread_join(t, 0); puts(\"joined\"); return 0; }\n",
+    );
+    let signal = c_program(
+        dir.path(),
+        "signal",
+        "#include <signal.h>\n#include <stdio.h>\nstatic volatile int got;\nstatic void h(int s) { got = s; }\n\
+         int main(void) { signal(SIGUSR1, h); raise(SIGUSR1); printf(\"got %d\\n\", got); return 0; }\n",
+    );
+    for (exe, says, prints) in [
+        (&thread, "second thread", "joined\n"),
+        (&signal, "signal handler", "got 10\n"),
+    ] {
+        let out = dir.path().join("o");
+        let o = ptemu_run(&out, &[], &[s(exe)], b"");
+        let e = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{e}");
+        assert!(e.contains(says) && e.contains("issue 41"), "{e}");
+        // The program still ran to its end; nothing was written.
+        assert_eq!(text(&o.stdout), prints);
+        assert!(!out.exists());
+    }
+}
+
+#[test]
+fn qe5_qe10_code_written_at_run_time_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let jit = c_program(
+        dir.path(),
+        "jit",
+        "#include <stdio.h>\n#include <string.h>\n#include <sys/mman.h>\n\
+         int main(void) { unsigned char code[] = {0xb8, 42, 0, 0, 0, 0xc3};\n\
+         void *p = mmap(0, 4096, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);\n\
+         memcpy(p, code, sizeof code); printf(\"%d\\n\", ((int (*)(void))p)()); return 0; }\n",
+    );
+    let out = dir.path().join("o");
+    let o = ptemu_run(&out, &[], &[s(&jit)], b"");
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("no file holds") && e.contains("issue 41"), "{e}");
+    assert_eq!(text(&o.stdout), "42\n");
+    assert!(!out.exists());
+}
+
+#[test]
+fn qe8_qe9_a_forked_child_is_not_traced_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    // A child that execs true; the parent waits for it (SIGCHLD left at its default: a shell's
+    // SIGCHLD handler would be a signal delivered, QE10).
+    let fork = c_program(
+        dir.path(),
+        "fork",
+        "#include <stdio.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
+         int main(void) { pid_t p = fork(); if (p == 0) { execl(\"/usr/bin/true\", \"true\", (char *)0); _exit(9); }\n\
+         int st; waitpid(p, &st, 0); printf(\"done %d\\n\", WEXITSTATUS(st)); return 0; }\n",
+    );
+    let o = ptemu_run(&out, &[], &[s(&fork)], b"");
+    assert_eq!(
+        (o.status.code(), text(&o.stdout)),
+        (Some(0), "done 0\n".into()),
+        "{}",
+        text(&o.stderr)
+    );
+    let r = report(&out);
+    assert_eq!(
+        r["program"]["forks_not_traced"].as_array().unwrap().len(),
+        1,
+        "{r}"
+    );
+    assert_eq!(r["program"]["exited"], true);
+    let v = verify(&out, libipt_decode::decode_case(&out).as_bytes());
+    assert!(v.status.success(), "{}", text(&v.stdout));
+    // The summary says so.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .args(["run", "--plugin", s(&plugin()), "--out", s(&out), "--"])
+        .arg(&fork);
+    let o = cmd.output().unwrap();
+    assert!(
+        text(&o.stdout).contains("not traced: 1 forked child"),
+        "{}",
+        text(&o.stdout)
+    );
+    // execve replaces the program: the trace ends at the SYSCALL, and says so.
+    let o = ptemu_run(&out, &[], &["sh", "-c", "exec /usr/bin/echo replaced"], b"");
+    assert_eq!((o.status.code(), text(&o.stdout)), (Some(0), "replaced\n".into()));
+    let r = report(&out);
+    assert_eq!(r["program"]["exited"], false, "{r}");
+    assert_eq!(r["program"]["execs"][0], "/usr/bin/echo");
+    let v = verify(&out, libipt_decode::decode_case(&out).as_bytes());
+    assert!(v.status.success(), "{}", text(&v.stdout));
+}
