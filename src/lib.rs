@@ -10,7 +10,7 @@
 //! - **`ptemu`** (this crate): the trace readers and the jobs on top of the model.
 //!
 //! ```text
-//! sources (BYU, BYU-p2, Penn, Kaplan, gem5 readers -> tracer::Event)
+//! sources (BYU, BYU-p2, Penn, Kaplan, gem5 readers; a program under QEMU -> tracer::Event)
 //!   -> tracer (events -> packets, the hardware's rules)  -> packet (encode / decode)
 //!   -> packing (PADs as the CPU lays them out)          -> output (ToPA / single range, regs: MSRs)
 //!   -> memory (the caller's physical memory)

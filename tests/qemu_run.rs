@@ -509,3 +509,27 @@ fn qe8_qe9_a_forked_child_is_not_traced_and_says_so() {
     let v = verify(&out, libipt_decode::decode_case(&out).as_bytes());
     assert!(v.status.success(), "{}", text(&v.stdout));
 }
+
+/// `--fault`, `--layout`, `--cpu` and `--ctl` mean for `run` what they mean for `simulate`:
+/// libipt's decoder gives what the truth requires under each.
+#[test]
+fn qe11_run_options_mean_what_they_mean_for_simulate() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ring-layout.toml");
+    let settings: [&[&str]; 5] = [
+        &["--fault", "corrupt"],
+        &["--fault", "wrap@4096"],
+        &["--fault", "ovf"],
+        &["--layout", s(&ring), "--cpu", "skylake"],
+        &["--ctl", "DisRETC=1", "--ctl", "PSBFreq=1", "--cpu", "icelake"],
+    ];
+    for extra in settings {
+        let out = dir.path().join("o");
+        let o = ptemu_run(&out, extra, &["true"], b"");
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", text(&o.stderr));
+        let v = verify(&out, libipt_decode::decode_case(&out).as_bytes());
+        assert!(v.status.success(), "{extra:?}: {}", text(&v.stdout));
+        let r = report(&out);
+        assert_eq!(r["input"]["format"], "qemu", "{extra:?}");
+    }
+}

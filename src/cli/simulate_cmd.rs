@@ -525,8 +525,15 @@ fn write_perf_data(
     write_atomic(&dir.staged("perf.data"), |w| {
         perf_data::write(&spec, &mut trace, &chunks, w)
     })?;
+    // A real program's trace decodes against its own files: perf names their symbols, and
+    // shows its error lines (`e`) should any packet not decode.
+    let fields = if opts.format == Format::Qemu {
+        "--itrace=i0nse -F ip,sym"
+    } else {
+        "--itrace=i0ns -F ip"
+    };
     Ok(format!(
-        "perf script -i {} --itrace=i0ns -F ip",
+        "perf script -i {} {fields}",
         ptemu::image::quote(
             &std::path::absolute(dir.final_path("perf.data"))?
                 .display()
