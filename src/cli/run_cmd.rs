@@ -1,7 +1,6 @@
 //! `ptemu run`: a real program under `qemu-x86_64` with ptemu's plugin, traced as `simulate`
 //! traces a file (spec/qemu.md).
 
-use super::output::print;
 use super::simulate_cmd::{execute, run_options, summary, RunArgs};
 use super::Failure;
 use ptemu::perf_data::Mapping;
@@ -156,7 +155,9 @@ pub fn run(a: Args) -> Result<(), Failure> {
         );
         let s = side.lock().expect("not poisoned");
         program_lines(&mut text, exit, &s);
-        print(&text)?;
+        // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
+        // `ls > list` holds (as `time` and `strace` report on stderr).
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
     }
     match exit_code(exit) {
         0 => Ok(()),

@@ -196,7 +196,8 @@ pub(super) fn execute(
     };
     let events = EventLog::default().streaming_to(create("events.jsonl")?);
 
-    let bar = progress_bar(r.quiet, total);
+    // No bar over a traced program's own terminal output (`ptemu run`).
+    let bar = progress_bar(r.quiet || opts.format == Format::Qemu, total);
     let started = std::time::Instant::now();
     let result = simulate(
         sink,

@@ -219,7 +219,7 @@ fn put(buf: &mut Vec<u8>, mut v: u64) {
     buf.push(v as u8);
 }
 
-/// One record, as [`Reader::next`] returns it.
+/// One record, as [`Reader::next_record`] returns it.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Record<'a> {
     /// A translated block: its address, the id of its first instruction, where each
