@@ -264,6 +264,63 @@ fn entries(dir: &Path) -> Vec<String> {
     names
 }
 
+/// SIM12 from the first instruction of `main` on: a run started with SIGINT ignored (as a shell
+/// starts `cmd &`) and interrupted before it made any output (blocked opening its input FIFO)
+/// ends with 130 and writes nothing, instead of going on to the end.
+#[test]
+fn sim12_a_signal_before_any_output_ends_the_run_even_when_it_was_ignored() {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("in.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = dir.path().join("out");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    cmd.args(["simulate", s(&fifo), "--format", "penn", "--out", s(&out), "-q"]);
+    // SAFETY: only signal(2), async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    // Ready when the signal thread runs, or after a second (before the fix it never did here).
+    let started = std::time::Instant::now();
+    let ready = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.filter_map(Result::ok).any(|t| {
+                    std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "ptemu-signals")
+                })
+            })
+            .unwrap_or(false)
+            || started.elapsed() > std::time::Duration::from_secs(1)
+    };
+    while !ready() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // SAFETY: kill has no memory-safety preconditions; the child has not been waited for.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    if child.try_wait().unwrap().is_none() {
+        // Still running: give it its input (without blocking if it went away meanwhile).
+        if let Ok(mut w) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+        {
+            use std::io::Write;
+            let _ = w.write_all(&std::fs::read(PENN).unwrap());
+        }
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert!(!out.exists(), "the interrupted run wrote {out:?}");
+}
+
 /// SIGINT, SIGTERM and SIGHUP while `simulate` and `write` are writing (their input pipe held
 /// open) and while `gen` writes a large file: exit code 128 + the signal, and no temporary file,
 /// staging directory or created directory left behind.

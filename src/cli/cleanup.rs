@@ -29,8 +29,10 @@ fn pending() -> MutexGuard<'static, Vec<Pending>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Starts the thread that cleans up on SIGINT, SIGTERM and SIGHUP (once per process). If the
-/// handler cannot be installed the signals keep their default action (no cleanup, but no harm).
+/// Starts the thread that cleans up on SIGINT, SIGTERM and SIGHUP (once per process); `run`
+/// calls it first, so a signal at any moment ends the process with 128 + N, whatever the
+/// disposition it inherited (a shell starts background jobs with SIGINT ignored). If the handler
+/// cannot be installed the signals keep their default action (no cleanup, but no harm).
 pub fn install() {
     INSTALL.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};

@@ -226,6 +226,10 @@ fn init_logging(verbose: u8) {
 
 /// Parses the arguments, runs the command, and maps failures to exit codes.
 pub fn run() -> ExitCode {
+    // First of all: SIGINT, SIGTERM and SIGHUP end the process with 128 + N from here on, even
+    // when it was started with them ignored (a shell's `cmd &`), and clean up what a command
+    // registers later (cleanup.rs).
+    cleanup::install();
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let result = match cli.command {
