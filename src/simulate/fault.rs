@@ -31,6 +31,12 @@ pub const UNDECODABLE: [u8; 2] = [0x02, 0x02];
 /// The smallest ToPA region, and the default size of the `wrap` and `stop` buffers.
 pub const MIN_REGION: u64 = 4096;
 
+/// The largest ToPA region (4 KiB << 15): a larger `wrap` or `stop` buffer is several.
+pub const MAX_REGION: u64 = 128 << 20;
+
+/// The largest `wrap` or `stop` buffer.
+pub const MAX_BUFFER: u64 = 1 << 30;
+
 /// Why a fault cannot be requested or applied (FLT1): exit 2, nothing written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -47,7 +53,7 @@ pub enum FaultError {
         text: String,
     },
     /// A wrap or stop size that is not a ToPA region.
-    #[error("{0}: the buffer size must be a power of two from 4096 to 1 GiB (a ToPA region)")]
+    #[error("{0}: the buffer size must be a power of two from 4096 to 1 GiB (4 KiB to 128 MiB: one ToPA region; more: a ring of 128 MiB regions)")]
     BadSize(Fault),
     /// An instruction or PMI number of 0.
     #[error("{0}: counts start at 1")]
@@ -103,6 +109,16 @@ pub enum FaultError {
         "--fault stop: the trace ({0} bytes) never filled the STOP region: a longer input or a smaller size"
     )]
     StopNotFilled(u64),
+    /// Two faults damage the same packet (one would undo or hide the other).
+    #[error("--fault {first} and --fault {second} both damage the packet at stream offset {at}: one fault per packet")]
+    SamePacket {
+        /// The fault applied first.
+        first: Fault,
+        /// The one that met its damage.
+        second: Fault,
+        /// The packet's offset.
+        at: u64,
+    },
     /// The run traced no instruction from the overflow's on.
     #[error("ovf@{at}: the run traced no instruction from there on ({instructions} instructions in all)")]
     OvfNotReached {
@@ -161,7 +177,7 @@ impl Fault {
     fn check(&self) -> Result<(), FaultError> {
         match (self.kind, self.at) {
             (Cause::Wrap | Cause::Stop, Some(size))
-                if size < MIN_REGION || !size.is_power_of_two() || size > 1 << 30 =>
+                if size < MIN_REGION || !size.is_power_of_two() || size > MAX_BUFFER =>
             {
                 Err(FaultError::BadSize(*self))
             }
@@ -227,12 +243,25 @@ impl Plan {
         } else {
             "int = true"
         };
+        // A ToPA region holds at most 128 MiB (a 4-bit size field): a larger buffer is a ring of
+        // 128 MiB regions, INT (wrap) or STOP (stop) on the last. Each region is aligned to its
+        // size (T2): from 1 MiB, or from its own size when larger.
+        let region = size.min(MAX_REGION);
+        let base = region.max(0x10_0000);
+        let mut entries = String::new();
+        for k in 0..size / region {
+            let last = k + 1 == size / region;
+            entries.push_str(&format!(
+                "  {{ region = {:#x}, size = \"{}K\"{} }},\n",
+                base + k * region,
+                region / 1024,
+                if last { format!(", {flag}") } else { String::new() }
+            ));
+        }
         let text = format!(
             "cpu = \"{}\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\nmask_ptrs = 0x7f\n\
-             [[table]]\nbase = 0x10000\nentries = [\n  {{ region = 0x100000, size = \"{}K\", {flag} }},\n  \
-             {{ end = 0x10000 }},\n]\n",
+             [[table]]\nbase = 0x10000\nentries = [\n{entries}  {{ end = 0x10000 }},\n]\n",
             cpu.name,
-            size / 1024
         );
         let mut layout = Layout::parse(Path::new("<fault layout>"), &text)
             .map_err(|e| FaultError::Layout(*f, e.to_string()))?;
@@ -266,8 +295,8 @@ impl Plan {
     pub fn deliver(&self, full: &[u8], pmis: &[u64]) -> Result<Delivered, FaultError> {
         let len = full.len() as u64;
         let mut bytes = full.to_vec();
-        let mut damage = Vec::new();
-        let mut applied = Vec::new();
+        let mut damage: Vec<Damage> = Vec::new();
+        let mut applied: Vec<(Fault, u64)> = Vec::new();
         let mut delivery = Delivery::whole(len);
         for (i, f) in self.faults.iter().enumerate() {
             let mut rng = self.rng(i as u64);
@@ -275,19 +304,42 @@ impl Plan {
                 Cause::Ovf | Cause::Stop => {}
                 Cause::Corrupt | Cause::CorruptSilent => {
                     let from = f.at.unwrap_or_else(|| len / 4 + rng.below((len / 2).max(1)));
-                    let (at, n) =
-                        corrupt(&mut bytes, from, f.kind == Cause::CorruptSilent).ok_or_else(|| {
-                            FaultError::NoPacket {
-                                fault: *f,
-                                what: if f.kind == Cause::Corrupt {
-                                    "TNT or TIP"
-                                } else {
-                                    "TNT-8 or TIP"
-                                },
-                                from,
-                                len,
+                    // FLT1: packets are found in the stream as stored, so an earlier fault's
+                    // damage does not hide the packets after it; a packet whose bytes an earlier
+                    // fault changed is passed over, and two faults on one packet (a second flip
+                    // of the same bit undoes the first) are refused.
+                    let silent = f.kind == Cause::CorruptSilent;
+                    let no_packet = |from| FaultError::NoPacket {
+                        fault: *f,
+                        what: if silent { "TNT-8 or TIP" } else { "TNT or TIP" },
+                        from,
+                        len,
+                    };
+                    let mut search = from;
+                    let (at, n) = loop {
+                        let (at, p) = target(full, search, silent).ok_or_else(|| no_packet(from))?;
+                        let at64 = at as u64;
+                        let hit = damage.iter().zip(&applied).find(|(d, _)| {
+                            matches!(d.cause, Cause::Corrupt | Cause::CorruptSilent)
+                                && d.from <= at64
+                                && at64 < d.to
+                        });
+                        match hit {
+                            Some((d, &(first, _))) if d.from == at64 => {
+                                return Err(FaultError::SamePacket {
+                                    first,
+                                    second: *f,
+                                    at: at64,
+                                })
                             }
-                        })?;
+                            Some((d, _)) => search = d.to,
+                            None => {
+                                let n = damage_packet(&mut bytes, at, p, silent)
+                                    .ok_or_else(|| no_packet(from))?;
+                                break (at64, n);
+                            }
+                        }
+                    };
                     damage.push(Damage {
                         cause: f.kind,
                         from: at,
@@ -349,18 +401,17 @@ impl Plan {
     }
 }
 
-/// Damages the first eligible packet at or after `from` in `bytes`: its offset and the number
-/// of bytes changed.
-fn corrupt(bytes: &mut [u8], from: u64, silent: bool) -> Option<(u64, u64)> {
+/// The first packet of `clean` (the stream as stored) at or after `from` that the fault damages:
+/// for `corrupt` a TNT or TIP, for `corrupt-silent` a TNT-8, else a TIP; its offset and packet.
+fn target(clean: &[u8], from: u64, silent: bool) -> Option<(usize, Packet)> {
     // Packets are found from the last PSB at or before `from` (a decoder in sync there).
-    let mut sync = find_psb(bytes, 0)?;
-    while let Some(p) = find_psb(bytes, sync + 1) {
+    let mut sync = find_psb(clean, 0)?;
+    while let Some(p) = find_psb(clean, sync + 1) {
         if p as u64 > from {
             break;
         }
         sync = p;
     }
-    // corrupt: the first TNT or TIP; corrupt-silent: the first TNT-8, else the first TIP.
     let wanted: &[fn(&Packet) -> bool] = if silent {
         &[
             |p| matches!(p, Packet::Tnt8(t) if t.count > 0),
@@ -373,9 +424,13 @@ fn corrupt(bytes: &mut [u8], from: u64, silent: bool) -> Option<(u64, u64)> {
                 || matches!(p, Packet::Tip(ip) if ip.ipc != crate::packet::Ipc::Suppressed)
         }]
     };
-    let (at, p) = wanted
-        .iter()
-        .find_map(|ok| first_packet(bytes, sync, from, *ok))?;
+    wanted.iter().find_map(|ok| first_packet(clean, sync, from, *ok))
+}
+
+/// Damages packet `p` at `at` in `bytes`: the number of bytes changed from `at` on (the damage
+/// ends at the last byte that changed), or `None` when nothing changed (a `02` over a PSB's own
+/// `02`).
+fn damage_packet(bytes: &mut [u8], at: usize, p: Packet, silent: bool) -> Option<u64> {
     let end = (at + UNDECODABLE.len()).min(bytes.len());
     let before = bytes[at..end].to_vec();
     if silent {
@@ -388,9 +443,8 @@ fn corrupt(bytes: &mut [u8], from: u64, silent: bool) -> Option<(u64, u64)> {
         let n = UNDECODABLE.len().min(bytes.len() - at);
         bytes[at..at + n].copy_from_slice(&UNDECODABLE[..n]);
     }
-    // The damage ends at the last byte that changed (a `02` over a PSB's own `02` is none).
     let last = (at..end).filter(|&i| bytes[i] != before[i - at]).max()?;
-    Some((at as u64, (last + 1 - at) as u64))
+    Some((last + 1 - at) as u64)
 }
 
 /// The first packet at or after `from` (outside PSB+) that `ok` accepts, decoding from the PSB at

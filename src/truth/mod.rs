@@ -301,7 +301,12 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
     let mut split = 0;
     let mut run_key: Option<u64> = None;
     let mut span: Option<(Cause, Option<usize>)> = None;
-    let mut spanned = vec![false; resync.len()];
+    // TR6: a damage that starts where a decoder is already lost (inside an earlier damage's
+    // span, before the PSB it resumes at) never reaches one: it is absorbed into that span, with
+    // no span line or required error of its own.
+    let mut spanned: Vec<bool> = (0..resync.len())
+        .map(|k| (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume))
+        .collect();
     let mut line: Vec<u8> = Vec::with_capacity(256);
     while let Some(fact) = spool::read_fact(&mut spool)? {
         line.clear();
