@@ -200,7 +200,7 @@ fn qe4_a_rep_string_instruction_is_one_instruction() {
         ids.extend(std::iter::repeat_n(5, iterations));
         ids.push(6);
         ids.push(10);
-        let (ev, _) = run(dir.path(), &ids, false).unwrap();
+        let (ev, _) = run(dir.path(), &ids, true).unwrap();
         let reps = ev
             .iter()
             .filter(|e| matches!(e, Event::Retire { ip, .. } if *ip == a(0x12)))
@@ -212,7 +212,7 @@ fn qe4_a_rep_string_instruction_is_one_instruction() {
 #[test]
 fn qe6_a_system_call_leaves_and_re_enters_tracing() {
     let dir = tempfile::tempdir().unwrap();
-    let (ev, _) = run(dir.path(), &[4, 5, 6], false).unwrap();
+    let (ev, _) = run(dir.path(), &[4, 5, 6], true).unwrap();
     assert_eq!(
         &ev[..2],
         &[
@@ -221,7 +221,7 @@ fn qe6_a_system_call_leaves_and_re_enters_tracing() {
         ]
     );
     // A system call that does not come back to the next instruction is not explained.
-    let e = run(dir.path(), &[4, 7], false).unwrap_err();
+    let e = run(dir.path(), &[4, 7], true).unwrap_err();
     assert!(e.contains("does not go") && e.contains("issue 41"), "{e}");
 }
 
@@ -232,14 +232,23 @@ fn qe7_the_last_instruction_is_the_way_out() {
     let (ev, side) = run(dir.path(), &[0, 1, 4], true).unwrap();
     assert_eq!(ev.last(), Some(&far(FarKind::Syscall, a(0x10), SYSCALL_ENTRY, 0)));
     assert_eq!(side.instructions, 3);
-    // Ends at a plain instruction (killed there, no end record): it did not complete.
-    let (ev, side) = run(dir.path(), &[0, 1, 4, 5, 6, 10, 7, 3, 8, 0], false).unwrap();
-    assert_eq!(
-        ev.last(),
-        Some(&far(FarKind::Interrupt { vector: 0 }, a(0), SYSCALL_ENTRY, 0))
-    );
+    // Killed inside a SYSCALL (no end record, no return after it): traced to its end.
+    let (ev, side) = run(dir.path(), &[0, 1, 4], false).unwrap();
+    assert_eq!(ev.last(), Some(&far(FarKind::Syscall, a(0x10), SYSCALL_ENTRY, 0)));
     assert!(!side.ended);
-    assert_eq!(side.instructions, 9);
+    // Killed elsewhere: what it ran last may not have reached the stream: refused.
+    let e = run(dir.path(), &[0, 1, 4, 5, 6, 10, 7, 3, 8, 0], false).unwrap_err();
+    assert!(e.contains("killed outside a system call"), "{e}");
+    // The SYSCALL returned, then the stream ended: the program ran on, unseen: refused.
+    let map = code_file(dir.path(), &PROGRAM);
+    let mut w = Writer::new();
+    translate(&mut w, &map);
+    for id in [0, 1, 4] {
+        w.exec(id);
+    }
+    w.note(NoteKind::Returned, 1, "");
+    let e = events(finish(&mut w, false)).unwrap_err();
+    assert!(e.contains("killed outside a system call"), "{e}");
 }
 
 #[test]

@@ -49,6 +49,8 @@ struct State {
     maps: maps::Known,
     /// A fork or clone3 in flight (its return tells parent from child).
     forking: bool,
+    /// The system call that returned, until the next instruction runs (QE7).
+    returned: Option<u64>,
 }
 
 /// The state, if tracing is on.
@@ -143,20 +145,37 @@ pub unsafe extern "C" fn qemu_plugin_install(
         api.print("ptemu-qemu: no fd=N argument: the plugin is started by `ptemu run`, which passes it");
         return 1;
     };
-    // The socket must not reach a program the guest execs.
+    // The socket moves out of the guest's way, to a high descriptor (programs use the low
+    // ones, and a shell's `exec 4>file` would take it), close-on-exec so that it does not
+    // reach a program the guest execs.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        (limit.rlim_cur.min(1 << 20) as c_int - 64).max(100)
+    } else {
+        100
+    };
     // SAFETY: fcntl on a descriptor number; a bad one fails with EBADF.
-    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, top) };
+    if moved < 0 {
         api.print(&format!(
             "ptemu-qemu: fd={fd}: {}",
             std::io::Error::last_os_error()
         ));
         return 1;
     }
+    // SAFETY: the descriptor `ptemu run` passed, which the plugin owns.
+    unsafe { libc::close(fd) };
+    let fd = moved;
     let mut st = State {
         fd,
         writer: Writer::new(),
         maps: maps::Known::default(),
         forking: false,
+        returned: None,
     };
     // The magic goes at once: `ptemu run` knows the plugin loaded.
     st.send();
@@ -228,6 +247,9 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
 unsafe extern "C" fn on_exec(_vcpu: c_uint, id: *mut c_void) {
     // SAFETY: a callback on the main thread (see `Global`).
     let Some(st) = (unsafe { state() }) else { return };
+    if let Some(num) = st.returned.take() {
+        st.note(NoteKind::Returned, num, "", false);
+    }
     st.writer.exec(id as usize as u64);
     if st.writer.pending() >= SEND_AT {
         st.send();
@@ -244,7 +266,11 @@ unsafe extern "C" fn on_vcpu_init(_id: PluginId, vcpu: c_uint) {
     }
 }
 
+const SYS_CLOSE: i64 = 3;
 const SYS_RT_SIGACTION: i64 = 13;
+const SYS_DUP2: i64 = 33;
+const SYS_DUP3: i64 = 292;
+const SYS_CLOSE_RANGE: i64 = 436;
 const SYS_CLONE: i64 = 56;
 const SYS_FORK: i64 = 57;
 const SYS_VFORK: i64 = 58;
@@ -270,7 +296,30 @@ unsafe extern "C" fn on_syscall(
 ) {
     // SAFETY: a callback on the main thread (see `Global`).
     let Some(st) = (unsafe { state() }) else { return };
+    // QE7: everything up to this SYSCALL goes out now. QEMU 7.2 calls no plugin callback when
+    // a signal kills the program, so a stream cut by a kill ends at a system call exactly when
+    // the program was in one (`ptemu run` refuses the other case).
+    st.send();
+    let ours = st.fd as u64;
     match num {
+        SYS_CLOSE if a1 == ours => st.note(
+            NoteKind::Failure,
+            a1,
+            "the program closed the plugin's socket",
+            true,
+        ),
+        SYS_DUP2 | SYS_DUP3 if a2 == ours => st.note(
+            NoteKind::Failure,
+            a2,
+            "the program put another file on the plugin's socket",
+            true,
+        ),
+        SYS_CLOSE_RANGE if a1 <= ours && ours <= a2 => st.note(
+            NoteKind::Failure,
+            a1,
+            "the program closed the descriptors the plugin's socket is among",
+            true,
+        ),
         SYS_CLONE | SYS_CLONE3 => {
             // clone3's flags are the first field of its clone_args.
             let flags = if num == SYS_CLONE {
@@ -280,18 +329,12 @@ unsafe extern "C" fn on_syscall(
             };
             match flags {
                 // QEMU runs a vfork as a fork; CLONE_VM alone is a thread.
-                Some(f) if f & CLONE_VM == 0 || f & CLONE_VFORK != 0 => {
-                    st.send();
-                    st.forking = true;
-                }
+                Some(f) if f & CLONE_VM == 0 || f & CLONE_VFORK != 0 => st.forking = true,
                 f => st.note(NoteKind::Thread, f.unwrap_or(0), "clone", true),
             }
         }
-        SYS_FORK | SYS_VFORK => {
-            // Sent before the fork, so the child has nothing of the parent's left to send.
-            st.send();
-            st.forking = true;
-        }
+        // Everything was sent above: the child has nothing of the parent's left to send.
+        SYS_FORK | SYS_VFORK => st.forking = true,
         SYS_EXECVE | SYS_EXECVEAT => {
             let path = st.maps.read_str(if num == SYS_EXECVE { a1 } else { a2 });
             st.note(NoteKind::Exec, 0, &path.unwrap_or_default(), false);
@@ -309,18 +352,22 @@ unsafe extern "C" fn on_syscall(
 unsafe extern "C" fn on_syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
     // SAFETY: a callback on the main thread (see `Global`).
     let Some(st) = (unsafe { state() }) else { return };
-    if !st.forking || !matches!(num, SYS_CLONE | SYS_CLONE3 | SYS_FORK | SYS_VFORK) {
-        return;
+    if st.forking && matches!(num, SYS_CLONE | SYS_CLONE3 | SYS_FORK | SYS_VFORK) {
+        st.forking = false;
+        if ret == 0 {
+            // The child: it is not traced; its copy of the socket closes.
+            OFF.store(true, Ordering::Relaxed);
+            // SAFETY: closing the descriptor this process owns.
+            unsafe { libc::close(st.fd) };
+            return;
+        }
+        if ret > 0 {
+            st.writer.note(NoteKind::Fork, ret as u64, "");
+        }
     }
-    st.forking = false;
-    if ret == 0 {
-        // The child: it is not traced; its copy of the socket closes.
-        OFF.store(true, Ordering::Relaxed);
-        // SAFETY: closing the descriptor this process owns.
-        unsafe { libc::close(st.fd) };
-    } else if ret > 0 {
-        st.writer.note(NoteKind::Fork, ret as u64, "");
-    }
+    // QE7: said (and sent) when the next instruction runs: a stream that ends without it ended
+    // inside the system call (a signal the call sent kills the program as it returns).
+    st.returned = Some(num as u64);
 }
 
 unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {

@@ -51,10 +51,9 @@ impl Known {
         out
     }
 
-    /// Eight bytes of guest memory at `addr`, if readable.
+    /// Eight bytes of guest memory at `addr`, if readable (across a page boundary too).
     pub fn read_u64(&self, addr: u64) -> Option<u64> {
-        let mut b = [0u8; 8];
-        (self.read(addr, &mut b)? == 8).then(|| u64::from_le_bytes(b))
+        Some(u64::from_le_bytes(self.read_code(addr, 8).try_into().ok()?))
     }
 
     /// The NUL-terminated string at guest `addr` (at most 4 KiB), if readable.
@@ -68,11 +67,11 @@ impl Known {
             }
             if let Some(end) = chunk[..n].iter().position(|&c| c == 0) {
                 out.extend_from_slice(&chunk[..end]);
-                return Some(String::from_utf8_lossy(&out).into_owned());
+                return Some(text(&out));
             }
             out.extend_from_slice(&chunk[..n]);
         }
-        Some(String::from_utf8_lossy(&out).into_owned())
+        Some(text(&out))
     }
 
     /// Reads guest memory through the kernel (process_vm_readv on this process), so a bad
@@ -95,12 +94,40 @@ impl Known {
     }
 }
 
-/// The line of `/proc/self/maps` holding host address `host`, as guest addresses.
+/// `bytes` as text of at most 1 KiB (a note's text is at most 4 KiB, and a lossy conversion
+/// may triple it).
+fn text(bytes: &[u8]) -> String {
+    let mut s = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).into_owned();
+    while s.len() > 1024 {
+        s.pop();
+    }
+    s
+}
+
+/// The line of `/proc/self/maps` holding host address `host`, as guest addresses. The map is
+/// read as bytes: a path elsewhere in it that is not UTF-8 does not matter.
 fn find(host: u64, base: u64) -> Result<FileMap, (u64, String)> {
     let guest = host.wrapping_sub(base);
-    let text =
-        std::fs::read_to_string("/proc/self/maps").map_err(|e| (guest, format!("/proc/self/maps: {e}")))?;
-    for line in text.lines() {
+    let bytes = std::fs::read("/proc/self/maps").map_err(|e| (guest, format!("/proc/self/maps: {e}")))?;
+    for raw in bytes.split(|&b| b == b'\n') {
+        let line = match std::str::from_utf8(raw) {
+            Ok(l) => l,
+            Err(_) => {
+                // Only a path can be other than ASCII: whether it matters is its range's say.
+                let range = raw.split(|&b| b == b' ').next().unwrap_or_default();
+                let mut ends = range.split(|&b| b == b'-').map(|h| {
+                    std::str::from_utf8(h)
+                        .ok()
+                        .and_then(|t| u64::from_str_radix(t, 16).ok())
+                });
+                if let (Some(Some(s)), Some(Some(e))) = (ends.next(), ends.next()) {
+                    if s <= host && host < e {
+                        return Err((guest, format!("a file whose path is not UTF-8: {}", text(raw))));
+                    }
+                }
+                continue;
+            }
+        };
         let mut f = line.split_ascii_whitespace();
         let (Some(range), Some(_perms), Some(offset), Some(dev), Some(inode)) =
             (f.next(), f.next(), f.next(), f.next(), f.next())

@@ -2,6 +2,7 @@
 //! traces a file (spec/qemu.md).
 
 use super::simulate_cmd::{execute, run_options, summary, RunArgs};
+use super::summary::fail_on_operational_error;
 use super::Failure;
 use ptemu::perf_data::Mapping;
 use ptemu::simulate;
@@ -50,6 +51,9 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let plugin = find_plugin(a.plugin.as_deref())?;
     let (arg0, rest) = a.command.split_first().expect("clap requires PROGRAM");
     let program = find_program(arg0)?;
+    // What QEMU runs: the program, or a script's interpreter with the script, as the kernel
+    // does for `#!` (qemu-x86_64 loads ELF files only).
+    let (exe, argv0, before) = interpreter(arg0, &program)?;
     let name = Path::new(arg0).file_name().map_or_else(
         || arg0.to_string_lossy().into_owned(),
         |n| n.to_string_lossy().into_owned(),
@@ -59,9 +63,9 @@ pub fn run(a: Args) -> Result<(), Failure> {
         UnixStream::pair().map_err(|e| Failure::input(format!("a socket for the plugin: {e}")))?;
     let fd = theirs.as_raw_fd();
     let mut cmd = Command::new(&qemu);
-    cmd.arg("-0").arg(arg0);
+    cmd.arg("-0").arg(&argv0);
     cmd.arg("-plugin").arg(plugin_arg(&plugin, fd)?);
-    cmd.arg(&program).args(rest);
+    cmd.arg(&exe).args(before).args(rest);
     // SAFETY: only fcntl, async-signal-safe, between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -72,22 +76,23 @@ pub fn run(a: Args) -> Result<(), Failure> {
             Ok(())
         });
     }
-    let child = cmd
-        .spawn()
-        .map_err(|e| Failure::input(format!("{}: cannot start QEMU: {e}", qemu.display())))?;
-    drop(theirs);
-    let mut child = Some(child);
+    // QEMU starts once DIR is made (inside `execute`): a DIR that cannot be written stops the
+    // run before the program runs at all.
+    let child: Mutex<Option<Child>> = Mutex::new(None);
     let status: Mutex<Option<ExitStatus>> = Mutex::new(None);
     let side = Arc::new(Mutex::new(Sideband::default()));
 
-    let wait = |child: &mut Option<Child>| -> Result<ExitStatus, Failure> {
-        if let Some(mut c) = child.take() {
+    let wait = || -> Result<ExitStatus, Failure> {
+        if let Some(mut c) = child.lock().expect("not poisoned").take() {
             let s = c
                 .wait()
                 .map_err(|e| Failure::input(format!("{}: waiting for QEMU: {e}", qemu.display())))?;
             *status.lock().expect("not poisoned") = Some(s);
         }
-        Ok(status.lock().expect("not poisoned").expect("waited"))
+        status
+            .lock()
+            .expect("not poisoned")
+            .ok_or_else(|| Failure::input("QEMU was not started"))
     };
     let result = execute(
         &a.run,
@@ -96,11 +101,16 @@ pub fn run(a: Args) -> Result<(), Failure> {
         None,
         &|records| records,
         |sink, spool, events, progress| {
+            let started = cmd
+                .spawn()
+                .map_err(|e| refusal(&qemu, &format!("cannot start QEMU: {e}")))?;
+            drop(theirs);
+            *child.lock().expect("not poisoned") = Some(started);
             let source = QemuEvents::new(name.clone(), ours, side.clone());
             let out = simulate::run_source(&opts, &name, Box::new(source), sink, spool, events, progress);
             // The stream ended: QEMU exited (or the program exec'd another, or this run failed
             // and closed its end, which stops the plugin and lets the program finish).
-            let exit = wait(&mut child).map_err(|f| refusal(&qemu, f.message()))?;
+            let exit = wait().map_err(|f| refusal(&qemu, f.message()))?;
             let out = out?;
             let s = side.lock().expect("not poisoned");
             if !s.loaded {
@@ -121,7 +131,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
                     &qemu,
                     &format!(
                         "QEMU could not run {} (it {}; its message is above): nothing was traced",
-                        program.display(),
+                        exe.display(),
                         describe(exit)
                     ),
                 ));
@@ -138,7 +148,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         Ok(d) => d,
         Err(f) => {
             // Nothing is written; the program finishes untraced, then the error.
-            let _ = wait(&mut child);
+            let _ = wait();
             return Err(f);
         }
     };
@@ -158,6 +168,10 @@ pub fn run(a: Args) -> Result<(), Failure> {
         // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
         // `ls > list` holds (as `time` and `strace` report on stderr).
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
+    }
+    if let Err(f) = fail_on_operational_error(&done.outcome.unit) {
+        // The exit status is the program's (QE11); the output unit's error is said all the same.
+        eprintln!("ptemu: warning: {}", f.message());
     }
     match exit_code(exit) {
         0 => Ok(()),
@@ -302,6 +316,56 @@ fn find_program(arg0: &OsStr) -> Result<PathBuf, Failure> {
         return Err(Failure::with_code(126, format!("{shown}: Permission denied")));
     }
     Ok(path)
+}
+
+/// What QEMU must run for `program` (found from `arg0`): an ELF file itself (`argv[0]` as
+/// given), or for a `#!` script its interpreter with the line's optional argument and the
+/// script, as the kernel runs one; anything else: 126, as a shell says.
+fn interpreter(arg0: &OsStr, program: &Path) -> Result<(PathBuf, OsString, Vec<OsString>), Failure> {
+    use std::io::Read;
+    let shown = arg0.to_string_lossy();
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| Failure::with_code(126, format!("{shown}: {}", plain(&e))))?;
+    let head = &head[..n];
+    if head.starts_with(b"\x7fELF") {
+        return Ok((program.to_path_buf(), arg0.to_owned(), Vec::new()));
+    }
+    let not_exec = || {
+        Failure::with_code(
+            126,
+            format!("{shown}: cannot execute binary file: Exec format error"),
+        )
+    };
+    let line = head.strip_prefix(b"#!").ok_or_else(not_exec)?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').ok_or_else(not_exec)?];
+    let line = std::str::from_utf8(line).map_err(|_| not_exec())?.trim();
+    let (interp, arg) = match line.split_once([' ', '\t']) {
+        Some((i, a)) => (i, Some(a.trim())),
+        None => (line, None),
+    };
+    let interp = PathBuf::from(interp);
+    let mut elf = [0u8; 4];
+    let is_elf = std::fs::File::open(&interp)
+        .and_then(|mut f| f.read_exact(&mut elf))
+        .is_ok_and(|()| &elf == b"\x7fELF");
+    if !is_elf || !is_executable(&interp) {
+        return Err(Failure::with_code(
+            126,
+            format!(
+                "{shown}: {}: bad interpreter (not an executable ELF file)",
+                interp.display()
+            ),
+        ));
+    }
+    let mut before: Vec<OsString> = arg
+        .filter(|a| !a.is_empty())
+        .map(OsString::from)
+        .into_iter()
+        .collect();
+    before.push(program.as_os_str().to_owned());
+    Ok((interp.clone(), interp.into_os_string(), before))
 }
 
 /// An I/O error's text without Rust's "(os error N)".

@@ -45,6 +45,8 @@ pub struct QemuEvents<R> {
     instructions: u64,
     counts: Counts,
     done: bool,
+    /// Whether the last record was a system call's return (see [`NoteKind::Returned`]).
+    returned: bool,
     scratch: Vec<u8>,
     starts: Vec<u32>,
 }
@@ -86,6 +88,7 @@ impl<R: Read> QemuEvents<R> {
             instructions: 0,
             counts: Counts::default(),
             done: false,
+            returned: false,
             scratch: Vec::new(),
             starts: Vec::new(),
         }
@@ -124,8 +127,11 @@ impl<R: Read> QemuEvents<R> {
             ));
         };
         let Some(data) = file else { return Ok(()) };
-        let off = (m.offset + (ip - m.start)) as usize;
-        if data.get(off..off + bytes.len()) != Some(bytes) {
+        let off = m
+            .offset
+            .checked_add(ip - m.start)
+            .and_then(|o| usize::try_from(o).ok());
+        if off.and_then(|o| data.get(o..o.checked_add(bytes.len())?)) != Some(bytes) {
             return Err(self.error(
                 at,
                 ErrorKind::Inconsistent,
@@ -330,6 +336,10 @@ impl<R: Read> QemuEvents<R> {
                 ),
             ),
             NoteKind::Failure => refuse(self, format!("the QEMU plugin failed: {text}")),
+            NoteKind::Returned => {
+                self.returned = true;
+                Ok(())
+            }
             NoteKind::Handler => {
                 self.handlers.insert(value);
                 Ok(())
@@ -360,6 +370,21 @@ impl<R: Read> EventSource for QemuEvents<R> {
             };
             match rec {
                 None => {
+                    // QE7: without the end record the program was killed (or exec'd another);
+                    // the plugin sends everything before each system call and right after it
+                    // returns, so the stream holds all it ran only if it ended inside one.
+                    let in_syscall = !self.returned && self.pending.is_some_and(|p| p.kind == Kind::Syscall);
+                    if self.reader.started() && !self.reader.ended() && self.pending.is_some() && !in_syscall
+                    {
+                        return Err(self.error(
+                            at,
+                            ErrorKind::Truncated,
+                            "the program was killed outside a system call: QEMU gives the plugin no \
+                             chance to send what it ran last, so the trace's end is unknown and nothing \
+                             is written (a program killed inside a system call, or that exits or \
+                             execs, is traced to its end)",
+                        ));
+                    }
                     self.finish(out);
                     self.done = true;
                     let mut side = self.side.lock().expect("not poisoned");
@@ -408,6 +433,7 @@ impl<R: Read> EventSource for QemuEvents<R> {
                     self.starts = starts;
                 }
                 Some(Record::Exec { first, count }) => {
+                    self.returned = false;
                     for id in first..first + count {
                         let insn = self.table[id as usize];
                         self.step(insn, out, at)?;

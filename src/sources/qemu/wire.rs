@@ -51,6 +51,11 @@ pub enum NoteKind {
     Handler,
     /// The plugin could not do its job (the text says why).
     Failure,
+    /// A system call returned and the program ran on (the value: its number): sent, at once,
+    /// when the next instruction runs, so a stream that ends after it tells that what the
+    /// program ran last was lost, and one that ends at a SYSCALL without it, that the program
+    /// ended inside the call.
+    Returned,
 }
 
 impl NoteKind {
@@ -62,6 +67,7 @@ impl NoteKind {
             NoteKind::AnonymousCode => 4,
             NoteKind::Handler => 5,
             NoteKind::Failure => 6,
+            NoteKind::Returned => 7,
         }
     }
 
@@ -73,6 +79,7 @@ impl NoteKind {
             4 => NoteKind::AnonymousCode,
             5 => NoteKind::Handler,
             6 => NoteKind::Failure,
+            7 => NoteKind::Returned,
             _ => return None,
         })
     }
