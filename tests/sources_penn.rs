@@ -765,3 +765,70 @@ fn sim19_a_worker_panic_goes_on_in_the_reader() {
         );
     }
 }
+
+/// A trace cut inside a branch instruction, before its branch micro-op (`head -n` of a
+/// generated trace): the cut instruction is left out, the trace ends with the one before it, and
+/// `simulate` runs (before, the code image refused the cut CALL as a NOP where a CALL was).
+#[test]
+fn a_trace_cut_inside_a_branch_ends_before_it() {
+    let text = generated(4000, 1);
+    let lines: Vec<&[u8]> = text.split_inclusive(|&b| b == b'\n').collect();
+    // Every cut: the last macro-op is whole, a cut non-branch, or a cut branch left out.
+    let mut cut_branches = 0;
+    for n in 2900..3100 {
+        let cut: Vec<u8> = lines[..n].concat();
+        let whole = macro_ops(bytes_input("cut", &text), ReadOptions::default()).unwrap();
+        let got = macro_ops(bytes_input("cut", &cut), ReadOptions::default()).unwrap();
+        let last = got.last().unwrap();
+        let same = whole.iter().find(|m| m.line == last.line).unwrap();
+        if last.kind != same.kind {
+            panic!(
+                "cut at {n}: the last instruction (line {}) changed kind",
+                last.line
+            );
+        }
+        let next_line = got.last().map(|m| m.line).unwrap();
+        let left_out = whole.iter().any(|m| {
+            m.line > next_line && m.line <= n as u64 && m.kind != ptemu::sources::penn::BranchKind::None
+        });
+        cut_branches += u32::from(left_out);
+    }
+    assert!(cut_branches > 10, "{cut_branches} cuts inside a branch");
+    // simulate runs on such a cut, with one thread and with workers.
+    let dir = tempfile::tempdir().unwrap();
+    let n = (2900..3100)
+        .find(|&n| {
+            let cut: Vec<u8> = lines[..n].concat();
+            let got = macro_ops(bytes_input("cut", &cut), ReadOptions::default()).unwrap();
+            let whole = macro_ops(bytes_input("w", &text), ReadOptions::default()).unwrap();
+            whole.iter().filter(|m| m.line <= n as u64).count() > got.len()
+        })
+        .unwrap();
+    let path = dir.path().join("cut.trace");
+    std::fs::write(&path, lines[..n].concat()).unwrap();
+    for threads in ["1", "3"] {
+        let out = dir.path().join(format!("o{threads}"));
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
+            .args([
+                "simulate",
+                path.to_str().unwrap(),
+                "--format",
+                "penn",
+                "-q",
+                "--threads",
+                threads,
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stderr).contains("before its branch micro-op"));
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+        assert_eq!(
+            report["input"]["counts"]["cut_instruction_left_out"], 1,
+            "{threads} threads"
+        );
+    }
+}

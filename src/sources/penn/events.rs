@@ -199,22 +199,29 @@ impl EventSource for PennEvents {
             format: "penn",
             records: self.reader.uops().line(),
             skipped: self.reader.uops().skipped(),
-            counts: vec![
-                ("uops", self.reader.uop_count()),
-                ("macro_ops", c.macro_ops),
-                ("cond_taken", c.cond_taken),
-                ("cond_not_taken", c.cond_not_taken),
-                ("jump", c.jump),
-                ("call", c.call),
-                ("indirect_jump", c.indirect_jump),
-                ("indirect_call", c.indirect_call),
-                ("return", c.ret),
-                ("loads", c.loads),
-                ("stores", c.stores),
-                ("ptwrite", c.ptwrite),
-                ("rep_iterations", c.rep_iterations),
-                ("discontinuities", c.discontinuities),
-            ],
+            counts: {
+                let mut v = vec![
+                    ("uops", self.reader.uop_count()),
+                    ("macro_ops", c.macro_ops),
+                    ("cond_taken", c.cond_taken),
+                    ("cond_not_taken", c.cond_not_taken),
+                    ("jump", c.jump),
+                    ("call", c.call),
+                    ("indirect_jump", c.indirect_jump),
+                    ("indirect_call", c.indirect_call),
+                    ("return", c.ret),
+                    ("loads", c.loads),
+                    ("stores", c.stores),
+                    ("ptwrite", c.ptwrite),
+                    ("rep_iterations", c.rep_iterations),
+                    ("discontinuities", c.discontinuities),
+                ];
+                // Only when it happened: the counts of whole traces stay as they were.
+                if self.reader.cut_at().is_some() {
+                    v.push(("cut_instruction_left_out", 1));
+                }
+                v
+            },
             approximations: PENN_APPROXIMATIONS.to_vec(),
         }
     }

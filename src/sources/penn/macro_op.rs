@@ -92,6 +92,15 @@ pub struct MacroOpReader {
     uops: UopReader,
     pending: Option<(u64, Uop)>,
     uop_count: u64,
+    cut_at: Option<u64>,
+}
+
+/// Whether macro opcode `name` is a branch (its macro-op ends with a branch micro-op).
+fn is_branch_name(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"CALL" | b"RET" | b"JMP" | b"J" | b"JCXZ" | b"JECXZ" | b"JRCXZ"
+    ) || name.starts_with(b"LOOP")
 }
 
 /// A macro-op being assembled.
@@ -119,6 +128,7 @@ impl MacroOpReader {
             uops,
             pending: None,
             uop_count: 0,
+            cut_at: None,
         }
     }
 
@@ -208,8 +218,28 @@ impl MacroOpReader {
                 _ => break,
             }
         }
+        if self.pending.is_none() && part.branch.is_none() && is_branch_name(part.op.name.as_bytes()) {
+            // The trace ends inside a branch instruction, before its branch micro-op (a trace
+            // cut with `head`): where it went is unknown, so it is not traced; the trace ends
+            // with the instruction before it.
+            tracing::warn!(
+                line,
+                pc = format_args!("{:x}", part.op.pc),
+                "{}: the trace ends inside the {} at line {line}, before its branch micro-op: it is left out",
+                self.uops.name(),
+                part.op.name
+            );
+            self.cut_at = Some(line);
+            return Ok(None);
+        }
         self.classify(&mut part)?;
         Ok(Some(part.op))
+    }
+
+    /// The line of the branch instruction the trace ended inside, left out (see
+    /// `spec/mapping.md`, Penn).
+    pub fn cut_at(&self) -> Option<u64> {
+        self.cut_at
     }
 
     fn classify(&self, part: &mut Partial) -> Result<()> {
