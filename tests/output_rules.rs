@@ -777,3 +777,48 @@ fn policy_host_memory_errors_return_to_the_caller_and_keep_the_position() {
         "a host failure is not an operational error"
     );
 }
+
+#[test]
+fn p6_policy_a_wrmsr_that_cannot_read_the_topa_table_changes_nothing() {
+    // The table at T cannot be read: the enable fails before any change, PendTopaPMI included.
+    let mut mem = Holey::new(T, 0x1000);
+    mem.refuse = true;
+    mem.mem.write_u64(T, region(0x10_0000, 0)).unwrap();
+    mem.mem.write_u64(T + 8, end(T)).unwrap();
+    let mut unit = OutputUnit::new(CpuProfile::named("generic-max").unwrap());
+    unit.wrmsr(&mut mem, IA32_RTIT_OUTPUT_BASE, T).unwrap();
+    unit.wrmsr(&mut mem, IA32_RTIT_OUTPUT_MASK_PTRS, 0x7f | 40 << 32)
+        .unwrap();
+    unit.wrmsr(&mut mem, IA32_RTIT_STATUS, 1 << 7).unwrap(); // PendTopaPMI
+    let ctl = RtitCtl::new()
+        .with_trace_en(true)
+        .with_topa(true)
+        .with_branch_en(true)
+        .with_inject_psb_pmi_on_enable(true);
+    let before = unit.registers();
+    let err = unit.wrmsr(&mut mem, IA32_RTIT_CTL, ctl.bits()).unwrap_err();
+    assert_eq!(
+        err,
+        ptemu::MsrError::Memory(ptemu::MemError::Unmapped { pa: T, len: 8 })
+    );
+    assert_eq!(unit.registers(), before, "the WRMSR did not happen");
+    assert_eq!(unit.rdmsr(IA32_RTIT_CTL).unwrap(), 0);
+    assert!(unit.events().is_empty(), "no P6 PMI: {:?}", unit.events());
+    assert!(!unit.output_enabled());
+    // Bytes written now are lost, and counted: tracing is off, as CTL says.
+    unit.write(&mut mem, &stream(0, 10)).unwrap();
+    assert_eq!(unit.stats().bytes_lost, 10);
+    // The same WRMSR once the table reads: the enable happens, with its P6 PMI.
+    mem.refuse = false;
+    unit.wrmsr(&mut mem, IA32_RTIT_CTL, ctl.bits()).unwrap();
+    assert!(unit.registers().status.trigger_en());
+    assert_eq!(
+        unit.events().iter().map(|e| e.rule).collect::<Vec<_>>(),
+        [Some(ptemu::Rule::P6)]
+    );
+    unit.write(&mut mem, &stream(0, 10)).unwrap();
+    assert_eq!(
+        mem.mem.read_u64(0x10_0000 + 40).unwrap(),
+        u64::from_le_bytes(stream(0, 10)[..8].try_into().unwrap())
+    );
+}

@@ -159,3 +159,42 @@ impl Rig {
         )
     }
 }
+
+/// Sparse memory with a hole: every access to `[from, to)` fails while `refuse` is set (a host
+/// whose memory callback refuses), for the memory-error policies (spec/output.md).
+pub struct Holey {
+    pub mem: SparseMemory,
+    pub hole: (u64, u64),
+    pub refuse: bool,
+}
+
+impl Holey {
+    /// Memory whose `len` bytes at `from` can be refused; `refuse` starts false.
+    pub fn new(from: u64, len: u64) -> Self {
+        Holey {
+            mem: SparseMemory::new(),
+            hole: (from, from + len),
+            refuse: false,
+        }
+    }
+
+    fn check(&self, pa: u64, len: usize) -> Result<(), ptemu::MemError> {
+        let (from, to) = self.hole;
+        if self.refuse && pa < to && pa.saturating_add(len as u64) > from {
+            return Err(ptemu::MemError::Unmapped { pa, len });
+        }
+        Ok(())
+    }
+}
+
+impl PhysMemory for Holey {
+    fn write(&mut self, pa: u64, data: &[u8]) -> Result<(), ptemu::MemError> {
+        self.check(pa, data.len())?;
+        self.mem.write(pa, data)
+    }
+
+    fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), ptemu::MemError> {
+        self.check(pa, buf.len())?;
+        self.mem.read(pa, buf)
+    }
+}

@@ -162,6 +162,11 @@ impl RangeCursor {
         }
     }
 
+    /// Whether offsets past 4 KiB alias into the range's first 4 KiB (TGL052).
+    pub fn aliases_4k(&self) -> bool {
+        self.alias_4k
+    }
+
     pub fn write<M: PhysMemory>(
         &mut self,
         core: &mut Core,

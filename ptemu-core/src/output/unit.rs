@@ -98,18 +98,28 @@ impl OutputUnit {
 
     /// WRMSR: applies every #GP rule, then the write. TraceEn 0->1 loads and checks the output
     /// state (reading the current ToPA entry from `mem`); 1->0 writes it back to the MSRs.
+    ///
+    /// A write that fails changes nothing: a #GP (M2, M3), and also a host-memory error while
+    /// reading the ToPA table at enable, which comes before any change (the WRMSR did not happen:
+    /// TraceEn stays 0, no event, no PMI; spec/output.md, "Memory errors").
     pub fn wrmsr<M: PhysMemory>(&mut self, mem: &mut M, msr: u32, value: u64) -> Result<(), MsrError> {
         let which = Msr::from_address(msr).ok_or(MsrError::NotModelled(msr))?;
         check_write(&self.core.cpu, &self.core.regs, which, value)?;
         let regs = &mut self.core.regs;
         match which {
             Msr::Ctl => {
-                let was = regs.ctl.trace_en();
-                regs.ctl = RtitCtl::from(value);
-                match (was, regs.ctl.trace_en()) {
-                    (false, true) => self.enable(mem)?,
-                    (true, false) => self.flush(),
-                    _ => {}
+                let ctl = RtitCtl::from(value);
+                match (regs.ctl.trace_en(), ctl.trace_en()) {
+                    (false, true) => {
+                        let output = self.prepare_enable(mem, ctl)?;
+                        self.core.regs.ctl = ctl;
+                        self.enable(output);
+                    }
+                    (true, false) => {
+                        regs.ctl = ctl;
+                        self.flush();
+                    }
+                    _ => regs.ctl = ctl,
                 }
             }
             Msr::Status => {
@@ -271,20 +281,21 @@ impl OutputUnit {
         }
     }
 
-    /// TraceEn 0->1 (EN2, E2, §6.5 `on_enable`).
-    fn enable<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
-        let core = &mut self.core;
+    /// The output TraceEn 0->1 with `ctl` starts, found before anything changes: the only step of
+    /// an enable that can fail in host memory is reading the starting ToPA entry. `None` when
+    /// Stopped or Error is set (S4, EN1: they are sticky; TriggerEn stays 0 and nothing is
+    /// checked); `Some(Err)` for an operational error (E2).
+    fn prepare_enable<M: PhysMemory>(
+        &self,
+        mem: &M,
+        ctl: RtitCtl,
+    ) -> Result<Option<Result<Sink, Violation>>, MemError> {
+        let core = &self.core;
         let status = core.regs.status;
         if status.stopped() || status.error() {
-            // S4, EN1: Stopped and Error are sticky; TriggerEn stays 0 and nothing is checked.
-            return Ok(());
+            return Ok(None);
         }
-        core.regs.status.set_trigger_en(true);
-        if status.pend_topa_pmi() && core.regs.ctl.inject_psb_pmi_on_enable() {
-            core.raise_pmi(None, None, Rule::P6);
-        }
-        let ctl = core.regs.ctl;
-        let sink = if ctl.fabric_en() {
+        Ok(Some(if ctl.fabric_en() {
             Ok(Sink::Transport)
         } else if ctl.topa() {
             match Self::enable_topa(core, mem) {
@@ -295,17 +306,32 @@ impl OutputUnit {
         } else {
             check_range(core.regs.output_base, core.regs.mask_ptrs).map(|r| {
                 let alias = core.cpu.has(Errata::TGL052) && r.mask >= 0x1000;
-                if alias {
-                    core.event(EventKind::Erratum, None, None, Some(Rule::TGL052));
-                }
                 Sink::Range(RangeCursor::new(r.base, r.mask, r.offset, alias))
             })
+        }))
+    }
+
+    /// TraceEn 0->1 (EN2, E2, §6.5 `on_enable`) with the output [`OutputUnit::prepare_enable`]
+    /// found.
+    fn enable(&mut self, output: Option<Result<Sink, Violation>>) {
+        let Some(sink) = output else {
+            return;
         };
+        let core = &mut self.core;
+        let status = core.regs.status;
+        core.regs.status.set_trigger_en(true);
+        if status.pend_topa_pmi() && core.regs.ctl.inject_psb_pmi_on_enable() {
+            core.raise_pmi(None, None, Rule::P6);
+        }
         match sink {
-            Ok(s) => self.sink = Some(s),
+            Ok(s) => {
+                if matches!(&s, Sink::Range(c) if c.aliases_4k()) {
+                    core.event(EventKind::Erratum, None, None, Some(Rule::TGL052));
+                }
+                self.sink = Some(s);
+            }
             Err(v) => core.fail(v, false),
         }
-        Ok(())
     }
 
     fn enable_topa<M: PhysMemory>(core: &Core, mem: &M) -> Result<Sink, EntryError> {
