@@ -6,11 +6,12 @@ mod common;
 
 use common::query::{QEvent, Query, Timing};
 use common::trace::*;
-use common::{end, region_stop};
+use common::{end, region_stop, Holey};
 use ptemu::packet::{IpPayload, Ipc, Packet, PtwSize, Tnt};
 use ptemu::regs::RtitCtl;
+use ptemu::tracer::Tracer;
 use ptemu::tracer::{Backpressure, Event, ExecMode, FarKind, TracerConfig};
-use ptemu::{EventKind, PhysMemory};
+use ptemu::{CpuProfile, EventKind, MsrError, OutputUnit, PhysMemory};
 
 const KERNEL: u64 = 0xffff_ffff_8100_0000;
 /// The first IP after the enabling WRMSR.
@@ -1126,5 +1127,111 @@ fn hw11_psb_distance_is_15_16_of_the_period_counted_with_pads() {
     }
     for d in distances("generic-max") {
         assert!((2048..2072).contains(&d), "generic-max: {d}");
+    }
+}
+
+/// A tracer enabled on single-range output at BASE (user code, BranchEn), in memory that refuses
+/// the output range while `refuse` is set; `setup` runs before the enable.
+fn holey_tracer(cfg: TracerConfig, setup: impl FnOnce(&mut Tracer, &mut Holey)) -> (Tracer, Holey) {
+    let mut mem = Holey::new(BASE, SIZE);
+    let mut t = Tracer::new(OutputUnit::new(CpuProfile::named("generic-max").unwrap()), cfg);
+    t.set_state(WRMSR_IP, 3, 0x1000, ExecMode::Bits64);
+    let w = |t: &mut Tracer, mem: &mut Holey, msr, v| t.wrmsr(mem, msr, v, WRMSR_IP, WRMSR_LEN).unwrap();
+    w(&mut t, &mut mem, OUTPUT_BASE, BASE);
+    w(&mut t, &mut mem, MASK_PTRS, SIZE - 1);
+    setup(&mut t, &mut mem);
+    w(&mut t, &mut mem, CTL, user().with_trace_en(true).bits());
+    (t, mem)
+}
+
+/// Every byte generated reached the unit and was stored or counted as lost.
+fn assert_nothing_silently_lost(t: &Tracer) {
+    let (s, o) = (t.stats(), t.unit().stats());
+    assert_eq!(s.bytes, o.bytes_written + o.bytes_lost, "{s:?} {o:?}");
+}
+
+#[test]
+fn out1_policy_a_disable_whose_flush_fails_still_disables() {
+    let (mut t, mut mem) = holey_tracer(TracerConfig::default().with_flush_bytes(4096), |_, _| {});
+    for _ in 0..10 {
+        t.event(&mut mem, &cond(START, true)).unwrap();
+    }
+    mem.refuse = true;
+    let err = t
+        .wrmsr(&mut mem, CTL, user().bits(), START + 0x20, 2)
+        .unwrap_err();
+    assert!(matches!(err, MsrError::Memory(_)), "{err}");
+    assert_eq!(t.rdmsr(CTL).unwrap() & 1, 0, "the disable happened");
+    assert!(!t.packet_en());
+    assert!(t.unit().stats().bytes_lost > 0, "the flush's bytes are lost");
+    assert_nothing_silently_lost(&t);
+    // Events after the disable are not traced; a new enable traces again.
+    let bytes = t.stats().bytes;
+    t.event(&mut mem, &cond(START, true)).unwrap();
+    assert_eq!(t.stats().bytes, bytes);
+    mem.refuse = false;
+    let ctl = user().with_trace_en(true).bits();
+    t.wrmsr(&mut mem, CTL, ctl, WRMSR_IP, WRMSR_LEN).unwrap();
+    assert!(t.packet_en());
+    assert!(t.stats().bytes > bytes, "the enable's PSB+");
+    assert_nothing_silently_lost(&t);
+}
+
+#[test]
+fn flt3_policy_a_trace_stop_whose_flush_fails_still_stops() {
+    let (mut t, mut mem) = holey_tracer(TracerConfig::default(), |t, mem| {
+        t.wrmsr(mem, ADDR1_A, 0x60_0000, WRMSR_IP, WRMSR_LEN).unwrap();
+        t.wrmsr(mem, ADDR1_B, 0x60_0fff, WRMSR_IP, WRMSR_LEN).unwrap();
+    });
+    // The CTL the rig wrote has no ADDR1_CFG: write it again with TraceStop on ADDR1.
+    let ctl = user().with_addr1_cfg(2);
+    t.wrmsr(&mut mem, CTL, ctl.bits(), WRMSR_IP, WRMSR_LEN).unwrap();
+    t.wrmsr(&mut mem, CTL, ctl.with_trace_en(true).bits(), WRMSR_IP, WRMSR_LEN)
+        .unwrap();
+    mem.refuse = true;
+    let jump = Event::IndirectJump {
+        ip: START,
+        target: 0x60_0010,
+    };
+    assert!(t.event(&mut mem, &jump).is_err());
+    assert!(t.rdmsr(STATUS).unwrap() & 1 << 5 != 0, "STATUS.Stopped");
+    assert!(!t.packet_en());
+    assert_nothing_silently_lost(&t);
+    let bytes = t.stats().bytes;
+    mem.refuse = false;
+    t.event(&mut mem, &cond(0x60_0010, true)).unwrap();
+    assert_eq!(t.stats().bytes, bytes, "nothing after the stop");
+}
+
+#[test]
+fn policy_a_batch_that_fails_tells_how_many_events_it_fed() {
+    let evs: Vec<Event> = (0..400u64)
+        .map(|i| Event::IndirectJump {
+            ip: 0x40_1000,
+            target: 0x40_1000 + (i % 7) * 0x1_0000,
+        })
+        .collect();
+    // The fast path, and the general one (the truth recorder turns the fast path off).
+    for general in [false, true] {
+        let (mut t, mut mem) = holey_tracer(TracerConfig::default().with_flush_bytes(64), |t, _| {
+            if general {
+                t.record_truth();
+            }
+        });
+        let before = t.stats().events;
+        mem.refuse = true;
+        let e = t.feed(&mut mem, &evs).unwrap_err();
+        assert!(e.fed > 0 && e.fed < evs.len(), "{general}: {e}");
+        assert_eq!(
+            t.stats().events - before,
+            e.fed as u64,
+            "{general}: handled = fed"
+        );
+        assert!(t.unit().stats().bytes_lost > 0);
+        mem.refuse = false;
+        t.feed(&mut mem, &evs[e.fed..]).unwrap();
+        assert_eq!(t.stats().events - before, evs.len() as u64, "{general}");
+        t.flush(&mut mem).unwrap();
+        assert_nothing_silently_lost(&t);
     }
 }

@@ -47,6 +47,17 @@ use fast::{Hot, IpKind};
 use overflow::Overflow;
 use transfer::Cofi;
 
+/// A batch of events that stopped part-way ([`Tracer::feed`]): host memory refused a store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("after {fed} events: {error}")]
+#[non_exhaustive]
+pub struct FeedError {
+    /// Events handled, the one whose bytes could not be stored included.
+    pub fed: usize,
+    /// The store that failed.
+    pub error: MemError,
+}
+
 /// Snapshot at an event's start, to drop the event whole under back-pressure (OVF1).
 struct Mark {
     len: usize,
@@ -226,6 +237,11 @@ impl Tracer {
     /// unit, then sends PSB+ (PSB3) or TSC/TMA/CBR, then MODE.Exec and TIP.PGE(next IP) when
     /// PacketEn (PGE1); one that clears it sends FUP(ip), TIP.PGD() while PacketEn (PGD3) and
     /// flushes every buffered byte before the unit writes its state back (OUT1).
+    ///
+    /// An `Err` from the unit (a #GP, an MSR it does not model, a ToPA table it cannot read at
+    /// enable) means the WRMSR did not happen: nothing changed. An `Err` from storing the packet
+    /// bytes (the enable's PSB+, the disable's flush) comes after the WRMSR took effect: the bytes
+    /// not stored count as lost ([`crate::output::OutputStats::bytes_lost`]).
     pub fn wrmsr<M: PhysMemory>(
         &mut self,
         mem: &mut M,
@@ -238,6 +254,7 @@ impl Tracer {
         let r = (|| {
             let was_on = self.unit.registers().ctl.trace_en();
             let ctl_write = Msr::from_address(msr) == Some(Msr::Ctl);
+            let mut stored = Ok(());
             if ctl_write && was_on && value & 1 == 0 {
                 // A write that faults (M2) changes nothing: check it before any disable packet.
                 check_write(self.unit.cpu(), &self.unit.registers(), Msr::Ctl, value)?;
@@ -246,7 +263,8 @@ impl Tracer {
                     self.disable_packets();
                     self.hot.pack_disable(&mut self.buf);
                 }
-                self.drain(mem)?;
+                // A failed store loses bytes (counted), not the disable: it goes on.
+                stored = self.drain(mem);
                 self.triggered = false;
                 self.packet_en = false;
                 self.output_lost = false;
@@ -255,9 +273,9 @@ impl Tracer {
             if ctl_write && !was_on && value & 1 == 1 {
                 self.hot.ip = ip.wrapping_add(u64::from(len));
                 self.on_enable();
-                self.drain(mem)?;
+                stored = self.drain(mem);
             }
-            Ok(())
+            Ok(stored?)
         })();
         self.refresh_fast();
         r
@@ -279,10 +297,23 @@ impl Tracer {
 
     /// Handles `evs` in order, as [`Tracer::event`] would one by one, but faster: runs of common
     /// events keep the tracer's hot state in registers. On an error, the events after the one
-    /// that failed are not handled.
+    /// that failed are not handled ([`Tracer::feed`] tells how many were).
     #[inline]
     pub fn events<M: PhysMemory>(&mut self, mem: &mut M, evs: &[Event]) -> Result<(), MemError> {
+        self.feed(mem, evs).map_err(|e| e.error)
+    }
+
+    /// [`Tracer::events`], telling how many events it handled when a store fails part-way: the
+    /// events before [`FeedError::fed`] were handled (the last of them is the one whose bytes
+    /// could not all be stored; those count as lost), the others were not, so the caller can feed
+    /// them again.
+    #[inline]
+    pub fn feed<M: PhysMemory>(&mut self, mem: &mut M, evs: &[Event]) -> Result<(), FeedError> {
         let mut rest = evs;
+        let failed = |rest: &[Event], error| FeedError {
+            fed: evs.len() - rest.len(),
+            error,
+        };
         while let Some(ev) = rest.first() {
             if self.fast {
                 let done = self.fast_run(rest, evs.len() > 1);
@@ -292,15 +323,15 @@ impl Tracer {
                         self.psb_plus(self.packet_en); // PSB2
                     }
                     if self.hot.len >= self.cfg.flush_bytes {
-                        self.drain_and_refresh(mem)?;
+                        self.drain_and_refresh(mem).map_err(|e| failed(rest, e))?;
                     }
                     continue;
                 }
             }
             let r = self.general_event(mem, ev);
             self.refresh_fast();
-            r?;
             rest = &rest[1..];
+            r.map_err(|e| failed(rest, e))?;
         }
         Ok(())
     }
@@ -394,11 +425,13 @@ impl Tracer {
         }
         if self.stop_pending {
             self.stop_pending = false;
-            self.drain(mem)?;
+            // A failed store loses bytes (counted), not the stop: it goes on.
+            let stored = self.drain(mem);
             self.unit.trace_stop(); // FLT3
             self.lose_output();
             // A TraceStop ends tracing by design: what runs after it is untraced, not lost.
             self.output_lost = false;
+            stored?;
         } else if self.hot.len >= self.cfg.flush_bytes {
             self.drain(mem)?;
         }
