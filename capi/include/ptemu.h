@@ -279,7 +279,8 @@ typedef struct {
   uint64_t value;
   // CR2 or the VMCS pointer, for PTEMU_EV_FAR.
   uint64_t extra;
-  // The instruction's length in bytes.
+  // The instruction's length in bytes, 1 to 15, for the kinds that name `len` (else
+  // PTEMU_ERR_ARGUMENT).
   uint8_t len;
   // PTEMU_EVF_* bits.
   uint8_t flags;
@@ -356,7 +357,8 @@ void ptemu_unit_free(ptemu_unit *unit);
 // OUTPUT_MASK_PTRS 0x561, CR3_MATCH, ADDRn_A/B, IA32_PERF_GLOBAL_STATUS_RESET/SET). Returns
 // PTEMU_GP when the write raises #GP (nothing changed; ptemu_last_rule() names the rule),
 // PTEMU_NOT_MODELLED for an MSR the unit does not model. Enabling reads the first ToPA entry
-// through `mem`.
+// through `mem`: PTEMU_ERR_MEMORY when that read fails, and then the WRMSR did not happen (every
+// MSR as before, TraceEn still 0); the same write succeeds once the table can be read.
 //
 // # Safety
 // `unit` and `mem` must be NULL or live objects.
@@ -370,7 +372,9 @@ ptemu_status ptemu_unit_rdmsr(ptemu_unit *unit, uint32_t msr, uint64_t *value);
 
 // Writes `len` bytes of packet stream through the unit into `mem`, as the processor's output
 // would (ToPA walk, single range, STOP, INT, wrap, operational errors). Bytes that output
-// drops (TraceEn 0, Stopped, Error) are counted, not an error.
+// drops (TraceEn 0, Stopped, Error) are counted, not an error. PTEMU_ERR_MEMORY when `mem`
+// refuses a store: the bytes before it landed, the rest count as lost, and the output position
+// stays at the failed store.
 //
 // # Safety
 // `unit` and `mem` must be NULL or live; `data` NULL or `len` readable bytes.
@@ -410,7 +414,8 @@ ptemu_status ptemu_tracer_new(const char *cpu, ptemu_tracer **out);
 void ptemu_tracer_free(ptemu_tracer *t);
 
 // Sets the architectural state before tracing starts: the IP, CPL (0..3), CR3 and execution mode
-// (PTEMU_MODE_*).
+// (PTEMU_MODE_*). PTEMU_ERR_ARGUMENT while tracing (TraceEn = 1): the state then moves only
+// with the events, as the CPU's does.
 //
 // # Safety
 // `t` must be NULL or live.
@@ -420,9 +425,14 @@ ptemu_status ptemu_tracer_set_state(ptemu_tracer *t,
                                     uint64_t cr3,
                                     uint8_t mode);
 
-// WRMSR by the guest instruction at `ip` (`len` bytes, 2 for WRMSR). Setting TraceEn sends PSB+
-// and TIP.PGE; clearing it sends FUP and TIP.PGD and flushes every buffered byte before the
-// unit's MSRs are final. PTEMU_GP / PTEMU_NOT_MODELLED as for ptemu_unit_wrmsr.
+// WRMSR by the guest instruction at `ip` (`len` bytes, 2 for WRMSR, at most 15; 0 for a write
+// that is no instruction, an MSR-load list say). Setting TraceEn sends PSB+ and TIP.PGE; clearing
+// it sends FUP and TIP.PGD and flushes every buffered byte before the unit's MSRs are final.
+// PTEMU_GP / PTEMU_NOT_MODELLED as for ptemu_unit_wrmsr; PTEMU_ERR_ARGUMENT for `len` above 15
+// (nothing happens). PTEMU_ERR_MEMORY: when the enable cannot read the ToPA table, the WRMSR did
+// not happen (every MSR as before); when packet bytes cannot be stored (the enable's PSB+, the
+// disable's flush), the WRMSR happened and the bytes not stored count in bytes_lost
+// (ptemu_tracer_stats). Read IA32_RTIT_CTL to tell which.
 //
 // # Safety
 // `t` and `mem` must be NULL or live.
@@ -440,21 +450,28 @@ ptemu_status ptemu_tracer_wrmsr(ptemu_tracer *t,
 ptemu_status ptemu_tracer_rdmsr(ptemu_tracer *t, uint32_t msr, uint64_t *value);
 
 // Feeds one event (see ptemu_event). PTEMU_ERR_ARGUMENT for a malformed event (nothing fed).
+// PTEMU_ERR_MEMORY when `mem` refuses a store of its packet bytes: the event was fed (the
+// tracer's state moved on) and the bytes not stored count in bytes_lost (ptemu_tracer_stats).
 //
 // # Safety
 // `t` and `mem` must be NULL or live; `ev` NULL or readable.
 ptemu_status ptemu_tracer_event(ptemu_tracer *t, ptemu_memory *mem, const ptemu_event *ev);
 
-// Feeds `n` events in order, faster than one call each. Every event is checked before any is
-// fed: a malformed one fails the whole batch with PTEMU_ERR_ARGUMENT and its index in the
-// message.
+// Feeds `n` events in order, faster than one call each, and stores in `*fed` (unless `fed` is
+// NULL) how many were fed: `n` on PTEMU_OK. Every event is checked before any is fed: a
+// malformed one fails the whole batch with PTEMU_ERR_ARGUMENT and its index in the message
+// (`*fed` 0). PTEMU_ERR_MEMORY when `mem` refuses a store: the events before `*fed` were fed
+// (the last of them is the one whose bytes could not all be stored; those count in bytes_lost),
+// the others were not: feed `evs + *fed` again once memory is back.
 //
 // # Safety
-// `t` and `mem` must be NULL or live; `evs` NULL or `n` readable events.
+// `t` and `mem` must be NULL or live; `evs` NULL or `n` readable events; `fed` NULL or
+// writable.
 ptemu_status ptemu_tracer_events(ptemu_tracer *t,
                                  ptemu_memory *mem,
                                  const ptemu_event *evs,
-                                 size_t n);
+                                 size_t n,
+                                 size_t *fed);
 
 // Hands every buffered packet byte to the output unit now (a disable does this by itself).
 //

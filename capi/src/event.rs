@@ -100,7 +100,8 @@ pub struct ptemu_event {
     pub value: u64,
     /// CR2 or the VMCS pointer, for PTEMU_EV_FAR.
     pub extra: u64,
-    /// The instruction's length in bytes.
+    /// The instruction's length in bytes, 1 to 15, for the kinds that name `len` (else
+    /// PTEMU_ERR_ARGUMENT).
     pub len: u8,
     /// PTEMU_EVF_* bits.
     pub flags: u8,
@@ -153,9 +154,26 @@ fn far_kind(e: &ptemu_event) -> Result<FarKind, Failure> {
     })
 }
 
+/// The kinds whose `len` is an instruction's length (1..=15).
+const WITH_LEN: [u32; 8] = [
+    PTEMU_EV_RETIRE,
+    PTEMU_EV_COND_BRANCH,
+    PTEMU_EV_CALL,
+    PTEMU_EV_INDIRECT_CALL,
+    PTEMU_EV_SET_IF,
+    PTEMU_EV_CR3_WRITE,
+    PTEMU_EV_PTWRITE,
+    PTEMU_EV_MWAIT,
+];
+
 /// The tracer event `e` describes.
 pub(crate) fn to_event(e: &ptemu_event) -> Result<Event, Failure> {
     let (ip, len, target, flag) = (e.ip, e.len, e.target, |f: u8| e.flags & f != 0);
+    if WITH_LEN.contains(&e.kind) && !(1..=15).contains(&len) {
+        return Err(Failure::argument(format!(
+            "len {len} is not an instruction length (1..=15)"
+        )));
+    }
     Ok(match e.kind {
         PTEMU_EV_RETIRE => Event::Retire { ip, len },
         PTEMU_EV_COND_BRANCH => Event::CondBranch {

@@ -267,7 +267,8 @@ pub unsafe extern "C" fn ptemu_unit_free(unit: *mut ptemu_unit) {
 /// OUTPUT_MASK_PTRS 0x561, CR3_MATCH, ADDRn_A/B, IA32_PERF_GLOBAL_STATUS_RESET/SET). Returns
 /// PTEMU_GP when the write raises #GP (nothing changed; ptemu_last_rule() names the rule),
 /// PTEMU_NOT_MODELLED for an MSR the unit does not model. Enabling reads the first ToPA entry
-/// through `mem`.
+/// through `mem`: PTEMU_ERR_MEMORY when that read fails, and then the WRMSR did not happen (every
+/// MSR as before, TraceEn still 0); the same write succeeds once the table can be read.
 ///
 /// # Safety
 /// `unit` and `mem` must be NULL or live objects.
@@ -299,7 +300,9 @@ pub unsafe extern "C" fn ptemu_unit_rdmsr(unit: *mut ptemu_unit, msr: u32, value
 
 /// Writes `len` bytes of packet stream through the unit into `mem`, as the processor's output
 /// would (ToPA walk, single range, STOP, INT, wrap, operational errors). Bytes that output
-/// drops (TraceEn 0, Stopped, Error) are counted, not an error.
+/// drops (TraceEn 0, Stopped, Error) are counted, not an error. PTEMU_ERR_MEMORY when `mem`
+/// refuses a store: the bytes before it landed, the rest count as lost, and the output position
+/// stays at the failed store.
 ///
 /// # Safety
 /// `unit` and `mem` must be NULL or live; `data` NULL or `len` readable bytes.
@@ -397,7 +400,8 @@ pub unsafe extern "C" fn ptemu_tracer_free(t: *mut ptemu_tracer) {
 }
 
 /// Sets the architectural state before tracing starts: the IP, CPL (0..3), CR3 and execution mode
-/// (PTEMU_MODE_*).
+/// (PTEMU_MODE_*). PTEMU_ERR_ARGUMENT while tracing (TraceEn = 1): the state then moves only
+/// with the events, as the CPU's does.
 ///
 /// # Safety
 /// `t` must be NULL or live.
@@ -415,14 +419,24 @@ pub unsafe extern "C" fn ptemu_tracer_set_state(
         if cpl > 3 {
             return Err(Failure::argument(format!("cpl {cpl} is not 0..=3")));
         }
+        if t.tracer.unit().registers().ctl.trace_en() {
+            return Err(Failure::argument(
+                "set_state while tracing (TraceEn = 1): clear TraceEn first, or feed events",
+            ));
+        }
         t.tracer.set_state(ip, cpl, cr3, event::mode(mode)?);
         Ok(())
     })
 }
 
-/// WRMSR by the guest instruction at `ip` (`len` bytes, 2 for WRMSR). Setting TraceEn sends PSB+
-/// and TIP.PGE; clearing it sends FUP and TIP.PGD and flushes every buffered byte before the
-/// unit's MSRs are final. PTEMU_GP / PTEMU_NOT_MODELLED as for ptemu_unit_wrmsr.
+/// WRMSR by the guest instruction at `ip` (`len` bytes, 2 for WRMSR, at most 15; 0 for a write
+/// that is no instruction, an MSR-load list say). Setting TraceEn sends PSB+ and TIP.PGE; clearing
+/// it sends FUP and TIP.PGD and flushes every buffered byte before the unit's MSRs are final.
+/// PTEMU_GP / PTEMU_NOT_MODELLED as for ptemu_unit_wrmsr; PTEMU_ERR_ARGUMENT for `len` above 15
+/// (nothing happens). PTEMU_ERR_MEMORY: when the enable cannot read the ToPA table, the WRMSR did
+/// not happen (every MSR as before); when packet bytes cannot be stored (the enable's PSB+, the
+/// disable's flush), the WRMSR happened and the bytes not stored count in bytes_lost
+/// (ptemu_tracer_stats). Read IA32_RTIT_CTL to tell which.
 ///
 /// # Safety
 /// `t` and `mem` must be NULL or live.
@@ -435,8 +449,15 @@ pub unsafe extern "C" fn ptemu_tracer_wrmsr(
     ip: u64,
     len: u8,
 ) -> ptemu_status {
-    // SAFETY: forwarded contracts.
-    guard(|| unsafe { with_tracer(t, mem, |t, m| Ok(t.wrmsr(m, msr, value, ip, len)?)) })
+    guard(|| {
+        if len > MAX_INSN_LEN {
+            return Err(Failure::argument(format!(
+                "len {len} is longer than an instruction can be (15 bytes)"
+            )));
+        }
+        // SAFETY: forwarded contracts.
+        unsafe { with_tracer(t, mem, |t, m| Ok(t.wrmsr(m, msr, value, ip, len)?)) }
+    })
 }
 
 /// RDMSR through the tracer's output unit. PTEMU_GP / PTEMU_NOT_MODELLED as for ptemu_unit_rdmsr.
@@ -454,10 +475,15 @@ pub unsafe extern "C" fn ptemu_tracer_rdmsr(t: *mut ptemu_tracer, msr: u32, valu
     })
 }
 
-/// Events fed to the model per call of `Tracer::events`.
+/// The longest x86 instruction, in bytes.
+const MAX_INSN_LEN: u8 = 15;
+
+/// Events fed to the model per call of `Tracer::feed`.
 const BATCH: usize = 64;
 
 /// Feeds one event (see ptemu_event). PTEMU_ERR_ARGUMENT for a malformed event (nothing fed).
+/// PTEMU_ERR_MEMORY when `mem` refuses a store of its packet bytes: the event was fed (the
+/// tracer's state moved on) and the bytes not stored count in bytes_lost (ptemu_tracer_stats).
 ///
 /// # Safety
 /// `t` and `mem` must be NULL or live; `ev` NULL or readable.
@@ -471,22 +497,34 @@ pub unsafe extern "C" fn ptemu_tracer_event(
         return guard(|| Err(Failure::null("ev")));
     }
     // SAFETY: forwarded contracts; one event is a batch of one.
-    unsafe { ptemu_tracer_events(t, mem, ev, 1) }
+    unsafe { ptemu_tracer_events(t, mem, ev, 1, std::ptr::null_mut()) }
 }
 
-/// Feeds `n` events in order, faster than one call each. Every event is checked before any is
-/// fed: a malformed one fails the whole batch with PTEMU_ERR_ARGUMENT and its index in the
-/// message.
+/// Feeds `n` events in order, faster than one call each, and stores in `*fed` (unless `fed` is
+/// NULL) how many were fed: `n` on PTEMU_OK. Every event is checked before any is fed: a
+/// malformed one fails the whole batch with PTEMU_ERR_ARGUMENT and its index in the message
+/// (`*fed` 0). PTEMU_ERR_MEMORY when `mem` refuses a store: the events before `*fed` were fed
+/// (the last of them is the one whose bytes could not all be stored; those count in bytes_lost),
+/// the others were not: feed `evs + *fed` again once memory is back.
 ///
 /// # Safety
-/// `t` and `mem` must be NULL or live; `evs` NULL or `n` readable events.
+/// `t` and `mem` must be NULL or live; `evs` NULL or `n` readable events; `fed` NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn ptemu_tracer_events(
     t: *mut ptemu_tracer,
     mem: *mut ptemu_memory,
     evs: *const ptemu_event,
     n: usize,
+    fed: *mut usize,
 ) -> ptemu_status {
+    let report = |k: usize| {
+        if !fed.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { fed.write(k) };
+        }
+    };
+    report(0);
     guard(|| {
         if n == 0 {
             // SAFETY: forwarded contracts (the pointers are still checked).
@@ -508,13 +546,28 @@ pub unsafe extern "C" fn ptemu_tracer_events(
             check(k, e)?;
         }
         let mut batch = [Event::Cycles(0); BATCH];
-        for (c, chunk) in evs.chunks(BATCH).enumerate() {
+        let mut done = 0;
+        for chunk in evs.chunks(BATCH) {
             for (k, (slot, e)) in batch.iter_mut().zip(chunk).enumerate() {
-                *slot = check(c * BATCH + k, e)?;
+                *slot = check(done + k, e)?;
             }
             let events = &batch[..chunk.len()];
             // SAFETY: forwarded contracts.
-            unsafe { with_tracer(t, mem, |t, m| Ok(t.events(m, events)?)) }?;
+            let r = unsafe {
+                with_tracer(t, mem, |t, m| match t.feed(m, events) {
+                    Ok(()) => {
+                        done += events.len();
+                        Ok(())
+                    }
+                    Err(e) => {
+                        done += e.fed;
+                        let message = format!("event {}: {}", done - 1, e.error);
+                        Err(Failure::new(PTEMU_ERR_MEMORY, message))
+                    }
+                })
+            };
+            report(done);
+            r?;
         }
         Ok(())
     })

@@ -199,7 +199,7 @@ fn malformed_events_are_refused_whole_and_nothing_is_fed() {
         ] {
             let batch = [good, good, e];
             assert_eq!(
-                ptemu_tracer_events(t, g.mem, batch.as_ptr(), 3),
+                ptemu_tracer_events(t, g.mem, batch.as_ptr(), 3, null_mut()),
                 PTEMU_ERR_ARGUMENT
             );
             assert!(last_error().contains(words), "{} lacks {words}", last_error());
@@ -209,11 +209,14 @@ fn malformed_events_are_refused_whole_and_nothing_is_fed() {
         let mut long = vec![good; 100];
         long[80] = bad_kind;
         assert_eq!(
-            ptemu_tracer_events(t, g.mem, long.as_ptr(), 100),
+            ptemu_tracer_events(t, g.mem, long.as_ptr(), 100, null_mut()),
             PTEMU_ERR_ARGUMENT
         );
         assert!(last_error().contains("event 80"), "{}", last_error());
-        assert_eq!(ptemu_tracer_events(t, g.mem, null(), 2), PTEMU_ERR_NULL);
+        assert_eq!(
+            ptemu_tracer_events(t, g.mem, null(), 2, null_mut()),
+            PTEMU_ERR_NULL
+        );
         assert_eq!(ptemu_tracer_stats(t, &mut stats), PTEMU_OK);
         assert_eq!(stats.events, 0, "a refused batch feeds nothing");
         assert_eq!(

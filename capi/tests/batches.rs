@@ -89,7 +89,12 @@ fn p1_batched_events_write_what_single_events_write() {
     // SAFETY: as above; batches of uneven sizes.
     let batched = run(|t, mem, evs| unsafe {
         for chunk in evs.chunks(777) {
-            assert_eq!(ptemu_tracer_events(t, mem, chunk.as_ptr(), chunk.len()), PTEMU_OK);
+            let mut fed = usize::MAX;
+            assert_eq!(
+                ptemu_tracer_events(t, mem, chunk.as_ptr(), chunk.len(), &mut fed),
+                PTEMU_OK
+            );
+            assert_eq!(fed, chunk.len());
         }
     });
     assert!(one.1 >= 2, "the ring filled its INT region: {} PMIs", one.1);
