@@ -12,6 +12,8 @@
 
 mod consts;
 mod event;
+#[doc(hidden)]
+pub mod fuzz;
 mod memory;
 mod status;
 

@@ -408,7 +408,7 @@ struct FuzzTarget {
 }
 
 /// The fuzz targets: one per reader, the packet decoder, the output unit, the layout parser, the
-/// tracer config, the `asm` text and `verify`'s truth and decoder-output readers.
+/// tracer config, the `asm` text, `verify`'s truth and decoder-output readers, and the C API.
 const FUZZ_TARGETS: &[FuzzTarget] = &[
     FuzzTarget {
         name: "penn",
@@ -466,6 +466,11 @@ const FUZZ_TARGETS: &[FuzzTarget] = &[
     FuzzTarget {
         name: "truth",
         seeds: &["tests/data/truth/sjeng-1K.truth.jsonl"],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "capi",
+        seeds: &[],
         mode_byte: false,
     },
 ];
