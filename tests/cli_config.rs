@@ -151,6 +151,8 @@ fn tracer_settings_out_of_range_are_refused_naming_the_field() {
             "[overflow]\nbuffer_bytes = 512\ndrain_bytes = 1\nper_cycles = 0\n",
             "overflow.per_cycles = 0",
         ),
+        // Instruction numbers count from 1, as for `--fault ovf@N` (issue 39).
+        ("overflow_at = [5, 0]\n", "overflow_at = 0"),
         ("[clock]\ncore_ratio = 300\n", "cfg.toml:2"),
         ("flush_bytes = -1\n", "cfg.toml:1"),
     ];

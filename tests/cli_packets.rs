@@ -210,7 +210,7 @@ fn hw_repack_lays_out_a_trace_as_the_cpu_would_and_compare_measures_it() {
     let never = dir.path().join("never.pt");
     let o = ptemu(&["repack", s(&bad), "-o", s(&never)]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("bad.pt: byte 0x"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("bad.pt: at byte 0x"), "{}", text(&o.stderr));
     assert!(!never.exists());
 }
 
@@ -258,4 +258,28 @@ fn logs_written_to_a_pipe_carry_no_colour_escapes() {
         "no log lines: {log}"
     );
     assert!(!log.contains('\u{1b}'), "escape codes in piped logs: {log:?}");
+}
+
+/// `repack -o DIR` says DIR is a directory (not "Device or resource busy"), and a decode error
+/// names its offset once.
+#[test]
+fn repack_to_a_directory_or_of_bad_bytes_says_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = ptemu(&["simulate", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let trace = out.join("trace.pt");
+    for target in [".", s(dir.path())] {
+        let o = ptemu(&["repack", s(&trace), "-o", target]);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(text(&o.stderr).contains("is a directory"), "{}", text(&o.stderr));
+    }
+    let mut bad = vec![0x02, 0x82].repeat(8);
+    bad.extend_from_slice(&[0x02, 0x23, 0x02, 0x02]);
+    let bad_pt = dir.path().join("bad.pt");
+    std::fs::write(&bad_pt, bad).unwrap();
+    let o = ptemu(&["repack", s(&bad_pt), "-o", s(&dir.path().join("r.pt"))]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = text(&o.stderr);
+    assert_eq!(e.matches("byte 0x12").count(), 1, "{e}");
 }

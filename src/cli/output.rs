@@ -50,6 +50,14 @@ pub fn write_output(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result
         let mut out = BufWriter::new(io::stdout().lock());
         fill(&mut out).and_then(|()| out.flush())
     } else {
+        // A directory cannot be replaced by a file: say so (the rename would say "Device or
+        // resource busy" for `.`, "Is a directory" elsewhere).
+        if path.is_dir() || path.file_name().is_none() {
+            return Err(Failure::input(format!(
+                "{}: is a directory, not a file to write",
+                path.display()
+            )));
+        }
         // Removed on a signal while it is written.
         let _interrupted = Registered::new(&tmp_sibling(path));
         write_atomic(path, fill)

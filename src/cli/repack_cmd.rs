@@ -59,8 +59,7 @@ fn packets(path: &Path, data: &[u8], no_sync: bool) -> Result<Vec<(u64, Packet, 
     }
     let mut out = Vec::new();
     while let Some(r) = d.next_packet() {
-        let (offset, p) =
-            r.map_err(|e| Failure::input(format!("{}: byte {:#x}: {e}", path.display(), e.offset)))?;
+        let (offset, p) = r.map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
         out.push((offset, p, (d.offset() - offset) as usize));
     }
     Ok(out)

@@ -195,6 +195,16 @@ impl TracerConfig {
             MAX_FLUSH_BYTES as u64,
             "bytes buffered before the output unit takes them",
         )?;
+        // Instruction numbers count from 1, as `--fault ovf@N` does (spec/truth.md FLT1).
+        if let Some(&first) = self.overflow_at.iter().min() {
+            range(
+                "overflow_at",
+                first,
+                1,
+                u64::MAX,
+                "instruction numbers count from 1",
+            )?;
+        }
         if let Some(b) = &self.overflow {
             range(
                 "overflow.buffer_bytes",
