@@ -274,7 +274,7 @@ fn repack_to_a_directory_or_of_bad_bytes_says_what_is_wrong() {
         assert_eq!(o.status.code(), Some(2));
         assert!(text(&o.stderr).contains("is a directory"), "{}", text(&o.stderr));
     }
-    let mut bad = vec![0x02, 0x82].repeat(8);
+    let mut bad = [0x02, 0x82].repeat(8);
     bad.extend_from_slice(&[0x02, 0x23, 0x02, 0x02]);
     let bad_pt = dir.path().join("bad.pt");
     std::fs::write(&bad_pt, bad).unwrap();
