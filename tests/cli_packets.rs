@@ -210,7 +210,11 @@ fn hw_repack_lays_out_a_trace_as_the_cpu_would_and_compare_measures_it() {
     let never = dir.path().join("never.pt");
     let o = ptemu(&["repack", s(&bad), "-o", s(&never)]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("bad.pt: at byte 0x"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("bad.pt: at byte 0x"),
+        "{}",
+        text(&o.stderr)
+    );
     assert!(!never.exists());
 }
 

@@ -700,18 +700,72 @@ fn m5_each_logical_processor_has_its_own_unit() {
     let mut mem = SparseMemory::new();
     mem.write_u64(T, region(0x10_0000, 0)).unwrap();
     mem.write_u64(T + 8, end(T)).unwrap();
+    // Each unit programmed differently: single range for b, ToPA for a; each keeps its own
+    // state however the other is driven.
+    mem.write_u64(U, region(0x30_0000, 0)).unwrap();
+    mem.write_u64(U + 8, end(U)).unwrap();
     let mut a = OutputUnit::new(CpuProfile::default());
-    let b = OutputUnit::new(CpuProfile::default());
+    let mut b = OutputUnit::new(CpuProfile::default());
     a.wrmsr(&mut mem, IA32_RTIT_OUTPUT_BASE, T).unwrap();
-    a.wrmsr(
-        &mut mem,
-        IA32_RTIT_CTL,
-        RtitCtl::new().with_trace_en(true).with_topa(true).bits(),
-    )
-    .unwrap();
+    let topa = RtitCtl::new().with_trace_en(true).with_topa(true).bits();
+    a.wrmsr(&mut mem, IA32_RTIT_CTL, topa).unwrap();
     a.write(&mut mem, &[1, 2, 3]).unwrap();
-    assert_eq!(b.rdmsr(IA32_RTIT_OUTPUT_BASE).unwrap(), 0);
-    assert_eq!(b.rdmsr(IA32_RTIT_CTL).unwrap(), 0);
+    // b, untouched so far, reads its reset values (a fresh unit's).
+    let fresh = OutputUnit::new(CpuProfile::default());
+    for msr in [
+        IA32_RTIT_OUTPUT_BASE,
+        IA32_RTIT_CTL,
+        IA32_RTIT_OUTPUT_MASK_PTRS,
+        IA32_RTIT_STATUS,
+    ] {
+        assert_eq!(
+            b.rdmsr(msr).unwrap(),
+            fresh.rdmsr(msr).unwrap(),
+            "b's MSR {msr:#x}"
+        );
+    }
+    // b traces to its own table; a keeps its registers and its place.
+    let a_before: Vec<u64> = [
+        IA32_RTIT_OUTPUT_BASE,
+        IA32_RTIT_CTL,
+        IA32_RTIT_OUTPUT_MASK_PTRS,
+        IA32_RTIT_STATUS,
+    ]
+    .iter()
+    .map(|&m| a.rdmsr(m).unwrap())
+    .collect();
+    b.wrmsr(&mut mem, IA32_RTIT_OUTPUT_BASE, U).unwrap();
+    b.wrmsr(&mut mem, IA32_RTIT_CTL, topa).unwrap();
+    b.write(&mut mem, &[9; 10]).unwrap();
+    let a_after: Vec<u64> = [
+        IA32_RTIT_OUTPUT_BASE,
+        IA32_RTIT_CTL,
+        IA32_RTIT_OUTPUT_MASK_PTRS,
+        IA32_RTIT_STATUS,
+    ]
+    .iter()
+    .map(|&m| a.rdmsr(m).unwrap())
+    .collect();
+    assert_eq!(a_before, a_after, "a's registers moved when b traced");
+    assert_eq!(
+        a.rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap() >> 32,
+        3,
+        "a's offset"
+    );
+    assert_eq!(
+        b.rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap() >> 32,
+        10,
+        "b's offset"
+    );
+    // a goes on where it was, into its own region.
+    a.write(&mut mem, &[4]).unwrap();
+    let byte = |pa| {
+        let mut b = [0u8];
+        mem.read(pa, &mut b).unwrap();
+        b[0]
+    };
+    assert_eq!(byte(0x10_0003), 4);
+    assert_eq!(byte(0x30_0000), 9);
 }
 
 #[test]
