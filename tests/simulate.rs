@@ -436,7 +436,10 @@ fn sim6_sim7_every_format_generated_gives_a_trace_libipt_reads_and_the_regions_h
         whole > 0,
         "at least one format must fit, to check plain stitching"
     );
-    let _ = wrapped;
+    assert!(
+        wrapped > 0,
+        "at least one format must wrap, to check stitching across laps"
+    );
 }
 
 #[test]
