@@ -4,7 +4,7 @@ use super::output::{is_std, stdout_is_open, write_output};
 use super::packet_cmd::{open, unchanged};
 use super::Failure;
 use ptemu::packet::{Packet, PacketDecoder};
-use ptemu::packing::{agreement, repack, Packing};
+use ptemu::packing::{AgreementMeter, Packing, Repacker};
 use ptemu::regs::CpuProfile;
 use std::path::{Path, PathBuf};
 
@@ -39,9 +39,16 @@ fn packing_of(args: &Args) -> Result<Packing, Failure> {
     Ok(args.packing.unwrap_or(cpu.packing))
 }
 
-/// Every packet of `data` with its offset and length, from the first PSB (or byte 0); a byte
-/// that does not decode is an error naming the file and offset.
-fn packets(path: &Path, data: &[u8], no_sync: bool) -> Result<Vec<(u64, Packet, usize)>, Failure> {
+/// Visits every packet of `data` with its offset and length, from the first PSB (or byte 0),
+/// one at a time (memory stays flat at any length); a byte that does not decode is an error
+/// naming the file and offset.
+fn each_packet(
+    path: &Path,
+    data: &[u8],
+    no_sync: bool,
+    warn: bool,
+    f: &mut dyn FnMut(u64, Packet, usize) -> std::io::Result<()>,
+) -> Result<std::io::Result<()>, Failure> {
     let mut d = PacketDecoder::new(data, 0);
     if !no_sync && !d.sync_forward() {
         return Err(Failure::input(format!(
@@ -50,19 +57,20 @@ fn packets(path: &Path, data: &[u8], no_sync: bool) -> Result<Vec<(u64, Packet, 
             data.len()
         )));
     }
-    if d.offset() > 0 {
+    if warn && d.offset() > 0 {
         tracing::warn!(
             "{}: {} bytes before the first PSB skipped (use --no-sync to keep them)",
             path.display(),
             d.offset()
         );
     }
-    let mut out = Vec::new();
     while let Some(r) = d.next_packet() {
         let (offset, p) = r.map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
-        out.push((offset, p, (d.offset() - offset) as usize));
+        if let Err(e) = f(offset, p, (d.offset() - offset) as usize) {
+            return Ok(Err(e));
+        }
     }
-    Ok(out)
+    Ok(Ok(()))
 }
 
 /// `ptemu repack`.
@@ -73,10 +81,20 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     }
     let input = open(&args.file)?;
     let data = input.bytes();
-    let list = packets(&args.file, data, args.no_sync)?;
+    // A first pass decodes everything, so that bad bytes write nothing (not even to stdout);
+    // the compare pass measures as it goes.
+    let mut meter = AgreementMeter::new(packing);
+    let compare = args.compare;
+    each_packet(&args.file, data, args.no_sync, true, &mut |off, p, len| {
+        if compare {
+            meter.push(off, p, len);
+        }
+        Ok(())
+    })?
+    .map_err(|e| Failure::input(e.to_string()))?;
     unchanged(&input, &args.file)?;
     if args.compare {
-        let a = agreement(packing, &list);
+        let a = meter.finish();
         let share = if a.packets == 0 {
             100.0
         } else {
@@ -119,5 +137,19 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         .output
         .as_deref()
         .expect("clap requires -o without --compare");
-    write_output(output, |w| repack(packing, data, &list, w))
+    write_output(output, |w| {
+        let mut r = Repacker::new(packing);
+        let passed = each_packet(&args.file, data, args.no_sync, false, &mut |off, p, len| {
+            if p == Packet::Pad {
+                return Ok(());
+            }
+            let at = off as usize;
+            r.push(w, &p, &data[at..at + len])
+        });
+        match passed {
+            Ok(result) => result.and_then(|()| r.finish(w)),
+            // Decoded once already: the bytes cannot fail now unless the file changed under us.
+            Err(f) => Err(std::io::Error::other(f.message().to_owned())),
+        }
+    })
 }

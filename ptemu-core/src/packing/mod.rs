@@ -8,7 +8,7 @@
 
 mod repack;
 
-pub use repack::{agreement, repack, Agreement, Repacker, SliceWriter};
+pub use repack::{agreement, repack, Agreement, AgreementMeter, Repacker, SliceWriter};
 
 use crate::packet::{Ipc, Packet, PtwSize};
 

@@ -224,51 +224,104 @@ const LISTED_MISSES: usize = 20;
 /// ended, so one miss does not shift the rest; the first packet, with nothing before it, is not
 /// counted.
 pub fn agreement(packing: Packing, packets: &[(u64, Packet, usize)]) -> Agreement {
-    let real: Vec<&(u64, Packet, usize)> = packets.iter().filter(|p| p.1 != Packet::Pad).collect();
-    let mut a = Agreement::default();
-    let mut i = 0;
-    let mut prev: Option<(u64, Shape)> = None; // end and shape of the packet before
-    let mut after_psbend = false;
-    while i < real.len() {
-        // A run of MODE packets and the packet after them are placed together (HW5).
-        let mut j = i;
-        while j < real.len() && Shape::of(&real[j].1) == Shape::Mode {
-            j += 1;
+    let mut m = AgreementMeter::new(packing);
+    for &(off, p, len) in packets {
+        m.push(off, p, len);
+    }
+    m.finish()
+}
+
+/// [`agreement`] one packet at a time, in bounded memory (the MODE packets waiting for the
+/// packet they go with, at most a few).
+#[derive(Debug)]
+pub struct AgreementMeter {
+    packing: Packing,
+    a: Agreement,
+    /// End and shape of the packet before.
+    prev: Option<(u64, Shape)>,
+    after_psbend: bool,
+    /// MODE packets waiting for the next packet (HW5: placed together with it).
+    modes: Vec<(u64, Packet, usize)>,
+}
+
+impl AgreementMeter {
+    /// A meter for `packing`, before any packet.
+    pub fn new(packing: Packing) -> Self {
+        AgreementMeter {
+            packing,
+            a: Agreement::default(),
+            prev: None,
+            after_psbend: false,
+            modes: Vec::new(),
         }
-        let glue = j < real.len()
-            && j > i
-            && Shape::of(&real[j].1).takes_modes(&real[j].1)
-            && packing != Packing::None;
-        let last = if glue { j } else { i };
-        let glued: usize = real[i..j].iter().map(|x| x.2).sum();
-        for (k, &&(off, p, len)) in real[i..=last].iter().enumerate() {
-            let shape = Shape::of(&p);
-            if let Some((end, prev_shape)) = prev {
-                let after = packing.pads_after(end, prev_shape);
-                let at = end + after;
-                let before = match (glue, k) {
-                    (true, 0) => {
-                        let target = real[j];
-                        before(packing, after_psbend, at, Shape::of(&target.1), target.2, glued)
-                    }
-                    (true, _) => 0,
-                    (false, _) => before(packing, after_psbend, at, shape, len, 0),
-                };
-                a.packets += 1;
-                let (seen, predicted) = (off - end, after + before);
-                if predicted == seen {
-                    a.matched += 1;
-                } else {
-                    *a.missed_by_kind.entry(p.name()).or_default() += 1;
-                    if a.misses.len() < LISTED_MISSES {
-                        a.misses.push((off, p.name(), seen, predicted));
-                    }
+    }
+
+    /// The next packet of the stream (PADs are passed over).
+    pub fn push(&mut self, off: u64, p: Packet, len: usize) {
+        if p == Packet::Pad {
+            return;
+        }
+        let shape = Shape::of(&p);
+        if shape == Shape::Mode {
+            self.modes.push((off, p, len));
+            return;
+        }
+        let modes = std::mem::take(&mut self.modes);
+        if !modes.is_empty() && shape.takes_modes(&p) && self.packing != Packing::None {
+            // A run of MODE packets and the packet after them are placed together (HW5).
+            let glued: usize = modes.iter().map(|m| m.2).sum();
+            for (k, &(o, q, l)) in modes.iter().enumerate() {
+                let target = (k == 0).then_some((shape, len, glued));
+                self.visit(o, q, l, Some(target));
+            }
+            self.visit(off, p, len, Some(None));
+        } else {
+            for &(o, q, l) in &modes {
+                self.visit(o, q, l, None);
+            }
+            self.visit(off, p, len, None);
+        }
+        self.modes = modes;
+        self.modes.clear();
+    }
+
+    /// What it found; packets still waiting are counted alone.
+    pub fn finish(mut self) -> Agreement {
+        for (o, q, l) in std::mem::take(&mut self.modes) {
+            self.visit(o, q, l, None);
+        }
+        self.a
+    }
+
+    /// One packet: `glue` is `None` for a packet placed alone, `Some(Some(target))` for the first
+    /// of a glued group (the PADs before it are the group's, sized by the target's shape and
+    /// length and the modes' bytes), `Some(None)` for the others of the group (no PADs).
+    fn visit(&mut self, off: u64, p: Packet, len: usize, glue: Option<Option<(Shape, usize, usize)>>) {
+        let shape = Shape::of(&p);
+        if let Some((end, prev_shape)) = self.prev {
+            let packing = self.packing;
+            let after = packing.pads_after(end, prev_shape);
+            let at = end + after;
+            let before = match glue {
+                Some(Some((target, target_len, glued))) => {
+                    before(packing, self.after_psbend, at, target, target_len, glued)
+                }
+                Some(None) => 0,
+                None => before(packing, self.after_psbend, at, shape, len, 0),
+            };
+            let a = &mut self.a;
+            a.packets += 1;
+            let (seen, predicted) = (off - end, after + before);
+            if predicted == seen {
+                a.matched += 1;
+            } else {
+                *a.missed_by_kind.entry(p.name()).or_default() += 1;
+                if a.misses.len() < LISTED_MISSES {
+                    a.misses.push((off, p.name(), seen, predicted));
                 }
             }
-            after_psbend = p == Packet::PsbEnd;
-            prev = Some((off + len as u64, shape));
         }
-        i = last + 1;
+        self.after_psbend = p == Packet::PsbEnd;
+        self.prev = Some((off + len as u64, shape));
     }
-    a
 }
