@@ -301,6 +301,8 @@ fn repack_streams_in_memory_flat_with_the_input() {
             .iter()
             .map(|a| if *a == "OUT" { s(&out) } else { a })
             .collect();
+        // Reaped by wait4 below, which also gives the peak RSS.
+        #[allow(clippy::zombie_processes)]
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
             .args(["repack", s(&pads), "--no-sync"])
             .args(&args)
