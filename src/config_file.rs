@@ -6,9 +6,11 @@ use crate::tracer::TracerConfig;
 use std::io::Read;
 use std::path::Path;
 
-/// The largest configuration file read: 64 MiB, room for a layout listing about 1.5 million ToPA
-/// entries (some 45 bytes each), far more than any driver builds.
-pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+/// The largest configuration file read: 8 MiB, room for a layout listing about 200,000 ToPA
+/// entries (some 41 bytes each), far more than any driver builds. Parsing takes about 50 bytes
+/// of memory a byte of layout (the TOML document, then the entries): 8 MiB peaks near 420 MB,
+/// which a small CI machine holds (64 MiB took 5.2 GB: measured, issue 39).
+pub const MAX_CONFIG_BYTES: u64 = 8 << 20;
 
 /// Why a configuration file's text cannot be had (the message does not repeat the path).
 #[derive(Debug, thiserror::Error)]

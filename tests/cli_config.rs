@@ -93,7 +93,7 @@ fn a_layout_of_100k_entries_names_the_line_of_its_last_entry() {
 fn config_files_are_bounded_and_read_from_fifos() {
     refused(
         &["layout", "check", "/dev/zero"],
-        &["/dev/zero", "larger than 64 MiB"],
+        &["/dev/zero", "larger than 8 MiB"],
     );
     refused(
         &[
@@ -103,7 +103,7 @@ fn config_files_are_bounded_and_read_from_fifos() {
             "--out",
             "/nonexistent/x",
         ],
-        &["/dev/zero", "larger than 64 MiB"],
+        &["/dev/zero", "larger than 8 MiB"],
     );
     // A FIFO reads as what it yields, not as its size of 0.
     let dir = tempfile::tempdir().unwrap();
@@ -181,4 +181,41 @@ fn tracer_settings_out_of_range_are_refused_naming_the_field() {
         "MTCEn=1",
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+}
+
+/// Issue 39: a layout at the size limit (8 MiB, some 200,000 entries) parses in bounded memory
+/// (about 50 bytes a byte; 64 MiB took 5.2 GB before the limit came down), and one byte past the
+/// limit is refused.
+#[test]
+fn a_layout_at_the_size_limit_parses_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from(
+        "[output]\nscheme = \"topa\"\nbase = 0x10000\nmask_ptrs = 0x7f\n[[table]]\nbase = 0x10000\nentries = [\n",
+    );
+    let tail = "  { end = 0x10000 },\n]\n";
+    let limit = ptemu::config_file::MAX_CONFIG_BYTES as usize;
+    let mut k = 0u64;
+    loop {
+        let line = format!(
+            "  {{ region = {:#x}, size = \"4K\" }},\n",
+            0x1_0000_0000u64 + k * 0x1000
+        );
+        if text.len() + line.len() + tail.len() > limit {
+            break;
+        }
+        text.push_str(&line);
+        k += 1;
+    }
+    text.push_str(tail);
+    let at_limit = file(dir.path(), "limit.toml", &text);
+    let (ok, peak) = common::cli::peak_rss(std::process::Command::new(env!("CARGO_BIN_EXE_ptemu")).args([
+        "layout",
+        "check",
+        s(&at_limit),
+    ]));
+    assert!(ok, "the layout at the limit was refused");
+    assert!(peak < 1 << 30, "{k} entries: peak RSS {} MiB", peak >> 20);
+    text.insert_str(0, "# one byte too many\n");
+    let over = file(dir.path(), "over.toml", &text);
+    refused(&["layout", "check", s(&over)], &["larger than 8 MiB"]);
 }

@@ -301,25 +301,12 @@ fn repack_streams_in_memory_flat_with_the_input() {
             .iter()
             .map(|a| if *a == "OUT" { s(&out) } else { a })
             .collect();
-        // Reaped by wait4 below, which also gives the peak RSS.
-        #[allow(clippy::zombie_processes)]
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
-            .args(["repack", s(&pads), "--no-sync"])
-            .args(&args)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut status = 0;
-        // SAFETY: an all-zero rusage is valid; wait4 fills it for our own child.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waiting for the child we spawned, with valid out-pointers.
-        let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-        assert_eq!(pid, child.id() as i32);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "{extra:?}: {status}"
+        let (ok, peak) = common::cli::peak_rss(
+            std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
+                .args(["repack", s(&pads), "--no-sync"])
+                .args(&args),
         );
-        let peak = usage.ru_maxrss as u64 * 1024;
+        assert!(ok, "{extra:?}");
         assert!(
             peak < 100 << 20,
             "{extra:?}: peak RSS {} MiB for a 40 MiB input",

@@ -107,3 +107,20 @@ pub fn hex(v: &serde_json::Value) -> u64 {
         .unwrap_or_else(|| panic!("{v} is not a \"0x...\" string"));
     u64::from_str_radix(s.strip_prefix("0x").expect("0x prefix"), 16).unwrap()
 }
+
+/// Runs `cmd` (stdout and stderr discarded) and returns whether it exited 0 and its peak RSS in
+/// bytes (`wait4`'s `ru_maxrss`).
+#[allow(dead_code)]
+pub fn peak_rss(cmd: &mut Command) -> (bool, u64) {
+    // Reaped by wait4 below, which also gives the peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for the child we spawned, with valid out-pointers.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    (ok, usage.ru_maxrss as u64 * 1024)
+}
