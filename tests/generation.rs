@@ -300,6 +300,22 @@ fn tnt4_distnt_sends_no_tnt_and_returns_as_tips() {
 
 #[test]
 fn ret1_ret2_compression_depth_64_and_zero_length_calls() {
+    // The general path too: recording the truth keeps the tracer off its fast path (issue 39:
+    // a break of the zero-length-call rule there passed the fast path's test).
+    for general in [false, true] {
+        ret1_ret2_cases(general);
+    }
+}
+
+fn ret1_ret2_cases(general: bool) {
+    let rig = |ctl| {
+        let mut r = TraceRig::new(TracerConfig::default());
+        if general {
+            r.tracer.record_truth();
+        }
+        r.start(ctl);
+        r
+    };
     let mut r = rig(user());
     // A zero-length call (call next) is not pushed: its RET is a TIP.
     r.ev(Event::Call {
