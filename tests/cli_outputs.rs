@@ -382,3 +382,24 @@ fn sim12_a_signal_cleans_up_and_exits_128_plus_the_signal() {
     assert_eq!(code, Some(128 + libc::SIGTERM));
     assert_eq!(entries(dir.path()), ["l.toml"], "gen left files behind");
 }
+
+/// SIM11: the summary goes out before the outputs move into place, so a summary that cannot be
+/// written (stdout on a full device) is exit 2 and leaves DIR as it was, for `simulate` and
+/// `corpus` alike (issue 39).
+#[test]
+fn sim11_a_summary_that_cannot_be_written_leaves_dir_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["simulate", "--out"][..], &["corpus"][..]] {
+        let out = dir.path().join(args[0]);
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"))
+            .args(args)
+            .arg(&out)
+            .stdout(full)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o.stderr));
+        assert!(text(&o.stderr).contains("No space left"), "{}", text(&o.stderr));
+        assert!(!out.exists(), "{args:?} left {}", out.display());
+    }
+}

@@ -41,7 +41,6 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     std::fs::write(dir.staged("manifest.json"), text).map_err(out_error)?;
     let mut outputs: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     outputs.push("manifest.json");
-    dir.commit(&outputs, &[]).map_err(out_error)?;
     if !a.quiet {
         let mut o = String::new();
         outln!(
@@ -87,5 +86,6 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         );
         print(&o)?;
     }
-    Ok(())
+    // After the summary: one that cannot be written (a full stdout) leaves DIR as it was.
+    dir.commit(&outputs, &[]).map_err(out_error)
 }

@@ -169,6 +169,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         // `ls > list` holds (as `time` and `strace` report on stderr).
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
     }
+    done.staged.commit(&a.run.out)?;
     if let Err(f) = fail_on_operational_error(&done.outcome.unit) {
         // The exit status is the program's (QE11); the output unit's error is said all the same.
         eprintln!("ptemu: warning: {}", f.message());

@@ -136,14 +136,18 @@ pub fn run(a: Args) -> Result<(), Failure> {
             done.truth.as_ref(),
         ))?;
     }
-    fail_on_operational_error(&done.outcome.unit)
+    let unit_result = fail_on_operational_error(&done.outcome.unit);
+    done.staged.commit(&a.run.out)?;
+    unit_result
 }
 
-/// The simulation's result, once DIR holds every output.
+/// The simulation's result, every output staged in DIR.
 pub(super) struct Done {
     pub outcome: Outcome,
     pub report: SimReport,
     pub truth: Option<TruthSummary>,
+    /// The outputs, to commit once the summary is out.
+    pub staged: Staged,
 }
 
 /// What a run knows once its simulation is over: the file mappings for perf.data's MMAP2
@@ -248,7 +252,7 @@ pub(super) fn execute(
     } else {
         None
     };
-    let report = finish(
+    let (report, staged) = finish(
         dir,
         opts,
         &outcome,
@@ -262,6 +266,7 @@ pub(super) fn execute(
         outcome,
         report,
         truth,
+        staged,
     })
 }
 
@@ -395,7 +400,7 @@ fn finish(
     truth: Option<&TruthSummary>,
     perf: Option<&str>,
     program: Option<serde_json::Value>,
-) -> std::io::Result<SimReport> {
+) -> std::io::Result<(SimReport, Staged)> {
     let mut outputs = vec!["trace.pt", "events.jsonl"];
     let mut stale = vec![];
     if perf.is_some() {
@@ -457,8 +462,25 @@ fn finish(
     } else {
         stale.push("layout.svg");
     }
-    dir.commit(&outputs, &stale)?;
-    Ok(report)
+    Ok((report, Staged { dir, outputs, stale }))
+}
+
+/// Every output of a run, complete in the staging directory, waiting to be moved into place:
+/// after the summary went out, so that a summary that cannot be written (a full stdout) leaves
+/// DIR as it was (SIM7).
+pub(super) struct Staged {
+    dir: RunDir,
+    outputs: Vec<&'static str>,
+    stale: Vec<&'static str>,
+}
+
+impl Staged {
+    /// Moves every output into place (dropped instead, everything the run made is removed).
+    pub fn commit(self, out: &Path) -> Result<(), Failure> {
+        self.dir
+            .commit(&self.outputs, &self.stale)
+            .map_err(|e| Failure::input(format!("{}: writing outputs: {e}", out.display())))
+    }
 }
 
 /// Writes DIR/image.elf (Penn) and DIR/perf.data into the staging directory (spec/perf-data.md);
