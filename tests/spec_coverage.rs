@@ -66,16 +66,45 @@ fn test_fns() -> BTreeSet<String> {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "rs") {
             let src = std::fs::read_to_string(&path).unwrap();
-            for part in src.split("fn ").skip(1) {
-                let name: String = part
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                names.insert(name);
-            }
+            names.extend(tests_in(&src));
         }
     }
     names
+}
+
+/// The names of the tests in `src`: functions with `#[test]` among the attributes and doc
+/// comments right above them (in a `proptest!` block too), not helpers (issue 39).
+fn tests_in(src: &str) -> Vec<String> {
+    let lines: Vec<&str> = src.lines().collect();
+    let mut out = Vec::new();
+    for (k, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let Some(rest) = t.strip_prefix("fn ").or_else(|| t.strip_prefix("pub fn ")) else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let is_test = lines[..k]
+            .iter()
+            .rev()
+            .map(|l| l.trim())
+            .take_while(|l| {
+                l.starts_with("#[") || l.starts_with("//") || l.starts_with(')') || l.starts_with('"')
+            })
+            .any(|l| l == "#[test]");
+        if is_test {
+            out.push(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn only_test_functions_count_as_named_tests() {
+    let src = "/// doc\n#[test]\nfn a_test() {}\n\nfn helper() {}\n#[test]\n#[allow(x)]\nfn b() {}\n";
+    assert_eq!(tests_in(src), ["a_test", "b"]);
 }
 
 #[test]
