@@ -600,6 +600,17 @@ fn sim19_fuzz_body_compares_workers_with_one_thread() {
     for n in [9_001, 12_003] {
         insert_before_line(&mut late, n, b"1 zz\n");
     }
+    // One thread names the line of the first bad line of the later block; the workers are
+    // compared with that (error text included) below.
+    let err = ptemu::sources::open_events(
+        ptemu::sources::Format::Penn,
+        bytes_input("late", &late),
+        None,
+        ReadOptions::default(),
+    )
+    .and_then(|mut src| src.for_each_event(&mut |_| {}))
+    .unwrap_err();
+    assert!(err.to_string().contains("line 9001"), "{err}");
     inputs.push(late);
     for bytes in inputs {
         for mode in 0..8u8 {
