@@ -92,18 +92,17 @@ fn check_fills(src: &str, len: usize) -> Result<(), TestCaseError> {
     use ptemu::picture::{fills, Run};
     use ptemu::report::Report;
     use ptemu::{PhysMemory, SparseMemory};
-    let Ok(layout) = Layout::parse(Path::new("gen.toml"), src) else {
-        return Ok(());
-    };
+    // Layouts that do not qualify are rejected, not passed: every case counted reaches the
+    // assertions (issue 39).
+    let layout = Layout::parse(Path::new("gen.toml"), src);
+    prop_assume!(layout.is_ok());
+    let layout = layout.expect("assumed");
     let report = layout::check(&layout);
-    if report.warnings.iter().any(|w| w.contains("overwrite")) {
-        return Ok(()); // trace bytes land on a table: the unit then reads 0xFF entries
-    }
+    // Trace bytes that land on a table make the unit read 0xFF entries.
+    prop_assume!(!report.warnings.iter().any(|w| w.contains("overwrite")));
     let mut mem = SparseMemory::new();
     let mut unit = OutputUnit::new(layout.cpu.clone());
-    if layout.apply(&mut unit, &mut mem).is_err() {
-        return Ok(());
-    }
+    prop_assume!(layout.apply(&mut unit, &mut mem).is_ok());
     let _ = unit.write(&mut mem, &vec![0xffu8; len]);
     let run = Run::of(&Report::of(&unit));
     for ((table, index), filled) in fills(&layout, &run) {
