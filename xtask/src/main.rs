@@ -390,7 +390,7 @@ fn hwcheck(args: &[String]) -> Result<(), String> {
 fn bench(args: &[String]) -> Result<(), String> {
     ensure_packages(TEST_PACKAGES)?;
     for name in [
-        "output", "packets", "dump", "tracer", "sources", "simulate", "layout",
+        "output", "packets", "dump", "tracer", "sources", "simulate", "layout", "verify",
     ] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);
