@@ -405,6 +405,135 @@ fn tr8_verify_reads_decoder_output_and_exits_2_on_bad_files() {
     );
 }
 
+/// A clean case of the bundled sample and libipt's output over it.
+fn clean_case(dir: &Path) -> (PathBuf, String) {
+    let out = dir.join("out");
+    let o = ptemu(&["simulate", "--out", s(&out), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines = libipt_lines(&out);
+    (out, lines)
+}
+
+/// `verify`'s exit code and stderr.
+fn verify_status(args: &[&str], stdin: &[u8]) -> (Option<i32>, String) {
+    let o = ptemu_stdin(&[&["verify"], args].concat(), stdin);
+    (o.status.code(), text(&o.stderr))
+}
+
+/// TR1 (issue 39): a truth cut at a line boundary (no end record) is refused, not judged on its
+/// first part; so is one whose end record's counts are not those of its lines, or with lines
+/// after its end. Exit 2 naming the file and line.
+#[test]
+fn tr1_a_truth_cut_short_or_miscounted_is_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, lines) = clean_case(dir.path());
+    let truth = fs::read_to_string(out.join("truth.jsonl")).unwrap();
+    let all: Vec<&str> = truth.lines().collect();
+    let cut = dir.path().join("cut.jsonl");
+    // Cut after 50 lines; the decoder's first instructions are those of that part.
+    fs::write(&cut, all[..50].join("\n") + "\n").unwrap();
+    let insns = all[..50].iter().filter(|l| l.contains("\"insn\"")).count();
+    let first: String = lines.lines().take(insns).map(|l| format!("{l}\n")).collect();
+    let (code, err) = verify_status(&[s(&cut), "--ips", "-"], first.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("cut.jsonl: line 50") && err.contains("end"), "{err}");
+    // Every line but the end record: still refused.
+    fs::write(&cut, all[..all.len() - 1].join("\n") + "\n").unwrap();
+    let (code, err) = verify_status(&[s(&cut), "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("cut.jsonl: line {}", all.len() - 1)),
+        "{err}"
+    );
+    // A line dropped from the middle: the counts no longer match.
+    let mut dropped = all.clone();
+    dropped.remove(20);
+    fs::write(&cut, dropped.join("\n") + "\n").unwrap();
+    let (code, err) = verify_status(&[s(&cut), "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("cut.jsonl: line {}", all.len() - 1)) && err.contains("count"),
+        "{err}"
+    );
+    // A line after the end record.
+    fs::write(&cut, format!("{truth}{}\n", all[5])).unwrap();
+    let (code, err) = verify_status(&[s(&cut), "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("cut.jsonl: line {}", all.len() + 1)),
+        "{err}"
+    );
+    // The whole file (its last newline dropped too) passes.
+    fs::write(&cut, truth.trim_end()).unwrap();
+    let (code, err) = verify_status(&[s(&cut), "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(0), "{err}");
+}
+
+/// TR8 (issue 39): a line longer than the cap, in either file, is exit 2 with the file and the
+/// line, so `/dev/zero` (no newline ever) cannot take all memory.
+#[test]
+fn tr8_a_line_too_long_is_exit_2_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, lines) = clean_case(dir.path());
+    let long = format!("{}\n{}", lines.lines().next().unwrap(), "a".repeat(3 << 20));
+    let (code, err) = verify_status(&[s(&out), "--ips", "-"], long.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("-: line 2") && err.contains("longer than"), "{err}");
+    let truth = out.join("truth.jsonl");
+    let mut t = fs::read(&truth).unwrap();
+    t.extend_from_slice(&vec![b' '; 3 << 20]);
+    let bad = dir.path().join("long.jsonl");
+    fs::write(&bad, &t).unwrap();
+    let n = fs::read_to_string(&truth).unwrap().lines().count() + 1;
+    let (code, err) = verify_status(&[s(&bad), "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("long.jsonl: line {n}")) && err.contains("longer than"),
+        "{err}"
+    );
+    if Path::new("/dev/zero").exists() {
+        let (code, err) = verify_status(&[s(&out), "--ips", "/dev/zero"], b"");
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("/dev/zero: line 1"), "{err}");
+        let (code, err) = verify_status(&["/dev/zero", "--ips", "-"], lines.as_bytes());
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("/dev/zero: line 1"), "{err}");
+    }
+}
+
+/// TR8 (issue 39): a decoder line that is not UTF-8 is read like any other (its first word), not
+/// exit 2; `verify - --ips -` says both cannot be stdin; a blank first line in the truth is named
+/// as line 1.
+#[test]
+fn tr8_non_utf8_lines_both_stdin_and_a_blank_first_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, lines) = clean_case(dir.path());
+    let mut noisy = b"\xff\xfe not text\n".to_vec();
+    for (k, l) in lines.lines().enumerate() {
+        noisy.extend_from_slice(l.as_bytes());
+        // A symbol in another encoding after some IPs.
+        noisy.extend_from_slice(if k % 7 == 0 { b"  <caf\xe9>\n" } else { b"\n" });
+    }
+    let (code, err) = verify_status(&[s(&out), "--ips", "-"], &noisy);
+    assert_eq!(code, Some(0), "{err}");
+    // One IP changed on a non-UTF-8 line: a divergence at that line.
+    let mut all: Vec<Vec<u8>> = lines.lines().map(|l| l.as_bytes().to_vec()).collect();
+    all[3] = b"0x4005c0 \xe9".to_vec();
+    let changed = all.join(&b'\n');
+    let (code, err) = verify_status(&[s(&out), "--ips", "-"], &changed);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("line 4"), "{err}");
+    let (code, err) = verify_status(&["-", "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("both cannot be stdin"), "{err}");
+    let blank = dir.path().join("blank.jsonl");
+    let truth = fs::read_to_string(out.join("truth.jsonl")).unwrap();
+    fs::write(&blank, format!("\n{truth}")).unwrap();
+    let (code, err) = verify_status(&[s(&blank), "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("blank.jsonl: line 1:"), "{err}");
+}
+
 use proptest::prelude::*;
 use ptemu::simulate::corpus::{self, CaseSpec};
 use ptemu::simulate::fault::Fault;

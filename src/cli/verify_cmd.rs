@@ -32,6 +32,11 @@ fn open(path: &Path) -> Result<Box<dyn BufRead>, Failure> {
 }
 
 pub fn run(a: &Args) -> Result<(), Failure> {
+    if is_std(&a.case) && is_std(&a.ips) {
+        return Err(Failure::input(
+            "`-` for both the truth and --ips: both cannot be stdin",
+        ));
+    }
     let truth = if a.case.is_dir() {
         a.case.join("truth.jsonl")
     } else {

@@ -131,7 +131,7 @@ pub struct Context {
 }
 
 /// Counts of what [`write()`] wrote.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     /// Traced instructions.
     pub instructions: u64,
