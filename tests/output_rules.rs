@@ -876,3 +876,31 @@ fn p6_policy_a_wrmsr_that_cannot_read_the_topa_table_changes_nothing() {
         u64::from_le_bytes(stream(0, 10)[..8].try_into().unwrap())
     );
 }
+
+/// Memory-error policy (spec/output.md): a write that cannot read the next ToPA entry stops there
+/// without raising the full region's P1 PMI; once the entry reads, the retry raises it once
+/// (before, each failed attempt raised it again).
+#[test]
+fn p1_policy_a_failed_read_of_the_next_entry_raises_the_pmi_once() {
+    // Table at T: a 4 KiB INT region, then the next entry (T + 8) in a page that can be refused.
+    let mut mem = Holey::new(T + 8, 8);
+    mem.mem.write_u64(T, region_int(0x10_0000, 0)).unwrap();
+    mem.mem.write_u64(T + 8, region(0x20_0000, 0)).unwrap();
+    mem.mem.write_u64(T + 16, end(T)).unwrap();
+    let mut unit = OutputUnit::new(CpuProfile::named("skylake").unwrap());
+    unit.wrmsr(&mut mem, IA32_RTIT_OUTPUT_BASE, T).unwrap();
+    let ctl = RtitCtl::new().with_trace_en(true).with_topa(true);
+    unit.wrmsr(&mut mem, IA32_RTIT_CTL, ctl.bits()).unwrap();
+    mem.refuse = true;
+    for _ in 0..3 {
+        assert!(unit.write(&mut mem, &stream(0, 4096)).is_err());
+    }
+    mem.refuse = false;
+    unit.write(&mut mem, &stream(0, 16)).unwrap();
+    let pmis = unit
+        .events()
+        .iter()
+        .filter(|e| e.rule == Some(ptemu::Rule::P1))
+        .count();
+    assert_eq!(pmis, 1, "{:?}", unit.events());
+}

@@ -117,16 +117,21 @@ impl TopaCursor {
             }
             return Ok(Flow::Halted);
         }
+        let wraps = self.index == MAX_INDEX;
+        let next = if wraps { 0 } else { self.index + 1 };
+        // The next entry is read first: a host-memory error leaves the region's PMI and wrap
+        // unraised, so the retry raises them once (spec/output.md, "Memory errors").
+        let loaded = Self::load(core, mem, self.table, next, 0);
+        if let Err(EntryError::Mem(e)) = loaded {
+            return Err(e);
+        }
         if pmi_due {
             core.raise_pmi(Some(self.table), Some(self.index), Rule::P1);
         }
-        let next = if self.index == MAX_INDEX {
+        if wraps {
             core.event(EventKind::Wrap, Some(self.table), Some(0), Some(Rule::W5));
-            0
-        } else {
-            self.index + 1
-        };
-        match Self::load(core, mem, self.table, next, 0) {
+        }
+        match loaded {
             Ok(c) => {
                 *self = c;
                 Ok(Flow::Running)
