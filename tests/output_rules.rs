@@ -712,40 +712,22 @@ fn m5_each_logical_processor_has_its_own_unit() {
     a.write(&mut mem, &[1, 2, 3]).unwrap();
     // b, untouched so far, reads its reset values (a fresh unit's).
     let fresh = OutputUnit::new(CpuProfile::default());
-    for msr in [
-        IA32_RTIT_OUTPUT_BASE,
-        IA32_RTIT_CTL,
-        IA32_RTIT_OUTPUT_MASK_PTRS,
-        IA32_RTIT_STATUS,
-    ] {
-        assert_eq!(
-            b.rdmsr(msr).unwrap(),
-            fresh.rdmsr(msr).unwrap(),
-            "b's MSR {msr:#x}"
-        );
-    }
+    let regs = |u: &OutputUnit| {
+        [
+            IA32_RTIT_OUTPUT_BASE,
+            IA32_RTIT_CTL,
+            IA32_RTIT_OUTPUT_MASK_PTRS,
+            IA32_RTIT_STATUS,
+        ]
+        .map(|m| u.rdmsr(m).unwrap())
+    };
+    assert_eq!(regs(&b), regs(&fresh), "b's MSRs");
     // b traces to its own table; a keeps its registers and its place.
-    let a_before: Vec<u64> = [
-        IA32_RTIT_OUTPUT_BASE,
-        IA32_RTIT_CTL,
-        IA32_RTIT_OUTPUT_MASK_PTRS,
-        IA32_RTIT_STATUS,
-    ]
-    .iter()
-    .map(|&m| a.rdmsr(m).unwrap())
-    .collect();
+    let a_before = regs(&a);
     b.wrmsr(&mut mem, IA32_RTIT_OUTPUT_BASE, U).unwrap();
     b.wrmsr(&mut mem, IA32_RTIT_CTL, topa).unwrap();
     b.write(&mut mem, &[9; 10]).unwrap();
-    let a_after: Vec<u64> = [
-        IA32_RTIT_OUTPUT_BASE,
-        IA32_RTIT_CTL,
-        IA32_RTIT_OUTPUT_MASK_PTRS,
-        IA32_RTIT_STATUS,
-    ]
-    .iter()
-    .map(|&m| a.rdmsr(m).unwrap())
-    .collect();
+    let a_after = regs(&a);
     assert_eq!(a_before, a_after, "a's registers moved when b traced");
     assert_eq!(
         a.rdmsr(IA32_RTIT_OUTPUT_MASK_PTRS).unwrap() >> 32,
