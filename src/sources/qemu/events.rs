@@ -28,8 +28,6 @@ pub struct Sideband {
     pub executed: Option<u64>,
     /// Whether the plugin spoke at all (the stream's magic arrived): QEMU loaded it.
     pub loaded: bool,
-    /// Instructions traced (REP iterations once), when the stream ended.
-    pub instructions: u64,
 }
 
 /// A QEMU plugin stream as an [`EventSource`].
@@ -387,10 +385,7 @@ impl<R: Read> EventSource for QemuEvents<R> {
                     }
                     self.finish(out);
                     self.done = true;
-                    let mut side = self.side.lock().expect("not poisoned");
-                    side.loaded = self.reader.started();
-                    side.instructions = self.instructions;
-                    drop(side);
+                    self.side.lock().expect("not poisoned").loaded = self.reader.started();
                     return Ok(out.len() > from);
                 }
                 Some(Record::Block {
