@@ -17,6 +17,7 @@ pub mod penn;
 pub mod qemu;
 mod ring;
 pub mod rng;
+pub(crate) mod varint;
 
 pub use error::{ErrorKind, Position, SourceError};
 pub use input::{Input, InputProgress};

@@ -11,7 +11,7 @@
 //! on generated valid and spoiled messages.
 
 use super::messages::{InstDepRecord, Packet};
-use super::varint::varint;
+use crate::sources::varint::varint;
 
 /// Decodes the message `buf[..len]` into `out` (which the caller has cleared); returns the field
 /// numbers present (bit n = field n), or `None` when the message is not one the fast path takes.
@@ -86,7 +86,7 @@ mod tests {
     use proptest::prelude::*;
     use prost::Message;
 
-    use crate::sources::gem5::varint::tests::{put_varint, value_of_len};
+    use crate::sources::varint::tests::{put_varint, value_of_len};
 
     /// One field of a message as bytes: a key, a value, or a spoiler.
     #[derive(Debug, Clone)]

@@ -185,7 +185,7 @@ pub fn scan_fields(mut buf: &[u8]) -> Option<FieldScan> {
 
 /// Reads a base-128 varint (at most 10 bytes) from the front of `buf`.
 fn take_varint(buf: &mut &[u8]) -> Option<u64> {
-    let (value, next) = super::varint::read(buf, 0, 10)?;
+    let (value, next) = crate::sources::varint::read(buf, 0, 10)?;
     *buf = &buf[next..];
     Some(value)
 }

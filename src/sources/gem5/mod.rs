@@ -8,7 +8,6 @@ mod fast;
 mod gen;
 mod messages;
 mod read;
-mod varint;
 mod write;
 
 pub use ahead::BLOCK as DECODE_BLOCK;

@@ -5,8 +5,8 @@ use super::fast;
 use super::messages::{
     required_tags, scan_fields, InstDepRecord, InstDepRecordHeader, Packet, PacketHeader, RecordType,
 };
-use super::varint::{self, Varint};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
+use crate::sources::varint::{self, Varint};
 use crate::sources::Input;
 use prost::Message;
 use std::io::{self, BufRead, Read};

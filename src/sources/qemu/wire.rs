@@ -18,6 +18,7 @@
 //! another in a block, so a run record stands for most of them: well under a byte an
 //! instruction.
 
+use crate::sources::varint::Varint;
 use std::io::{self, Read};
 
 /// The first bytes of the stream: name and version 1.
@@ -218,12 +219,8 @@ impl Writer {
     }
 }
 
-fn put(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
+fn put(buf: &mut Vec<u8>, v: u64) {
+    prost::encoding::encode_varint(v, buf);
 }
 
 /// One record, as [`Reader::next_record`] returns it.
@@ -528,14 +525,13 @@ impl<R: Read> Reader<R> {
     }
 
     fn varint(&mut self, start: u64) -> Result<u64, WireError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
+        let mut v = Varint::default();
+        while v.len < 10 {
             let b = self
                 .byte()?
                 .ok_or_else(|| self.error(start, "the stream ends inside a record"))?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
+            if v.push(b) {
+                return Ok(v.value);
             }
         }
         Err(self.error(start, "a varint longer than 64 bits"))

@@ -1,6 +1,7 @@
-//! Base-128 varints, the integers of protobuf's wire format: one decoder for the gem5 reader's
-//! length prefixes ([`Varint`], a byte at a time), its field walks ([`read`]) and the fast path's
-//! word-at-a-time form ([`varint`]), which the tests hold to the general one.
+//! Base-128 varints, the integers of protobuf's wire format (and of the QEMU plugin's stream):
+//! one decoder for the gem5 reader's length prefixes and the QEMU stream's fields ([`Varint`],
+//! a byte at a time), gem5's field walks ([`read`]) and the fast path's word-at-a-time form
+//! ([`varint`]), which the tests hold to the general one. Writers use prost's `encode_varint`.
 
 /// A varint of 1 to 8 bytes at `pos` that ends before `end`: its value and the position after it;
 /// `None` if it is longer or runs past `end`. With 8 bytes of `buf` in reach, the end is found and
