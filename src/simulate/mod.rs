@@ -112,6 +112,14 @@ impl Options {
         }
     }
 
+    /// Checks the tracer settings against their ranges ([`TracerConfig::validate`]), before any
+    /// input is opened.
+    pub fn validate(&self) -> Result<(), SimError> {
+        self.tracer
+            .validate()
+            .map_err(|e| SimError::Config(e.to_string()))
+    }
+
     /// The `ptxed` timing options a decoder needs for this CTL: with MTC or CYC on.
     pub fn ptxed_timing(&self) -> Option<PtxedTiming> {
         (self.ctl.mtc_en() || self.ctl.cyc_en()).then(|| PtxedTiming {
@@ -227,9 +235,7 @@ pub fn run_recording<W: Write>(
     events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
-    opts.tracer
-        .validate()
-        .map_err(|e| SimError::Config(e.to_string()))?;
+    opts.validate()?;
     let name = input.name().to_owned();
     let feed = match opts.format {
         // SIM18, SIM19: with a second thread, Penn lines are parsed ahead, split across as many
@@ -270,9 +276,7 @@ pub fn run_source<W: Write>(
     events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
-    opts.tracer
-        .validate()
-        .map_err(|e| SimError::Config(e.to_string()))?;
+    opts.validate()?;
     run_feed(opts, name, Feed::Other(source), sink, facts, events_log, progress)
 }
 
