@@ -408,7 +408,8 @@ struct FuzzTarget {
 }
 
 /// The fuzz targets: one per reader, the packet decoder, the output unit, the layout parser, the
-/// tracer config, the `asm` text, `verify`'s truth and decoder-output readers, and the C API.
+/// tracer config, the `asm` text, `verify`'s truth and decoder-output readers, the C API and the
+/// QEMU plugin's stream.
 const FUZZ_TARGETS: &[FuzzTarget] = &[
     FuzzTarget {
         name: "penn",
@@ -470,6 +471,11 @@ const FUZZ_TARGETS: &[FuzzTarget] = &[
     },
     FuzzTarget {
         name: "capi",
+        seeds: &[],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "qemu",
         seeds: &[],
         mode_byte: false,
     },
