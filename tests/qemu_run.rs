@@ -18,8 +18,8 @@ mod libipt_decode;
 
 const PATH: &str = "/usr/bin:/bin";
 
-/// The plugin, built next to the ptemu binary by `cargo test --workspace` (what `cargo xtask
-/// test` runs).
+/// The plugin, built next to the ptemu binary by `cargo build -p ptemu-qemu` (which `cargo xtask
+/// test` runs before the tests: `cargo test` builds no cdylib).
 fn plugin() -> PathBuf {
     let p = Path::new(env!("CARGO_BIN_EXE_ptemu"))
         .parent()

@@ -193,6 +193,11 @@ fn test() -> Result<(), String> {
     // The C API: libraries, header checks, the C example (its output is compared with the Rust
     // example's by tests/c_api.rs, which reuses this build).
     capi()?;
+    // `cargo test` builds no cdylib: the QEMU plugin that tests/qemu_run.rs loads from beside the
+    // ptemu binary comes from a plain build.
+    let mut plugin = cargo();
+    plugin.args(["build", "-p", "ptemu-qemu"]);
+    run(plugin)?;
     let mut test = cargo();
     test.args(["test", "--workspace", "--all-targets"]);
     run(test)?;
