@@ -210,7 +210,7 @@ fn sim11_a_failed_run_removes_the_directories_it_created() {
             "regions",
             "report.json",
             "trace.pt",
-            "truth.jsonl"
+            "truth.bin"
         ]
     );
 }

@@ -158,14 +158,8 @@ fn flt1_flt6_flt7_tr6_two_faults_on_one_packet_are_refused() {
         "corrupt@101",
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let head: serde_json::Value = serde_json::from_str(
-        std::fs::read_to_string(out.join("truth.jsonl"))
-            .unwrap()
-            .lines()
-            .next()
-            .unwrap(),
-    )
-    .unwrap();
+    let head: serde_json::Value =
+        serde_json::from_str(common::cli::truth_jsonl(&out).lines().next().unwrap()).unwrap();
     let damage = head["damage"].as_array().unwrap();
     assert_eq!(damage.len(), 2, "{damage:?}");
     assert!(

@@ -69,8 +69,7 @@ fn perf_ips(dir: &Path) -> (Vec<u64>, Vec<String>) {
 }
 
 fn truth_ips(dir: &Path) -> Vec<u64> {
-    fs::read_to_string(dir.join("truth.jsonl"))
-        .unwrap()
+    common::cli::truth_jsonl(dir)
         .lines()
         .filter(|l| l.contains("\"k\":\"insn\""))
         .map(|l| {

@@ -134,7 +134,7 @@ fn qemu_executed(program: &[&str], stdin: &[u8]) -> Vec<u64> {
 /// The truth's instruction addresses, in order, consecutive repeats folded as in
 /// [`qemu_executed`].
 fn truth_ips(case: &Path) -> Vec<u64> {
-    let text = std::fs::read_to_string(case.join("truth.jsonl")).unwrap();
+    let text = common::cli::truth_jsonl(case);
     let mut ips = Vec::new();
     for line in text.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
@@ -189,7 +189,7 @@ fn check_program(root: &Path, name: &str, program: &[&str], stdin: &[u8]) {
     let r = report(&case);
     assert_eq!(r["program"]["exit_status"], plain.status.code().unwrap());
     // QE6: each system call leaves tracing (the last one, exit_group, for good) and comes back.
-    let truth = std::fs::read_to_string(case.join("truth.jsonl")).unwrap();
+    let truth = common::cli::truth_jsonl(&case);
     let calls = r["input"]["counts"]["system_calls"].as_u64().unwrap();
     let facts = |k: &str| truth.matches(&format!("\"k\":\"{k}\"")).count() as u64;
     assert!(calls > 5, "{name}: {calls} system calls");
@@ -311,7 +311,7 @@ fn qe11_the_exit_status_is_the_programs() {
     let r = report(&out);
     assert_eq!(r["program"]["signal"], 15);
     assert_eq!(r["program"]["exited"], false);
-    let truth = std::fs::read_to_string(out.join("truth.jsonl")).unwrap();
+    let truth = common::cli::truth_jsonl(&out);
     let last = truth
         .lines()
         .rev()

@@ -627,7 +627,7 @@ fn sim10_bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
             "regions",
             "report.json",
             "trace.pt",
-            "truth.jsonl"
+            "truth.bin"
         ]
     );
 }

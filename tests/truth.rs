@@ -196,9 +196,9 @@ fn classes(
     damage: &[Damage],
     stored: u64,
 ) -> (Vec<String>, t::Counts, String) {
-    let mut spool = Vec::new();
+    let mut spool = t::spool::Writer::new(Vec::new());
     for &p in psbs {
-        t::spool::write_fact(&mut spool, &Fact::Psb { start: p }).unwrap();
+        spool.write(&Fact::Psb { start: p }).unwrap();
     }
     for (n, c) in carriers.iter().enumerate() {
         let carrier = match c {
@@ -214,8 +214,9 @@ fn classes(
             carrier,
             branch: None,
         };
-        t::spool::write_fact(&mut spool, &f).unwrap();
+        spool.write(&f).unwrap();
     }
+    let spool = spool.finish().unwrap();
     let ctx = Context {
         stored,
         damage: damage.to_vec(),
@@ -395,11 +396,12 @@ fn tr8_verify_reads_decoder_output_and_exits_2_on_bad_files() {
     );
     let o = ptemu(&["verify", s(&dir.path().join("nope")), "--ips", "-"]);
     assert_eq!(o.status.code(), Some(2));
-    fs::write(out.join("truth.jsonl"), "{\"truth\":1}\nnot json\n").unwrap();
-    let o = ptemu_stdin(&["verify", s(&out), "--ips", "-"], b"");
+    let broken = dir.path().join("broken.jsonl");
+    fs::write(&broken, "{\"truth\":1}\nnot json\n").unwrap();
+    let o = ptemu_stdin(&["verify", s(&broken), "--ips", "-"], b"");
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        text(&o.stderr).contains("truth.jsonl: line 2"),
+        text(&o.stderr).contains("broken.jsonl: line 2"),
         "{}",
         text(&o.stderr)
     );
@@ -427,7 +429,7 @@ fn verify_status(args: &[&str], stdin: &[u8]) -> (Option<i32>, String) {
 fn tr1_a_truth_cut_short_or_miscounted_is_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let (out, lines) = clean_case(dir.path());
-    let truth = fs::read_to_string(out.join("truth.jsonl")).unwrap();
+    let truth = common::cli::truth_jsonl(&out);
     let all: Vec<&str> = truth.lines().collect();
     let cut = dir.path().join("cut.jsonl");
     // Cut after 50 lines; the decoder's first instructions are those of that part.
@@ -445,14 +447,27 @@ fn tr1_a_truth_cut_short_or_miscounted_is_exit_2() {
         err.contains(&format!("cut.jsonl: line {}", all.len() - 1)),
         "{err}"
     );
-    // A line dropped from the middle: the counts no longer match.
+    // An instruction line dropped from the middle: the next one's `i` skips (TR9: `i` is
+    // implicit in truth.bin, so it must count).
+    let k = all.iter().rposition(|l| l.contains("\"insn\"")).unwrap() - 1;
     let mut dropped = all.clone();
-    dropped.remove(20);
+    dropped.remove(k);
     fs::write(&cut, dropped.join("\n") + "\n").unwrap();
     let (code, err) = verify_status(&[s(&cut), "--ips", "-"], lines.as_bytes());
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains(&format!("cut.jsonl: line {}", all.len() - 1)) && err.contains("count"),
+        err.contains(&format!("cut.jsonl: line {}", k + 1)) && err.contains("expected"),
+        "{err}"
+    );
+    // The end record's counts changed: they no longer match.
+    let end = all[all.len() - 1];
+    let miscounted = truth.replace(end, &end.replace("\"spans\":0", "\"spans\":1"));
+    assert_ne!(miscounted, truth);
+    fs::write(&cut, miscounted).unwrap();
+    let (code, err) = verify_status(&[s(&cut), "--ips", "-"], lines.as_bytes());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!("cut.jsonl: line {}", all.len())) && err.contains("count"),
         "{err}"
     );
     // A line after the end record.
@@ -479,12 +494,12 @@ fn tr8_a_line_too_long_is_exit_2_with_its_line() {
     let (code, err) = verify_status(&[s(&out), "--ips", "-"], long.as_bytes());
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("-: line 2") && err.contains("longer than"), "{err}");
-    let truth = out.join("truth.jsonl");
-    let mut t = fs::read(&truth).unwrap();
+    let truth = common::cli::truth_jsonl(&out);
+    let mut t = truth.clone().into_bytes();
     t.extend_from_slice(&vec![b' '; 3 << 20]);
     let bad = dir.path().join("long.jsonl");
     fs::write(&bad, &t).unwrap();
-    let n = fs::read_to_string(&truth).unwrap().lines().count() + 1;
+    let n = truth.lines().count() + 1;
     let (code, err) = verify_status(&[s(&bad), "--ips", "-"], lines.as_bytes());
     assert_eq!(code, Some(2), "{err}");
     assert!(
@@ -527,7 +542,7 @@ fn tr8_non_utf8_lines_both_stdin_and_a_blank_first_line() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("both cannot be stdin"), "{err}");
     let blank = dir.path().join("blank.jsonl");
-    let truth = fs::read_to_string(out.join("truth.jsonl")).unwrap();
+    let truth = common::cli::truth_jsonl(&out);
     fs::write(&blank, format!("\n{truth}")).unwrap();
     let (code, err) = verify_status(&[s(&blank), "--ips", "-"], lines.as_bytes());
     assert_eq!(code, Some(2), "{err}");
@@ -559,8 +574,7 @@ fn spec(ctl: Vec<&'static str>, cpu: &'static str, faults: Vec<Fault>, small_reg
 
 /// The insn lines of a truth file: (ip, off, class).
 fn truth_insns(case: &Path) -> Vec<(u64, Option<u64>, String)> {
-    fs::read_to_string(case.join("truth.jsonl"))
-        .unwrap()
+    common::cli::truth_jsonl(case)
         .lines()
         .filter(|l| l.contains("\"k\":\"insn\""))
         .map(|l| {
@@ -668,7 +682,7 @@ proptest! {
         let (ok, msg) = verify(&case, &lines);
         prop_assert!(ok, "{}: {}", fault, msg);
         let truth = truth_insns(&case);
-        let text = fs::read_to_string(case.join("truth.jsonl")).unwrap();
+        let text = common::cli::truth_jsonl(&case);
         // Every fault has its span (empty when the damage cost no instruction, TR6).
         prop_assert!(text.contains("\"k\":\"span\""), "{}: no span", fault);
         if kind != 2 {
@@ -788,7 +802,7 @@ fn tr1_the_bundled_samples_truth_is_the_committed_file() {
     let out = dir.path().join("out");
     let o = ptemu(&["simulate", "--out", s(&out), "-q"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let got = fs::read_to_string(out.join("truth.jsonl")).unwrap();
+    let got = common::cli::truth_jsonl(&out);
     let want = fs::read_to_string("tests/data/truth/sjeng-1K.truth.jsonl").unwrap();
     assert_eq!(got, want);
 }
@@ -807,7 +821,7 @@ fn flt2_flt6_tr6_tr7_faults_at_the_edges() {
         simulate(&input, &out, args);
         let (ok, msg) = verify(&out, &libipt_lines(&out));
         assert!(ok, "{args:?}: {msg}");
-        (out.clone(), fs::read_to_string(out.join("truth.jsonl")).unwrap())
+        (out.clone(), common::cli::truth_jsonl(&out))
     };
     // The PSBs of the clean stream, and a corruption just before several of them.
     let (clean, _) = run(&["--ctl", "DisRETC=1"]);
@@ -869,4 +883,57 @@ fn flt2_flt6_tr6_tr7_faults_at_the_edges() {
         ts.lines().next().unwrap()
     );
     assert!(!ts.contains("\"lost\":\""), "{ts}");
+}
+
+/// TR9: `truth.bin` holds what `truth.jsonl` holds: `ptemu truth dump` prints, byte for byte, the
+/// lines `--truth-format jsonl` writes, on a clean run and under every fault kind; it takes at
+/// most 2 bytes an instruction; `verify` reads either form the same way; and a `truth.bin` cut
+/// short or damaged is exit 2 naming the byte, for `verify` and `dump` alike.
+#[test]
+fn tr9_truth_bin_is_truth_jsonl_in_at_most_two_bytes_an_instruction() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = gen_penn(dir.path(), 250_000, 7);
+    let small = "src/simulate/gap-layout.toml";
+    for faults in [
+        &[][..],
+        &["--fault", "ovf@5000", "--fault", "corrupt@9000"][..],
+        &["--fault", "stop@8192"][..],
+        &["--fault", "wrap@8192"][..],
+        &["--fault", "gap@2", "--layout", small][..],
+        &["--fault", "corrupt-silent@7000"][..],
+    ] {
+        let bin = dir.path().join("bin");
+        let json = dir.path().join("json");
+        simulate(&input, &bin, faults);
+        simulate(&input, &json, &[faults, &["--truth-format", "jsonl"]].concat());
+        assert!(!bin.join("truth.jsonl").exists() && !json.join("truth.bin").exists());
+        let lines = fs::read_to_string(json.join("truth.jsonl")).unwrap();
+        assert_eq!(common::cli::truth_jsonl(&bin), lines, "{faults:?}");
+        let insns = lines.lines().filter(|l| l.contains("\"k\":\"insn\"")).count() as f64;
+        let per = fs::metadata(bin.join("truth.bin")).unwrap().len() as f64 / insns;
+        assert!(per <= 2.0, "{faults:?}: {per:.2} bytes an instruction");
+        let decoded = libipt_lines(&bin);
+        for case in [&bin, &json] {
+            let (ok, msg) = verify(case, &decoded);
+            assert!(ok, "{faults:?} {}: {msg}", case.display());
+        }
+        fs::remove_dir_all(&bin).unwrap();
+        fs::remove_dir_all(&json).unwrap();
+    }
+    let out = dir.path().join("cut");
+    simulate(&input, &out, &[]);
+    let bytes = fs::read(out.join("truth.bin")).unwrap();
+    let cut = dir.path().join("cut.bin");
+    for n in [0, 5, 8, bytes.len() / 2, bytes.len() - 1] {
+        fs::write(&cut, &bytes[..n]).unwrap();
+        let o = ptemu_stdin(&["verify", s(&cut), "--ips", "-"], b"");
+        assert_eq!(o.status.code(), Some(2), "cut at {n}");
+        assert!(text(&o.stderr).contains("cut.bin: "), "{}", text(&o.stderr));
+        let o = ptemu(&["truth", "dump", s(&cut)]);
+        assert_eq!(o.status.code(), Some(2), "cut at {n}");
+        assert!(o.stdout.is_empty(), "dump wrote part of a cut file");
+        if n > 8 {
+            assert!(text(&o.stderr).contains("byte "), "{}", text(&o.stderr));
+        }
+    }
 }

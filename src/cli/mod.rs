@@ -23,6 +23,7 @@ mod run_dir;
 mod simulate_cmd;
 mod source_cmd;
 mod summary;
+mod truth_cmd;
 mod verify_cmd;
 mod write_cmd;
 
@@ -125,6 +126,11 @@ enum Command {
     /// when it gave every recoverable instruction in order and nothing else, 1 with the first
     /// divergence, 2 on bad files.
     Verify(verify_cmd::Args),
+    /// Truth files (spec/truth.md).
+    Truth {
+        #[command(subcommand)]
+        command: truth_cmd::Command,
+    },
     /// Layout files.
     Layout {
         #[command(subcommand)]
@@ -259,6 +265,7 @@ pub fn run() -> ExitCode {
         Command::Asm { file, output } => packet_cmd::asm(&file, &output),
         Command::Repack(args) => repack_cmd::run(&args),
         Command::Verify(args) => verify_cmd::run(&args),
+        Command::Truth { command } => truth_cmd::run(&command),
         Command::Corpus(args) => corpus_cmd::run(&args),
         Command::Gen(args) => source_cmd::gen(&args),
         Command::Stats {

@@ -83,9 +83,14 @@ pub struct RunArgs {
     /// Seed for fault positions not given.
     #[arg(long, default_value_t = 1)]
     pub(super) seed: u64,
-    /// Do not write truth.jsonl (faster on long runs; not with --fault).
+    /// Do not write the truth (faster on long runs; not with --fault).
     #[arg(long, conflicts_with = "fault")]
     pub(super) no_truth: bool,
+    /// The truth's form (spec/truth.md TR9): bin, truth.bin (about a byte an instruction;
+    /// `ptemu truth dump` prints it as JSON lines), or jsonl, truth.jsonl (one JSON line an
+    /// instruction).
+    #[arg(long, value_name = "bin|jsonl", default_value = "bin")]
+    pub(super) truth_format: TruthFormat,
     /// Also write DIR/perf.data (and, for Penn input, DIR/image.elf) for Linux perf's Intel PT
     /// decoder (spec/perf-data.md).
     #[arg(long)]
@@ -236,7 +241,7 @@ pub(super) fn execute(
                     &dir.staged(full),
                     &dir.staged("trace.pt"),
                     &dir.staged("truth.spool"),
-                    &dir.staged("truth.jsonl"),
+                    &dir.staged(r.truth_format.file()),
                     &outcome,
                     &plan,
                     run,
@@ -441,9 +446,11 @@ fn finish(
     report.truth = truth.map(TruthSummary::to_json);
     report.perf = perf.map(str::to_owned);
     report.program = program;
-    match truth {
-        Some(_) => outputs.push("truth.jsonl"),
-        None => stale.push("truth.jsonl"),
+    for f in [TruthFormat::Bin, TruthFormat::Jsonl] {
+        match truth {
+            Some(t) if t.file == f.file() => outputs.push(f.file()),
+            _ => stale.push(f.file()),
+        }
     }
     write_outputs_with(dir.staging(), &outcome.unit, &outcome.mem, &report)?;
     outputs.extend(["regions", "report.json"]);
@@ -667,7 +674,8 @@ pub(super) fn summary(
         let faults = t.faults();
         outln!(
             o,
-            "    truth.jsonl   {} instructions: {} required, {} optional, {} lost, {} undefined{}",
+            "    {:<13} {} instructions: {} required, {} optional, {} lost, {} undefined{}",
+            t.file,
             c.instructions,
             c.required,
             c.optional,
@@ -697,4 +705,23 @@ pub(super) fn summary(
         outln!(o, "    {cmd}");
     }
     text
+}
+
+/// The form of the truth `simulate` writes (spec/truth.md TR9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TruthFormat {
+    /// `truth.bin`: compact, about a byte an instruction.
+    Bin,
+    /// `truth.jsonl`: one JSON line a record.
+    Jsonl,
+}
+
+impl TruthFormat {
+    /// The file it is written to in DIR.
+    pub fn file(self) -> &'static str {
+        match self {
+            TruthFormat::Bin => "truth.bin",
+            TruthFormat::Jsonl => "truth.jsonl",
+        }
+    }
 }

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 /// The arguments of `ptemu verify`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A case directory (with truth.jsonl), or a truth.jsonl itself.
+    /// A case directory (its truth.bin, else truth.jsonl), or a truth file (truth.bin or
+    /// truth.jsonl; "-" for stdin).
     case: PathBuf,
     /// The decoder's output ("-" for stdin): a line whose first token is a hex number is an
     /// instruction IP, one whose first token is `error` (or a ptxed `[..: error: ..]` line) an
@@ -37,13 +38,14 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             "`-` for both the truth and --ips: both cannot be stdin",
         ));
     }
-    let truth = if a.case.is_dir() {
-        a.case.join("truth.jsonl")
-    } else {
-        a.case.clone()
-    };
+    let truth = super::truth_cmd::truth_file(&a.case);
     let name = truth.display().to_string();
-    let pattern = Pattern::read(&name, open(&truth)?).map_err(|e| Failure::input(e.to_string()))?;
+    let pattern = if is_std(&truth) {
+        Pattern::read(&name, open(&truth)?)
+    } else {
+        Pattern::open(&truth)
+    }
+    .map_err(|e| Failure::input(e.to_string()))?;
     let mut ips = open(&a.ips)?;
     let verdict =
         check(&pattern, &mut ips).map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;

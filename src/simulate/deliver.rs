@@ -20,6 +20,8 @@ pub struct TruthSummary {
     pub applied: Vec<(Fault, u64)>,
     /// Bytes in `trace.pt`.
     pub delivered: u64,
+    /// The truth file's name (`truth.bin` or `truth.jsonl`).
+    pub file: String,
 }
 
 impl TruthSummary {
@@ -130,7 +132,12 @@ pub fn finish_truth(
     let counts = (|| -> io::Result<Counts> {
         let spooled = fs::File::open(spool)?;
         let out = BufWriter::with_capacity(1 << 20, fs::File::create(truth_out)?);
-        let counts = truth::write(spooled, &ctx, out)?;
+        // TR9: `.bin` is the compact form, anything else JSON lines.
+        let counts = if truth_out.extension().is_some_and(|e| e == "bin") {
+            truth::write_compact(spooled, &ctx, out)?
+        } else {
+            truth::write(spooled, &ctx, out)?
+        };
         fs::remove_file(spool)?;
         Ok(counts)
     })()
@@ -139,5 +146,8 @@ pub fn finish_truth(
         counts,
         applied,
         delivered: ctx.delivery.len(),
+        file: truth_out
+            .file_name()
+            .map_or_else(String::new, |f| f.to_string_lossy().into_owned()),
     })
 }

@@ -285,7 +285,7 @@ fn run_feed<W: Write>(
     name: &str,
     feed: Feed,
     sink: W,
-    mut facts: Option<&mut dyn Write>,
+    facts: Option<&mut dyn Write>,
     mut events_log: EventLog,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Outcome, W), SimError> {
@@ -293,6 +293,7 @@ fn run_feed<W: Write>(
     let mut unit = OutputUnit::new(opts.layout.cpu.clone());
     unit.track_regions(true);
     let mut tracer = Tracer::new(unit, opts.tracer.clone());
+    let mut facts = facts.map(crate::truth::spool::Writer::new);
     if facts.is_some() {
         tracer.record_truth();
     }
@@ -366,6 +367,9 @@ fn run_feed<W: Write>(
         p.finish();
     }
     spool_facts(&mut tracer, &mut facts, &mut psbs)?;
+    if let Some(w) = facts {
+        w.finish().map_err(SimError::Truth)?;
+    }
     let source = feed.source().stats();
     let image = match feed {
         // An empty trace is a valid, empty run: no instruction, no image (and no ptxed command).
@@ -429,7 +433,7 @@ impl Cuts {
 /// Moves the tracer's finished facts to the spool, keeping the PSB offsets.
 fn spool_facts(
     tracer: &mut Tracer,
-    facts: &mut Option<&mut dyn Write>,
+    facts: &mut Option<crate::truth::spool::Writer<&mut dyn Write>>,
     psbs: &mut Vec<u64>,
 ) -> Result<(), SimError> {
     let (Some(w), Some(probe)) = (facts.as_mut(), tracer.probe_mut()) else {
@@ -439,7 +443,7 @@ fn spool_facts(
         if let Fact::Psb { start } = f {
             psbs.push(start);
         }
-        crate::truth::spool::write_fact(w, &f).map_err(SimError::Truth)?;
+        w.write(&f).map_err(SimError::Truth)?;
     }
     Ok(())
 }

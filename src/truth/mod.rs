@@ -7,14 +7,18 @@
 //! the run goes, then classified once the damage to the stream is known ([`Damage`]: bytes lost
 //! to a wrap, a gap, a STOP, corrupted) and written out by [`write()`].
 
+pub mod compact;
+pub mod json;
+pub mod record;
 pub mod spool;
 pub mod verify;
 
 use crate::tracer::{Carrier, Fact, Loss};
+use record::{Branch, BranchKind, Class, Record, Sink};
 use std::io::{self, Read, Write};
 
 /// The version of the `truth.jsonl` format (TR1). It changes when a field changes meaning.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = json::VERSION;
 
 /// What made instructions unrecoverable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -170,118 +174,74 @@ fn classify(carrier: Carrier, exec: u64, ctx: &Context, resync: &[Resync]) -> Op
         .map(|k| (resync[k].d.cause, Some(k)))
 }
 
-/// Writes a span line: what follows, up to the next instruction a decoder recovers, is `cause`'s.
-fn span_line<W: Write>(
-    out: &mut W,
-    ctx: &Context,
-    cause: Cause,
-    resume: Option<u64>,
-    first: u64,
-) -> io::Result<()> {
-    let class = if cause.undefined() { "undefined" } else { "lost" };
-    writeln!(
-        out,
-        "{{\"k\":\"span\",\"class\":\"{class}\",\"cause\":\"{}\",\"first\":{first},\"error\":\"{}\",\"resume\":{}}}",
-        cause.name(),
-        if cause.error_required() { "required" } else { "allowed" },
-        resume
-            .and_then(|r| ctx.delivery.map(r))
-            .map_or("null".into(), |r| r.to_string())
-    )
-}
-
-/// Appends `v` in decimal.
-fn put_dec(b: &mut Vec<u8>, mut v: u64) {
-    let mut tmp = [0u8; 20];
-    let mut n = tmp.len();
-    loop {
-        n -= 1;
-        tmp[n] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    b.extend_from_slice(&tmp[n..]);
-}
-
-/// Appends `"0x…"`: `v` in lower-case hex, as a JSON string (IPs exceed what a JSON number
-/// holds exactly).
-fn put_hex(b: &mut Vec<u8>, v: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut tmp = [0u8; 16];
-    let mut n = tmp.len();
-    let mut v = v;
-    loop {
-        n -= 1;
-        tmp[n] = DIGITS[(v & 15) as usize];
-        v >>= 4;
-        if v == 0 {
-            break;
-        }
-    }
-    b.extend_from_slice(b"\"0x");
-    b.extend_from_slice(&tmp[n..]);
-    b.push(b'"');
-}
-
-/// Appends the delivered offset of generated offset `off`, or `null`.
-fn put_off(b: &mut Vec<u8>, ctx: &Context, off: u64) {
-    match ctx.delivery.map(off) {
-        Some(o) => put_dec(b, o),
-        None => b.extend_from_slice(b"null"),
+/// A span record: what follows, up to the next instruction a decoder recovers, is `cause`'s.
+fn span_record(ctx: &Context, cause: Cause, resume: Option<u64>, first: u64) -> Record {
+    Record::Span {
+        cause,
+        first,
+        resume: resume.and_then(|r| ctx.delivery.map(r)),
     }
 }
 
-/// Lines held back until it is known whether lost instructions follow them (TR3).
+/// Records held back until it is known whether lost instructions follow them (TR3).
 #[derive(Default)]
 struct Held {
-    buf: Vec<u8>,
-    /// Each line's end in `buf` (without its `}`), and whether it is an instruction.
-    lines: Vec<(usize, bool)>,
+    records: Vec<Record>,
 }
 
 impl Held {
-    /// Writes the first `n` lines, instructions marked optional or not.
-    fn flush<W: Write>(&mut self, n: usize, optional: bool, out: &mut W, c: &mut Counts) -> io::Result<()> {
+    /// Writes the first `n` records, instructions required or optional.
+    fn flush(&mut self, n: usize, optional: bool, out: &mut dyn Sink, c: &mut Counts) -> io::Result<()> {
         if n == 0 {
             return Ok(());
         }
-        let mut start = 0;
-        for &(end, insn) in &self.lines[..n] {
-            out.write_all(&self.buf[start..end])?;
-            if insn && optional {
-                c.optional += 1;
-                out.write_all(b",\"opt\":true}\n")?;
-            } else {
-                c.required += u64::from(insn);
-                out.write_all(b"}\n")?;
-            }
-            start = end;
-        }
-        self.buf.drain(..start);
-        self.lines.drain(..n);
-        for l in &mut self.lines {
-            l.0 -= start;
+        for r in self.records.drain(..n) {
+            let r = match r {
+                Record::Insn {
+                    i, ip, branch, off, ..
+                } => Record::Insn {
+                    i,
+                    ip,
+                    branch,
+                    off,
+                    class: if optional {
+                        Class::Optional
+                    } else {
+                        Class::Required
+                    },
+                },
+                r => r,
+            };
+            c.add(&r);
+            out.record(&r)?;
         }
         Ok(())
     }
 }
 
+fn branch_record(b: Option<crate::tracer::BranchFact>) -> Option<Branch> {
+    b.map(|b| Branch {
+        kind: BranchKind::from_name(b.kind).unwrap_or(BranchKind::Jump),
+        to: b.to,
+        taken: b.taken,
+    })
+}
+
 /// Writes `truth.jsonl` (TR1–TR7) from the spooled facts: a header line, one line per fact in
 /// stream order, a span line before each run of lost or undefined instructions, an end line.
-pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Result<Counts> {
-    let mut spool = io::BufReader::with_capacity(1 << 16, spool);
-    let resync: Vec<Resync> = ctx
-        .damage
-        .iter()
-        .map(|&d| Resync {
-            d,
-            resume: ctx.psbs.iter().copied().find(|&p| p >= d.to).unwrap_or(u64::MAX),
-        })
-        .collect();
-    let header = serde_json::json!({
-        "truth": VERSION,
+pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, out: W) -> io::Result<Counts> {
+    classify_into(spool, ctx, &mut json::Writer::new(out))
+}
+
+/// Writes `truth.bin` (TR9), the same records as [`write()`] writes as lines.
+pub fn write_compact<R: Read, W: Write>(spool: R, ctx: &Context, out: W) -> io::Result<Counts> {
+    classify_into(spool, ctx, &mut compact::Encoder::new(out))
+}
+
+/// The header both forms carry (TR1).
+fn header(ctx: &Context) -> serde_json::Value {
+    serde_json::json!({
+        "truth": json::VERSION,
         "generated": ctx.stored,
         "delivered": ctx.delivery.len(),
         "truncated": ctx.truncated,
@@ -292,54 +252,57 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
             "generated_to": d.to,
         })).collect::<Vec<_>>(),
         "run": ctx.run,
-    });
-    writeln!(out, "{header}")?;
+    })
+}
+
+/// Classifies the spooled facts (TR2–TR7) into records, in stream order: the header, a span
+/// before each run of lost or undefined instructions, the end record.
+pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io::Result<Counts> {
+    let mut spool = spool::Reader::new(spool);
+    let resync: Vec<Resync> = ctx
+        .damage
+        .iter()
+        .map(|&d| Resync {
+            d,
+            resume: ctx.psbs.iter().copied().find(|&p| p >= d.to).unwrap_or(u64::MAX),
+        })
+        .collect();
+    out.header(&header(ctx))?;
     let mut counts = Counts::default();
     // The instructions reached through the last two carriers: optional if lost ones follow
-    // (TR3). `split`: how many held lines came before the run of the last carrier.
+    // (TR3). `split`: how many held records came before the run of the last carrier.
     let mut held = Held::default();
     let mut split = 0;
     let mut run_key: Option<u64> = None;
     let mut span: Option<(Cause, Option<usize>)> = None;
     // TR6: a damage that starts where a decoder is already lost (inside an earlier damage's
     // span, before the PSB it resumes at) never reaches one: it is absorbed into that span, with
-    // no span line or required error of its own.
+    // no span record or required error of its own.
     let mut spanned: Vec<bool> = (0..resync.len())
         .map(|k| (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume))
         .collect();
-    let mut line: Vec<u8> = Vec::with_capacity(256);
-    while let Some(fact) = spool::read_fact(&mut spool)? {
-        line.clear();
-        match fact {
+    let mut instructions = 0u64;
+    while let Some(fact) = spool.next_fact()? {
+        let record = match fact {
             Fact::Insn {
                 ip,
                 exec,
                 carrier,
                 branch,
             } => {
-                let i = counts.instructions;
-                counts.instructions += 1;
-                line.extend_from_slice(b"{\"k\":\"insn\",\"i\":");
-                put_dec(&mut line, i);
-                line.extend_from_slice(b",\"ip\":");
-                put_hex(&mut line, ip);
-                if let Some(b) = branch {
-                    line.extend_from_slice(b",\"branch\":\"");
-                    line.extend_from_slice(b.kind.as_bytes());
-                    line.extend_from_slice(b"\",\"to\":");
-                    put_hex(&mut line, b.to);
-                    line.extend_from_slice(if b.taken {
-                        b",\"taken\":true"
-                    } else {
-                        b",\"taken\":false"
-                    });
-                }
-                line.extend_from_slice(b",\"off\":");
-                if let Carrier::Packet { start, .. } = carrier {
-                    put_off(&mut line, ctx, start);
-                } else {
-                    line.extend_from_slice(b"null");
-                }
+                let i = instructions;
+                instructions += 1;
+                let off = match carrier {
+                    Carrier::Packet { start, .. } => ctx.delivery.map(start),
+                    Carrier::Lost(_) => None,
+                };
+                let insn = |class| Record::Insn {
+                    i,
+                    ip,
+                    branch: branch_record(branch),
+                    off,
+                    class,
+                };
                 match classify(carrier, exec, ctx, &resync) {
                     None => {
                         let Carrier::Packet { end, .. } = carrier else {
@@ -351,80 +314,69 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
                         for (k, r) in resync.iter().enumerate() {
                             if !spanned[k] && end > r.d.from {
                                 spanned[k] = true;
-                                let n = held.lines.len();
-                                held.flush(n, true, &mut out, &mut counts)?;
+                                let n = held.records.len();
+                                held.flush(n, true, out, &mut counts)?;
                                 split = 0;
                                 run_key = None;
-                                counts.spans += 1;
-                                span_line(&mut out, ctx, r.d.cause, Some(r.resume), i)?;
+                                let s = span_record(ctx, r.d.cause, Some(r.resume), i);
+                                counts.add(&s);
+                                out.record(&s)?;
                             }
                         }
                         span = None;
                         if run_key != Some(end) {
-                            held.flush(split, false, &mut out, &mut counts)?;
-                            split = held.lines.len();
+                            held.flush(split, false, out, &mut counts)?;
+                            split = held.records.len();
                             run_key = Some(end);
                         }
-                        held.buf.extend_from_slice(&line);
-                        held.lines.push((held.buf.len(), true));
+                        held.records.push(insn(Class::Required));
                     }
                     Some((cause, damage)) => {
-                        let n = held.lines.len();
-                        held.flush(n, true, &mut out, &mut counts)?;
+                        let n = held.records.len();
+                        held.flush(n, true, out, &mut counts)?;
                         split = 0;
                         run_key = None;
                         if span != Some((cause, damage)) {
                             span = Some((cause, damage));
-                            counts.spans += 1;
                             if let Some(k) = damage {
                                 spanned[k] = true;
                             }
-                            let resume = damage.map(|k| resync[k].resume);
-                            span_line(&mut out, ctx, cause, resume, i)?;
+                            let s = span_record(ctx, cause, damage.map(|k| resync[k].resume), i);
+                            counts.add(&s);
+                            out.record(&s)?;
                         }
-                        let class = if cause.undefined() {
-                            counts.undefined += 1;
-                            "undefined"
+                        let r = insn(if cause.undefined() {
+                            Class::Undefined(cause)
                         } else {
-                            counts.lost += 1;
-                            "lost"
-                        };
-                        out.write_all(&line)?;
-                        writeln!(out, ",\"{class}\":\"{}\"}}", cause.name())?;
+                            Class::Lost(cause)
+                        });
+                        counts.add(&r);
+                        out.record(&r)?;
                     }
                 }
                 continue;
             }
-            Fact::Enable { ip, start, .. } => {
-                line.extend_from_slice(b"{\"k\":\"enable\",\"ip\":");
-                put_hex(&mut line, ip);
-                line.extend_from_slice(b",\"off\":");
-                put_off(&mut line, ctx, start);
-            }
-            Fact::Disable { start, .. } => {
-                line.extend_from_slice(b"{\"k\":\"disable\",\"off\":");
-                put_off(&mut line, ctx, start);
-            }
-            Fact::Async { from, to, start, .. } => {
-                line.extend_from_slice(b"{\"k\":\"async\",\"from\":");
-                put_hex(&mut line, from);
-                line.extend_from_slice(b",\"to\":");
-                put_hex(&mut line, to);
-                line.extend_from_slice(b",\"off\":");
-                put_off(&mut line, ctx, start);
-            }
-            Fact::Overflow { start, .. } => {
-                line.extend_from_slice(b"{\"k\":\"overflow\",\"off\":");
-                put_off(&mut line, ctx, start);
-            }
+            Fact::Enable { ip, start, .. } => Record::Enable {
+                ip,
+                off: ctx.delivery.map(start),
+            },
+            Fact::Disable { start, .. } => Record::Disable {
+                off: ctx.delivery.map(start),
+            },
+            Fact::Async { from, to, start, .. } => Record::Async {
+                from,
+                to,
+                off: ctx.delivery.map(start),
+            },
+            Fact::Overflow { start, .. } => Record::Overflow {
+                off: ctx.delivery.map(start),
+            },
             Fact::Psb { .. } => continue,
-        }
-        if held.lines.is_empty() {
-            out.write_all(&line)?;
-            out.write_all(b"}\n")?;
+        };
+        if held.records.is_empty() {
+            out.record(&record)?;
         } else {
-            held.buf.extend_from_slice(&line);
-            held.lines.push((held.buf.len(), false));
+            held.records.push(record);
         }
     }
     // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is optional
@@ -433,23 +385,14 @@ pub fn write<R: Read, W: Write>(spool: R, ctx: &Context, mut out: W) -> io::Resu
     let tail: Vec<usize> = (0..resync.len())
         .filter(|&k| !spanned[k] && resync[k].d.from < ctx.stored)
         .collect();
-    let n = held.lines.len();
-    held.flush(n, ctx.truncated || !tail.is_empty(), &mut out, &mut counts)?;
+    let n = held.records.len();
+    held.flush(n, ctx.truncated || !tail.is_empty(), out, &mut counts)?;
     for k in tail {
-        counts.spans += 1;
-        span_line(
-            &mut out,
-            ctx,
-            resync[k].d.cause,
-            Some(resync[k].resume),
-            counts.instructions,
-        )?;
+        let s = span_record(ctx, resync[k].d.cause, Some(resync[k].resume), instructions);
+        counts.add(&s);
+        out.record(&s)?;
     }
-    writeln!(
-        out,
-        "{{\"k\":\"end\",\"counts\":{}}}",
-        serde_json::to_string(&counts).map_err(io::Error::other)?
-    )?;
-    out.flush()?;
+    out.record(&Record::End { counts })?;
+    out.finish()?;
     Ok(counts)
 }

@@ -1,9 +1,10 @@
 //! The facts of a run, spooled to a file as they come (memory stays flat however long the run),
-//! read back once the damage is known. A private binary format: a tag byte, then little-endian
-//! fields.
+//! read back once the damage is known. A private format: a tag byte, then varints, each number
+//! written as its difference from the one before it of its kind (an IP from the last IP, an
+//! offset from the last offset), so an instruction takes a few bytes.
 
 use crate::tracer::{BranchFact, Carrier, Fact, Loss};
-use byteorder::{ReadBytesExt, WriteBytesExt, LE};
+use prost::encoding::encode_varint;
 use std::io::{self, Read, Write};
 
 const INSN: u8 = 1;
@@ -15,130 +16,268 @@ const PSB: u8 = 6;
 
 const BRANCH_KINDS: [&str; 7] = ["cond", "jump", "call", "ind-jump", "ind-call", "ret", "far"];
 
-/// Writes `f` in the spool format.
-pub fn write_fact<W: Write + ?Sized>(w: &mut W, f: &Fact) -> io::Result<()> {
-    match *f {
-        Fact::Insn {
-            ip,
-            exec,
-            carrier,
-            branch,
-        } => {
-            w.write_u8(INSN)?;
-            w.write_u64::<LE>(ip)?;
-            w.write_u64::<LE>(exec)?;
-            match carrier {
-                Carrier::Packet { start, end } => {
-                    w.write_u8(0)?;
-                    w.write_u64::<LE>(start)?;
-                    w.write_u64::<LE>(end)?;
-                }
-                Carrier::Lost(l) => w.write_u8(if l == Loss::Overflow { 1 } else { 2 })?,
-            }
-            match branch {
-                None => w.write_u8(0),
-                Some(b) => {
-                    let k = BRANCH_KINDS.iter().position(|&k| k == b.kind).unwrap_or(0);
-                    w.write_u8(1 + k as u8 + if b.taken { 0x80 } else { 0 })?;
-                    w.write_u64::<LE>(b.to)
-                }
-            }
-        }
-        Fact::Enable { ip, start, end } => {
-            w.write_u8(ENABLE)?;
-            w.write_u64::<LE>(ip)?;
-            two(w, start, end)
-        }
-        Fact::Disable { start, end } => {
-            w.write_u8(DISABLE)?;
-            two(w, start, end)
-        }
-        Fact::Async { from, to, start, end } => {
-            w.write_u8(ASYNC)?;
-            w.write_u64::<LE>(from)?;
-            w.write_u64::<LE>(to)?;
-            two(w, start, end)
-        }
-        Fact::Overflow { start, end } => {
-            w.write_u8(OVERFLOW)?;
-            two(w, start, end)
-        }
-        Fact::Psb { start } => {
-            w.write_u8(PSB)?;
-            w.write_u64::<LE>(start)
-        }
+fn zigzag(v: u64) -> u64 {
+    let v = v as i64;
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> u64 {
+    (((v >> 1) as i64) ^ -((v & 1) as i64)) as u64
+}
+
+/// The numbers each fact is written relative to.
+#[derive(Clone, Copy, Debug, Default)]
+struct Last {
+    ip: u64,
+    off: u64,
+}
+
+impl Last {
+    fn ip(&mut self, b: &mut Vec<u8>, ip: u64) {
+        encode_varint(zigzag(ip.wrapping_sub(self.ip)), b);
+        self.ip = ip;
+    }
+
+    fn off(&mut self, b: &mut Vec<u8>, off: u64) {
+        encode_varint(zigzag(off.wrapping_sub(self.off)), b);
+        self.off = off;
     }
 }
 
-fn two<W: Write + ?Sized>(w: &mut W, a: u64, b: u64) -> io::Result<()> {
-    w.write_u64::<LE>(a)?;
-    w.write_u64::<LE>(b)
+/// Writes facts in the spool format.
+#[derive(Debug)]
+pub struct Writer<W: Write> {
+    out: W,
+    buf: Vec<u8>,
+    last: Last,
 }
 
-/// Reads the next fact; `None` at the end of the spool.
-pub fn read_fact<R: Read>(r: &mut R) -> io::Result<Option<Fact>> {
-    let tag = match r.read_u8() {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let f = match tag {
-        INSN => {
-            let ip = r.read_u64::<LE>()?;
-            let exec = r.read_u64::<LE>()?;
-            let carrier = match r.read_u8()? {
-                0 => Carrier::Packet {
-                    start: r.read_u64::<LE>()?,
-                    end: r.read_u64::<LE>()?,
-                },
-                1 => Carrier::Lost(Loss::Overflow),
-                _ => Carrier::Lost(Loss::Stopped),
-            };
-            let branch = match r.read_u8()? {
-                0 => None,
-                b => Some(BranchFact {
-                    kind: BRANCH_KINDS[usize::from((b & 0x7f) - 1).min(BRANCH_KINDS.len() - 1)],
-                    taken: b & 0x80 != 0,
-                    to: r.read_u64::<LE>()?,
-                }),
-            };
+impl<W: Write> Writer<W> {
+    /// A writer to `out` (it buffers: `out` need not).
+    pub fn new(out: W) -> Self {
+        Writer {
+            out,
+            buf: Vec::with_capacity(1 << 17),
+            last: Last::default(),
+        }
+    }
+
+    /// Writes `f`.
+    #[inline]
+    pub fn write(&mut self, f: &Fact) -> io::Result<()> {
+        let (b, last) = (&mut self.buf, &mut self.last);
+        match *f {
             Fact::Insn {
                 ip,
                 exec,
                 carrier,
                 branch,
+            } => {
+                let k = branch.map_or(0, |b| {
+                    1 + BRANCH_KINDS.iter().position(|&k| k == b.kind).unwrap_or(0) as u8
+                        + if b.taken { 0x10 } else { 0 }
+                });
+                let c = match carrier {
+                    Carrier::Packet { .. } => 0,
+                    Carrier::Lost(Loss::Overflow) => 0x20,
+                    Carrier::Lost(Loss::Stopped) => 0x40,
+                };
+                b.push(INSN);
+                b.push(k | c);
+                last.ip(b, ip);
+                last.off(b, exec);
+                if let Carrier::Packet { start, end } = carrier {
+                    last.off(b, start);
+                    encode_varint(end.wrapping_sub(start), b);
+                }
+                if let Some(br) = branch {
+                    encode_varint(zigzag(br.to.wrapping_sub(ip)), b);
+                }
+            }
+            Fact::Enable { ip, start, end } => {
+                b.push(ENABLE);
+                last.ip(b, ip);
+                last.off(b, start);
+                encode_varint(end.wrapping_sub(start), b);
+            }
+            Fact::Disable { start, end } => {
+                b.push(DISABLE);
+                last.off(b, start);
+                encode_varint(end.wrapping_sub(start), b);
+            }
+            Fact::Async { from, to, start, end } => {
+                b.push(ASYNC);
+                last.ip(b, from);
+                last.ip(b, to);
+                last.off(b, start);
+                encode_varint(end.wrapping_sub(start), b);
+            }
+            Fact::Overflow { start, end } => {
+                b.push(OVERFLOW);
+                last.off(b, start);
+                encode_varint(end.wrapping_sub(start), b);
+            }
+            Fact::Psb { start } => {
+                b.push(PSB);
+                last.off(b, start);
             }
         }
-        ENABLE => Fact::Enable {
-            ip: r.read_u64::<LE>()?,
-            start: r.read_u64::<LE>()?,
-            end: r.read_u64::<LE>()?,
-        },
-        DISABLE => Fact::Disable {
-            start: r.read_u64::<LE>()?,
-            end: r.read_u64::<LE>()?,
-        },
-        ASYNC => Fact::Async {
-            from: r.read_u64::<LE>()?,
-            to: r.read_u64::<LE>()?,
-            start: r.read_u64::<LE>()?,
-            end: r.read_u64::<LE>()?,
-        },
-        OVERFLOW => Fact::Overflow {
-            start: r.read_u64::<LE>()?,
-            end: r.read_u64::<LE>()?,
-        },
-        PSB => Fact::Psb {
-            start: r.read_u64::<LE>()?,
-        },
-        t => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("fact spool: unknown tag {t}"),
-            ))
+        if self.buf.len() >= 1 << 16 {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
         }
-    };
-    Ok(Some(f))
+        Ok(())
+    }
+
+    /// Writes what is buffered and returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&self.buf)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Reads facts back.
+#[derive(Debug)]
+pub struct Reader<R: Read> {
+    input: R,
+    buf: Vec<u8>,
+    pos: usize,
+    eof: bool,
+    last: Last,
+}
+
+/// The longest a fact can be: a tag, a byte, five varints.
+const MAX_FACT: usize = 2 + 5 * 10;
+
+fn cut() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, "fact spool: a fact cut short")
+}
+
+impl<R: Read> Reader<R> {
+    /// A reader of `input`.
+    pub fn new(input: R) -> Self {
+        Reader {
+            input,
+            buf: Vec::with_capacity(1 << 17),
+            pos: 0,
+            eof: false,
+            last: Last::default(),
+        }
+    }
+
+    /// Makes sure a whole fact is buffered, unless the input ends first.
+    fn fill(&mut self) -> io::Result<()> {
+        if self.buf.len() - self.pos >= MAX_FACT || self.eof {
+            return Ok(());
+        }
+        self.buf.drain(..self.pos);
+        self.pos = 0;
+        let have = self.buf.len();
+        self.buf.resize(1 << 17, 0);
+        let mut n = have;
+        while n < self.buf.len() {
+            match self.input.read(&mut self.buf[n..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.buf.truncate(n);
+        Ok(())
+    }
+
+    fn varint(&mut self) -> io::Result<u64> {
+        let (v, next) = crate::sources::varint::read(&self.buf, self.pos, 10).ok_or_else(cut)?;
+        self.pos = next;
+        Ok(v)
+    }
+
+    fn ip(&mut self) -> io::Result<u64> {
+        self.last.ip = self.last.ip.wrapping_add(unzigzag(self.varint()?));
+        Ok(self.last.ip)
+    }
+
+    fn off(&mut self) -> io::Result<u64> {
+        self.last.off = self.last.off.wrapping_add(unzigzag(self.varint()?));
+        Ok(self.last.off)
+    }
+
+    fn span(&mut self) -> io::Result<(u64, u64)> {
+        let start = self.off()?;
+        Ok((start, start.wrapping_add(self.varint()?)))
+    }
+
+    /// The next fact; `None` at the end of the spool.
+    #[inline]
+    pub fn next_fact(&mut self) -> io::Result<Option<Fact>> {
+        self.fill()?;
+        let Some(&tag) = self.buf.get(self.pos) else {
+            return Ok(None);
+        };
+        self.pos += 1;
+        let f = match tag {
+            INSN => {
+                let k = *self.buf.get(self.pos).ok_or_else(cut)?;
+                self.pos += 1;
+                let ip = self.ip()?;
+                let exec = self.off()?;
+                let carrier = match k & 0x60 {
+                    0 => {
+                        let (start, end) = self.span()?;
+                        Carrier::Packet { start, end }
+                    }
+                    0x20 => Carrier::Lost(Loss::Overflow),
+                    _ => Carrier::Lost(Loss::Stopped),
+                };
+                let branch = match k & 0xf {
+                    0 => None,
+                    b => Some(BranchFact {
+                        kind: BRANCH_KINDS[usize::from(b - 1).min(BRANCH_KINDS.len() - 1)],
+                        taken: k & 0x10 != 0,
+                        to: ip.wrapping_add(unzigzag(self.varint()?)),
+                    }),
+                };
+                Fact::Insn {
+                    ip,
+                    exec,
+                    carrier,
+                    branch,
+                }
+            }
+            ENABLE => {
+                let ip = self.ip()?;
+                let (start, end) = self.span()?;
+                Fact::Enable { ip, start, end }
+            }
+            DISABLE => {
+                let (start, end) = self.span()?;
+                Fact::Disable { start, end }
+            }
+            ASYNC => {
+                let from = self.ip()?;
+                let to = self.ip()?;
+                let (start, end) = self.span()?;
+                Fact::Async { from, to, start, end }
+            }
+            OVERFLOW => {
+                let (start, end) = self.span()?;
+                Fact::Overflow { start, end }
+            }
+            PSB => Fact::Psb { start: self.off()? },
+            t => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("fact spool: unknown tag {t}"),
+                ))
+            }
+        };
+        Ok(Some(f))
+    }
 }
 
 #[cfg(test)]
@@ -189,14 +328,20 @@ mod tests {
             Fact::Overflow { start: 8, end: 9 },
             Fact::Psb { start: 10 },
         ];
-        let mut buf = Vec::new();
+        let mut w = Writer::new(Vec::new());
         for f in &facts {
-            write_fact(&mut buf, f).unwrap();
+            w.write(f).unwrap();
         }
-        let mut r = &buf[..];
+        let buf = w.finish().unwrap();
+        let mut r = Reader::new(&buf[..]);
         for f in &facts {
-            assert_eq!(read_fact(&mut r).unwrap().as_ref(), Some(f));
+            assert_eq!(r.next_fact().unwrap().as_ref(), Some(f));
         }
-        assert_eq!(read_fact(&mut r).unwrap(), None);
+        assert_eq!(r.next_fact().unwrap(), None);
+        // Cut anywhere: an error or fewer facts, never a panic.
+        for n in 0..buf.len() {
+            let mut r = Reader::new(&buf[..n]);
+            while let Ok(Some(_)) = r.next_fact() {}
+        }
     }
 }

@@ -13,35 +13,16 @@
 //! is linear in the lines, but for ways that keep matching what follows that span from many
 //! starting lines (a loop repeated right after it), each followed until it fails.
 
-use std::borrow::Cow;
+use super::compact::{self, Decoder};
+use super::record::{Class, Record};
+use super::Cause;
 use std::fmt;
-use std::io::{self, BufRead, Read};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
 
-/// The longest line `verify` reads, in the truth or in the decoder's output (TR8): a longer one
-/// is bad input (exit 2 with its line), so a file with no newline (`/dev/zero`) cannot take all
-/// memory.
-pub const MAX_LINE: usize = 1 << 20;
-
-/// Reads the next line into `buf`, without its `\n` (or `\r\n`); `false` at the end of `r`.
-/// A line longer than [`MAX_LINE`] is an `InvalidData` error.
-fn next_line(r: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<bool> {
-    buf.clear();
-    if r.by_ref().take(MAX_LINE as u64 + 1).read_until(b'\n', buf)? == 0 {
-        return Ok(false);
-    }
-    if buf.last() == Some(&b'\n') {
-        buf.pop();
-        if buf.last() == Some(&b'\r') {
-            buf.pop();
-        }
-    } else if buf.len() > MAX_LINE {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("a line longer than {MAX_LINE} bytes"),
-        ));
-    }
-    Ok(true)
-}
+use super::json::next_line;
+pub use super::json::MAX_LINE;
 
 /// One line of a decoder's output that matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,205 +68,402 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
         .map(Token::Ip)
 }
 
-#[derive(Clone, Debug)]
+/// A `verify` step over the truth: an instruction a decoder must (or, optional, may) give, a span
+/// (lost or undefined), or the end.
+#[derive(Clone, Copy, Debug)]
 enum Item {
     Ip {
         ip: u64,
         index: u64,
         off: Option<u64>,
-        /// Where the optional run it belongs to ends (the item after it), if optional.
-        run_end: Option<usize>,
+        optional: bool,
     },
     Gap {
-        undefined: bool,
-        error_required: bool,
-        cause: String,
+        cause: Cause,
         first: u64,
     },
+    End,
 }
 
-/// A case's truth as a pattern for [`check`].
-#[derive(Clone, Debug)]
+/// The bytes of a truth in `truth.bin`'s form: a mapped file, or (a `truth.jsonl`, stdin) made
+/// in memory.
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+
+    /// Lets the pages of `range` go: they were read, and a mapped truth is read once from front
+    /// to back (with `verify`'s ways close together), so the resident memory stays flat however
+    /// long the file is (TR8).
+    fn release(&self, from: usize, to: usize) {
+        const PAGE: usize = 4096;
+        let (from, to) = (from.next_multiple_of(PAGE), to / PAGE * PAGE);
+        if let (Bytes::Mapped(m), true) = (self, to > from) {
+            // SAFETY: a read-only mapping of a file: pages dropped are read again from the file if
+            // touched, so no byte any slice of the mapping sees changes.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
+        }
+    }
+}
+
+impl fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} bytes", self.get().len())
+    }
+}
+
+/// A case's truth as a pattern for [`check`], read whole first (TR1) and then followed as
+/// `truth.bin` records, so its memory is that of the ways being followed, not of the truth.
+#[derive(Debug)]
 pub struct Pattern {
-    items: Vec<Item>,
+    bytes: Bytes,
+    start: usize,
     truncated: bool,
     /// Instructions a decoder must or may give.
     pub instructions: u64,
 }
 
-/// Why a truth file cannot be read.
+/// Why a truth file cannot be read: the file, where (a line of `truth.jsonl`, a byte of
+/// `truth.bin`), what is wrong.
 #[derive(Debug, thiserror::Error)]
-#[error("{file}: line {line}: {msg}")]
+#[error("{file}: {}: {msg}", if let Some(b) = byte { format!("byte {b}") } else { format!("line {line}") })]
 #[non_exhaustive]
 pub struct TruthError {
     /// The file.
     pub file: String,
-    /// The line (1-based).
+    /// The line (1-based) of a `truth.jsonl`; 0 for a `truth.bin`.
     pub line: usize,
+    /// The byte offset in a `truth.bin`.
+    pub byte: Option<usize>,
     /// What is wrong.
     pub msg: String,
 }
 
-#[derive(serde::Deserialize)]
-struct Line<'a> {
-    #[serde(borrow)]
-    k: Option<Cow<'a, str>>,
-    truth: Option<u32>,
-    i: Option<u64>,
-    #[serde(borrow)]
-    ip: Option<Cow<'a, str>>,
-    off: Option<u64>,
-    opt: Option<bool>,
-    #[serde(borrow)]
-    lost: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    undefined: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    class: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    cause: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    error: Option<Cow<'a, str>>,
-    first: Option<u64>,
-    truncated: Option<bool>,
-    counts: Option<super::Counts>,
-}
-
-fn parse_hex(s: &str) -> Option<u64> {
-    u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
+impl From<super::json::TruthError> for TruthError {
+    fn from(e: super::json::TruthError) -> Self {
+        TruthError {
+            file: e.file,
+            line: e.line,
+            byte: None,
+            msg: e.msg,
+        }
+    }
 }
 
 impl Pattern {
-    /// Reads `truth.jsonl` (named `file` in messages): the header on line 1, the facts, and the
-    /// `end` record last, whose counts must be those of the lines (TR1), so a file cut short is
-    /// refused rather than judged on its first part.
+    /// Reads a truth (named `file` in messages) from `r`: `truth.bin` (told by its magic) or
+    /// `truth.jsonl`, whole (TR1: the end record last, its counts those of the records), so a
+    /// file cut short is refused rather than judged on its first part. A `truth.jsonl` is turned
+    /// into `truth.bin`'s form in memory.
     pub fn read(file: &str, mut r: impl BufRead) -> Result<Self, TruthError> {
-        let err = |line: usize, msg: String| TruthError {
+        let io = |e: io::Error| TruthError {
             file: file.to_owned(),
-            line,
-            msg,
+            line: 1,
+            byte: None,
+            msg: e.to_string(),
         };
-        let mut items = Vec::new();
-        let mut truncated = false;
-        let mut seen = super::Counts::default();
-        let mut end = None;
-        let mut buf = Vec::with_capacity(256);
-        let mut n = 0;
-        loop {
-            n += 1;
-            if !next_line(&mut r, &mut buf).map_err(|e| err(n, e.to_string()))? {
-                break;
+        let head = r.fill_buf().map_err(io)?;
+        if head.first() == Some(&compact::MAGIC[0]) && head.len() < compact::MAGIC.len()
+            || head.starts_with(compact::MAGIC)
+        {
+            let mut bytes = Vec::new();
+            r.read_to_end(&mut bytes).map_err(io)?;
+            return Self::from_compact(file, Bytes::Owned(bytes));
+        }
+        let mut enc = compact::Encoder::new(Vec::new());
+        super::json::read(file, r, &mut enc)?;
+        Self::from_compact(file, Bytes::Owned(enc.into_inner()))
+    }
+
+    /// Opens the truth file at `path` ([`Pattern::read`]); a `truth.bin` is mapped, not read.
+    pub fn open(path: &Path) -> Result<Self, TruthError> {
+        let file = path.display().to_string();
+        let io = |e: io::Error| TruthError {
+            file: file.clone(),
+            line: 0,
+            byte: None,
+            msg: e.to_string(),
+        };
+        let f = File::open(path).map_err(io)?;
+        let mut magic = [0u8; 8];
+        let n = (&f).take(8).read(&mut magic).map_err(io)?;
+        if magic[..n] == compact::MAGIC[..n] && n > 0 {
+            // SAFETY: the file is only read; a file changed while verify runs gives wrong records
+            // (or a format error), never undefined behaviour in safe code reading bytes.
+            let m = unsafe { memmap2::Mmap::map(&f) }.map_err(io)?;
+            return Self::from_compact(&file, Bytes::Mapped(m));
+        }
+        drop(f);
+        let f = File::open(path).map_err(io)?;
+        Self::read(&file, BufReader::with_capacity(1 << 16, f))
+    }
+
+    fn from_compact(file: &str, bytes: Bytes) -> Result<Self, TruthError> {
+        let err = |e: compact::FormatError| TruthError {
+            file: file.to_owned(),
+            line: 0,
+            byte: Some(e.at),
+            msg: e.msg,
+        };
+        let mut released = 0;
+        let (header, start, counts) = compact::validate(bytes.get(), |pos| {
+            bytes.release(released, pos);
+            released = pos;
+        })
+        .map_err(err)?;
+        bytes.release(released, bytes.get().len());
+        Ok(Pattern {
+            truncated: header
+                .get("truncated")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            bytes,
+            start,
+            instructions: counts.required + counts.optional,
+        })
+    }
+}
+
+/// A place in the pattern: the item whose record starts at `pos`, and the records after it.
+#[derive(Clone, Copy, Debug)]
+struct At<'a> {
+    pos: usize,
+    item: Item,
+    next: Decoder<'a>,
+}
+
+fn format_error(e: compact::FormatError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("the truth: {e}"))
+}
+
+/// The item after `next` (lost and undefined instructions, enables, disables and the like are
+/// not items: a span before them stands for them).
+fn next_item(mut next: Decoder<'_>) -> io::Result<At<'_>> {
+    loop {
+        let (pos, r) = next.next_record().map_err(format_error)?.ok_or_else(|| {
+            format_error(compact::FormatError {
+                at: next.pos(),
+                msg: "no end record".into(),
+            })
+        })?;
+        let item = match r {
+            Record::Insn {
+                i,
+                ip,
+                off,
+                class: class @ (Class::Required | Class::Optional),
+                ..
+            } => Item::Ip {
+                ip,
+                index: i,
+                off,
+                optional: class == Class::Optional,
+            },
+            Record::Span { cause, first, .. } => Item::Gap { cause, first },
+            Record::End { .. } => Item::End,
+            _ => continue,
+        };
+        return Ok(At { pos, item, next });
+    }
+}
+
+impl<'a> At<'a> {
+    fn advance(&self) -> io::Result<At<'a>> {
+        next_item(self.next)
+    }
+
+    fn optional(&self) -> bool {
+        matches!(self.item, Item::Ip { optional: true, .. })
+    }
+
+    fn undefined(&self) -> bool {
+        matches!(self.item, Item::Gap { cause, .. } if cause.undefined())
+    }
+}
+
+/// A way through the pattern: where it is, whether it has given an error there, and where it
+/// may go without a line once known: the item after its run of optional instructions (a decoder
+/// may stop inside it), or after its span (the lost and undefined instructions under a span are
+/// read once, not at every line a way spends there).
+#[derive(Clone, Copy, Debug)]
+struct Way<'a> {
+    at: At<'a>,
+    err: bool,
+    run_end: Option<At<'a>>,
+}
+
+/// The set of ways after each line, kept in two vectors (no allocation per line once they grew).
+struct Matcher<'a> {
+    truncated: bool,
+    ways: Vec<Way<'a>>,
+    next: Vec<Way<'a>>,
+    seen: std::collections::HashSet<(usize, bool)>,
+    /// The furthest undefined span a way has reached: that way accepts anything and stays, so
+    /// every way before it is redundant and dropped (an undefined span that a later one has
+    /// followed is not carried on).
+    floor: usize,
+    work: u64,
+}
+
+impl<'a> Matcher<'a> {
+    fn new(p: &'a Pattern) -> io::Result<Self> {
+        let mut m = Matcher {
+            truncated: p.truncated,
+            ways: Vec::new(),
+            next: Vec::new(),
+            seen: Default::default(),
+            floor: 0,
+            work: 0,
+        };
+        let first = next_item(Decoder::new(p.bytes.get(), p.start))?;
+        m.add(Way {
+            at: first,
+            err: false,
+            run_end: None,
+        });
+        m.close()?;
+        Ok(m)
+    }
+
+    fn add(&mut self, w: Way<'a>) {
+        let key = (w.at.pos, w.err);
+        let fresh = if self.next.len() < 8 {
+            !self.next.iter().any(|x| (x.at.pos, x.err) == key)
+        } else {
+            if self.seen.is_empty() {
+                self.seen.extend(self.next.iter().map(|x| (x.at.pos, x.err)));
             }
-            if buf.trim_ascii().is_empty() {
-                if n == 1 {
-                    return Err(err(
-                        n,
-                        "not a truth file: a blank line, not the {\"truth\": version} header".into(),
-                    ));
-                }
-                continue;
+            self.seen.insert(key)
+        };
+        if fresh {
+            if w.at.undefined() {
+                self.floor = self.floor.max(w.at.pos);
             }
-            if let Some(e) = end {
-                return Err(err(n, format!("a line after the end record (line {e})")));
-            }
-            let l: Line = serde_json::from_slice(&buf).map_err(|e| err(n, e.to_string()))?;
-            if n == 1 {
-                match l.truth {
-                    Some(super::VERSION) => {}
-                    Some(v) => {
-                        return Err(err(
-                            n,
-                            format!("truth format {v}; this ptemu reads {}", super::VERSION),
-                        ))
-                    }
-                    None => return Err(err(n, "not a truth file: no {\"truth\": version} header".into())),
-                }
-                truncated = l.truncated.unwrap_or(false);
-                continue;
-            }
-            match l.k.as_deref() {
-                Some("insn") => {
-                    seen.instructions += 1;
-                    if l.undefined.is_some() {
-                        seen.undefined += 1;
-                        continue;
-                    }
-                    if l.lost.is_some() {
-                        seen.lost += 1;
-                        continue;
-                    }
-                    let ip =
-                        l.ip.as_deref()
-                            .and_then(parse_hex)
-                            .ok_or_else(|| err(n, "insn without a 0x-hex \"ip\"".into()))?;
-                    let optional = l.opt == Some(true);
-                    if optional {
-                        seen.optional += 1;
-                    } else {
-                        seen.required += 1;
-                    }
-                    items.push(Item::Ip {
-                        ip,
-                        index: l.i.unwrap_or(0),
-                        off: l.off,
-                        run_end: optional.then_some(0),
+            self.next.push(w);
+        }
+    }
+
+    /// The item after the run of optional instructions `at` is in.
+    fn run_end(at: &At<'a>) -> io::Result<At<'a>> {
+        let mut x = at.advance()?;
+        while x.optional() {
+            x = x.advance()?;
+        }
+        Ok(x)
+    }
+
+    /// Adds to `next` what its ways reach without a line, drops the redundant ones and makes it
+    /// the current set.
+    fn close(&mut self) -> io::Result<()> {
+        let mut i = 0;
+        while let Some(&w) = self.next.get(i) {
+            i += 1;
+            self.work += 1;
+            match w.at.item {
+                Item::Ip { optional: true, .. } => {
+                    let end = match w.run_end {
+                        Some(e) => e,
+                        None => {
+                            let e = Self::run_end(&w.at)?;
+                            self.next[i - 1].run_end = Some(e);
+                            e
+                        }
+                    };
+                    self.add(Way {
+                        at: end,
+                        err: false,
+                        run_end: None,
                     });
                 }
-                Some("span") => {
-                    seen.spans += 1;
-                    items.push(Item::Gap {
-                        undefined: l.class.as_deref() == Some("undefined"),
-                        error_required: l.error.as_deref() == Some("required"),
-                        cause: l.cause.map(Cow::into_owned).unwrap_or_default(),
-                        first: l.first.unwrap_or(0),
+                Item::Gap { cause, .. } if !cause.error_required() || w.err => {
+                    let after = match w.run_end {
+                        Some(a) => a,
+                        None => {
+                            let a = w.at.advance()?;
+                            self.next[i - 1].run_end = Some(a);
+                            a
+                        }
+                    };
+                    self.add(Way {
+                        at: after,
+                        err: false,
+                        run_end: None,
+                    });
+                }
+                _ => {}
+            }
+        }
+        let floor = self.floor;
+        self.next.retain(|w| w.at.pos >= floor);
+        std::mem::swap(&mut self.ways, &mut self.next);
+        self.next.clear();
+        self.seen.clear();
+        Ok(())
+    }
+
+    /// Moves every way past `t`; returns the furthest place that could not take it.
+    fn step(&mut self, t: Token) -> io::Result<Option<At<'a>>> {
+        let ways = std::mem::take(&mut self.ways);
+        let mut dead: Option<At<'a>> = None;
+        for w in &ways {
+            let next = match (w.at.item, t) {
+                (Item::Ip { ip, .. }, Token::Ip(x)) if ip == x => {
+                    let at = w.at.advance()?;
+                    // Still in the same run of optional instructions: the same end.
+                    let run_end = if at.optional() { w.run_end } else { None };
+                    Some(Way {
+                        at,
+                        err: false,
+                        run_end,
                     })
                 }
-                Some("end") => {
-                    let c = l
-                        .counts
-                        .ok_or_else(|| err(n, "an end record without \"counts\"".into()))?;
-                    let pairs = [
-                        ("instruction", c.instructions, seen.instructions),
-                        ("required instruction", c.required, seen.required),
-                        ("optional instruction", c.optional, seen.optional),
-                        ("lost instruction", c.lost, seen.lost),
-                        ("undefined instruction", c.undefined, seen.undefined),
-                        ("span", c.spans, seen.spans),
-                    ];
-                    if let Some((what, said, has)) = pairs.iter().find(|p| p.1 != p.2) {
-                        return Err(err(
-                            n,
-                            format!("the end record counts {said} {what}(s), the lines before it have {has}"),
-                        ));
-                    }
-                    end = Some(n);
+                (Item::Gap { cause, .. }, _) if cause.undefined() => Some(Way {
+                    err: w.err || t == Token::Error,
+                    ..*w
+                }),
+                (Item::Gap { .. }, Token::Error) => Some(Way { err: true, ..*w }),
+                (Item::End, Token::Error) if self.truncated => Some(*w),
+                _ => None,
+            };
+            match next {
+                Some(n) => self.add(n),
+                None if !matches!(w.at.item, Item::End) && dead.is_none_or(|d| w.at.pos > d.pos) => {
+                    dead = Some(w.at);
                 }
-                Some(_) => {}
-                None => return Err(err(n, "a line without \"k\"".into())),
+                None => {}
             }
         }
-        if n == 1 {
-            return Err(err(1, "empty: no header".into()));
-        }
-        if end.is_none() {
-            return Err(err(
-                n - 1,
-                "the file ends without its {\"k\":\"end\"} record: cut short?".into(),
-            ));
-        }
-        // Each optional IP may skip to the end of its run.
-        let mut end = items.len();
-        for s in (0..items.len()).rev() {
-            match &mut items[s] {
-                Item::Ip { run_end: Some(e), .. } => *e = end,
-                _ => end = s,
+        self.ways = ways;
+        self.close()?;
+        Ok(dead)
+    }
+}
+
+fn expected(at: Option<&At>) -> String {
+    match at.map(|a| a.item) {
+        Some(Item::Ip { ip, index, off, .. }) => format!(
+            "instruction {index} at {ip:#x} (stream offset {})",
+            off.map_or("unknown".into(), |o| o.to_string())
+        ),
+        Some(Item::Gap { cause, first }) => {
+            if cause.error_required() {
+                format!(
+                    "an error for the {} damage before instruction {first}",
+                    cause.name()
+                )
+            } else {
+                format!("nothing for the {} span from instruction {first}", cause.name())
             }
         }
-        Ok(Pattern {
-            items,
-            truncated,
-            instructions: seen.required + seen.optional,
-        })
+        Some(Item::End) | None => "no more instructions".into(),
     }
 }
 
@@ -330,126 +508,10 @@ pub struct Verdict {
     pub work: u64,
 }
 
-/// A way through the pattern: the item it is at, and whether it has given an error there.
-type State = (usize, bool);
-
-/// The set of ways after each line, kept in two vectors and a stamp per state (no allocation per
-/// line).
-struct Matcher<'p> {
-    p: &'p Pattern,
-    states: Vec<State>,
-    next: Vec<State>,
-    /// The round in which each state (`2·item + error`) was last added to `next`.
-    stamp: Vec<u64>,
-    round: u64,
-    /// The furthest undefined span a way has reached: that way accepts anything and stays, so
-    /// every way before it is redundant and dropped (an undefined span that a later one has
-    /// followed is not carried on).
-    floor: usize,
-    work: u64,
-}
-
-impl<'p> Matcher<'p> {
-    fn new(p: &'p Pattern) -> Self {
-        let mut m = Matcher {
-            p,
-            states: Vec::new(),
-            next: Vec::new(),
-            stamp: vec![0; 2 * (p.items.len() + 1)],
-            round: 1,
-            floor: 0,
-            work: 0,
-        };
-        m.add((0, false));
-        m.close();
-        m
-    }
-
-    fn add(&mut self, s: State) {
-        let k = 2 * s.0 + usize::from(s.1);
-        if self.stamp[k] != self.round {
-            self.stamp[k] = self.round;
-            self.next.push(s);
-            if matches!(self.p.items.get(s.0), Some(Item::Gap { undefined: true, .. })) {
-                self.floor = self.floor.max(s.0);
-            }
-        }
-    }
-
-    /// Adds to `next` what its ways reach without a line, drops the redundant ones and makes it
-    /// the current set.
-    fn close(&mut self) {
-        let mut i = 0;
-        while let Some(&(s, e)) = self.next.get(i) {
-            i += 1;
-            self.work += 1;
-            match self.p.items.get(s) {
-                Some(Item::Ip {
-                    run_end: Some(end), ..
-                }) => self.add((*end, false)),
-                Some(Item::Gap { error_required, .. }) if !error_required || e => self.add((s + 1, false)),
-                _ => {}
-            }
-        }
-        let floor = self.floor;
-        self.next.retain(|s| s.0 >= floor);
-        std::mem::swap(&mut self.states, &mut self.next);
-        self.next.clear();
-    }
-
-    /// Moves every way past `t`; returns the furthest position that could not take it.
-    fn step(&mut self, t: Token) -> Option<usize> {
-        self.round += 1;
-        let states = std::mem::take(&mut self.states);
-        let mut dead = None;
-        for &(s, e) in &states {
-            let next = match (self.p.items.get(s), t) {
-                (Some(Item::Ip { ip, .. }), Token::Ip(x)) if *ip == x => Some((s + 1, false)),
-                (Some(Item::Gap { undefined: true, .. }), _) => Some((s, e || t == Token::Error)),
-                (Some(Item::Gap { .. }), Token::Error) => Some((s, true)),
-                (None, Token::Error) if self.p.truncated => Some((s, e)),
-                _ => None,
-            };
-            match next {
-                Some(n) => self.add(n),
-                None if s < self.p.items.len() => dead = Some(dead.map_or(s, |d: usize| d.max(s))),
-                None => {}
-            }
-        }
-        self.states = states;
-        self.close();
-        dead
-    }
-}
-
-impl Pattern {
-    fn expected(&self, s: usize) -> String {
-        match self.items.get(s) {
-            Some(Item::Ip { ip, index, off, .. }) => format!(
-                "instruction {index} at {ip:#x} (stream offset {})",
-                off.map_or("unknown".into(), |o| o.to_string())
-            ),
-            Some(Item::Gap {
-                cause,
-                first,
-                error_required,
-                ..
-            }) => {
-                if *error_required {
-                    format!("an error for the {cause} damage before instruction {first}")
-                } else {
-                    format!("nothing for the {cause} span from instruction {first}")
-                }
-            }
-            None => "no more instructions".into(),
-        }
-    }
-}
-
 /// Matches a decoder's output lines against `pattern` (TR8). A line need not be UTF-8; a line
 /// longer than [`MAX_LINE`], or a read error, is an error naming the line.
 pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict> {
-    let mut m = Matcher::new(pattern);
+    let mut m = Matcher::new(pattern)?;
     let mut v = Verdict {
         ips: 0,
         errors: 0,
@@ -465,6 +527,7 @@ pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict>
     };
     let mut buf = Vec::with_capacity(256);
     let mut n = 0u64;
+    let mut released = pattern.start;
     loop {
         n += 1;
         let more = next_line(&mut output, &mut buf)
@@ -477,33 +540,39 @@ pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict>
             Token::Ip(_) => v.ips += 1,
             Token::Error => v.errors += 1,
         }
-        let dead = m.step(t);
-        let here = |s: usize| Divergence {
+        let dead = m.step(t)?;
+        let here = |at: Option<&At>| Divergence {
             line: n,
-            expected: pattern.expected(s),
+            expected: expected(at),
             given: given(t),
         };
-        if m.states.is_empty() {
+        if m.ways.is_empty() {
             // Where the furthest way through died now (or past the end of the truth).
-            v.divergence = Some(here(dead.unwrap_or(pattern.items.len())));
+            v.divergence = Some(here(dead.as_ref()));
             v.work = m.work;
             return Ok(v);
         }
         if let Some(d) = dead {
-            if furthest.as_ref().is_none_or(|f| d > f.0) {
-                furthest = Some((d, here(d)));
+            if furthest.as_ref().is_none_or(|f| d.pos > f.0) {
+                furthest = Some((d.pos, here(Some(&d))));
             }
+        }
+        // The ways only move forward: what lies before the first one is read for good.
+        if n.is_multiple_of(4096) {
+            let low = m.ways.iter().map(|w| w.at.pos).min().unwrap_or(0);
+            pattern.bytes.release(released, low);
+            released = released.max(low);
         }
     }
     v.work = m.work;
-    let end = pattern.items.len();
-    if !m.states.iter().any(|s| s.0 == end) {
-        let far = m.states.iter().map(|s| s.0).max().unwrap_or(0);
+    if !m.ways.iter().any(|w| matches!(w.at.item, Item::End)) {
+        let far = m.ways.iter().max_by_key(|w| w.at.pos).map(|w| w.at);
+        let far_pos = far.map_or(0, |a| a.pos);
         v.divergence = Some(match furthest {
-            Some((d, div)) if d >= far => div,
+            Some((d, div)) if d >= far_pos => div,
             _ => Divergence {
                 line: 0,
-                expected: pattern.expected(far),
+                expected: expected(far.as_ref()),
                 given: String::new(),
             },
         });
@@ -559,6 +628,9 @@ mod tests {
         r#"{"k":"span","class":"lost","cause":"corrupt","first":3,"error":"required","resume":9}"#;
     const L3: &str = r#"{"k":"insn","i":3,"ip":"0x13","lost":"corrupt"}"#;
     const D: &str = r#"{"k":"insn","i":4,"ip":"0x14","off":9}"#;
+    /// D as the second and the third instruction (TR1: `i` counts every instruction).
+    const D1: &str = r#"{"k":"insn","i":1,"ip":"0x14","off":9}"#;
+    const D2: &str = r#"{"k":"insn","i":2,"ip":"0x14","off":9}"#;
 
     #[test]
     fn tokens_are_hex_ips_errors_or_ignored() {
@@ -600,7 +672,7 @@ mod tests {
     #[test]
     fn tr5_anything_goes_in_an_undefined_span_and_the_rest_must_match() {
         let u = r#"{"k":"span","class":"undefined","cause":"gap","first":1,"error":"allowed","resume":5}"#;
-        let p = pattern(&[A, u, r#"{"k":"insn","i":1,"ip":"0x20","undefined":"gap"}"#, D]);
+        let p = pattern(&[A, u, r#"{"k":"insn","i":1,"ip":"0x20","undefined":"gap"}"#, D2]);
         assert_eq!(verdict(&p, "10\n99\n14\n77\nerror\n14\n"), None);
         assert_eq!(verdict(&p, "10\n14\n"), None);
         assert!(verdict(&p, "10\n99\n").is_some());
@@ -611,10 +683,10 @@ mod tests {
 
     #[test]
     fn errors_anywhere_else_are_divergences_unless_the_stream_is_truncated() {
-        let p = pattern(&[A, D]);
+        let p = pattern(&[A, D1]);
         assert!(verdict(&p, "10\nerror\n14\n").is_some());
         assert!(verdict(&p, "10\n14\nerror\n").is_some());
-        let t = truth("{\"truth\":1,\"truncated\":true}", &[A, D]);
+        let t = truth("{\"truth\":1,\"truncated\":true}", &[A, D1]);
         let t = Pattern::read("t", t.as_bytes()).unwrap();
         assert_eq!(verdict(&t, "10\n14\nerror\n"), None);
     }

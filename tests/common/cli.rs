@@ -124,3 +124,16 @@ pub fn peak_rss(cmd: &mut Command) -> (bool, u64) {
     let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     (ok, usage.ru_maxrss as u64 * 1024)
 }
+
+/// A run directory's truth as `truth.jsonl`'s text: its `truth.bin` printed by `ptemu truth dump`
+/// (spec/truth.md TR9), else its `truth.jsonl`.
+#[allow(dead_code)]
+pub fn truth_jsonl(dir: &std::path::Path) -> String {
+    if dir.join("truth.bin").is_file() {
+        let o = ptemu(&["truth", "dump", dir.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    } else {
+        std::fs::read_to_string(dir.join("truth.jsonl")).unwrap()
+    }
+}

@@ -1,0 +1,60 @@
+//! `ptemu truth dump`: a truth as `truth.jsonl`'s lines (spec/truth.md TR9).
+
+use super::output::{is_std, write_output};
+use super::Failure;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// The subcommands of `ptemu truth`.
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Print a truth (a case directory, truth.bin or truth.jsonl) as truth.jsonl's JSON lines:
+    /// the header, one line a record, the end record. A damaged or cut file prints nothing and
+    /// exits 2 with its byte offset.
+    Dump {
+        /// A case directory (its truth.bin, else truth.jsonl), or a truth file ("-" for stdin).
+        truth: PathBuf,
+        /// Where to write ("-", the default, for stdout).
+        #[arg(short, long, default_value = "-")]
+        output: PathBuf,
+    },
+}
+
+/// The truth file of a case directory: `truth.bin`, else `truth.jsonl`; a file as it is.
+pub fn truth_file(case: &Path) -> PathBuf {
+    if case.is_dir() {
+        let bin = case.join("truth.bin");
+        if bin.is_file() {
+            return bin;
+        }
+        return case.join("truth.jsonl");
+    }
+    case.to_path_buf()
+}
+
+pub fn run(c: &Command) -> Result<(), Failure> {
+    let Command::Dump { truth, output } = c;
+    let path = truth_file(truth);
+    let name = path.display().to_string();
+    let mut bytes = Vec::new();
+    let read = if is_std(&path) {
+        std::io::stdin().lock().read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut bytes))
+    };
+    read.map_err(|e| Failure::input(format!("{name}: {e}")))?;
+    let compact = if bytes.starts_with(ptemu::truth::compact::MAGIC) {
+        bytes
+    } else {
+        // A truth.jsonl: read whole and checked (TR1), then printed the same way.
+        let mut enc = ptemu::truth::compact::Encoder::new(Vec::new());
+        ptemu::truth::json::read(&name, bytes.as_slice(), &mut enc)
+            .map_err(|e| Failure::input(e.to_string()))?;
+        enc.into_inner()
+    };
+    // Checked before a byte is written: a damaged file writes nothing.
+    ptemu::truth::compact::validate(&compact, |_| {}).map_err(|e| Failure::input(format!("{name}: {e}")))?;
+    write_output(output, |out| {
+        ptemu::truth::json::from_compact(&compact, out).map(drop)
+    })
+}
