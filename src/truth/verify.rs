@@ -33,9 +33,20 @@ pub enum Token {
     Error,
 }
 
-/// Reads one line of decoder output (TR8): a first whitespace-separated token that is a hex
-/// number (with or without `0x`) is an instruction IP; a first token `error`, or a ptxed error
-/// line (`[offset, ip: error: ...]`), an error; anything else is ignored.
+/// Reads one line of decoder output (TR8): a first whitespace-separated word that is an IP is
+/// an instruction; a first word `error`, or a ptxed error line (`[offset, ip: error: ...]`), an
+/// error; anything else is ignored. The first word is an IP when it is
+///
+/// 1. `0x` or `0X` and 1 to 16 hex digits (what users write; `examples/libipt_decode.rs`
+///    prints `{:#x}`); or, without `0x`, 1 to 16 hex digits that are
+/// 2. exactly 16 digits (ptxed's zero-padded `%016` form, and any 64-bit address in full); or
+/// 3. any length with at least one decimal digit `0`–`9` (`401000`); or
+/// 4. right-aligned in perf script's 16-column field: only spaces before it, at least one, and
+///    the word ends at column 16 or later (`"          abcdef"`, `-F ip`'s `%16` form).
+///
+/// So a bare English word made of the letters a–f (`bad`, `add`, `face`, `deadbeef`) at the
+/// start of a line is not an instruction: an address made only of those letters is written
+/// with `0x`, zero-padded to 16 digits, or right-aligned as perf prints it.
 pub fn token(line: &str) -> Option<Token> {
     token_bytes(line.as_bytes())
 }
@@ -44,7 +55,12 @@ pub fn token(line: &str) -> Option<Token> {
 /// its ASCII words are looked at.
 pub fn token_bytes(line: &[u8]) -> Option<Token> {
     let contains = |needle: &[u8]| line.windows(needle.len()).any(|w| w == needle);
-    let first = line.split(|b| b.is_ascii_whitespace()).find(|w| !w.is_empty())?;
+    let start = line.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &line[start..];
+    let first = &rest[..rest
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(rest.len())];
     if first.eq_ignore_ascii_case(b"error") || first.eq_ignore_ascii_case(b"error:") {
         return Some(Token::Error);
     }
@@ -55,17 +71,28 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
     if first == b"instruction" && contains(b"instruction trace error") {
         return Some(Token::Error);
     }
-    let digits = first
-        .strip_prefix(b"0x")
-        .or_else(|| first.strip_prefix(b"0X"))
-        .unwrap_or(first);
+    ip_word(&line[..start], first).map(Token::Ip)
+}
+
+/// The width of perf script's IP field (`%16` hex, space-padded on the left).
+const PERF_IP_WIDTH: usize = 16;
+
+/// The IP a line's first word stands for, by the grammar of [`token`] (TR8); `indent` is what
+/// comes before the word on the line.
+fn ip_word(indent: &[u8], word: &[u8]) -> Option<u64> {
+    let prefixed = word.strip_prefix(b"0x").or_else(|| word.strip_prefix(b"0X"));
+    let digits = prefixed.unwrap_or(word);
     if digits.is_empty() || digits.len() > 16 {
         return None;
     }
-    digits
+    let value = digits
         .iter()
-        .try_fold(0u64, |v, &b| Some(v << 4 | u64::from((b as char).to_digit(16)?)))
-        .map(Token::Ip)
+        .try_fold(0u64, |v, &b| Some(v << 4 | u64::from((b as char).to_digit(16)?)))?;
+    let perf_aligned =
+        !indent.is_empty() && indent.iter().all(|&b| b == b' ') && indent.len() + word.len() >= PERF_IP_WIDTH;
+    let is_ip =
+        prefixed.is_some() || digits.len() == 16 || digits.iter().any(u8::is_ascii_digit) || perf_aligned;
+    is_ip.then_some(value)
 }
 
 /// A `verify` step over the truth: an instruction a decoder must (or, optional, may) give, a span
@@ -649,6 +676,68 @@ mod tests {
         assert_eq!(token("0x10000000000000000"), None);
         assert_eq!(token_bytes(b"401000 <caf\xe9>"), Some(Token::Ip(0x401000)));
         assert_eq!(token_bytes(b"\xff\xfe 401000"), None);
+    }
+
+    /// TR8 (issue 40): a line whose first word is an English word made of hex letters is not
+    /// read as an instruction at that address (`bad` was 0xbad).
+    #[test]
+    fn tr8_english_words_that_look_hex_are_not_instructions() {
+        for line in [
+            "bad packet at 0x1234",
+            "add rax, 1",
+            "face",
+            "deaf",
+            "cafe",
+            "Bad",
+            "ADD",
+            // Eight letters, no decimal digit, not padded: not an IP (write 0xdeadbeef).
+            "deadbeef",
+            "  bad packet",
+            "\tfeed",
+            // 15 columns: short of perf's 16-column field.
+            "           cafe",
+            "decade of bytes",
+        ] {
+            assert_eq!(token(line), None, "{line:?}");
+        }
+    }
+
+    /// TR8 (issue 40): every form a decoder prints an IP in is read: `0x` (users, the libipt
+    /// harness), ptxed's 16 zero-padded digits, perf script's space-padded `%16` field, and a
+    /// bare number with a decimal digit.
+    #[test]
+    fn tr8_every_decoder_form_of_an_ip_is_an_instruction() {
+        assert_eq!(token("0xbad"), Some(Token::Ip(0xbad)));
+        assert_eq!(token("0XBAD  x"), Some(Token::Ip(0xbad)));
+        assert_eq!(token("0xdeadbeef"), Some(Token::Ip(0xdead_beef)));
+        assert_eq!(token("0000000000000bad"), Some(Token::Ip(0xbad)));
+        assert_eq!(token("0000000000401000  mov eax, 1"), Some(Token::Ip(0x401000)));
+        assert_eq!(token("          401000"), Some(Token::Ip(0x401000)));
+        assert_eq!(token("ffffffffffffffff"), Some(Token::Ip(u64::MAX)));
+        assert_eq!(token("ffffffff81000000"), Some(Token::Ip(0xffff_ffff_8100_0000)));
+        assert_eq!(token("401000"), Some(Token::Ip(0x401000)));
+        assert_eq!(token("a1"), Some(Token::Ip(0xa1)));
+        assert_eq!(token("          abcdef"), Some(Token::Ip(0xabcdef)));
+        assert_eq!(token("00000000000000000bad"), None, "more than 16 digits");
+        // Each printer's own format, for addresses with and without a decimal digit.
+        for ip in [
+            0u64,
+            0xa,
+            0xbad,
+            0xabcdef,
+            0x400000,
+            0xffff_ffff_8100_0000,
+            u64::MAX,
+        ] {
+            for line in [
+                format!("{ip:#x}"),         // examples/libipt_decode.rs, users
+                format!("{ip:016x}  nop"),  // ptxed: %016 PRIx64
+                format!(" {ip:16x}"),       // perf script -F ip: ' ' then %16 PRIx64
+                format!("{ip:16x} _start"), // the field alone
+            ] {
+                assert_eq!(token(&line), Some(Token::Ip(ip)), "{line:?}");
+            }
+        }
     }
 
     #[test]
