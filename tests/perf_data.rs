@@ -245,7 +245,7 @@ fn pd3_perf_reads_the_file_without_warnings() {
         .output()
         .unwrap();
     assert!(report.status.success(), "{}", text(&report.stderr));
-    let script = perf(&out, &["--itrace=i0ns", "-F", "ip"]);
+    let script = perf(&out, &["--itrace=i0nse", "-F", "ip"]);
     for (what, o) in [("report", &report), ("script", &script)] {
         let err = text(&o.stderr).to_lowercase();
         assert!(
@@ -276,7 +276,7 @@ fn pd3_perf_reads_the_file_without_warnings() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(!out.join("image.elf").exists());
     assert!(
-        cmd.starts_with("perf script -i /") && cmd.ends_with("perf.data --itrace=i0ns -F ip"),
+        cmd.starts_with("perf script -i /") && cmd.ends_with("perf.data --itrace=i0nse -F ip"),
         "{cmd}"
     );
 }

@@ -555,12 +555,13 @@ fn write_perf_data(
     write_atomic(&dir.staged("perf.data"), |w| {
         perf_data::write(&spec, &mut trace, &chunks, w)
     })?;
-    // A real program's trace decodes against its own files: perf names their symbols, and
-    // shows its error lines (`e`) should any packet not decode.
+    // `e` shows perf's error lines, so the output goes into `ptemu verify` as it is (a decoder
+    // that hides its errors fails a damaged case, TR6). A real program's trace decodes against
+    // its own files: perf names their symbols.
     let fields = if opts.format == Format::Qemu {
         "--itrace=i0nse -F ip,sym"
     } else {
-        "--itrace=i0ns -F ip"
+        "--itrace=i0nse -F ip"
     };
     Ok(format!(
         "perf script -i {} {fields}",
