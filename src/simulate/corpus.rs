@@ -162,7 +162,7 @@ pub fn cases(seed: u64) -> Vec<CaseSpec> {
         ));
         v.push(faulty(
             format!("stop-{}k", size / 1024),
-            "a ToPA STOP region filled: the trace ends, maybe inside a packet",
+            "a ToPA STOP region filled: the trace ends at the region's end, inside a packet only if one straddles it",
             vec![fault(Cause::Stop, Some(size))],
         ));
     }
