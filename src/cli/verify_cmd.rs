@@ -14,9 +14,11 @@ pub struct Args {
     /// A case directory (its truth.bin, else truth.jsonl), or a truth file (truth.bin or
     /// truth.jsonl; "-" for stdin).
     case: PathBuf,
-    /// The decoder's output ("-" for stdin): a line whose first token is a hex number is an
-    /// instruction IP, one whose first token is `error` (or a ptxed `[..: error: ..]` line) an
-    /// error; other lines are ignored.
+    /// The decoder's output ("-" for stdin): a line whose first word is an IP is an
+    /// instruction, one whose first word is `error` (or a ptxed `[..: error: ..]` line) an
+    /// error; other lines are ignored. An IP is 0x and 1-16 hex digits, or hex digits that are
+    /// 16 long, hold a decimal digit, or stand right-aligned in perf's 16-column field: a word
+    /// like `bad` or `face` is not one (spec/truth.md, TR8).
     #[arg(long)]
     ips: PathBuf,
     /// Print nothing; the exit code says it (0 pass, 1 divergence, 2 bad files).
