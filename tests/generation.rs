@@ -451,6 +451,39 @@ fn tip2_tip3_pgd2_pge1_far_transfers_and_context_changes() {
     );
 }
 
+/// TIP2, PSB1: a VM entry sends VMCS with its VMCS pointer before the TIP, and a PSB+ after it
+/// holds VMCS too (OS = 1). No input ptemu reads has VM entries, so the corpus cannot show VMCS
+/// (spec/truth.md, CORP1): this is where ptemu is shown to generate it.
+#[test]
+fn tip2_psb1_corp1_a_vm_entry_sends_vmcs() {
+    let mut r = rig(user().with_os(true));
+    r.ev(far(FarKind::VmEntry { vmcs: 0x1234_5000 }, START, KERNEL, 0));
+    for i in 0..800 {
+        r.ev(Event::IndirectJump {
+            ip: KERNEL + i * 0x40,
+            target: KERNEL + (i + 1) * 0x40,
+        });
+    }
+    r.stop_at(KERNEL + 800 * 0x40);
+    let names = body(&r);
+    let vmcs = names.iter().position(|&n| n == "vmcs").expect("a VMCS packet");
+    assert_eq!(names[vmcs - 1..vmcs + 2], ["tip.pge", "vmcs", "tip"], "{names:?}");
+    let packets = r.packets();
+    assert!(
+        packets.contains(&Packet::Vmcs { base: 0x1234_5000 }),
+        "{packets:?}"
+    );
+    // A later PSB+ (after 2 KiB of TIPs) has it again, after PIP.
+    let psb_plus: Vec<&str> = names[vmcs..]
+        .iter()
+        .skip_while(|&&n| n != "psb")
+        .take_while(|&&n| n != "psbend")
+        .copied()
+        .collect();
+    assert!(psb_plus.windows(2).any(|w| w == ["pip", "vmcs"]), "{psb_plus:?}");
+    assert_libipt_reads(&r);
+}
+
 #[test]
 fn mode1_pge2_mode_exec_on_mode_change_only() {
     let mut r = rig(user().with_os(true));

@@ -322,6 +322,42 @@ impl Packet {
         "trig",
     ];
 
+    /// The kinds ptemu generates, named as in [`Packet::KIND_NAMES`]: every packet the tracer
+    /// emits (`tracer/`: TNT, IP packets, PSB+ and its context packets, timing, PTWRITE, power
+    /// and Event Trace packets, OVF, TraceStop) and the PADs of the hardware packing
+    /// (`packing/`). The others (MNT, BBP, BIP, BEP, TRIG) are decoded and encoded but never
+    /// generated: no model behind them. `ptemu corpus` must show every one (spec/truth.md,
+    /// CORP1).
+    pub const GENERATED_KINDS: [&'static str; 27] = [
+        "pad",
+        "tnt.8",
+        "tnt.64",
+        "tip",
+        "tip.pge",
+        "tip.pgd",
+        "fup",
+        "pip",
+        "mode.exec",
+        "mode.tsx",
+        "stop",
+        "cbr",
+        "tsc",
+        "mtc",
+        "tma",
+        "cyc",
+        "vmcs",
+        "ovf",
+        "psb",
+        "psbend",
+        "ptw",
+        "exstop",
+        "mwait",
+        "pwre",
+        "pwrx",
+        "cfe",
+        "evd",
+    ];
+
     /// A dense index of the packet's kind, `0..Packet::KINDS`.
     pub const fn kind_index(&self) -> usize {
         match self {
