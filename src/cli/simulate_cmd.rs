@@ -500,77 +500,15 @@ fn write_perf_data(
     name: &str,
     maps: Vec<ptemu::perf_data::Mapping>,
 ) -> std::io::Result<String> {
-    use ptemu::perf_data::{self, Mapping, Spec};
-    let image = match &outcome.image {
-        Some(img) => {
-            let (elf, pgoff) = perf_data::elf::image(&img.bytes, img.base);
-            fs::write(dir.staged("image.elf"), elf)?;
-            let path = std::path::absolute(dir.final_path("image.elf"))?;
-            let path = path.to_str().ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "--perf-data: perf finds image.elf by its path, which must be UTF-8",
-                )
-            })?;
-            Some(Mapping::new(
-                path.to_owned(),
-                img.base,
-                img.bytes.len() as u64,
-                pgoff,
-            ))
-        }
-        None => None,
-    };
-    let clock = &opts.tracer.clock;
-    let mut filter = image.as_ref().map_or(String::new(), |m| {
-        perf_data::filter_string(opts.ctl, &opts.msrs, m)
-    });
-    if !filter.is_empty() && image.as_ref().is_some_and(|m| m.path.contains([' ', ','])) {
-        // perf's filter parser ends a file name at a space or a comma.
-        tracing::warn!("--perf-data: DIR's path has a space or a comma: no IP filter in perf.data");
-        filter.clear();
-    }
-    let spec = Spec {
-        filter,
-        ctl: opts.ctl,
-        tsc_ctc: (clock.tsc_per_art, 1),
-        max_nonturbo_ratio: clock.nominal_ratio,
+    ptemu::perf_data::write_run(
+        dir.staging(),
+        &dir.final_path(""),
+        opts,
+        outcome,
+        plan,
+        name,
         maps,
-        pid: 1000,
-        comm: Path::new(name)
-            .file_name()
-            .map_or("ptemu".into(), |n| n.to_string_lossy().chars().take(15).collect()),
-        image,
-    };
-    let trace_path = dir.staged("trace.pt");
-    let len = fs::metadata(&trace_path)?.len();
-    // One AUX buffer per region a PMI reported, as perf collects them; the rest after the last.
-    let cuts: &[u64] = if plan.changes_delivery() {
-        &[]
-    } else {
-        &outcome.pmis
-    };
-    let chunks = perf_data::chunks(len, cuts);
-    let mut trace = std::io::BufReader::new(fs::File::open(&trace_path)?);
-    write_atomic(&dir.staged("perf.data"), |w| {
-        perf_data::write(&spec, &mut trace, &chunks, w)
-    })?;
-    // `e` shows perf's error lines, so the output goes into `ptemu verify` as it is (a decoder
-    // that hides its errors fails a damaged case, TR6). A real program's trace decodes against
-    // its own files: perf names their symbols.
-    let fields = if opts.format == Format::Qemu {
-        "--itrace=i0nse -F ip,sym"
-    } else {
-        "--itrace=i0nse -F ip"
-    };
-    Ok(format!(
-        "perf script -i {} {fields}",
-        ptemu::image::quote(
-            &std::path::absolute(dir.final_path("perf.data"))?
-                .display()
-                .to_string()
-        )
-    ))
+    )
 }
 
 /// The console summary of a `ptemu simulate` run.

@@ -9,8 +9,14 @@
 pub mod elf;
 
 use crate::regs::RtitCtl;
+use crate::report::write_atomic;
+use crate::simulate::fault::Plan;
+use crate::simulate::{Options, Outcome};
+use crate::sources::Format;
 use byteorder::{WriteBytesExt, LE};
+use std::fs;
 use std::io::{self, Read, Write};
+use std::path::Path;
 
 /// `PERFILE2`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PERFILE2");
@@ -353,6 +359,91 @@ pub fn write<R: Read, W: Write + ?Sized>(
         offset += n;
     }
     out.flush()
+}
+
+/// Writes `staged/image.elf` (when the run has a code image) and `staged/perf.data` for the run
+/// whose `trace.pt` is in `staged`, a directory to be renamed to `final_dir` (perf finds
+/// `image.elf` by its absolute path there); returns the perf command that decodes it. `ptemu
+/// simulate --perf-data` and `ptemu corpus --perf-data` (spec/perf-data.md).
+pub fn write_run(
+    staged: &Path,
+    final_dir: &Path,
+    opts: &Options,
+    outcome: &Outcome,
+    plan: &Plan,
+    name: &str,
+    maps: Vec<Mapping>,
+) -> io::Result<String> {
+    let image = match &outcome.image {
+        Some(img) => {
+            let (elf, pgoff) = elf::image(&img.bytes, img.base);
+            fs::write(staged.join("image.elf"), elf)?;
+            let path = std::path::absolute(final_dir.join("image.elf"))?;
+            let path = path.to_str().ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "--perf-data: perf finds image.elf by its path, which must be UTF-8",
+                )
+            })?;
+            Some(Mapping::new(
+                path.to_owned(),
+                img.base,
+                img.bytes.len() as u64,
+                pgoff,
+            ))
+        }
+        None => None,
+    };
+    let clock = &opts.tracer.clock;
+    let mut filter = image
+        .as_ref()
+        .map_or(String::new(), |m| filter_string(opts.ctl, &opts.msrs, m));
+    if !filter.is_empty() && image.as_ref().is_some_and(|m| m.path.contains([' ', ','])) {
+        // perf's filter parser ends a file name at a space or a comma.
+        tracing::warn!("--perf-data: DIR's path has a space or a comma: no IP filter in perf.data");
+        filter.clear();
+    }
+    let spec = Spec {
+        filter,
+        ctl: opts.ctl,
+        tsc_ctc: (clock.tsc_per_art, 1),
+        max_nonturbo_ratio: clock.nominal_ratio,
+        maps,
+        pid: 1000,
+        comm: Path::new(name)
+            .file_name()
+            .map_or("ptemu".into(), |n| n.to_string_lossy().chars().take(15).collect()),
+        image,
+    };
+    let trace_path = staged.join("trace.pt");
+    let len = fs::metadata(&trace_path)?.len();
+    // One AUX buffer per region a PMI reported, as perf collects them; the rest after the last.
+    let cuts: &[u64] = if plan.changes_delivery() {
+        &[]
+    } else {
+        &outcome.pmis
+    };
+    let chunks = chunks(len, cuts);
+    let mut trace = io::BufReader::new(fs::File::open(&trace_path)?);
+    write_atomic(&staged.join("perf.data"), |w| {
+        write(&spec, &mut trace, &chunks, w)
+    })?;
+    // `e` shows perf's error lines, so the output goes into `ptemu verify` as it is (a decoder
+    // that hides its errors fails a damaged case, TR6). A real program's trace decodes against
+    // its own files: perf names their symbols.
+    let fields = if opts.format == Format::Qemu {
+        "--itrace=i0nse -F ip,sym"
+    } else {
+        "--itrace=i0nse -F ip"
+    };
+    Ok(format!(
+        "perf script -i {} {fields}",
+        crate::image::quote(
+            &std::path::absolute(final_dir.join("perf.data"))?
+                .display()
+                .to_string()
+        )
+    ))
 }
 
 #[cfg(test)]
