@@ -561,14 +561,11 @@ fn penn(records: u64, seed: u64) -> Vec<u8> {
 
 fn spec(ctl: Vec<&'static str>, cpu: &'static str, faults: Vec<Fault>, small_regions: bool) -> CaseSpec {
     CaseSpec {
-        name: "case".into(),
-        about: "",
         ctl,
-        msrs: vec![],
         cpu,
         faults,
-        sjeng: false,
         small_regions,
+        ..CaseSpec::new("case", "")
     }
 }
 

@@ -1,4 +1,5 @@
-//! `ptemu corpus DIR [--seed S]`: a decoder test suite, one directory per case (spec/truth.md).
+//! `ptemu corpus DIR [--seed S] [--perf-data]`: a decoder test suite, one directory per case
+//! (spec/truth.md).
 
 use super::output::print;
 use super::run_dir::RunDir;
@@ -14,6 +15,10 @@ pub struct Args {
     /// Seed of the generated input and of the fault positions (same seed, same bytes).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Also write each case's perf.data and image.elf, for Linux perf's decoder
+    /// (spec/perf-data.md); perf finds image.elf by its absolute path, so the files name DIR.
+    #[arg(long)]
+    perf_data: bool,
     /// Print nothing on success.
     #[arg(long, short)]
     quiet: bool,
@@ -26,7 +31,9 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     let specs = corpus::cases(a.seed);
     let mut cases: Vec<CaseSummary> = Vec::new();
     for spec in &specs {
-        let c = corpus::write_case(spec, &input, a.seed, &dir.staged(&spec.name))
+        let final_dir = dir.final_path(&spec.name);
+        let perf = a.perf_data.then_some(final_dir.as_path());
+        let c = corpus::write_case_to(spec, &input, a.seed, &dir.staged(&spec.name), perf)
             .map_err(|e| Failure::input(format!("case {}: {e}", spec.name)))?;
         cases.push(c);
     }
@@ -35,6 +42,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         "truth_version": ptemu::truth::VERSION,
         "seed": a.seed,
         "input": format!("ptemu gen --format penn --records {} --seed {}", corpus::RECORDS, a.seed),
+        "perf_data": a.perf_data,
         "cases": cases,
     });
     let text = serde_json::to_string_pretty(&manifest).map_err(|e| out_error(e.into()))? + "\n";
@@ -52,7 +60,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         );
         outln!(
             o,
-            "  {:<18} {:<15} {:>7} {:>8} {:>6} {:>6} {:>6}  faults",
+            "  {:<22} {:<15} {:>7} {:>8} {:>6} {:>6} {:>6}  faults",
             "case",
             "fault",
             "bytes",
@@ -64,7 +72,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         for c in &cases {
             outln!(
                 o,
-                "  {:<18} {:<15} {:>7} {:>8} {:>6} {:>6} {:>6}  {}",
+                "  {:<22} {:<15} {:>7} {:>8} {:>6} {:>6} {:>6}  {}",
                 c.name,
                 c.fault,
                 c.trace_bytes,
@@ -77,7 +85,8 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         }
         outln!(
             o,
-            "  each case: trace.pt, image.bin, image.json, truth.jsonl, case.json (with its ptxed command)"
+            "  each case: trace.pt, image.bin, image.json, truth.jsonl, case.json (with its ptxed command){}",
+            if a.perf_data { ", perf.data, image.elf" } else { "" }
         );
         outln!(
             o,
