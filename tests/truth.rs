@@ -78,34 +78,93 @@ fn case_lines(case: &Path) -> String {
     libipt_decode::decode_case(case)
 }
 
-/// CORP1, CORP2, TR8: the corpus has at least 20 cases covering clean CTL settings and every
-/// fault kind, each with its files; libipt passes `verify` on every case, and fails it once one
-/// IP is changed or one line removed.
+/// The corpus of seed 3 with `--perf-data`, written once for the tests of this file that read
+/// it (building it is most of their time).
+fn corpus_seed_3() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("corpus");
+        let o = ptemu(&["corpus", s(&root), "--seed", "3", "--perf-data", "-q"]);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        dir
+    })
+    .path()
+    .join("corpus")
+    .leak()
+}
+
+fn manifest(root: &Path) -> Value {
+    serde_json::from_slice(&fs::read(root.join("manifest.json")).unwrap()).unwrap()
+}
+
+/// CORP1, CORP2, TR8: the corpus covers clean CTL settings, every fault kind, and every fault
+/// under each of the three packet styles (Alder Lake's, Skylake's, the SDM's); each case has its
+/// files and the packets the manifest lists (libipt's packet decoder counts the same in every
+/// clean case); libipt passes `verify` on every case, and fails it once one IP is changed or
+/// one line removed (checked on the first case of each fault kind).
 #[test]
 fn corp1_corp2_tr8_libipt_passes_every_corpus_case_and_a_changed_or_missing_line_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("corpus");
-    let o = ptemu(&["corpus", s(&root), "--seed", "3", "-q"]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let manifest: Value = serde_json::from_slice(&fs::read(root.join("manifest.json")).unwrap()).unwrap();
+    let root = corpus_seed_3();
+    let manifest = manifest(root);
+    assert_eq!(manifest["perf_data"], true);
     let cases = manifest["cases"].as_array().unwrap();
-    assert!(cases.len() >= 20, "{} cases", cases.len());
-    let kinds: std::collections::BTreeSet<&str> =
-        cases.iter().map(|c| c["fault"].as_str().unwrap()).collect();
-    for k in ["clean", "ovf", "wrap", "stop", "gap", "corrupt", "corrupt-silent"] {
-        assert!(kinds.contains(k), "no {k} case in {kinds:?}");
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    let mut styles: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> = Default::default();
+    for c in cases {
+        styles
+            .entry(c["fault"].as_str().unwrap())
+            .or_default()
+            .insert(c["cpu"].as_str().unwrap());
     }
+    for k in ["clean", "ovf", "wrap", "stop", "gap", "corrupt", "corrupt-silent"] {
+        let cpus = styles
+            .get(k)
+            .unwrap_or_else(|| panic!("no {k} case in {styles:?}"));
+        for cpu in ["alderlake", "skylake", "generic-max"] {
+            assert!(cpus.contains(cpu), "no {k} case on {cpu}: {cpus:?}");
+        }
+    }
+    let mut mutated = std::collections::BTreeSet::new();
     for c in cases {
         let name = c["name"].as_str().unwrap();
         let case = root.join(name);
-        for f in ["trace.pt", "image.bin", "image.json", "truth.jsonl", "case.json"] {
+        for f in [
+            "trace.pt",
+            "image.bin",
+            "image.json",
+            "truth.jsonl",
+            "case.json",
+            "perf.data",
+            "image.elf",
+        ] {
             assert!(case.join(f).is_file(), "{name}/{f}");
+        }
+        let case_json: Value = serde_json::from_slice(&fs::read(case.join("case.json")).unwrap()).unwrap();
+        for k in ["packets", "events", "input", "cpu", "truth"] {
+            assert_eq!(case_json[k], c[k], "{name}: {k}");
+        }
+        let packets = c["packets"].as_object().unwrap();
+        assert!(packets["psb"].as_u64().unwrap() > 0, "{name}: {packets:?}");
+        if c["fault"] == "clean" {
+            let mut libipt = std::collections::BTreeMap::<String, u64>::new();
+            for (p, _) in common::libipt::decode(&fs::read(case.join("trace.pt")).unwrap()).unwrap() {
+                *libipt.entry(p.name().to_string()).or_default() += 1;
+            }
+            let listed: std::collections::BTreeMap<String, u64> = packets
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect();
+            assert_eq!(listed, libipt, "{name}: the manifest's packets against libipt's");
         }
         let lines = case_lines(&case);
         let (ok, msg) = verify(&case, &lines);
         assert!(ok, "{name}: {msg}");
         let ips: Vec<&str> = lines.lines().filter(|l| l.starts_with("0x")).collect();
         assert!(ips.len() > 100, "{name}: {} instructions", ips.len());
+        if !mutated.insert(c["fault"].as_str().unwrap()) {
+            continue;
+        }
         // One IP changed (the last: required, or an optional one that must then be right).
         let last = lines
             .lines()
@@ -137,15 +196,88 @@ fn corp1_corp2_tr8_libipt_passes_every_corpus_case_and_a_changed_or_missing_line
             .collect();
         assert!(!verify(&case, &removed).0, "{name}: a missing line was accepted");
     }
+    assert_eq!(mutated.len(), 7, "{mutated:?}");
 }
 
-/// CORP3: the same seed writes the same bytes; another seed, other faults.
+/// CORP1: every packet kind ptemu generates (`Packet::GENERATED_KINDS`) is in some case of the
+/// corpus, but those no input ptemu reads can make (`corpus::NOT_FROM_ANY_INPUT`), which are in
+/// none (so that list cannot go stale); no case holds a kind ptemu does not generate. The
+/// manifest's counts are those of the cases' trace.pt.
+#[test]
+fn corp1_every_packet_kind_ptemu_generates_is_in_some_case() {
+    let root = corpus_seed_3();
+    let manifest = manifest(root);
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for c in manifest["cases"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let trace = fs::read(root.join(name).join("trace.pt")).unwrap();
+        let counted = serde_json::to_value(corpus::packet_counts(&trace)).unwrap();
+        assert_eq!(c["packets"], counted, "{name}");
+        for (kind, n) in c["packets"].as_object().unwrap() {
+            assert!(n.as_u64().unwrap() > 0, "{name}: {kind}");
+            seen.entry(kind.clone()).or_default().push(name.to_string());
+        }
+    }
+    let covered = corpus::covered_kinds();
+    for kind in &covered {
+        assert!(seen.contains_key(*kind), "no case has a {kind} packet");
+    }
+    for (kind, why) in corpus::NOT_FROM_ANY_INPUT {
+        assert!(Packet::GENERATED_KINDS.contains(&kind), "{kind}");
+        assert!(
+            !seen.contains_key(kind),
+            "{kind} is in {:?}, yet listed as unmade: {why}",
+            seen[kind]
+        );
+    }
+    for kind in seen.keys() {
+        assert!(
+            Packet::GENERATED_KINDS.contains(&kind.as_str()),
+            "{kind} is in {:?}, but ptemu does not generate it",
+            seen[kind]
+        );
+    }
+    assert_eq!(
+        covered.len() + corpus::NOT_FROM_ANY_INPUT.len(),
+        Packet::GENERATED_KINDS.len()
+    );
+}
+
+/// CORP2, PD1: `ptemu corpus --perf-data` gives each case a perf.data that Linux perf's decoder
+/// reads: on a clean case, the 32-bit BYU program with power events and a wrapped buffer, the
+/// output of the command in `case.json`, run in the case directory, passes `verify`.
+#[test]
+fn corp2_perf_script_reads_a_corpus_case_perf_data() {
+    let root = corpus_seed_3();
+    for name in ["clean-default", "clean-power", "wrap-4k"] {
+        let case = root.join(name);
+        let case_json: Value = serde_json::from_slice(&fs::read(case.join("case.json")).unwrap()).unwrap();
+        let command: Vec<&str> = case_json["perf"].as_str().unwrap().split_whitespace().collect();
+        assert_eq!(command[..2], ["perf", "script"], "{command:?}");
+        let o = std::process::Command::new(command[0])
+            .args(&command[1..])
+            .current_dir(&case)
+            .output()
+            .expect("perf (Debian's linux-perf; cargo xtask test installs it)");
+        assert!(o.status.success(), "{name}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert!(out.lines().count() > 1000, "{name}: {out}");
+        let (ok, msg) = verify(&case, &out);
+        assert!(ok, "{name}: perf's output: {msg}");
+    }
+}
+
+/// CORP3: the same seed writes the same bytes (perf.data aside: it names the directory, where
+/// perf finds image.elf); another seed, other faults.
 #[test]
 fn corp3_same_seed_same_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let read_all = |root: &Path| -> Vec<(String, Vec<u8>)> {
         let mut v = Vec::new();
         for e in walk(root) {
+            if e.ends_with("perf.data") {
+                continue;
+            }
             v.push((
                 e.strip_prefix(root).unwrap().display().to_string(),
                 fs::read(&e).unwrap(),
@@ -154,12 +286,10 @@ fn corp3_same_seed_same_bytes() {
         v.sort();
         v
     };
-    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
-    for d in [&a, &b] {
-        let o = ptemu(&["corpus", s(d), "--seed", "5", "-q"]);
-        assert!(o.status.success(), "{}", text(&o.stderr));
-    }
-    assert_eq!(read_all(&a), read_all(&b));
+    let again = dir.path().join("again");
+    let o = ptemu(&["corpus", s(&again), "--seed", "3", "--perf-data", "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(read_all(corpus_seed_3()), read_all(&again));
     // Another seed: the same cases, the faults elsewhere.
     let faults = |seed| -> Vec<String> {
         corpus::cases(seed)
@@ -550,6 +680,7 @@ fn tr8_non_utf8_lines_both_stdin_and_a_blank_first_line() {
 }
 
 use proptest::prelude::*;
+use ptemu::packet::Packet;
 use ptemu::simulate::corpus::{self, CaseSpec};
 use ptemu::simulate::fault::Fault;
 

@@ -393,6 +393,10 @@ pub fn cases(seed: u64) -> Vec<CaseSpec> {
     v
 }
 
+/// The command that decodes a case's perf.data, run in the case directory (`case.json`'s
+/// `perf`, with `ptemu corpus --perf-data`); its output, errors included, goes into `ptemu verify`.
+pub const PERF_COMMAND: &str = "perf script -i perf.data --itrace=i0nse -F ip";
+
 /// What [`write_case`] wrote, for the manifest.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct CaseSummary {
@@ -695,9 +699,10 @@ pub fn write_case_to(
     json["timing"] = serde_json::json!(timing);
     json["ptxed"] = img.ptxed_command("trace.pt", "image.bin", timing).into();
     if let Some(final_dir) = perf_data {
-        let perf = crate::perf_data::write_run(dir, final_dir, &opts, &outcome, &plan, &name, vec![])
+        crate::perf_data::write_run(dir, final_dir, &opts, &outcome, &plan, &name, vec![])
             .map_err(SimError::Truth)?;
-        json["perf"] = perf.into();
+        // Relative to the case directory, as the ptxed command: no path in case.json (CORP3).
+        json["perf"] = PERF_COMMAND.into();
     }
     (|| -> io::Result<()> {
         fs::write(path("image.bin"), &img.bytes)?;
