@@ -80,7 +80,7 @@ fn case_lines(case: &Path) -> String {
 
 /// The corpus of seed 3 with `--perf-data`, written once for the tests of this file that read
 /// it (building it is most of their time).
-fn corpus_seed_3() -> &'static Path {
+fn corpus_seed_3() -> PathBuf {
     static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
@@ -91,7 +91,6 @@ fn corpus_seed_3() -> &'static Path {
     })
     .path()
     .join("corpus")
-    .leak()
 }
 
 fn manifest(root: &Path) -> Value {
@@ -105,7 +104,7 @@ fn manifest(root: &Path) -> Value {
 /// one line removed (checked on the first case of each fault kind).
 #[test]
 fn corp1_corp2_tr8_libipt_passes_every_corpus_case_and_a_changed_or_missing_line_fails() {
-    let root = corpus_seed_3();
+    let root = &corpus_seed_3();
     let manifest = manifest(root);
     assert_eq!(manifest["perf_data"], true);
     let cases = manifest["cases"].as_array().unwrap();
@@ -205,7 +204,7 @@ fn corp1_corp2_tr8_libipt_passes_every_corpus_case_and_a_changed_or_missing_line
 /// manifest's counts are those of the cases' trace.pt.
 #[test]
 fn corp1_every_packet_kind_ptemu_generates_is_in_some_case() {
-    let root = corpus_seed_3();
+    let root = &corpus_seed_3();
     let manifest = manifest(root);
     let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for c in manifest["cases"].as_array().unwrap() {
@@ -248,7 +247,7 @@ fn corp1_every_packet_kind_ptemu_generates_is_in_some_case() {
 /// output of the command in `case.json`, run in the case directory, passes `verify`.
 #[test]
 fn corp2_perf_script_reads_a_corpus_case_perf_data() {
-    let root = corpus_seed_3();
+    let root = &corpus_seed_3();
     for name in ["clean-default", "clean-power", "wrap-4k"] {
         let case = root.join(name);
         let case_json: Value = serde_json::from_slice(&fs::read(case.join("case.json")).unwrap()).unwrap();
@@ -289,7 +288,7 @@ fn corp3_same_seed_same_bytes() {
     let again = dir.path().join("again");
     let o = ptemu(&["corpus", s(&again), "--seed", "3", "--perf-data", "-q"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(read_all(corpus_seed_3()), read_all(&again));
+    assert_eq!(read_all(&corpus_seed_3()), read_all(&again));
     // Another seed: the same cases, the faults elsewhere.
     let faults = |seed| -> Vec<String> {
         corpus::cases(seed)

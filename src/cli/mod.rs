@@ -119,8 +119,9 @@ enum Command {
         json: bool,
     },
     /// Write a decoder test suite (spec/truth.md): DIR/<case>/ with trace.pt, image.bin,
-    /// image.json, truth.jsonl and case.json for clean runs over CTL settings and every fault
-    /// kind, and DIR/manifest.json. Same seed, same bytes.
+    /// image.json, truth.jsonl and case.json for clean runs over CTL settings, packet styles and
+    /// inputs that make every packet kind an input can, every fault kind under every packet
+    /// style, and DIR/manifest.json with each case's packets and events. Same seed, same bytes.
     Corpus(corpus_cmd::Args),
     /// Check a decoder's instruction output against a case's truth.jsonl (spec/truth.md): exit 0
     /// when it gave every recoverable instruction in order and nothing else, 1 with the first
