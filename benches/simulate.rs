@@ -33,6 +33,10 @@ const BUFFERS: u64 = 4 << 20;
 const TARGET_MB_S: f64 = 300.0;
 /// The most the hardware layout (spec/hardware.md) may cost over none (issue 22).
 const PACKING_COST: f64 = 1.10;
+/// Issue 40: `simulate` with the truth at most this times the time without it.
+const TRUTH_COST: f64 = 1.25;
+/// Issue 40: the truth at most this many bytes an instruction on disk.
+const TRUTH_BYTES: f64 = 2.0;
 /// Issue 29: end-to-end speed-ups of `--threads` (the machine's cores) over `--threads 1` of the
 /// same build: BYU, Penn, gem5.
 const THREAD_TARGETS: [(Format, f64); 3] = [(Format::Byu, 2.5), (Format::Penn, 1.5), (Format::Gem5, 1.5)];
@@ -358,16 +362,31 @@ fn main() {
             "none_seconds": plain, "ratio": packed / plain}));
     }
     let thread_rows = threads(small * 5, runs.0, bench, &judged);
-    // The ground truth (spec/truth.md), on by default: what it costs over --no-truth.
-    let input = generated(Format::Penn, small);
-    let ((with, _), (without, _)) = alternate(&input, Format::Penn, runs.0, &[], &["--no-truth"]);
-    println!(
-        "truth.jsonl, penn {small} uops: {with:.3} s with it, {without:.3} s without: {:.2}x (measured, no target)",
-        with / without
-    );
+    // The ground truth (spec/truth.md TR9), on by default: what it costs over --no-truth, and
+    // its size on disk (issue 40: at most 1.25x the time, 2 bytes an instruction).
+    let mut truth_rows = Vec::new();
+    for (format, records) in [(Format::Penn, small * 5), (Format::Byu, small * 20)] {
+        let input = generated(format, records);
+        let ((with, _), (without, _)) = alternate(&input, format, runs.0, &[], &["--no-truth"]);
+        let out = data_dir().join(format!("simulate-truth-{format}"));
+        let (_, report) = simulate(&input, format, &out, &[]);
+        let bytes = std::fs::metadata(out.join("truth.bin")).unwrap().len();
+        let insns = report["truth"]["counts"]["instructions"].as_u64().unwrap().max(1);
+        let _ = std::fs::remove_dir_all(&out);
+        let per = bytes as f64 / insns as f64;
+        println!(
+            "truth.bin, {format} {records} records: {with:.3} s with it, {without:.3} s without: {:.2}x (target <= {TRUTH_COST:.2}x: {}); {per:.2} bytes an instruction (target <= {TRUTH_BYTES:.1}: {})",
+            with / without,
+            judged(with / without <= TRUTH_COST),
+            judged(per <= TRUTH_BYTES)
+        );
+        truth_rows.push(serde_json::json!({"format": format.to_string(), "records": records,
+            "with_seconds": with, "without_seconds": without, "ratio": with / without,
+            "bytes": bytes, "instructions": insns, "bytes_per_instruction": per}));
+    }
     if bench {
         let json = serde_json::json!({
-            "truth": {"uops": small, "with_seconds": with, "without_seconds": without, "ratio": with / without},
+            "truth": truth_rows,
             "packing": packing,
             "threads": thread_rows,
             "sizes": rows.iter().map(|(m, rate)| serde_json::json!({

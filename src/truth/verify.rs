@@ -436,6 +436,32 @@ impl<'a> Matcher<'a> {
         Ok(())
     }
 
+    /// The common case, in place: one way, at a required instruction `t` is, with a required
+    /// instruction next (nothing for [`Matcher::close`] to add, no floor to move). `false` when
+    /// that is not the case, and nothing changed.
+    #[inline]
+    fn step_one(&mut self, t: Token) -> io::Result<bool> {
+        let [w] = self.ways.as_mut_slice() else {
+            return Ok(false);
+        };
+        match (w.at.item, t) {
+            (Item::Ip { ip, optional: false, .. }, Token::Ip(x)) if ip == x => {
+                let at = w.at.advance()?;
+                if !matches!(at.item, Item::Ip { optional: false, .. }) {
+                    return Ok(false);
+                }
+                *w = Way {
+                    at,
+                    err: false,
+                    run_end: None,
+                };
+                self.work += 1;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Moves every way past `t`; returns the furthest place that could not take it.
     fn step(&mut self, t: Token) -> io::Result<Option<At<'a>>> {
         let ways = std::mem::take(&mut self.ways);
@@ -562,10 +588,19 @@ pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict>
         if !more {
             break;
         }
+        // The ways only move forward: what lies before the first one is read for good.
+        if n.is_multiple_of(4096) {
+            let low = m.ways.iter().map(|w| w.at.pos).min().unwrap_or(0);
+            pattern.bytes.release(released, low);
+            released = released.max(low);
+        }
         let Some(t) = token_bytes(&buf) else { continue };
         match t {
             Token::Ip(_) => v.ips += 1,
             Token::Error => v.errors += 1,
+        }
+        if m.step_one(t)? {
+            continue;
         }
         let dead = m.step(t)?;
         let here = |at: Option<&At>| Divergence {
@@ -583,12 +618,6 @@ pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict>
             if furthest.as_ref().is_none_or(|f| d.pos > f.0) {
                 furthest = Some((d.pos, here(Some(&d))));
             }
-        }
-        // The ways only move forward: what lies before the first one is read for good.
-        if n.is_multiple_of(4096) {
-            let low = m.ways.iter().map(|w| w.at.pos).min().unwrap_or(0);
-            pattern.bytes.release(released, low);
-            released = released.max(low);
         }
     }
     v.work = m.work;
