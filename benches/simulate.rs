@@ -380,9 +380,11 @@ fn main() {
             judged(with / without <= TRUTH_COST),
             judged(per <= TRUTH_BYTES)
         );
-        truth_rows.push(serde_json::json!({"format": format.to_string(), "records": records,
+        truth_rows.push(
+            serde_json::json!({"format": format.to_string(), "records": records,
             "with_seconds": with, "without_seconds": without, "ratio": with / without,
-            "bytes": bytes, "instructions": insns, "bytes_per_instruction": per}));
+            "bytes": bytes, "instructions": insns, "bytes_per_instruction": per}),
+        );
     }
     if bench {
         let json = serde_json::json!({

@@ -445,7 +445,12 @@ impl<'a> Matcher<'a> {
             return Ok(false);
         };
         match (w.at.item, t) {
-            (Item::Ip { ip, optional: false, .. }, Token::Ip(x)) if ip == x => {
+            (
+                Item::Ip {
+                    ip, optional: false, ..
+                },
+                Token::Ip(x),
+            ) if ip == x => {
                 let at = w.at.advance()?;
                 if !matches!(at.item, Item::Ip { optional: false, .. }) {
                     return Ok(false);
