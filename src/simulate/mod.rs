@@ -445,7 +445,7 @@ fn spool_facts(
         }
         w.write(&f).map_err(SimError::Truth)?;
     }
-    Ok(())
+    w.pass_on().map_err(SimError::Truth)
 }
 
 /// Writes STATUS, OUTPUT_BASE, MASK_PTRS and the other

@@ -129,6 +129,14 @@ impl<W: Write> Writer<W> {
         Ok(())
     }
 
+    /// Passes what is buffered on to the writer (after each batch of events: a write error, a
+    /// full disk, shows at the batch it happened in, not at the end of the run).
+    pub fn pass_on(&mut self) -> io::Result<()> {
+        self.out.write_all(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+
     /// Writes what is buffered and returns the writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.out.write_all(&self.buf)?;
