@@ -223,6 +223,9 @@ pub fn decode_sections(trace: &[u8], sections: &[Section], t: Timing) -> String 
             while status >= 0 && status & pt_status_flag_pts_event_pending as i32 != 0 {
                 let mut ev: pt_event = std::mem::zeroed();
                 status = pt_insn_event(dec, &mut ev, std::mem::size_of::<pt_event>());
+                if status >= 0 {
+                    event_line(&mut out, &ev);
+                }
             }
             if status < 0 {
                 continue;
@@ -239,6 +242,49 @@ pub fn decode_sections(trace: &[u8], sections: &[Section], t: Timing) -> String 
         pt_insn_free_decoder(dec);
     }
     out
+}
+
+/// Writes `ev` as ptxed prints an event with `--event:ip` (`spec/truth.md`, TR10): `[enabled,
+/// ip: …]` (`[resumed, …]` when tracing resumes where it stopped), `[disabled]` (synchronous or
+/// asynchronous, with `at:` for the latter), `[interrupt, from: …, to: …]` (an asynchronous
+/// branch), `[overflow]`; IPs as 16 zero-padded hex digits, each left out when libipt
+/// suppresses it. Status updates and other events are not printed (ptxed leaves out the
+/// former; `verify` ignores the latter).
+fn event_line(out: &mut String, ev: &pt_event) {
+    let ip = |name: &str, v: u64| format!(", {name}: {v:016x}");
+    let shown = |name: &str, v: u64| {
+        if ev.ip_suppressed() != 0 {
+            String::new()
+        } else {
+            ip(name, v)
+        }
+    };
+    if ev.status_update() != 0 {
+        return;
+    }
+    // SAFETY: each arm reads the variant `type_` names.
+    let line = unsafe {
+        match ev.type_ {
+            pt_event_type_ptev_enabled => {
+                let e = &ev.variant.enabled;
+                let word = if e.resumed() != 0 { "resumed" } else { "enabled" };
+                format!("[{word}{}]", ip("ip", e.ip))
+            }
+            pt_event_type_ptev_disabled => format!("[disabled{}]", shown("ip", ev.variant.disabled.ip)),
+            pt_event_type_ptev_async_disabled => {
+                let e = &ev.variant.async_disabled;
+                format!("[disabled{}{}]", ip("at", e.at), shown("ip", e.ip))
+            }
+            pt_event_type_ptev_async_branch => {
+                let e = &ev.variant.async_branch;
+                format!("[interrupt{}{}]", ip("from", e.from), shown("to", e.to))
+            }
+            pt_event_type_ptev_overflow => format!("[overflow{}]", shown("ip", ev.variant.overflow.ip)),
+            _ => return,
+        }
+    };
+    out.push_str(&line);
+    out.push('\n');
 }
 
 fn main() {

@@ -3,7 +3,7 @@
 
 use super::output::{is_std, print};
 use super::Failure;
-use ptemu::truth::verify::{check, Pattern};
+use ptemu::truth::verify::{check_with, Options, Pattern};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -21,6 +21,11 @@ pub struct Args {
     /// like `bad` or `face` is not one (spec/truth.md, TR8).
     #[arg(long)]
     ips: PathBuf,
+    /// Check the decoder's event lines too, ptxed's words: [enabled] (or [resumed]),
+    /// [disabled], [interrupt], [overflow], with the IPs ptxed's --event:ip prints; without
+    /// it they are ignored (spec/truth.md, TR10).
+    #[arg(long)]
+    events: bool,
     /// Print nothing; the exit code says it (0 pass, 1 divergence, 2 bad files).
     #[arg(long, short)]
     quiet: bool,
@@ -50,15 +55,20 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     .map_err(|e| Failure::input(e.to_string()))?;
     let mut ips = open(&a.ips)?;
     let verdict =
-        check(&pattern, &mut ips).map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
+        check_with(&pattern, &mut ips, Options::events(a.events)).map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
     // The rest of a pipe is read, so the decoder writing it is not killed by SIGPIPE.
     let _ = io::copy(&mut ips, &mut io::sink());
     match verdict.divergence {
         None => {
             if !a.quiet {
+                let events = if a.events {
+                    format!(", {} error line(s) and {} event line(s)", verdict.errors, verdict.events)
+                } else {
+                    format!(" and {} error line(s)", verdict.errors)
+                };
                 print(&format!(
-                    "ptemu verify: ok: {} instruction line(s) and {} error line(s) agree with {name} ({} instructions a decoder can give)\n",
-                    verdict.ips, verdict.errors, pattern.instructions
+                    "ptemu verify: ok: {} instruction line(s){events} agree with {name} ({} instructions a decoder can give)\n",
+                    verdict.ips, pattern.instructions
                 ))?;
             }
             Ok(())

@@ -31,11 +31,100 @@ pub enum Token {
     Ip(u64),
     /// The decoder reported an error.
     Error,
+    /// The decoder reported an event (TR10; matched only with `--events`).
+    Event(Event),
+}
+
+/// What kind of event a decoder reported, in ptxed's words (TR10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// `[enabled]` or `[resumed]`: tracing (re)starts (TIP.PGE).
+    Enabled,
+    /// `[disabled]`: tracing stops (TIP.PGD; ptxed prints libipt's asynchronous disable the same).
+    Disabled,
+    /// `[interrupt]`: an asynchronous branch (FUP + TIP: an interrupt, exception or VM exit).
+    Interrupt,
+    /// `[overflow]`: the trace unit overflowed (OVF).
+    Overflow,
+}
+
+impl EventKind {
+    /// Its word in a decoder's output (ptxed's).
+    pub fn word(self) -> &'static str {
+        match self {
+            EventKind::Enabled => "enabled",
+            EventKind::Disabled => "disabled",
+            EventKind::Interrupt => "interrupt",
+            EventKind::Overflow => "overflow",
+        }
+    }
+}
+
+/// An event line (TR10): its kind and the IPs it carries, if any (ptxed's `--event:ip`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// `ip:` of `[enabled]`, `from:` of `[interrupt]`; `None` when not printed (the IPs of
+    /// `[disabled]` and `[overflow]` are not checked: the truth does not hold them).
+    pub ip: Option<u64>,
+    /// `to:` of `[interrupt]`, if printed.
+    pub to: Option<u64>,
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}", self.kind.word())?;
+        let first = if self.kind == EventKind::Interrupt { "from" } else { "ip" };
+        if let Some(ip) = self.ip {
+            write!(f, ", {first}: {ip:#x}")?;
+        }
+        if let Some(to) = self.to {
+            write!(f, ", to: {to:#x}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+/// An event line of ptxed's (TR10): `[` then, optionally, 16-digit hex words (ptxed's
+/// `--offset` and `--event:time` columns), the event's word (`enabled`, `resumed`, `disabled`,
+/// `interrupt`, `overflow`), then `, key: hex` fields (`ip`, `from`, `to`, `at`) and `]`. Any other
+/// bracketed line (`[end of trace]`, `[paging, …]`, `[exec mode: …]`) is not an event here.
+fn event_line(rest: &[u8]) -> Option<Event> {
+    let inner = rest.strip_prefix(b"[")?;
+    let inner = &inner[..inner.iter().position(|&b| b == b']')?];
+    let inner = std::str::from_utf8(inner).ok()?;
+    let mut parts = inner.split(',');
+    let mut words = parts.next()?.split_ascii_whitespace().rev();
+    let kind = match words.next()? {
+        "enabled" | "resumed" => EventKind::Enabled,
+        "disabled" => EventKind::Disabled,
+        "interrupt" => EventKind::Interrupt,
+        "overflow" => EventKind::Overflow,
+        _ => return None,
+    };
+    if !words.all(|w| w.len() == 16 && w.bytes().all(|b| b.is_ascii_hexdigit())) {
+        return None;
+    }
+    let mut ev = Event { kind, ip: None, to: None };
+    for part in parts {
+        let (key, value) = part.split_once(':')?;
+        let value = value.trim();
+        let value = value.strip_prefix("0x").unwrap_or(value);
+        let value = u64::from_str_radix(value, 16).ok()?;
+        match (kind, key.trim()) {
+            (EventKind::Enabled, "ip") | (EventKind::Interrupt, "from") => ev.ip = Some(value),
+            (EventKind::Interrupt, "to") => ev.to = Some(value),
+            _ => {}
+        }
+    }
+    Some(ev)
 }
 
 /// Reads one line of decoder output (TR8): a first whitespace-separated word that is an IP is
 /// an instruction; a first word `error`, or a ptxed error line (`[offset, ip: error: ...]`), an
-/// error; anything else is ignored. The first word is an IP when it is
+/// error; a ptxed event line (`[enabled, ip: …]`, `[interrupt]`, …: [`EventKind`]) an event
+/// (TR10); anything else is ignored. The first word is an IP when it is
 ///
 /// 1. `0x` or `0X` and 1 to 16 hex digits (what users write; `examples/libipt_decode.rs`
 ///    prints `{:#x}`); or, without `0x`, 1 to 16 hex digits that are
@@ -65,7 +154,10 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
         return Some(Token::Error);
     }
     if first.starts_with(b"[") {
-        return contains(b": error").then_some(Token::Error);
+        if contains(b": error") {
+            return Some(Token::Error);
+        }
+        return event_line(rest).map(Token::Event);
     }
     // perf script's `--itrace=e` lines: " instruction trace error type 1 ...".
     if first == b"instruction" && contains(b"instruction trace error") {
@@ -109,7 +201,26 @@ enum Item {
         cause: Cause,
         first: u64,
     },
+    /// An event a decoder must (or, optional, may) report (with `--events`, TR10).
+    Event {
+        kind: EventKind,
+        ip: Option<u64>,
+        to: Option<u64>,
+        off: Option<u64>,
+        optional: bool,
+    },
     End,
+}
+
+/// What [`next_item`] needs to know of the records before: whether events are items, the span
+/// the records are in (events inside a lost or undefined span are not items, TR10, but for the
+/// overflow that ends an `ovf` span), and whether the last instruction was optional.
+#[derive(Clone, Copy, Debug)]
+struct Ctx {
+    events: bool,
+    truncated: bool,
+    span: Option<Cause>,
+    after_optional: bool,
 }
 
 /// The bytes of a truth in `truth.bin`'s form: a mapped file, or (a `truth.jsonl`, stdin) made
@@ -265,50 +376,113 @@ struct At<'a> {
     pos: usize,
     item: Item,
     next: Decoder<'a>,
+    ctx: Ctx,
 }
 
 fn format_error(e: compact::FormatError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("the truth: {e}"))
 }
 
-/// The item after `next` (lost and undefined instructions, enables, disables and the like are
-/// not items: a span before them stands for them).
-fn next_item(mut next: Decoder<'_>) -> io::Result<At<'_>> {
+fn read_record(next: &mut Decoder<'_>) -> io::Result<(usize, Record)> {
+    next.next_record().map_err(format_error)?.ok_or_else(|| {
+        format_error(compact::FormatError {
+            at: next.pos(),
+            msg: "no end record".into(),
+        })
+    })
+}
+
+/// Whether an event before the records of `next` may be left out (TR10): when the next
+/// instruction is optional, or a span or the end of a truncated stream comes first (a decoder
+/// may stop before it, TR3).
+fn event_optional(mut next: Decoder<'_>, truncated: bool) -> io::Result<bool> {
     loop {
-        let (pos, r) = next.next_record().map_err(format_error)?.ok_or_else(|| {
-            format_error(compact::FormatError {
-                at: next.pos(),
-                msg: "no end record".into(),
-            })
-        })?;
-        let item = match r {
+        match read_record(&mut next)?.1 {
+            Record::Insn { class, .. } => return Ok(class != Class::Required),
+            Record::Span { .. } => return Ok(true),
+            Record::End { .. } => return Ok(truncated),
+            _ => {}
+        }
+    }
+}
+
+/// The item after `next` (lost and undefined instructions are not items: a span before them
+/// stands for them; nor are events without `--events`, events inside a span, or events whose
+/// packet was not delivered).
+fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
+    loop {
+        let (pos, r) = read_record(&mut next)?;
+        let (kind, ip, to, off) = match r {
             Record::Insn {
                 i,
                 ip,
                 off,
                 class: class @ (Class::Required | Class::Optional),
                 ..
-            } => Item::Ip {
-                ip,
-                index: i,
-                off,
-                optional: class == Class::Optional,
-            },
-            Record::Span { cause, first, .. } => Item::Gap { cause, first },
-            Record::End { .. } => Item::End,
-            _ => continue,
+            } => {
+                let optional = class == Class::Optional;
+                ctx.span = None;
+                ctx.after_optional = optional;
+                let item = Item::Ip {
+                    ip,
+                    index: i,
+                    off,
+                    optional,
+                };
+                return Ok(At { pos, item, next, ctx });
+            }
+            Record::Span { cause, first, .. } => {
+                ctx.span = Some(cause);
+                ctx.after_optional = false;
+                let item = Item::Gap { cause, first };
+                return Ok(At { pos, item, next, ctx });
+            }
+            Record::End { .. } => {
+                return Ok(At {
+                    pos,
+                    item: Item::End,
+                    next,
+                    ctx,
+                })
+            }
+            Record::Enable { ip, off } => (EventKind::Enabled, Some(ip), None, off),
+            Record::Disable { off } => (EventKind::Disabled, None, None, off),
+            Record::Async { from, to, off } => (EventKind::Interrupt, Some(from), Some(to), off),
+            Record::Overflow { off } => (EventKind::Overflow, None, None, off),
+            Record::Insn { .. } => continue,
         };
-        return Ok(At { pos, item, next });
+        if !ctx.events || off.is_none() {
+            continue;
+        }
+        match ctx.span {
+            // The OVF of an overflow's own span is delivered: a decoder reports it, and what
+            // follows it is recovered.
+            Some(Cause::Ovf) if kind == EventKind::Overflow => ctx.span = None,
+            Some(_) => continue,
+            None => {}
+        }
+        let optional = ctx.after_optional || event_optional(next, ctx.truncated)?;
+        let item = Item::Event {
+            kind,
+            ip,
+            to,
+            off,
+            optional,
+        };
+        return Ok(At { pos, item, next, ctx });
     }
 }
 
 impl<'a> At<'a> {
     fn advance(&self) -> io::Result<At<'a>> {
-        next_item(self.next)
+        next_item(self.next, self.ctx)
     }
 
     fn optional(&self) -> bool {
-        matches!(self.item, Item::Ip { optional: true, .. })
+        matches!(
+            self.item,
+            Item::Ip { optional: true, .. } | Item::Event { optional: true, .. }
+        )
     }
 
     fn undefined(&self) -> bool {
@@ -341,7 +515,7 @@ struct Matcher<'a> {
 }
 
 impl<'a> Matcher<'a> {
-    fn new(p: &'a Pattern) -> io::Result<Self> {
+    fn new(p: &'a Pattern, o: Options) -> io::Result<Self> {
         let mut m = Matcher {
             truncated: p.truncated,
             ways: Vec::new(),
@@ -350,7 +524,13 @@ impl<'a> Matcher<'a> {
             floor: 0,
             work: 0,
         };
-        let first = next_item(Decoder::new(p.bytes.get(), p.start))?;
+        let ctx = Ctx {
+            events: o.events,
+            truncated: p.truncated,
+            span: None,
+            after_optional: false,
+        };
+        let first = next_item(Decoder::new(p.bytes.get(), p.start), ctx)?;
         m.add(Way {
             at: first,
             err: false,
@@ -395,7 +575,7 @@ impl<'a> Matcher<'a> {
             i += 1;
             self.work += 1;
             match w.at.item {
-                Item::Ip { optional: true, .. } => {
+                Item::Ip { optional: true, .. } | Item::Event { optional: true, .. } => {
                     let end = match w.run_end {
                         Some(e) => e,
                         None => {
@@ -488,6 +668,21 @@ impl<'a> Matcher<'a> {
                     ..*w
                 }),
                 (Item::Gap { .. }, Token::Error) => Some(Way { err: true, ..*w }),
+                // Events a decoder meets inside a lost span may be reported or not (TR10).
+                (Item::Gap { .. }, Token::Event(_)) => Some(*w),
+                (Item::Event { kind, ip, to, .. }, Token::Event(e))
+                    if e.kind == kind
+                        && (e.ip.is_none() || ip.is_none() || e.ip == ip)
+                        && (e.to.is_none() || to.is_none() || e.to == to) =>
+                {
+                    let at = w.at.advance()?;
+                    let run_end = if at.optional() { w.run_end } else { None };
+                    Some(Way {
+                        at,
+                        err: false,
+                        run_end,
+                    })
+                }
                 (Item::End, Token::Error) if self.truncated => Some(*w),
                 _ => None,
             };
@@ -521,6 +716,11 @@ fn expected(at: Option<&At>) -> String {
                 format!("nothing for the {} span from instruction {first}", cause.name())
             }
         }
+        Some(Item::Event { kind, ip, to, off, .. }) => format!(
+            "the event {} (stream offset {})",
+            Event { kind, ip, to },
+            off.map_or("unknown".into(), |o| o.to_string())
+        ),
         Some(Item::End) | None => "no more instructions".into(),
     }
 }
@@ -558,6 +758,8 @@ pub struct Verdict {
     pub ips: u64,
     /// Error lines read.
     pub errors: u64,
+    /// Event lines read and matched (with `--events`, TR10).
+    pub events: u64,
     /// The first divergence, if any.
     pub divergence: Option<Divergence>,
     /// The matcher's work: every position of the truth it followed, once for each line (the
@@ -566,13 +768,35 @@ pub struct Verdict {
     pub work: u64,
 }
 
-/// Matches a decoder's output lines against `pattern` (TR8). A line need not be UTF-8; a line
-/// longer than [`MAX_LINE`], or a read error, is an error naming the line.
-pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict> {
-    let mut m = Matcher::new(pattern)?;
+/// How [`check_with`] matches.
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct Options {
+    /// Match the decoder's event lines against the truth's enables, disables, asynchronous
+    /// transfers and overflows (`verify --events`, TR10); without it event lines are ignored.
+    pub events: bool,
+}
+
+impl Options {
+    /// With events checked or not.
+    pub fn events(events: bool) -> Self {
+        Options { events }
+    }
+}
+
+/// Matches a decoder's output lines against `pattern` (TR8), event lines ignored. A line need
+/// not be UTF-8; a line longer than [`MAX_LINE`], or a read error, is an error naming the line.
+pub fn check(pattern: &Pattern, output: impl BufRead) -> io::Result<Verdict> {
+    check_with(pattern, output, Options::default())
+}
+
+/// [`check`] with `options` (TR10: `events` matches event lines too).
+pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options) -> io::Result<Verdict> {
+    let mut m = Matcher::new(pattern, options)?;
     let mut v = Verdict {
         ips: 0,
         errors: 0,
+        events: 0,
         divergence: None,
         work: 0,
     };
@@ -582,6 +806,7 @@ pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict>
     let given = |t: Token| match t {
         Token::Ip(ip) => format!("{ip:#x}"),
         Token::Error => "an error".into(),
+        Token::Event(e) => format!("the event {e}"),
     };
     let mut buf = Vec::with_capacity(256);
     let mut n = 0u64;
@@ -603,6 +828,8 @@ pub fn check(pattern: &Pattern, mut output: impl BufRead) -> io::Result<Verdict>
         match t {
             Token::Ip(_) => v.ips += 1,
             Token::Error => v.errors += 1,
+            Token::Event(_) if !options.events => continue,
+            Token::Event(_) => v.events += 1,
         }
         if m.step_one(t)? {
             continue;
