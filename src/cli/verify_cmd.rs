@@ -54,15 +54,18 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     }
     .map_err(|e| Failure::input(e.to_string()))?;
     let mut ips = open(&a.ips)?;
-    let verdict =
-        check_with(&pattern, &mut ips, Options::events(a.events)).map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
+    let verdict = check_with(&pattern, &mut ips, Options::events(a.events))
+        .map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
     // The rest of a pipe is read, so the decoder writing it is not killed by SIGPIPE.
     let _ = io::copy(&mut ips, &mut io::sink());
     match verdict.divergence {
         None => {
             if !a.quiet {
                 let events = if a.events {
-                    format!(", {} error line(s) and {} event line(s)", verdict.errors, verdict.events)
+                    format!(
+                        ", {} error line(s) and {} event line(s)",
+                        verdict.errors, verdict.events
+                    )
                 } else {
                     format!(" and {} error line(s)", verdict.errors)
                 };

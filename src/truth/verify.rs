@@ -75,7 +75,11 @@ pub struct Event {
 impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[{}", self.kind.word())?;
-        let first = if self.kind == EventKind::Interrupt { "from" } else { "ip" };
+        let first = if self.kind == EventKind::Interrupt {
+            "from"
+        } else {
+            "ip"
+        };
         if let Some(ip) = self.ip {
             write!(f, ", {first}: {ip:#x}")?;
         }
@@ -106,7 +110,11 @@ fn event_line(rest: &[u8]) -> Option<Event> {
     if !words.all(|w| w.len() == 16 && w.bytes().all(|b| b.is_ascii_hexdigit())) {
         return None;
     }
-    let mut ev = Event { kind, ip: None, to: None };
+    let mut ev = Event {
+        kind,
+        ip: None,
+        to: None,
+    };
     for part in parts {
         let (key, value) = part.split_once(':')?;
         let value = value.trim();
@@ -716,7 +724,9 @@ fn expected(at: Option<&At>) -> String {
                 format!("nothing for the {} span from instruction {first}", cause.name())
             }
         }
-        Some(Item::Event { kind, ip, to, off, .. }) => format!(
+        Some(Item::Event {
+            kind, ip, to, off, ..
+        }) => format!(
             "the event {} (stream offset {})",
             Event { kind, ip, to },
             off.map_or("unknown".into(), |o| o.to_string())
@@ -926,7 +936,14 @@ mod tests {
         assert_eq!(token("  401000  mov eax, 1"), Some(Token::Ip(0x401000)));
         assert_eq!(token("error: bad packet"), Some(Token::Error));
         assert_eq!(token("[1a0, 401000: error: bad opcode]"), Some(Token::Error));
-        assert_eq!(token("[enabled]"), None);
+        assert_eq!(
+            token("[enabled]"),
+            Some(Token::Event(Event {
+                kind: EventKind::Enabled,
+                ip: None,
+                to: None
+            }))
+        );
         assert_eq!(
             token(" instruction trace error type 1 time 0 cpu 0 pid 1 tid 1 ip 0x40 code 6: x"),
             Some(Token::Error)
@@ -1130,5 +1147,153 @@ mod tests {
         assert_eq!(e.line, 1, "{e}");
         let e = Pattern::read("t.jsonl", "".as_bytes()).unwrap_err();
         assert_eq!(e.line, 1, "{e}");
+    }
+
+    fn with_events(p: &Pattern, out: &str) -> Option<Divergence> {
+        check_with(p, out.as_bytes(), Options::events(true))
+            .unwrap()
+            .divergence
+    }
+
+    const EN: &str = r#"{"k":"enable","ip":"0x10","off":0}"#;
+    const INT: &str = r#"{"k":"async","from":"0x11","to":"0x20","off":3}"#;
+    const AFTER_INT: &str = r#"{"k":"insn","i":1,"ip":"0x20","off":3}"#;
+    const DIS: &str = r#"{"k":"disable","off":5}"#;
+
+    /// TR10: ptxed's event lines, with and without `--event:ip`, `--offset` and `--event:time`
+    /// columns; other bracketed lines are not events.
+    #[test]
+    fn tr10_event_lines_are_ptxeds_words() {
+        let ev = |kind, ip, to| Some(Token::Event(Event { kind, ip, to }));
+        assert_eq!(token("[enabled]"), ev(EventKind::Enabled, None, None));
+        assert_eq!(
+            token("[enabled, ip: 0000000000401000]"),
+            ev(EventKind::Enabled, Some(0x401000), None)
+        );
+        assert_eq!(
+            token("[resumed, ip: 10]"),
+            ev(EventKind::Enabled, Some(0x10), None)
+        );
+        assert_eq!(token("[disabled]"), ev(EventKind::Disabled, None, None));
+        assert_eq!(
+            token("[disabled, at: 0000000000405c0a, ip: 0000000000405c0f]"),
+            ev(EventKind::Disabled, None, None)
+        );
+        assert_eq!(
+            token("[interrupt, from: 000000000040480a, to: 000000000040480f]"),
+            ev(EventKind::Interrupt, Some(0x40480a), Some(0x40480f))
+        );
+        assert_eq!(token("[overflow]"), ev(EventKind::Overflow, None, None));
+        assert_eq!(
+            token("[0000000000001a2b  0000000000000040  overflow, ip: 0000000000401000]"),
+            ev(EventKind::Overflow, None, None)
+        );
+        for line in [
+            "[end of trace]",
+            "[paging, cr3: 0000000000001000]",
+            "[exec mode: 64-bit]",
+            "[tick]",
+            "[bad words enabled]",
+            "[enabled, ip: xyz]",
+            "[enabled",
+        ] {
+            assert_eq!(token(line), None, "{line:?}");
+        }
+        assert_eq!(token("[1a0, 401000: error: bad opcode]"), Some(Token::Error));
+    }
+
+    /// TR10: with `--events` every delivered event is required in its place; a missing, an extra,
+    /// a misplaced event or one with another IP diverges; without it event lines are ignored.
+    #[test]
+    fn tr10_events_must_come_in_their_place() {
+        let p = pattern(&[EN, A, INT, AFTER_INT, DIS]);
+        let good = "[enabled, ip: 0000000000000010]\n10\n[interrupt, from: 0000000000000011, to: 0000000000000020]\n20\n[disabled]\n";
+        assert_eq!(with_events(&p, good), None);
+        let v = check_with(&p, good.as_bytes(), Options::events(true)).unwrap();
+        assert_eq!((v.ips, v.events), (2, 3));
+        // Kinds only, as plain ptxed prints them.
+        assert_eq!(
+            with_events(&p, "[enabled]\n10\n[interrupt]\n20\n[disabled]\n"),
+            None
+        );
+        // Missing: the interrupt.
+        let d = with_events(&p, "[enabled]\n10\n20\n[disabled]\n").unwrap();
+        assert_eq!(d.line, 3, "{d}");
+        assert!(d.expected.contains("[interrupt, from: 0x11, to: 0x20]"), "{d}");
+        // Missing at the end: the disable.
+        let d = with_events(&p, "[enabled]\n10\n[interrupt]\n20\n").unwrap();
+        assert_eq!(d.line, 0, "{d}");
+        assert!(d.expected.contains("[disabled]"), "{d}");
+        // Extra: a second enable, an overflow.
+        assert!(with_events(&p, "[enabled]\n[enabled]\n10\n[interrupt]\n20\n[disabled]\n").is_some());
+        assert!(with_events(&p, "[enabled]\n10\n[overflow]\n[interrupt]\n20\n[disabled]\n").is_some());
+        // Wrong order: the interrupt after the instruction it leads to.
+        let d = with_events(&p, "[enabled]\n10\n20\n[interrupt]\n[disabled]\n").unwrap();
+        assert_eq!(d.line, 3, "{d}");
+        assert!(with_events(&p, "10\n[enabled]\n[interrupt]\n20\n[disabled]\n").is_some());
+        // Another IP.
+        assert!(with_events(
+            &p,
+            "[enabled, ip: 0000000000000011]\n10\n[interrupt]\n20\n[disabled]\n"
+        )
+        .is_some());
+        assert!(with_events(
+            &p,
+            "[enabled]\n10\n[interrupt, from: 0000000000000011, to: 0000000000000021]\n20\n[disabled]\n"
+        )
+        .is_some());
+        // Without --events: event lines ignored, present, missing or wrong.
+        for out in [good, "10\n20\n", "[overflow]\n10\n[enabled]\n[enabled]\n20\n"] {
+            assert_eq!(verdict(&p, out), None, "{out:?}");
+        }
+        assert!(with_events(&p, "10\n20\n").is_some());
+    }
+
+    /// TR10: events inside a lost span may be reported or not, but the overflow of an `ovf` span
+    /// and what follows it are required; an event next to an optional run is optional; an event
+    /// whose packet was not delivered is not expected.
+    #[test]
+    fn tr10_events_in_spans_and_optional_runs() {
+        let ovf = [
+            A,
+            r#"{"k":"async","from":"0x10","to":"0x11","off":1}"#,
+            B,
+            r#"{"k":"span","class":"lost","cause":"ovf","first":2,"error":"allowed","resume":null}"#,
+            r#"{"k":"insn","i":2,"ip":"0x12","lost":"ovf"}"#,
+            r#"{"k":"async","from":"0x12","to":"0x13","off":null}"#,
+            r#"{"k":"overflow","off":7}"#,
+            r#"{"k":"enable","ip":"0x14","off":8}"#,
+            r#"{"k":"insn","i":3,"ip":"0x14","off":8}"#,
+        ];
+        let p = pattern(&ovf);
+        assert_eq!(
+            with_events(&p, "10\n[interrupt]\n11\n[overflow]\n[enabled]\n14\n"),
+            None
+        );
+        // The optional run, its interrupt included, may stop anywhere.
+        assert_eq!(
+            with_events(&p, "10\n[interrupt]\n[overflow]\n[enabled]\n14\n"),
+            None
+        );
+        assert_eq!(with_events(&p, "10\n[overflow]\n[enabled]\n14\n"), None);
+        // But not skip the interrupt and give what follows it.
+        assert!(with_events(&p, "10\n11\n[overflow]\n[enabled]\n14\n").is_some());
+        // The overflow and the enable after it are required.
+        assert!(with_events(&p, "10\n[enabled]\n14\n").is_some());
+        assert!(with_events(&p, "10\n[overflow]\n14\n").is_some());
+        // Inside the span (before its overflow) events may come or not.
+        assert_eq!(
+            with_events(&p, "10\nerror\n[interrupt]\n[overflow]\n[enabled]\n14\n"),
+            None
+        );
+        // In a corrupt span every event is optional, the enable of the PSB it resumes at too.
+        let corrupt = [A, B, C, LOST, L3, r#"{"k":"enable","ip":"0x14","off":9}"#, D];
+        let p = pattern(&corrupt);
+        assert_eq!(with_events(&p, "10\nerror\n14\n"), None);
+        assert_eq!(with_events(&p, "10\nerror\n[enabled]\n14\n"), None);
+        assert!(
+            with_events(&p, "10\n[enabled]\n14\n").is_some(),
+            "the error is still required"
+        );
     }
 }
