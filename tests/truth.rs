@@ -97,6 +97,69 @@ fn manifest(root: &Path) -> Value {
     serde_json::from_slice(&fs::read(root.join("manifest.json")).unwrap()).unwrap()
 }
 
+/// `verify --events`: exit 0 or 1, and what it printed.
+fn verify_events(case: &Path, lines: &str) -> (bool, String) {
+    let o = ptemu_stdin(&["verify", s(case), "--ips", "-", "--events"], lines.as_bytes());
+    assert!(
+        o.status.code() == Some(0) || o.status.code() == Some(1),
+        "{}",
+        text(&o.stderr)
+    );
+    (
+        o.status.success(),
+        format!("{}{}", text(&o.stdout), text(&o.stderr)),
+    )
+}
+
+/// TR10: libipt's events, printed by the harness in ptxed's words, pass `verify --events` on a
+/// clean run, interrupts (also under an overflow), an IP filter (enables and disables), power
+/// events, overflows of both styles, a wrap and a corrupt packet; with one event line removed
+/// (the first of each kind) it fails, and passes without `--events`.
+#[test]
+fn tr10_libipt_events_pass_verify_events_and_a_missing_one_fails() {
+    let root = &corpus_seed_3();
+    let mut kinds = std::collections::BTreeSet::new();
+    for name in [
+        "clean-default",
+        "clean-interrupts",
+        "clean-ip-filter",
+        "clean-power",
+        "ovf-1",
+        "ovf-sdm",
+        "ovf-interrupts",
+        "wrap-4k",
+        "corrupt-1",
+    ] {
+        let case = root.join(name);
+        let lines = case_lines(&case);
+        let (ok, msg) = verify_events(&case, &lines);
+        assert!(ok, "{name}: {msg}");
+        let all: Vec<&str> = lines.lines().collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, l) in all.iter().enumerate() {
+            let Some(word) = l.strip_prefix('[').and_then(|r| r.split([',', ']']).next()) else {
+                continue;
+            };
+            if !seen.insert(word) {
+                continue;
+            }
+            kinds.insert(word.to_string());
+            let removed: String = all
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, l)| format!("{l}\n"))
+                .collect();
+            let (ok, msg) = verify_events(&case, &removed);
+            assert!(!ok, "{name}: line {} ({l}) removed was accepted", i + 1);
+            assert!(msg.contains("expected the event"), "{name}: {msg}");
+            assert!(verify(&case, &removed).0, "{name}: without --events, {l} removed");
+        }
+    }
+    let want = ["disabled", "enabled", "interrupt", "overflow", "resumed"];
+    assert_eq!(kinds, want.iter().map(|k| k.to_string()).collect(), "{kinds:?}");
+}
+
 /// CORP1, CORP2, TR8: the corpus covers clean CTL settings, every fault kind, and every fault
 /// under each of the three packet styles (Alder Lake's, Skylake's, the SDM's); each case has its
 /// files and the packets the manifest lists (libipt's packet decoder counts the same in every
