@@ -1,6 +1,9 @@
 //! A decoder harness for `ptemu verify`: libipt's instruction-flow decoder over a case directory
-//! (`ptemu corpus` or `ptemu simulate --out`), printing one line per instruction IP and a line
-//! `error …` where decoding fails, the way a robust decoder goes on after damage:
+//! (`ptemu corpus` or `ptemu simulate --out`), printing one line per instruction IP, a line
+//! `error …` where decoding fails, and libipt's enable, disable, interrupt and overflow events in
+//! ptxed's words (`[enabled, ip: …]`, `[interrupt, from: …, to: …]`, …, in order with the
+//! instructions: what `ptemu verify --events` checks, TR10), the way a robust decoder goes on
+//! after damage:
 //!
 //! - from the first PSB;
 //! - after an error, on at the next PSB (`pt_insn_sync_forward`), except for an error inside a
@@ -10,7 +13,7 @@
 //!
 //! ```text
 //! cargo run --release --example libipt_decode -- CASE_DIR > ips.txt
-//! ptemu verify CASE_DIR --ips ips.txt
+//! ptemu verify CASE_DIR --ips ips.txt --events
 //! ```
 //!
 //! The tests run the same code (tests/truth.rs), so the README's example is what CI checks.
