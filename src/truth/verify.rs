@@ -5,7 +5,9 @@
 //! (TR3), lost spans where it may only report errors (TR4; at least one for a `corrupt` span,
 //! TR6), undefined spans where anything goes (TR5). The decoder's lines are matched against it by
 //! following every way the pattern allows at once (a set of positions), so an undefined span
-//! never makes the check guess where the decoder came back.
+//! never makes the check guess where the decoder came back. With `--events` ([`Options`]) the
+//! truth's enables, disables, asynchronous transfers and overflows are items too, matched by
+//! ptxed's event lines (TR10).
 //!
 //! Cost: a way that reached an undefined span stays there for every line after (anything goes
 //! there), so it makes every way before it redundant: whatever output they accept, it accepts
