@@ -63,8 +63,11 @@ fn tr4_tr5_tr6_tr8_flt2_flt3_flt4_flt5_flt6_flt7_libipt_passes_verify_on_every_f
         let out = dir.path().join("out");
         let _ = fs::remove_dir_all(&out);
         simulate(&input, &out, fault);
-        let (ok, msg) = verify(&out, &libipt_lines(&out));
+        let lines = libipt_lines(&out);
+        let (ok, msg) = verify(&out, &lines);
         assert!(ok, "{fault:?}: {msg}");
+        let (ok, msg) = verify_events(&out, &lines);
+        assert!(ok, "{fault:?} --events: {msg}");
         let report: Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
         let counts = &report["truth"]["counts"];
         match class {
@@ -876,6 +879,9 @@ proptest! {
         let lines = case_lines(&case);
         let (ok, msg) = verify(&case, &lines);
         prop_assert!(ok, "{}: {}", fault, msg);
+        // TR10: libipt's events too.
+        let (ok, msg) = verify_events(&case, &lines);
+        prop_assert!(ok, "{} --events: {}", fault, msg);
         let truth = truth_insns(&case);
         let text = common::cli::truth_jsonl(&case);
         // Every fault has its span (empty when the damage cost no instruction, TR6).
@@ -1014,8 +1020,11 @@ fn flt2_flt6_tr6_tr7_faults_at_the_edges() {
     let run = |args: &[&str]| -> (PathBuf, String) {
         let out = dir.path().join(args.join("_").replace(['@', '=', '/'], "-"));
         simulate(&input, &out, args);
-        let (ok, msg) = verify(&out, &libipt_lines(&out));
+        let lines = libipt_lines(&out);
+        let (ok, msg) = verify(&out, &lines);
         assert!(ok, "{args:?}: {msg}");
+        let (ok, msg) = verify_events(&out, &lines);
+        assert!(ok, "{args:?} --events: {msg}");
         (out.clone(), common::cli::truth_jsonl(&out))
     };
     // The PSBs of the clean stream, and a corruption just before several of them.
