@@ -11,11 +11,11 @@
 //! difference follows as a signed varint). The predicted IP is the previous instruction's `to`
 //! after a branch, the previous IP otherwise (so `d` is that instruction's length), the IP an
 //! enable or an asynchronous transfer went to after those. `new_off` says its carrier's offset
-//! differs from the previous instruction's (it follows: [`off`]); a branch's `to` follows last,
-//! a signed varint from its IP. The class of the instructions that follow changes with a class
-//! record, so a run of required instructions costs nothing for it.
+//! differs from the previous instruction's (it follows, as an offset: see below); a branch's
+//! `to` follows last, a signed varint from its IP. The class of the instructions that follow
+//! changes with a class record, so a run of required instructions costs nothing for it.
 //!
-//! An offset ([`off`]) is 0 for "not delivered", else 1 + the zigzag of its difference from the
+//! An offset is 0 for "not delivered", else 1 + the zigzag of its difference from the
 //! last offset written.
 
 use super::record::{Branch, BranchKind, Class, Record, Sink};
