@@ -2,6 +2,7 @@
 
 use super::output::{is_std, write_output};
 use super::Failure;
+use ptemu::truth::compact::Bytes;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -36,24 +37,44 @@ pub fn run(c: &Command) -> Result<(), Failure> {
     let Command::Dump { truth, output } = c;
     let path = truth_file(truth);
     let name = path.display().to_string();
-    let mut bytes = Vec::new();
-    let read = if is_std(&path) {
-        std::io::stdin().lock().read_to_end(&mut bytes)
+    let failed = |e: std::io::Error| Failure::input(format!("{name}: {e}"));
+    // A truth.bin file is mapped, not read: dumping one of any length takes flat memory.
+    let mapped = if is_std(&path) {
+        None
     } else {
-        std::fs::File::open(&path).and_then(|mut f| f.read_to_end(&mut bytes))
+        Bytes::map_if_compact(&path).map_err(failed)?
     };
-    read.map_err(|e| Failure::input(format!("{name}: {e}")))?;
-    let compact = if bytes.starts_with(ptemu::truth::compact::MAGIC) {
-        bytes
-    } else {
-        // A truth.jsonl: read whole and checked (TR1), then printed the same way.
-        let mut enc = ptemu::truth::compact::Encoder::new(Vec::new());
-        ptemu::truth::json::read(&name, bytes.as_slice(), &mut enc)
-            .map_err(|e| Failure::input(e.to_string()))?;
-        enc.into_inner()
+    let compact = match mapped {
+        Some(m) => m,
+        None => {
+            let mut v = Vec::new();
+            if is_std(&path) {
+                std::io::stdin().lock().read_to_end(&mut v).map_err(failed)?;
+            } else {
+                std::fs::File::open(&path)
+                    .and_then(|mut f| f.read_to_end(&mut v))
+                    .map_err(failed)?;
+            }
+            if v.starts_with(ptemu::truth::compact::MAGIC) {
+                Bytes::Owned(v)
+            } else {
+                // A truth.jsonl: read whole and checked (TR1), then printed the same way.
+                let mut enc = ptemu::truth::compact::Encoder::new(Vec::new());
+                ptemu::truth::json::read(&name, v.as_slice(), &mut enc)
+                    .map_err(|e| Failure::input(e.to_string()))?;
+                Bytes::Owned(enc.into_inner())
+            }
+        }
     };
-    // Checked before a byte is written: a damaged file writes nothing.
-    ptemu::truth::compact::validate(&compact, |_| {}).map_err(|e| Failure::input(format!("{name}: {e}")))?;
+    // Checked whole before a byte is written, so a damaged file writes nothing and the message
+    // names it (`from_compact` checks again, for callers that did not).
+    let mut released = 0;
+    ptemu::truth::compact::validate(compact.get(), |pos| {
+        compact.release(released, pos);
+        released = pos;
+    })
+    .map_err(|e| Failure::input(format!("{name}: {e}")))?;
+    compact.release(released, compact.get().len());
     write_output(output, |out| {
         ptemu::truth::json::from_compact(&compact, out).map(drop)
     })

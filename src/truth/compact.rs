@@ -475,6 +475,59 @@ pub fn validate(
     ))
 }
 
+/// A truth's bytes in `truth.bin`'s form: a mapped file, or bytes in memory (a `truth.jsonl`
+/// turned into this form, stdin).
+pub enum Bytes {
+    /// A `truth.bin` file, mapped.
+    Mapped(memmap2::Mmap),
+    /// Bytes in memory.
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    /// The file at `path` mapped when it starts with [`MAGIC`] (a file too short to tell counts
+    /// as one, so it is refused as a cut `truth.bin`); `None` when it does not (a `truth.jsonl`).
+    pub fn map_if_compact(path: &std::path::Path) -> io::Result<Option<Self>> {
+        use std::io::Read;
+        let f = std::fs::File::open(path)?;
+        let mut magic = [0u8; 8];
+        let n = (&f).take(8).read(&mut magic)?;
+        if n == 0 || magic[..n] != MAGIC[..n] {
+            return Ok(None);
+        }
+        // SAFETY: the file is only read; one changed meanwhile gives wrong records or a format
+        // error, never undefined behaviour in the safe code reading the bytes.
+        Ok(Some(Bytes::Mapped(unsafe { memmap2::Mmap::map(&f) }?)))
+    }
+
+    /// The bytes.
+    pub fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+
+    /// Lets the pages of `from..to` go: they were read, and a mapped truth is read once from
+    /// front to back (with `verify`'s ways close together), so the resident memory stays flat
+    /// however long the file is (TR8, TR9).
+    pub fn release(&self, from: usize, to: usize) {
+        const PAGE: usize = 4096;
+        let (from, to) = (from.next_multiple_of(PAGE), to / PAGE * PAGE);
+        if let (Bytes::Mapped(m), true) = (self, to > from) {
+            // SAFETY: a read-only mapping of a file: pages dropped are read again from the file if
+            // touched, so no byte any slice of the mapping sees changes.
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
+        }
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes of truth.bin", self.get().len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -418,15 +418,29 @@ pub fn read(file: &str, mut r: impl BufRead, sink: &mut dyn Sink) -> Result<Coun
 
 /// Writes a whole `truth.bin` as `truth.jsonl` (`ptemu truth dump`): checked first
 /// ([`super::compact::validate`]), so a damaged file writes nothing, then decoded record by record
-/// with bounded memory.
-pub fn from_compact(bytes: &[u8], out: &mut dyn Write) -> io::Result<Counts> {
+/// with bounded memory (a mapped file's pages are let go once read).
+pub fn from_compact(truth: &super::compact::Bytes, out: &mut dyn Write) -> io::Result<Counts> {
     let invalid = |e: super::compact::FormatError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-    let (header, start, counts) = super::compact::validate(bytes, |_| {}).map_err(invalid)?;
+    let bytes = truth.get();
+    let mut released = 0;
+    let (header, start, counts) = super::compact::validate(bytes, |pos| {
+        truth.release(released, pos);
+        released = pos;
+    })
+    .map_err(invalid)?;
+    truth.release(released, bytes.len());
     let mut w = Writer::new(out);
     w.header(&header)?;
     let mut d = super::compact::Decoder::new(bytes, start);
+    let mut n = 0u32;
+    released = start;
     while let Some((_, r)) = d.next_record().map_err(invalid)? {
         w.record(&r)?;
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(1 << 20) {
+            truth.release(released, d.pos());
+            released = d.pos();
+        }
     }
     w.finish()?;
     Ok(counts)

@@ -15,12 +15,12 @@
 //! is linear in the lines, but for ways that keep matching what follows that span from many
 //! starting lines (a loop repeated right after it), each followed until it fails.
 
-use super::compact::{self, Decoder};
+use super::compact::{self, Bytes, Decoder};
 use super::record::{Class, Record};
 use super::Cause;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader};
 use std::path::Path;
 
 use super::json::next_line;
@@ -233,41 +233,6 @@ struct Ctx {
     after_optional: bool,
 }
 
-/// The bytes of a truth in `truth.bin`'s form: a mapped file, or (a `truth.jsonl`, stdin) made
-/// in memory.
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
-}
-
-impl Bytes {
-    fn get(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
-        }
-    }
-
-    /// Lets the pages of `range` go: they were read, and a mapped truth is read once from front
-    /// to back (with `verify`'s ways close together), so the resident memory stays flat however
-    /// long the file is (TR8).
-    fn release(&self, from: usize, to: usize) {
-        const PAGE: usize = 4096;
-        let (from, to) = (from.next_multiple_of(PAGE), to / PAGE * PAGE);
-        if let (Bytes::Mapped(m), true) = (self, to > from) {
-            // SAFETY: a read-only mapping of a file: pages dropped are read again from the file if
-            // touched, so no byte any slice of the mapping sees changes.
-            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
-        }
-    }
-}
-
-impl fmt::Debug for Bytes {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} bytes", self.get().len())
-    }
-}
-
 /// A case's truth as a pattern for [`check`], read whole first (TR1) and then followed as
 /// `truth.bin` records, so its memory is that of the ways being followed, not of the truth.
 #[derive(Debug)]
@@ -340,16 +305,9 @@ impl Pattern {
             byte: None,
             msg: e.to_string(),
         };
-        let f = File::open(path).map_err(io)?;
-        let mut magic = [0u8; 8];
-        let n = (&f).take(8).read(&mut magic).map_err(io)?;
-        if magic[..n] == compact::MAGIC[..n] && n > 0 {
-            // SAFETY: the file is only read; a file changed while verify runs gives wrong records
-            // (or a format error), never undefined behaviour in safe code reading bytes.
-            let m = unsafe { memmap2::Mmap::map(&f) }.map_err(io)?;
-            return Self::from_compact(&file, Bytes::Mapped(m));
+        if let Some(bytes) = Bytes::map_if_compact(path).map_err(io)? {
+            return Self::from_compact(&file, bytes);
         }
-        drop(f);
         let f = File::open(path).map_err(io)?;
         Self::read(&file, BufReader::with_capacity(1 << 16, f))
     }
