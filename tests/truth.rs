@@ -995,14 +995,17 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
     );
 }
 
-/// TR1: the truth of the bundled sample is the committed file (see tests/data/SOURCE.md): the
-/// format changes only on purpose.
+/// TR1, TR9: the truth of the bundled sample is the committed files (see tests/data/SOURCE.md),
+/// `truth.bin` byte for byte and its dump the committed `truth.jsonl`: the formats change only on
+/// purpose.
 #[test]
-fn tr1_the_bundled_samples_truth_is_the_committed_file() {
+fn tr1_tr9_the_bundled_samples_truth_is_the_committed_file() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let o = ptemu(&["simulate", "--out", s(&out), "-q"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    let bin = fs::read(out.join("truth.bin")).unwrap();
+    assert!(bin == fs::read("tests/data/truth/sjeng-1K.truth.bin").unwrap());
     let got = common::cli::truth_jsonl(&out);
     let want = fs::read_to_string("tests/data/truth/sjeng-1K.truth.jsonl").unwrap();
     assert_eq!(got, want);

@@ -471,7 +471,10 @@ const FUZZ_TARGETS: &[FuzzTarget] = &[
     },
     FuzzTarget {
         name: "truth",
-        seeds: &["tests/data/truth/sjeng-1K.truth.jsonl"],
+        seeds: &[
+            "tests/data/truth/sjeng-1K.truth.jsonl",
+            "tests/data/truth/sjeng-1K.truth.bin",
+        ],
         mode_byte: false,
     },
     FuzzTarget {
