@@ -3,6 +3,19 @@
 //! a byte at a time), gem5's field walks ([`read`]) and the fast path's word-at-a-time form
 //! ([`varint`]), which the tests hold to the general one. Writers use prost's `encode_varint`.
 
+/// A signed value as the unsigned one protobuf's `sint` fields carry: small magnitudes, either
+/// sign, stay small (0, -1, 1, -2 … become 0, 1, 2, 3 …).
+#[inline]
+pub(crate) fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// The signed value [`zigzag`] made `v` from.
+#[inline]
+pub(crate) fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
 /// A varint of 1 to 8 bytes at `pos` that ends before `end`: its value and the position after it;
 /// `None` if it is longer or runs past `end`. With 8 bytes of `buf` in reach, the end is found and
 /// the 7-bit groups packed without a loop or a branch on the length, one-byte varints included (a

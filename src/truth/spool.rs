@@ -16,13 +16,13 @@ const PSB: u8 = 6;
 
 const BRANCH_KINDS: [&str; 7] = ["cond", "jump", "call", "ind-jump", "ind-call", "ret", "far"];
 
+/// A difference of two wrapping `u64`s, as a varint of its signed value.
 fn zigzag(v: u64) -> u64 {
-    let v = v as i64;
-    ((v << 1) ^ (v >> 63)) as u64
+    crate::sources::varint::zigzag(v as i64)
 }
 
 fn unzigzag(v: u64) -> u64 {
-    (((v >> 1) as i64) ^ -((v & 1) as i64)) as u64
+    crate::sources::varint::unzigzag(v) as u64
 }
 
 /// The numbers each fact is written relative to.
