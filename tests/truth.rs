@@ -264,7 +264,7 @@ fn corp1_corp2_tr8_libipt_passes_every_corpus_case_and_a_changed_or_missing_line
     assert_eq!(mutated.len(), 7, "{mutated:?}");
 }
 
-/// CORP1: every packet kind ptemu generates (`Packet::GENERATED_KINDS`) is in some case of the
+/// CORP1: every packet kind ptemu generates (`Packet::is_generated`) is in some case of the
 /// corpus, but those no input ptemu reads can make (`corpus::NOT_FROM_ANY_INPUT`), which are in
 /// none (so that list cannot go stale); no case holds a kind ptemu does not generate. The
 /// manifest's counts are those of the cases' trace.pt.
@@ -288,7 +288,7 @@ fn corp1_every_packet_kind_ptemu_generates_is_in_some_case() {
         assert!(seen.contains_key(*kind), "no case has a {kind} packet");
     }
     for (kind, why) in corpus::NOT_FROM_ANY_INPUT {
-        assert!(Packet::GENERATED_KINDS.contains(&kind), "{kind}");
+        assert!(Packet::is_generated(kind), "{kind}");
         assert!(
             !seen.contains_key(kind),
             "{kind} is in {:?}, yet listed as unmade: {why}",
@@ -297,14 +297,14 @@ fn corp1_every_packet_kind_ptemu_generates_is_in_some_case() {
     }
     for kind in seen.keys() {
         assert!(
-            Packet::GENERATED_KINDS.contains(&kind.as_str()),
+            Packet::is_generated(kind),
             "{kind} is in {:?}, but ptemu does not generate it",
             seen[kind]
         );
     }
     assert_eq!(
         covered.len() + corpus::NOT_FROM_ANY_INPUT.len(),
-        Packet::GENERATED_KINDS.len()
+        Packet::generated_kinds().count()
     );
 }
 

@@ -431,7 +431,7 @@ pub fn input(seed: u64) -> Vec<u8> {
     v
 }
 
-/// The packet kinds of [`Packet::GENERATED_KINDS`] that no input ptemu reads can make, each with
+/// The packet kinds ptemu generates ([`Packet::is_generated`]) that no input ptemu reads can make, each with
 /// why: the tracer emits them for events no reader produces (spec/truth.md, CORP1).
 pub const NOT_FROM_ANY_INPUT: [(&str, &str); 2] = [
     (
@@ -445,10 +445,9 @@ pub const NOT_FROM_ANY_INPUT: [(&str, &str); 2] = [
 ];
 
 /// The packet kinds the corpus must contain (CORP1): every kind ptemu generates
-/// ([`Packet::GENERATED_KINDS`]) but those of [`NOT_FROM_ANY_INPUT`].
+/// ([`Packet::generated_kinds`]) but those of [`NOT_FROM_ANY_INPUT`].
 pub fn covered_kinds() -> Vec<&'static str> {
-    Packet::GENERATED_KINDS
-        .into_iter()
+    Packet::generated_kinds()
         .filter(|k| NOT_FROM_ANY_INPUT.iter().all(|(n, _)| n != k))
         .collect()
 }

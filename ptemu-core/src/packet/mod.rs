@@ -322,41 +322,23 @@ impl Packet {
         "trig",
     ];
 
-    /// The kinds ptemu generates, named as in [`Packet::KIND_NAMES`]: every packet the tracer
-    /// emits (`tracer/`: TNT, IP packets, PSB+ and its context packets, timing, PTWRITE, power
-    /// and Event Trace packets, OVF, TraceStop) and the PADs of the hardware packing
-    /// (`packing/`). The others (MNT, BBP, BIP, BEP, TRIG) are decoded and encoded but never
-    /// generated: no model behind them. `ptemu corpus` must show every one (spec/truth.md,
-    /// CORP1).
-    pub const GENERATED_KINDS: [&'static str; 27] = [
-        "pad",
-        "tnt.8",
-        "tnt.64",
-        "tip",
-        "tip.pge",
-        "tip.pgd",
-        "fup",
-        "pip",
-        "mode.exec",
-        "mode.tsx",
-        "stop",
-        "cbr",
-        "tsc",
-        "mtc",
-        "tma",
-        "cyc",
-        "vmcs",
-        "ovf",
-        "psb",
-        "psbend",
-        "ptw",
-        "exstop",
-        "mwait",
-        "pwre",
-        "pwrx",
-        "cfe",
-        "evd",
-    ];
+    /// The kinds ptemu decodes and encodes but never generates, named as in
+    /// [`Packet::KIND_NAMES`]: no model stands behind MNT, BBP, BIP, BEP or TRIG.
+    pub const NOT_GENERATED: [&'static str; 5] = ["mnt", "bbp", "bip", "bep", "trig"];
+
+    /// Whether ptemu generates packets of kind `name` (one of [`Packet::KIND_NAMES`]): every
+    /// packet the tracer emits (`tracer/`: TNT, IP packets, PSB+ and its context packets,
+    /// timing, PTWRITE, power and Event Trace packets, OVF, TraceStop) and the PADs of the
+    /// hardware packing (`packing/`), all but [`Packet::NOT_GENERATED`]. `ptemu corpus` must show
+    /// every one (spec/truth.md, CORP1).
+    pub fn is_generated(name: &str) -> bool {
+        Self::KIND_NAMES.contains(&name) && !Self::NOT_GENERATED.contains(&name)
+    }
+
+    /// The kinds ptemu generates ([`Packet::is_generated`]), in [`Packet::KIND_NAMES`] order.
+    pub fn generated_kinds() -> impl Iterator<Item = &'static str> {
+        Self::KIND_NAMES.into_iter().filter(|k| Self::is_generated(k))
+    }
 
     /// A dense index of the packet's kind, `0..Packet::KINDS`.
     pub const fn kind_index(&self) -> usize {
