@@ -66,16 +66,12 @@ pub fn run(c: &Command) -> Result<(), Failure> {
             }
         }
     };
-    // Checked whole before a byte is written, so a damaged file writes nothing and the message
-    // names it (`from_compact` checks again, for callers that did not).
-    let mut released = 0;
-    ptemu::truth::compact::validate(compact.get(), |pos| {
-        compact.release(released, pos);
-        released = pos;
-    })
-    .map_err(|e| Failure::input(format!("{name}: {e}")))?;
-    compact.release(released, compact.get().len());
+    // Checked whole before a byte is written: a damaged file writes nothing, and the message
+    // names it.
+    let checked = compact
+        .check()
+        .map_err(|e| Failure::input(format!("{name}: {e}")))?;
     write_output(output, |out| {
-        ptemu::truth::json::from_compact(&compact, out).map(drop)
+        ptemu::truth::json::from_compact(&compact, &checked, out)
     })
 }

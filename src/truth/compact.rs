@@ -41,13 +41,7 @@ const CLASS_LOST: u8 = 151;
 const CLASS_UNDEFINED: u8 = 152;
 const END: u8 = 153;
 
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
+use crate::sources::varint::{unzigzag, zigzag};
 
 /// What the encoder and the decoder both keep: each record is written relative to it.
 #[derive(Clone, Copy, Debug)]
@@ -519,6 +513,35 @@ impl Bytes {
             // touched, so no byte any slice of the mapping sees changes.
             let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, to - from) };
         }
+    }
+}
+
+/// What [`Bytes::check`] found in a whole, well-formed `truth.bin`.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// The header.
+    pub header: serde_json::Value,
+    /// Where the records start.
+    pub start: usize,
+    /// The counts of the records (those of the end record).
+    pub counts: Counts,
+}
+
+impl Bytes {
+    /// [`validate`]s the whole truth (TR1), letting the pages go as they are read (a mapped file
+    /// is read whole before anything is judged or printed, in flat memory).
+    pub fn check(&self) -> Result<Checked, FormatError> {
+        let mut released = 0;
+        let (header, start, counts) = validate(self.get(), |pos| {
+            self.release(released, pos);
+            released = pos;
+        })?;
+        self.release(released, self.get().len());
+        Ok(Checked {
+            header,
+            start,
+            counts,
+        })
     }
 }
 

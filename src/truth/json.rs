@@ -416,24 +416,20 @@ pub fn read(file: &str, mut r: impl BufRead, sink: &mut dyn Sink) -> Result<Coun
     Ok(seen)
 }
 
-/// Writes a whole `truth.bin` as `truth.jsonl` (`ptemu truth dump`): checked first
-/// ([`super::compact::validate`]), so a damaged file writes nothing, then decoded record by record
-/// with bounded memory (a mapped file's pages are let go once read).
-pub fn from_compact(truth: &super::compact::Bytes, out: &mut dyn Write) -> io::Result<Counts> {
+/// Writes a `truth.bin` that [`super::compact::Bytes::check`] found whole (`checked`) as
+/// `truth.jsonl` (`ptemu truth dump`), record by record, in bounded memory (a mapped file's pages
+/// are let go once read).
+pub fn from_compact(
+    truth: &super::compact::Bytes,
+    checked: &super::compact::Checked,
+    out: &mut dyn Write,
+) -> io::Result<()> {
     let invalid = |e: super::compact::FormatError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
-    let bytes = truth.get();
-    let mut released = 0;
-    let (header, start, counts) = super::compact::validate(bytes, |pos| {
-        truth.release(released, pos);
-        released = pos;
-    })
-    .map_err(invalid)?;
-    truth.release(released, bytes.len());
     let mut w = Writer::new(out);
-    w.header(&header)?;
-    let mut d = super::compact::Decoder::new(bytes, start);
+    w.header(&checked.header)?;
+    let mut d = super::compact::Decoder::new(truth.get(), checked.start);
     let mut n = 0u32;
-    released = start;
+    let mut released = checked.start;
     while let Some((_, r)) = d.next_record().map_err(invalid)? {
         w.record(&r)?;
         n = n.wrapping_add(1);
@@ -442,6 +438,5 @@ pub fn from_compact(truth: &super::compact::Bytes, out: &mut dyn Write) -> io::R
             released = d.pos();
         }
     }
-    w.finish()?;
-    Ok(counts)
+    w.finish()
 }

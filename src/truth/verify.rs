@@ -319,13 +319,11 @@ impl Pattern {
             byte: Some(e.at),
             msg: e.msg,
         };
-        let mut released = 0;
-        let (header, start, counts) = compact::validate(bytes.get(), |pos| {
-            bytes.release(released, pos);
-            released = pos;
-        })
-        .map_err(err)?;
-        bytes.release(released, bytes.get().len());
+        let compact::Checked {
+            header,
+            start,
+            counts,
+        } = bytes.check().map_err(err)?;
         Ok(Pattern {
             truncated: header
                 .get("truncated")
