@@ -2,7 +2,7 @@
 //! and `ptemu truth dump`, read by `verify`.
 
 use super::record::{Branch, BranchKind, Class, Record, Sink};
-use super::{Cause, Counts};
+use super::{Cause, Counts, TruthError};
 use std::borrow::Cow;
 use std::io::{self, BufRead, Read, Write};
 
@@ -179,19 +179,6 @@ impl<W: Write> Sink for Writer<W> {
     }
 }
 
-/// Why a `truth.jsonl` cannot be read: the file, the line, what is wrong.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: line {line}: {msg}")]
-#[non_exhaustive]
-pub struct TruthError {
-    /// The file.
-    pub file: String,
-    /// The line (1-based; for `truth.bin`, the byte offset is in `msg`).
-    pub line: usize,
-    /// What is wrong.
-    pub msg: String,
-}
-
 #[derive(serde::Deserialize)]
 struct Line<'a> {
     #[serde(borrow)]
@@ -259,13 +246,10 @@ pub fn read(file: &str, mut r: impl BufRead, sink: &mut dyn Sink) -> Result<Coun
     let err = |line: usize, msg: String| TruthError {
         file: file.to_owned(),
         line,
+        byte: None,
         msg,
     };
-    let io_err = |line: usize, e: io::Error| TruthError {
-        file: file.to_owned(),
-        line,
-        msg: e.to_string(),
-    };
+    let io_err = |line: usize, e: io::Error| err(line, e.to_string());
     let mut seen = Counts::default();
     let mut end = None;
     let mut buf = Vec::with_capacity(256);

@@ -20,6 +20,22 @@ use std::io::{self, Read, Write};
 /// The version of the `truth.jsonl` format (TR1). It changes when a field changes meaning.
 pub const VERSION: u32 = json::VERSION;
 
+/// Why a truth file cannot be read: the file, where (a line of `truth.jsonl`, a byte of
+/// `truth.bin`), what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {}: {msg}", if let Some(b) = byte { format!("byte {b}") } else { format!("line {line}") })]
+#[non_exhaustive]
+pub struct TruthError {
+    /// The file.
+    pub file: String,
+    /// The line (1-based) of a `truth.jsonl`; 0 for a `truth.bin`.
+    pub line: usize,
+    /// The byte offset in a `truth.bin`.
+    pub byte: Option<usize>,
+    /// What is wrong.
+    pub msg: String,
+}
+
 /// What made instructions unrecoverable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Cause {

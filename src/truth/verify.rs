@@ -244,32 +244,7 @@ pub struct Pattern {
     pub instructions: u64,
 }
 
-/// Why a truth file cannot be read: the file, where (a line of `truth.jsonl`, a byte of
-/// `truth.bin`), what is wrong.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}: {}: {msg}", if let Some(b) = byte { format!("byte {b}") } else { format!("line {line}") })]
-#[non_exhaustive]
-pub struct TruthError {
-    /// The file.
-    pub file: String,
-    /// The line (1-based) of a `truth.jsonl`; 0 for a `truth.bin`.
-    pub line: usize,
-    /// The byte offset in a `truth.bin`.
-    pub byte: Option<usize>,
-    /// What is wrong.
-    pub msg: String,
-}
-
-impl From<super::json::TruthError> for TruthError {
-    fn from(e: super::json::TruthError) -> Self {
-        TruthError {
-            file: e.file,
-            line: e.line,
-            byte: None,
-            msg: e.msg,
-        }
-    }
-}
+pub use super::TruthError;
 
 impl Pattern {
     /// Reads a truth (named `file` in messages) from `r`: `truth.bin` (told by its magic) or
