@@ -36,7 +36,13 @@ impl TruthSummary {
     /// The report's `truth` object.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
-            "version": truth::VERSION,
+            // The written file's own format version (TR1, TR9).
+            "file": self.file,
+            "version": if self.file.ends_with(".bin") {
+                truth::compact::VERSION
+            } else {
+                u64::from(truth::json::VERSION)
+            },
             "counts": self.counts,
             "faults": self.applied.iter().map(|(f, at)| serde_json::json!({
                 "kind": f.kind.name(),
