@@ -247,12 +247,14 @@ pub fn decode_sections(trace: &[u8], sections: &[Section], t: Timing) -> String 
     out
 }
 
-/// Writes `ev` as ptxed prints an event with `--event:ip` (`spec/truth.md`, TR10): `[enabled,
-/// ip: …]` (`[resumed, …]` when tracing resumes where it stopped), `[disabled]` (synchronous or
-/// asynchronous, with `at:` for the latter), `[interrupt, from: …, to: …]` (an asynchronous
-/// branch), `[overflow]`; IPs as 16 zero-padded hex digits, each left out when libipt
-/// suppresses it. Status updates and other events are not printed (ptxed leaves out the
-/// former; `verify` ignores the latter).
+/// Writes `ev` as ptxed prints an event with `--event:ip` (`spec/truth.md`, TR10, TR11): the
+/// event's words, then its payload, then `ip:` (or `from:`/`to:`, `at:`) as 16 zero-padded hex
+/// digits, each IP left out when libipt suppresses it. `[enabled, ip: …]` (`[resumed, …]` when
+/// tracing resumes where it stopped), `[disabled]`, `[interrupt, from: …, to: …]`,
+/// `[overflow]`, `[exec mode: 64-bit]`, `[paging, cr3: …]`, `[vmcs, base: …]`, `[begin
+/// transaction]` / `[committed]` / `[aborted]`, `[stopped]`, `[ptwrite: …]`, `[cbr: …]`,
+/// `[mwait …]`, `[pwre c…]`, `[pwrx …]`, `[exstop]`, `[tick]`, `[mnt: …]`, and the Event
+/// Trace events. Status updates are not printed (ptxed leaves them out).
 fn event_line(out: &mut String, ev: &pt_event) {
     let ip = |name: &str, v: u64| format!(", {name}: {v:016x}");
     let shown = |name: &str, v: u64| {
@@ -267,23 +269,123 @@ fn event_line(out: &mut String, ev: &pt_event) {
     }
     // SAFETY: each arm reads the variant `type_` names.
     let line = unsafe {
+        let v = &ev.variant;
         match ev.type_ {
             pt_event_type_ptev_enabled => {
-                let e = &ev.variant.enabled;
+                let e = &v.enabled;
                 let word = if e.resumed() != 0 { "resumed" } else { "enabled" };
                 format!("[{word}{}]", ip("ip", e.ip))
             }
-            pt_event_type_ptev_disabled => format!("[disabled{}]", shown("ip", ev.variant.disabled.ip)),
+            pt_event_type_ptev_disabled => format!("[disabled{}]", shown("ip", v.disabled.ip)),
             pt_event_type_ptev_async_disabled => {
-                let e = &ev.variant.async_disabled;
+                let e = &v.async_disabled;
                 format!("[disabled{}{}]", ip("at", e.at), shown("ip", e.ip))
             }
             pt_event_type_ptev_async_branch => {
-                let e = &ev.variant.async_branch;
+                let e = &v.async_branch;
                 format!("[interrupt{}{}]", ip("from", e.from), shown("to", e.to))
             }
-            pt_event_type_ptev_overflow => format!("[overflow{}]", shown("ip", ev.variant.overflow.ip)),
-            _ => return,
+            pt_event_type_ptev_overflow => format!("[overflow{}]", shown("ip", v.overflow.ip)),
+            pt_event_type_ptev_paging => {
+                let e = &v.paging;
+                let nr = if e.non_root() != 0 { ", nr" } else { "" };
+                format!("[paging, cr3: {:016x}{nr}]", e.cr3)
+            }
+            pt_event_type_ptev_async_paging => {
+                let e = &v.async_paging;
+                let nr = if e.non_root() != 0 { ", nr" } else { "" };
+                format!("[paging, cr3: {:016x}{nr}{}]", e.cr3, shown("ip", e.ip))
+            }
+            pt_event_type_ptev_exec_mode => {
+                let e = &v.exec_mode;
+                let mode = match e.mode {
+                    pt_exec_mode_ptem_16bit => "16-bit",
+                    pt_exec_mode_ptem_32bit => "32-bit",
+                    pt_exec_mode_ptem_64bit => "64-bit",
+                    _ => "unknown",
+                };
+                format!("[exec mode: {mode}{}]", shown("ip", e.ip))
+            }
+            pt_event_type_ptev_tsx => {
+                let e = &v.tsx;
+                let word = if e.aborted() != 0 {
+                    "aborted"
+                } else if e.speculative() != 0 {
+                    "begin transaction"
+                } else {
+                    "committed"
+                };
+                format!("[{word}{}]", shown("ip", e.ip))
+            }
+            pt_event_type_ptev_stop => "[stopped]".to_string(),
+            pt_event_type_ptev_vmcs => format!("[vmcs, base: {:016x}]", v.vmcs.base),
+            pt_event_type_ptev_async_vmcs => {
+                let e = &v.async_vmcs;
+                format!("[vmcs, base: {:016x}{}]", e.base, shown("ip", e.ip))
+            }
+            pt_event_type_ptev_exstop => format!("[exstop{}]", shown("ip", v.exstop.ip)),
+            pt_event_type_ptev_mwait => {
+                let e = &v.mwait;
+                format!("[mwait {:x} {:x}{}]", e.hints, e.ext, shown("ip", e.ip))
+            }
+            pt_event_type_ptev_pwre => {
+                let e = &v.pwre;
+                let hw = if e.hw() != 0 { " hw" } else { "" };
+                format!("[pwre c{}.{}{hw}]", e.state, e.sub_state)
+            }
+            pt_event_type_ptev_pwrx => {
+                let e = &v.pwrx;
+                let why = if e.interrupt() != 0 {
+                    "int: "
+                } else if e.store() != 0 {
+                    "st: "
+                } else if e.autonomous() != 0 {
+                    "hw: "
+                } else {
+                    ""
+                };
+                format!("[pwrx {why}c{} (c{})]", e.last, e.deepest)
+            }
+            pt_event_type_ptev_ptwrite => {
+                let e = &v.ptwrite;
+                format!("[ptwrite: {:x}{}]", e.payload, shown("ip", e.ip))
+            }
+            pt_event_type_ptev_tick => format!("[tick{}]", shown("ip", v.tick.ip)),
+            pt_event_type_ptev_cbr => format!("[cbr: {:x}]", v.cbr.ratio),
+            pt_event_type_ptev_mnt => format!("[mnt: {:x}]", v.mnt.payload),
+            pt_event_type_ptev_iflags => {
+                let e = &v.iflags;
+                let word = if e.iflag() != 0 { "enabled" } else { "disabled" };
+                format!("[interrupts {word}{}]", shown("ip", e.ip))
+            }
+            pt_event_type_ptev_interrupt => {
+                let e = &v.interrupt;
+                let cr2 = if e.has_cr2() != 0 {
+                    format!(", cr2: {:016x}", e.cr2)
+                } else {
+                    String::new()
+                };
+                format!("[interrupt {}{cr2}{}]", e.vector, shown("ip", e.ip))
+            }
+            pt_event_type_ptev_iret => format!("[iret{}]", shown("ip", v.iret.ip)),
+            pt_event_type_ptev_smi => format!("[smi{}]", shown("ip", v.smi.ip)),
+            pt_event_type_ptev_rsm => format!("[rsm{}]", shown("ip", v.rsm.ip)),
+            pt_event_type_ptev_sipi => format!("[sipi: {:x}]", v.sipi.vector),
+            pt_event_type_ptev_init => format!("[init{}]", shown("ip", v.init.ip)),
+            pt_event_type_ptev_vmentry => format!("[vmentry{}]", shown("ip", v.vmentry.ip)),
+            pt_event_type_ptev_vmexit => {
+                let e = &v.vmexit;
+                format!(
+                    "[vmexit, vmxr: {:x}, vmxq: {:x}{}]",
+                    e.vmxr,
+                    e.vmxq,
+                    shown("ip", e.ip)
+                )
+            }
+            pt_event_type_ptev_shutdown => format!("[shutdown{}]", shown("ip", v.shutdown.ip)),
+            pt_event_type_ptev_uintr => format!("[uintr {}{}]", v.uintr.vector, shown("ip", v.uintr.ip)),
+            pt_event_type_ptev_uiret => format!("[uiret{}]", shown("ip", v.uiret.ip)),
+            t => format!("[event {t}]"),
         }
     };
     out.push_str(&line);

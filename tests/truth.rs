@@ -143,7 +143,9 @@ fn tr10_libipt_events_pass_verify_events_and_a_missing_one_fails() {
             let Some(word) = l.strip_prefix('[').and_then(|r| r.split([',', ']']).next()) else {
                 continue;
             };
-            if !seen.insert(word) {
+            // The flow's events; the marks are TR11's.
+            let flow = ["disabled", "enabled", "interrupt", "overflow", "resumed"];
+            if !flow.contains(&word) || !seen.insert(word) {
                 continue;
             }
             kinds.insert(word.to_string());
@@ -160,6 +162,79 @@ fn tr10_libipt_events_pass_verify_events_and_a_missing_one_fails() {
         }
     }
     let want = ["disabled", "enabled", "interrupt", "overflow", "resumed"];
+    assert_eq!(kinds, want.iter().map(|k| k.to_string()).collect(), "{kinds:?}");
+}
+
+/// TR11: libipt's marks (exec mode, PTWRITE, power events, Event Trace's interrupts and IRETs,
+/// TraceStop), printed by the harness in ptxed's words, pass `verify --events`; the first mark
+/// of each kind removed, or its payload changed, fails with the event expected; without
+/// `--events` both pass.
+#[test]
+fn tr11_libipt_marks_pass_verify_events_and_a_missing_or_changed_one_fails() {
+    let root = &corpus_seed_3();
+    let mut kinds = std::collections::BTreeSet::new();
+    for name in [
+        "clean-default",
+        "clean-ptwrite",
+        "clean-power",
+        "clean-page-faults",
+        "clean-tracestop",
+        "ovf-power",
+    ] {
+        let case = root.join(name);
+        let lines = case_lines(&case);
+        let (ok, msg) = verify_events(&case, &lines);
+        assert!(ok, "{name}: {msg}");
+        let all: Vec<&str> = lines.lines().collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, l) in all.iter().enumerate() {
+            let Some(inner) = l.strip_prefix('[').and_then(|r| r.split(']').next()) else {
+                continue;
+            };
+            let word = inner.split([',', ':', ' ']).next().unwrap_or_default();
+            let flow = ["disabled", "enabled", "overflow", "resumed"];
+            if flow.contains(&word) || inner.starts_with("interrupt,") || !seen.insert(word) {
+                continue;
+            }
+            kinds.insert(word.to_string());
+            let with = |line: Option<String>| -> String {
+                all.iter()
+                    .enumerate()
+                    .filter_map(|(j, x)| if j == i { line.clone() } else { Some(x.to_string()) })
+                    .map(|x| format!("{x}\n"))
+                    .collect()
+            };
+            let removed = with(None);
+            let (ok, msg) = verify_events(&case, &removed);
+            assert!(!ok, "{name}: line {} ({l}) removed was accepted", i + 1);
+            assert!(msg.contains("expected the event"), "{name}: {msg}");
+            assert!(verify(&case, &removed).0, "{name}: without --events, {l} removed");
+            // The words changed: another payload, mode or state.
+            let (head, tail) = l.split_at(1 + word.len());
+            let changed = format!(
+                "{head}{}",
+                tail.replacen(['0', '1', '2', '4', '6', 'c', 'f'], "9", 1)
+            );
+            let changed = if changed == *l {
+                format!("[{word} changed]")
+            } else {
+                changed
+            };
+            let (ok, msg) = verify_events(&case, &with(Some(changed.clone())));
+            assert!(!ok, "{name}: line {} changed to {changed} was accepted", i + 1);
+            assert!(msg.contains("expected the event"), "{name}: {msg}");
+        }
+    }
+    let want = [
+        "exec",
+        "exstop",
+        "interrupt",
+        "iret",
+        "ptwrite",
+        "pwre",
+        "pwrx",
+        "stopped",
+    ];
     assert_eq!(kinds, want.iter().map(|k| k.to_string()).collect(), "{kinds:?}");
 }
 
@@ -733,7 +808,7 @@ fn tr8_non_utf8_lines_both_stdin_and_a_blank_first_line() {
     assert_eq!(code, Some(0), "{err}");
     // One IP changed on a non-UTF-8 line: a divergence at that line.
     let mut all: Vec<Vec<u8>> = lines.lines().map(|l| l.as_bytes().to_vec()).collect();
-    all[3] = b"0x4005c0 \xe9".to_vec();
+    all[3] = b"0x1 \xe9".to_vec();
     let changed = all.join(&b'\n');
     let (code, err) = verify_status(&[s(&out), "--ips", "-"], &changed);
     assert_eq!(code, Some(1), "{err}");
@@ -954,12 +1029,26 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
             Fact::Async { .. } => "async",
             Fact::Overflow { .. } => "overflow",
             Fact::Psb { .. } => "psb",
+            Fact::Mark { packet, .. } => packet.name(),
         })
         .collect();
+    // TR11: the MODE.Exec before TIP.PGE is a mark, bound to the enable's IP.
     assert_eq!(
         kinds,
-        ["enable", "insn", "insn", "insn", "async", "insn", "disable"]
+        [
+            "mode.exec",
+            "enable",
+            "insn",
+            "insn",
+            "insn",
+            "async",
+            "insn",
+            "disable"
+        ]
     );
+    assert!(facts
+        .iter()
+        .any(|f| matches!(f, Fact::Mark { ip: Some(ip), .. } if *ip == a)));
     let carriers: Vec<(u64, &str)> = facts
         .iter()
         .filter_map(|f| match f {

@@ -22,8 +22,10 @@ pub struct Args {
     #[arg(long)]
     ips: PathBuf,
     /// Check the decoder's event lines too, ptxed's words: [enabled] (or [resumed]),
-    /// [disabled], [interrupt], [overflow], with the IPs ptxed's --event:ip prints; without
-    /// it they are ignored (spec/truth.md, TR10).
+    /// [disabled], [interrupt], [overflow], with the IPs ptxed's --event:ip prints (TR10), and
+    /// the events of other packets with their payloads: [exec mode: 64-bit], [ptwrite: …],
+    /// [pwre c1.0], [interrupt 14, cr2: …], … (TR11); without it they are ignored
+    /// (spec/truth.md).
     #[arg(long)]
     events: bool,
     /// Print nothing; the exit code says it (0 pass, 1 divergence, 2 bad files).

@@ -476,7 +476,8 @@ pub fn packet_counts(trace: &[u8]) -> BTreeMap<&'static str, u64> {
 
 /// What a decoder meets in a case (CORP1), counted from its `truth.jsonl`: the traced
 /// branches by kind (`cond`, `jump`, `call`, `ind-jump`, `ind-call`, `ret`, `far`) and the
-/// other facts (`enable`, `disable`, `async`, `overflow`), TR2.
+/// other facts (`enable`, `disable`, `async`, `overflow`), TR2, and the marks by their first
+/// word (`mark.ptwrite`, `mark.exec`, `mark.pwre`, ...), TR11.
 pub fn event_counts(truth: &Path) -> io::Result<BTreeMap<String, u64>> {
     let value = |line: &str, key: &str| -> Option<String> {
         let at = line.find(key)? + key.len();
@@ -488,6 +489,12 @@ pub fn event_counts(truth: &Path) -> io::Result<BTreeMap<String, u64>> {
         let event = match value(&line, "\"k\":\"").as_deref() {
             Some("insn") => value(&line, "\"branch\":\""),
             Some(k @ ("enable" | "disable" | "async" | "overflow")) => Some(k.to_string()),
+            // A mark (TR11) by its first word: `ptwrite`, `pwre`, `exec` (mode), `interrupt`
+            // (Event Trace's), `iret`, `stopped`, ...
+            Some("mark") => value(&line, "\"event\":\"").map(|w| {
+                let w = w.split([':', ',', ' ']).next().unwrap_or_default();
+                format!("mark.{w}")
+            }),
             _ => None,
         };
         if let Some(e) = event {

@@ -18,6 +18,7 @@
 //! An offset is 0 for "not delivered", else 1 + the zigzag of its difference from the
 //! last offset written.
 
+use super::mark::Text;
 use super::record::{Branch, BranchKind, Class, Record, Sink};
 use super::{Cause, Counts};
 use prost::encoding::encode_varint;
@@ -26,7 +27,9 @@ use std::io::{self, Write};
 /// The first bytes of `truth.bin`.
 pub const MAGIC: &[u8; 8] = b"PTEMUTRU";
 /// The version of `truth.bin` (TR1): it changes when a field changes meaning.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
+/// The oldest version this ptemu still reads (version 2 has no mark records, TR11).
+pub const OLDEST: u64 = 2;
 
 /// The first tag byte that is not an instruction.
 pub const FIRST_OTHER: u8 = 144;
@@ -40,6 +43,7 @@ const CLASS_OPTIONAL: u8 = 150;
 const CLASS_LOST: u8 = 151;
 const CLASS_UNDEFINED: u8 = 152;
 const END: u8 = 153;
+const MARK: u8 = 154;
 
 use crate::sources::varint::{unzigzag, zigzag};
 
@@ -203,6 +207,24 @@ impl<W: Write> Sink for Encoder<W> {
                 self.buf.push(OVERFLOW);
                 self.off(off);
             }
+            Record::Mark {
+                text,
+                ip,
+                off,
+                early,
+                restated,
+            } => {
+                self.buf.push(MARK);
+                let words = text.as_str().as_bytes();
+                encode_varint(words.len() as u64, &mut self.buf);
+                self.buf.extend_from_slice(words);
+                self.buf.push(u8::from(ip.is_some()) | u8::from(restated) << 1);
+                if let Some(ip) = ip {
+                    encode_varint(ip, &mut self.buf);
+                }
+                self.off(off);
+                encode_varint(early, &mut self.buf);
+            }
             Record::End { counts } => {
                 self.buf.push(END);
                 for v in [
@@ -250,10 +272,10 @@ pub fn read_header(bytes: &[u8]) -> Result<(serde_json::Value, usize), FormatErr
     let at = MAGIC.len();
     let (v, at) =
         crate::sources::varint::read(bytes, at, 10).ok_or_else(|| bad(at, "cut short in the version"))?;
-    if v != VERSION {
+    if !(OLDEST..=VERSION).contains(&v) {
         return Err(bad(
             MAGIC.len(),
-            format!("truth.bin format {v}; this ptemu reads {VERSION}"),
+            format!("truth.bin format {v}; this ptemu reads {OLDEST} to {VERSION}"),
         ));
     }
     let (len, at) = crate::sources::varint::read(bytes, at, 10)
@@ -402,6 +424,36 @@ impl<'a> Decoder<'a> {
                     }
                 }
                 OVERFLOW => Record::Overflow { off: self.off()? },
+                MARK => {
+                    let n = self.varint()?;
+                    let from = self.pos;
+                    let words = usize::try_from(n)
+                        .ok()
+                        .filter(|&n| n <= Text::MAX)
+                        .and_then(|n| self.bytes.get(from..from + n))
+                        .ok_or_else(|| bad(from, format!("a mark of {n} bytes (at most {})", Text::MAX)))?;
+                    let text = std::str::from_utf8(words)
+                        .ok()
+                        .and_then(Text::new)
+                        .ok_or_else(|| bad(from, "a mark's words are not text"))?;
+                    self.pos = from + words.len();
+                    let flags = self.byte()?;
+                    if flags > 3 {
+                        return Err(bad(self.pos - 1, format!("a mark's flags {flags} (0 to 3)")));
+                    }
+                    let ip = if flags & 1 != 0 {
+                        Some(self.varint()?)
+                    } else {
+                        None
+                    };
+                    Record::Mark {
+                        text,
+                        ip,
+                        off: self.off()?,
+                        early: self.varint()?,
+                        restated: flags & 2 != 0,
+                    }
+                }
                 CLASS_REQUIRED | CLASS_OPTIONAL | CLASS_LOST | CLASS_UNDEFINED => {
                     self.t.class = match tag {
                         CLASS_REQUIRED => Class::Required,
@@ -605,6 +657,20 @@ mod tests {
                 Class::Lost(Cause::Corrupt),
             ),
             Record::Overflow { off: Some(60) },
+            Record::Mark {
+                text: Text::new("ptwrite: 6025c8").unwrap(),
+                ip: Some(0x400000),
+                off: Some(62),
+                early: 3,
+                restated: false,
+            },
+            Record::Mark {
+                text: Text::new("exec mode: 64-bit").unwrap(),
+                ip: None,
+                off: None,
+                early: 0,
+                restated: true,
+            },
             insn(
                 6,
                 0x40_0ff5,

@@ -7,7 +7,9 @@ use std::borrow::Cow;
 use std::io::{self, BufRead, Read, Write};
 
 /// The version of the `truth.jsonl` format (TR1). It changes when a field changes meaning.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// The oldest version this ptemu still reads (version 1 has no mark records, TR11).
+pub const OLDEST: u32 = 1;
 
 /// Appends `v` in decimal.
 fn put_dec(b: &mut Vec<u8>, v: u64) {
@@ -146,6 +148,31 @@ pub fn put_record(b: &mut Vec<u8>, r: &Record) {
             b.extend_from_slice(b"{\"k\":\"overflow\",\"off\":");
             put_off(b, off);
         }
+        Record::Mark {
+            text,
+            ip,
+            off,
+            early,
+            restated,
+        } => {
+            b.extend_from_slice(b"{\"k\":\"mark\",\"event\":");
+            b.extend_from_slice(
+                serde_json::to_string(text.as_str())
+                    .unwrap_or_default()
+                    .as_bytes(),
+            );
+            if let Some(ip) = ip {
+                b.extend_from_slice(b",\"ip\":");
+                put_hex(b, ip);
+            }
+            b.extend_from_slice(b",\"off\":");
+            put_off(b, off);
+            b.extend_from_slice(b",\"early\":");
+            put_dec(b, early);
+            if restated {
+                b.extend_from_slice(b",\"opt\":true");
+            }
+        }
         Record::End { counts } => {
             b.extend_from_slice(b"{\"k\":\"end\",\"counts\":");
             b.extend_from_slice(serde_json::to_string(&counts).unwrap_or_default().as_bytes());
@@ -208,6 +235,9 @@ struct Line<'a> {
     first: Option<u64>,
     resume: Option<u64>,
     counts: Option<Counts>,
+    #[serde(borrow)]
+    event: Option<Cow<'a, str>>,
+    early: Option<u64>,
 }
 
 /// The longest line read from a truth or a decoder's output (TR8): a longer one is bad input
@@ -274,8 +304,13 @@ pub fn read(file: &str, mut r: impl BufRead, sink: &mut dyn Sink) -> Result<Coun
         if n == 1 {
             let h: serde_json::Value = serde_json::from_slice(&buf).map_err(|e| err(n, e.to_string()))?;
             match h.get("truth").and_then(serde_json::Value::as_u64) {
-                Some(v) if v == u64::from(VERSION) => {}
-                Some(v) => return Err(err(n, format!("truth format {v}; this ptemu reads {VERSION}"))),
+                Some(v) if (u64::from(OLDEST)..=u64::from(VERSION)).contains(&v) => {}
+                Some(v) => {
+                    return Err(err(
+                        n,
+                        format!("truth format {v}; this ptemu reads {OLDEST} to {VERSION}"),
+                    ))
+                }
                 None => return Err(err(n, "not a truth file: no {\"truth\": version} header".into())),
             }
             sink.header(&h).map_err(|e| io_err(n, e))?;
@@ -367,6 +402,28 @@ pub fn read(file: &str, mut r: impl BufRead, sink: &mut dyn Sink) -> Result<Coun
                 off: l.off,
             },
             Some("overflow") => Record::Overflow { off: l.off },
+            Some("mark") => Record::Mark {
+                text: l
+                    .event
+                    .as_deref()
+                    .and_then(super::mark::Text::new)
+                    .ok_or_else(|| {
+                        err(
+                            n,
+                            format!(
+                                "a mark without \"event\" words of at most {} bytes",
+                                super::mark::Text::MAX
+                            ),
+                        )
+                    })?,
+                ip: match &l.ip {
+                    None => None,
+                    Some(_) => Some(hex(&l.ip, "ip")?),
+                },
+                off: l.off,
+                early: l.early.unwrap_or(0),
+                restated: l.opt.unwrap_or(false),
+            },
             Some("end") => {
                 let c = l
                     .counts

@@ -9,6 +9,7 @@
 
 pub mod compact;
 pub mod json;
+pub mod mark;
 pub mod record;
 pub mod spool;
 pub mod verify;
@@ -298,6 +299,11 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
         .map(|k| (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume))
         .collect();
     let mut instructions = 0u64;
+    // Marks (TR11) whose window is still open: their words, IP, packet offset.
+    let mut marker = mark::Marker::default();
+    let mut marks: std::collections::VecDeque<(mark::Text, bool, Option<u64>, u64)> = Default::default();
+    // The carrier of the last instruction and the first instruction it carries.
+    let mut group: (Option<u64>, u64) = (None, 0);
     while let Some(fact) = spool.next_fact()? {
         let record = match fact {
             Fact::Insn {
@@ -308,6 +314,33 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
             } => {
                 let i = instructions;
                 instructions += 1;
+                let from = match carrier {
+                    Carrier::Packet { start, .. } => Some(start),
+                    Carrier::Lost(_) => None,
+                };
+                // A decoder reaches this instruction only past the packets before its carrier:
+                // the marks among them are due before it (TR11).
+                while let Some(&(text, restated, ip, start)) = marks.front() {
+                    if from.is_some_and(|f| f < start) {
+                        break;
+                    }
+                    marks.pop_front();
+                    let m = Record::Mark {
+                        text,
+                        ip,
+                        off: ctx.delivery.map(start),
+                        early: i - group.1,
+                        restated,
+                    };
+                    if held.records.is_empty() {
+                        out.record(&m)?;
+                    } else {
+                        held.records.push(m);
+                    }
+                }
+                if from != group.0 {
+                    group = (from, i);
+                }
                 let off = match carrier {
                     Carrier::Packet { start, .. } => ctx.delivery.map(start),
                     Carrier::Lost(_) => None,
@@ -388,6 +421,14 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                 off: ctx.delivery.map(start),
             },
             Fact::Psb { .. } => continue,
+            Fact::Mark {
+                packet, ip, start, ..
+            } => {
+                if let Some((text, restated)) = marker.mark(&packet) {
+                    marks.push_back((text, restated, ip, start));
+                }
+                continue;
+            }
         };
         if held.records.is_empty() {
             out.record(&record)?;
@@ -401,6 +442,15 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
     let tail: Vec<usize> = (0..resync.len())
         .filter(|&k| !spanned[k] && resync[k].d.from < ctx.stored)
         .collect();
+    for (text, restated, ip, start) in marks {
+        held.records.push(Record::Mark {
+            text,
+            ip,
+            off: ctx.delivery.map(start),
+            early: instructions - group.1,
+            restated,
+        });
+    }
     let n = held.records.len();
     held.flush(n, ctx.truncated || !tail.is_empty(), out, &mut counts)?;
     for k in tail {

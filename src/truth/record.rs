@@ -2,6 +2,7 @@
 //! classifies the run's facts into, what `truth.bin` ([`super::compact`]) and `truth.jsonl`
 //! ([`super::json`]) hold, and what `verify` matches a decoder's output against.
 
+use super::mark::Text;
 use super::{Cause, Counts};
 use std::io;
 
@@ -129,6 +130,23 @@ pub enum Record {
     Overflow {
         /// The packet's delivered offset.
         off: Option<u64>,
+    },
+    /// An event from a packet that does not move the flow (TR11): MODE.Exec, PIP, PTW, CBR, a
+    /// power event, Event Trace's CFE, ... It stands where its window ends, before the first
+    /// instruction a decoder cannot reach without reading past its packet.
+    Mark {
+        /// ptxed's words for it ([`super::mark`]).
+        text: Text,
+        /// The IP it is bound to, when its packet has one.
+        ip: Option<u64>,
+        /// The packet's delivered offset.
+        off: Option<u64>,
+        /// How many instructions before this place a decoder may already report it: those a
+        /// decoder reaches through the last packet before it.
+        early: u64,
+        /// It only restates what a decoder knows (a MODE.Exec that repeats the mode): a decoder
+        /// may leave it out.
+        restated: bool,
     },
     /// The last record: what came before it.
     End {

@@ -3,6 +3,7 @@
 //! written as its difference from the one before it of its kind (an IP from the last IP, an
 //! offset from the last offset), so an instruction takes a few bytes.
 
+use crate::packet::{Packet, MAX_PACKET_LEN};
 use crate::tracer::{BranchFact, Carrier, Fact, Loss};
 use prost::encoding::encode_varint;
 use std::io::{self, Read, Write};
@@ -13,6 +14,7 @@ const DISABLE: u8 = 3;
 const ASYNC: u8 = 4;
 const OVERFLOW: u8 = 5;
 const PSB: u8 = 6;
+const MARK: u8 = 7;
 
 const BRANCH_KINDS: [&str; 7] = ["cond", "jump", "call", "ind-jump", "ind-call", "ret", "far"];
 
@@ -121,6 +123,25 @@ impl<W: Write> Writer<W> {
                 b.push(PSB);
                 last.off(b, start);
             }
+            Fact::Mark {
+                packet,
+                ip,
+                start,
+                end,
+            } => {
+                let mut bytes = [0u8; MAX_PACKET_LEN];
+                let n = packet.encode_into(&mut bytes).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("fact spool: {packet:?}: {e}"))
+                })?;
+                b.push(MARK);
+                b.push(n as u8 | if ip.is_some() { 0x80 } else { 0 });
+                b.extend_from_slice(&bytes[..n]);
+                if let Some(ip) = ip {
+                    last.ip(b, ip);
+                }
+                last.off(b, start);
+                encode_varint(end.wrapping_sub(start), b);
+            }
         }
         if self.buf.len() >= 1 << 16 {
             self.out.write_all(&self.buf)?;
@@ -155,8 +176,8 @@ pub struct Reader<R: Read> {
     last: Last,
 }
 
-/// The longest a fact can be: a tag, a byte, five varints.
-const MAX_FACT: usize = 2 + 5 * 10;
+/// The longest a fact can be: a tag, a byte, five varints (or a packet and three).
+const MAX_FACT: usize = 2 + 5 * 10 + MAX_PACKET_LEN;
 
 fn cut() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "fact spool: a fact cut short")
@@ -277,6 +298,25 @@ impl<R: Read> Reader<R> {
                 Fact::Overflow { start, end }
             }
             PSB => Fact::Psb { start: self.off()? },
+            MARK => {
+                let k = *self.buf.get(self.pos).ok_or_else(cut)?;
+                let n = usize::from(k & 0x7f);
+                let bytes = self.buf.get(self.pos + 1..self.pos + 1 + n).ok_or_else(cut)?;
+                let (packet, len) = Packet::decode(bytes, None)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("fact spool: {e:?}")))?;
+                if len != n {
+                    return Err(cut());
+                }
+                self.pos += 1 + n;
+                let ip = if k & 0x80 != 0 { Some(self.ip()?) } else { None };
+                let (start, end) = self.span()?;
+                Fact::Mark {
+                    packet,
+                    ip,
+                    start,
+                    end,
+                }
+            }
             t => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -335,6 +375,22 @@ mod tests {
             },
             Fact::Overflow { start: 8, end: 9 },
             Fact::Psb { start: 10 },
+            Fact::Mark {
+                packet: Packet::Ptw {
+                    size: crate::packet::PtwSize::Eight,
+                    payload: 0x6025c8,
+                    ip: true,
+                },
+                ip: Some(0x400000),
+                start: 11,
+                end: 21,
+            },
+            Fact::Mark {
+                packet: Packet::Cbr { ratio: 0x24 },
+                ip: None,
+                start: 21,
+                end: 25,
+            },
         ];
         let mut w = Writer::new(Vec::new());
         for f in &facts {

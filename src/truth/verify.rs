@@ -16,6 +16,7 @@
 //! starting lines (a loop repeated right after it), each followed until it fails.
 
 use super::compact::{self, Bytes, Decoder};
+use super::mark::Text;
 use super::record::{Class, Record};
 use super::Cause;
 use std::fmt;
@@ -35,6 +36,9 @@ pub enum Token {
     Error,
     /// The decoder reported an event (TR10; matched only with `--events`).
     Event(Event),
+    /// The decoder reported an event of a packet that does not move the flow (TR11: `[ptwrite:
+    /// …]`, `[exec mode: …]`, …; matched only with `--events`, by [`mark_line`]).
+    Mark,
 }
 
 /// What kind of event a decoder reported, in ptxed's words (TR10).
@@ -131,6 +135,48 @@ fn event_line(rest: &[u8]) -> Option<Event> {
     Some(ev)
 }
 
+/// Lines in ptxed's brackets that are not events: the end of its output.
+const NOT_MARKS: [&str; 1] = ["end of trace"];
+
+/// A mark line of ptxed's (TR11): `[`, optionally 16-digit hex columns (`--offset`,
+/// `--event:time`), the event's words, optionally `, ip: hex` (also `at`, `from`, `to`), `]`.
+/// Returns the words (the fields but the IP ones, joined by `, `, into a borrowed slice when
+/// there is no IP field in the middle) and the IP.
+pub fn mark_line(rest: &[u8]) -> Option<(std::borrow::Cow<'_, str>, Option<u64>)> {
+    let inner = rest.strip_prefix(b"[")?;
+    let inner = &inner[..inner.iter().position(|&b| b == b']')?];
+    let mut inner = std::str::from_utf8(inner).ok()?.trim();
+    // ptxed's optional hex columns before the words.
+    while let Some((w, tail)) = inner.split_once(' ') {
+        if w.len() == 16 && w.bytes().all(|b| b.is_ascii_hexdigit()) {
+            inner = tail.trim_start();
+        } else {
+            break;
+        }
+    }
+    if inner.is_empty() || NOT_MARKS.contains(&inner) {
+        return None;
+    }
+    let mut ip = None;
+    let mut words: Option<std::borrow::Cow<'_, str>> = None;
+    for part in inner.split(", ") {
+        let as_ip = part.split_once(": ").and_then(|(k, v)| {
+            matches!(k, "ip" | "at" | "from" | "to")
+                .then(|| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())?
+        });
+        match as_ip {
+            Some(v) => ip = ip.or(Some(v)),
+            None => {
+                words = Some(match words {
+                    None => std::borrow::Cow::Borrowed(part),
+                    Some(w) => std::borrow::Cow::Owned(format!("{w}, {part}")),
+                })
+            }
+        }
+    }
+    Some((words?, ip))
+}
+
 /// Reads one line of decoder output (TR8): a first whitespace-separated word that is an IP is
 /// an instruction; a first word `error`, or a ptxed error line (`[offset, ip: error: ...]`), an
 /// error; a ptxed event line (`[enabled, ip: …]`, `[interrupt]`, …: [`EventKind`]) an event
@@ -167,7 +213,9 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
         if contains(b": error") {
             return Some(Token::Error);
         }
-        return event_line(rest).map(Token::Event);
+        return event_line(rest)
+            .map(Token::Event)
+            .or_else(|| mark_line(rest).map(|_| Token::Mark));
     }
     // perf script's `--itrace=e` lines: " instruction trace error type 1 ...".
     if first == b"instruction" && contains(b"instruction trace error") {
@@ -228,6 +276,8 @@ enum Item {
 #[derive(Clone, Copy, Debug)]
 struct Ctx {
     events: bool,
+    /// Instructions before this place (every record's, whatever its class).
+    count: u64,
     truncated: bool,
     span: Option<Cause>,
     after_optional: bool,
@@ -361,6 +411,7 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
                 class: class @ (Class::Required | Class::Optional),
                 ..
             } => {
+                ctx.count = i + 1;
                 let optional = class == Class::Optional;
                 ctx.span = None;
                 ctx.after_optional = optional;
@@ -390,7 +441,11 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
             Record::Disable { off } => (EventKind::Disabled, None, None, off),
             Record::Async { from, to, off } => (EventKind::Interrupt, Some(from), Some(to), off),
             Record::Overflow { off } => (EventKind::Overflow, None, None, off),
-            Record::Insn { .. } => continue,
+            Record::Insn { i, .. } => {
+                ctx.count = i + 1;
+                continue;
+            }
+            Record::Mark { .. } => continue,
         };
         if !ctx.events || off.is_none() {
             continue;
@@ -428,6 +483,15 @@ impl<'a> At<'a> {
 
     fn undefined(&self) -> bool {
         matches!(self.item, Item::Gap { cause, .. } if cause.undefined())
+    }
+
+    /// How many of the truth's instructions a decoder has given (or skipped) at this place.
+    fn position(&self) -> u64 {
+        match self.item {
+            Item::Ip { index, .. } => index,
+            Item::Gap { first, .. } => first,
+            Item::Event { .. } | Item::End => self.ctx.count,
+        }
     }
 }
 
@@ -467,6 +531,7 @@ impl<'a> Matcher<'a> {
         };
         let ctx = Ctx {
             events: o.events,
+            count: 0,
             truncated: p.truncated,
             span: None,
             after_optional: false,
@@ -641,6 +706,156 @@ impl<'a> Matcher<'a> {
     }
 }
 
+/// A mark of the truth a decoder must (or, optional, may) report between instructions `lo` and
+/// `hi` (TR11): after giving `lo` of them and before giving instruction `hi`.
+#[derive(Clone, Copy, Debug)]
+struct Due {
+    text: Text,
+    ip: Option<u64>,
+    off: Option<u64>,
+    lo: u64,
+    hi: u64,
+    optional: bool,
+}
+
+impl fmt::Display for Due {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the event [{}", self.text)?;
+        if let Some(ip) = self.ip {
+            write!(f, ", ip: {ip:#x}")?;
+        }
+        write!(
+            f,
+            "] (stream offset {}) ",
+            self.off.map_or("unknown".into(), |o| o.to_string())
+        )?;
+        match self.lo {
+            0 => write!(f, "before instruction {}", self.hi),
+            lo => write!(
+                f,
+                "after instruction {} and before instruction {}",
+                lo - 1,
+                self.hi
+            ),
+        }
+    }
+}
+
+/// The truth's marks, read by a cursor of their own as the decoder's output goes (TR11): a
+/// queue of those whose window is open.
+struct Marks<'a> {
+    next: Decoder<'a>,
+    truncated: bool,
+    count: u64,
+    /// One past the last instruction a decoder need not give (lost, undefined, optional).
+    not_required: u64,
+    queue: std::collections::VecDeque<Due>,
+    done: bool,
+}
+
+impl<'a> Marks<'a> {
+    fn new(p: &'a Pattern) -> Self {
+        Marks {
+            next: Decoder::new(p.bytes.get(), p.start),
+            truncated: p.truncated,
+            count: 0,
+            not_required: 0,
+            queue: Default::default(),
+            done: false,
+        }
+    }
+
+    /// Reads on to the next delivered mark (queued); `false` at the end record.
+    fn read_one(&mut self) -> io::Result<bool> {
+        loop {
+            match read_record(&mut self.next)?.1 {
+                Record::Insn { i, class, .. } => {
+                    self.count = i + 1;
+                    if class != Class::Required {
+                        self.not_required = i + 1;
+                    }
+                }
+                Record::Mark {
+                    text,
+                    ip,
+                    off: off @ Some(_),
+                    early,
+                    restated,
+                } => {
+                    let (lo, hi) = (self.count.saturating_sub(early), self.count);
+                    // Optional where a decoder need not give an instruction of its window, or
+                    // may stop before the next one (TR3, TR10's policy).
+                    let optional = restated
+                        || self.not_required > lo.saturating_sub(1) && self.not_required > 0
+                        || event_optional(self.next, self.truncated)?;
+                    self.queue.push_back(Due {
+                        text,
+                        ip,
+                        off,
+                        lo,
+                        hi,
+                        optional,
+                    });
+                    return Ok(true);
+                }
+                Record::End { .. } => {
+                    self.done = true;
+                    return Ok(false);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Queues every mark whose window opens at or before `pos`.
+    fn fill_to(&mut self, pos: u64) -> io::Result<()> {
+        while !self.done && self.queue.back().is_none_or(|d| d.lo <= pos) {
+            self.read_one()?;
+        }
+        Ok(())
+    }
+
+    /// The first required mark a decoder at `pmin` has gone past without reporting; drops the
+    /// optional ones it has gone past.
+    fn overdue(&mut self, pmin: u64) -> io::Result<Option<Due>> {
+        self.fill_to(pmin)?;
+        while let Some(d) = self.queue.front().copied() {
+            if d.hi >= pmin {
+                break;
+            }
+            if !d.optional {
+                return Ok(Some(d));
+            }
+            self.queue.pop_front();
+        }
+        Ok(None)
+    }
+
+    /// Takes the mark `words`/`ip` a decoder reported somewhere in `pmin..=pmax`: `Ok(true)`
+    /// when it is the next one due (optional ones before it may be skipped), `Ok(false)` when
+    /// there is none, `Err(due)` when a required mark had to come first.
+    fn take(&mut self, words: &str, ip: Option<u64>, pmin: u64, pmax: u64) -> io::Result<Result<bool, Due>> {
+        self.fill_to(pmax)?;
+        let mut k = 0;
+        while let Some(d) = self.queue.get(k).copied() {
+            if d.lo > pmax {
+                break;
+            }
+            let fits =
+                d.hi >= pmin && d.text.as_str() == words && (ip.is_none() || d.ip.is_none() || ip == d.ip);
+            if fits {
+                self.queue.drain(..=k);
+                return Ok(Ok(true));
+            }
+            if !d.optional && d.hi >= pmin {
+                return Ok(Err(d));
+            }
+            k += 1;
+        }
+        Ok(Ok(false))
+    }
+}
+
 fn expected(at: Option<&At>) -> String {
     match at.map(|a| a.item) {
         Some(Item::Ip { ip, index, off, .. }) => format!(
@@ -666,6 +881,14 @@ fn expected(at: Option<&At>) -> String {
         ),
         Some(Item::End) | None => "no more instructions".into(),
     }
+}
+
+/// The least and the most instructions the ways have given (TR11: where a mark line stands).
+fn positions(m: &Matcher<'_>) -> (u64, u64) {
+    m.ways.iter().fold((u64::MAX, 0), |(lo, hi), w| {
+        let p = w.at.position();
+        (lo.min(p), hi.max(p))
+    })
 }
 
 /// Where a decoder's output left the truth.
@@ -750,7 +973,9 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
         Token::Ip(ip) => format!("{ip:#x}"),
         Token::Error => "an error".into(),
         Token::Event(e) => format!("the event {e}"),
+        Token::Mark => "an event".into(),
     };
+    let mut marks = Marks::new(pattern);
     let mut buf = Vec::with_capacity(256);
     let mut n = 0u64;
     let mut released = pattern.start;
@@ -763,7 +988,10 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
         }
         // The ways only move forward: what lies before the first one is read for good.
         if n.is_multiple_of(4096) {
-            let low = m.ways.iter().map(|w| w.at.pos).min().unwrap_or(0);
+            let mut low = m.ways.iter().map(|w| w.at.pos).min().unwrap_or(0);
+            if options.events {
+                low = low.min(marks.next.pos());
+            }
             pattern.bytes.release(released, low);
             released = released.max(low);
         }
@@ -771,8 +999,50 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
         match t {
             Token::Ip(_) => v.ips += 1,
             Token::Error => v.errors += 1,
-            Token::Event(_) if !options.events => continue,
+            Token::Event(_) | Token::Mark if !options.events => continue,
             Token::Event(_) => v.events += 1,
+            Token::Mark => {
+                v.events += 1;
+                let (words, ip) = mark_line(buf.trim_ascii_start()).unwrap_or_default();
+                let (pmin, pmax) = positions(&m);
+                let in_gap = m.ways.iter().any(|w| matches!(w.at.item, Item::Gap { .. }));
+                let div = match marks.take(&words, ip, pmin, pmax)? {
+                    Ok(true) => None,
+                    Ok(false) if in_gap => None,
+                    Ok(false) => Some(match marks.queue.front() {
+                        Some(d) if d.lo <= pmax => d.to_string(),
+                        _ => format!("no event (instruction {pmin} next)"),
+                    }),
+                    Err(d) => Some(d.to_string()),
+                };
+                if let Some(expected) = div {
+                    v.divergence = Some(Divergence {
+                        line: n,
+                        expected,
+                        given: format!(
+                            "the event [{}]",
+                            String::from_utf8_lossy(buf.trim_ascii()).trim_matches(['[', ']'])
+                        ),
+                    });
+                    v.work = m.work;
+                    return Ok(v);
+                }
+                continue;
+            }
+        }
+        if options.events {
+            // An instruction at `pmin` or later given now: a mark due before it was missed.
+            let (pmin, _) = positions(&m);
+            let given_now = u64::from(matches!(t, Token::Ip(_)));
+            if let Some(d) = marks.overdue(pmin.saturating_add(given_now))? {
+                v.divergence = Some(Divergence {
+                    line: n,
+                    expected: d.to_string(),
+                    given: given(t),
+                });
+                v.work = m.work;
+                return Ok(v);
+            }
         }
         if m.step_one(t)? {
             continue;
@@ -796,6 +1066,16 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
         }
     }
     v.work = m.work;
+    if options.events && m.ways.iter().any(|w| matches!(w.at.item, Item::End)) {
+        if let Some(d) = marks.overdue(u64::MAX)? {
+            v.divergence = Some(Divergence {
+                line: 0,
+                expected: d.to_string(),
+                given: String::new(),
+            });
+            return Ok(v);
+        }
+    }
     if !m.ways.iter().any(|w| matches!(w.at.item, Item::End)) {
         let far = m.ways.iter().max_by_key(|w| w.at.pos).map(|w| w.at);
         let far_pos = far.map_or(0, |a| a.pos);
@@ -1121,18 +1401,79 @@ mod tests {
             token("[0000000000001a2b  0000000000000040  overflow, ip: 0000000000401000]"),
             ev(EventKind::Overflow, None, None)
         );
+        for line in ["[end of trace]", "[enabled", "[]"] {
+            assert_eq!(token(line), None, "{line:?}");
+        }
+        // Other bracketed words are marks (TR11), not these events.
         for line in [
-            "[end of trace]",
             "[paging, cr3: 0000000000001000]",
             "[exec mode: 64-bit]",
             "[tick]",
             "[bad words enabled]",
             "[enabled, ip: xyz]",
-            "[enabled",
         ] {
-            assert_eq!(token(line), None, "{line:?}");
+            assert_eq!(token(line), Some(Token::Mark), "{line:?}");
         }
         assert_eq!(token("[1a0, 401000: error: bad opcode]"), Some(Token::Error));
+    }
+
+    /// TR11: a mark is due inside its window (after the instructions a decoder reaches through
+    /// the packets before it, before the first it reaches only past it), with its words and
+    /// IP; a missing, late, extra or changed mark diverges; a restated one may be left out.
+    #[test]
+    fn tr11_marks_must_come_in_their_window() {
+        const B: &str = r#"{"k":"insn","i":1,"ip":"0x11","off":4}"#;
+        const M: &str = r#"{"k":"mark","event":"ptwrite: 5","ip":"0x10","off":2,"early":1}"#;
+        let p = pattern(&[EN, A, M, B, DIS]);
+        let ok = |out: &str| with_events(&p, out).is_none();
+        assert!(ok("[enabled]\n[ptwrite: 5]\n10\n11\n[disabled]\n"));
+        assert!(ok(
+            "[enabled]\n10\n[ptwrite: 5, ip: 0000000000000010]\n11\n[disabled]\n"
+        ));
+        assert!(ok(
+            "[enabled]\n10\n[0000000000000002  ptwrite: 5]\n11\n[disabled]\n"
+        ));
+        // Late, missing, changed, with another IP, twice.
+        assert!(!ok("[enabled]\n10\n11\n[ptwrite: 5]\n[disabled]\n"));
+        assert!(!ok("[enabled]\n10\n11\n[disabled]\n"));
+        assert!(!ok("[enabled]\n10\n[ptwrite: 6]\n11\n[disabled]\n"));
+        assert!(!ok(
+            "[enabled]\n10\n[ptwrite: 5, ip: 0000000000000011]\n11\n[disabled]\n"
+        ));
+        assert!(!ok("[enabled]\n10\n[ptwrite: 5]\n[ptwrite: 5]\n11\n[disabled]\n"));
+        // An event the truth does not have.
+        assert!(!ok("[enabled]\n10\n[ptwrite: 5]\n[cbr: 1f]\n11\n[disabled]\n"));
+        // Without --events marks are not looked at.
+        assert_eq!(verdict(&p, "10\n11\n"), None);
+        let d = with_events(&p, "[enabled]\n10\n11\n[disabled]\n").unwrap();
+        assert!(
+            d.expected.contains("[ptwrite: 5, ip: 0x10]") && d.line == 3,
+            "{d:?}"
+        );
+        // A restated mode may be left out, or given.
+        let r = r#"{"k":"mark","event":"exec mode: 64-bit","off":2,"early":1,"opt":true}"#;
+        let p = pattern(&[EN, A, r, B, DIS]);
+        assert_eq!(with_events(&p, "[enabled]\n10\n11\n[disabled]\n"), None);
+        assert_eq!(
+            with_events(&p, "[enabled]\n10\n[exec mode: 64-bit]\n11\n[disabled]\n"),
+            None
+        );
+    }
+
+    /// TR11: the words of a mark line are its fields but the IP ones, after ptxed's columns.
+    #[test]
+    fn tr11_mark_lines_are_words_and_an_ip() {
+        let m = |l: &str| mark_line(l.as_bytes()).map(|(w, ip)| (w.into_owned(), ip));
+        assert_eq!(m("[cbr: 1f]"), Some(("cbr: 1f".into(), None)));
+        assert_eq!(
+            m("[interrupt 14, cr2: 0000000000002000, ip: 0000000008048000]"),
+            Some(("interrupt 14, cr2: 0000000000002000".into(), Some(0x8048000)))
+        );
+        assert_eq!(
+            m("[000000000000002a  exstop, ip: 0000000000001008]"),
+            Some(("exstop".into(), Some(0x1008)))
+        );
+        assert_eq!(m("[end of trace]"), None);
     }
 
     /// TR10: with `--events` every delivered event is required in its place; a missing, an extra,

@@ -101,6 +101,49 @@ pub enum Fact {
         /// Its first byte.
         start: u64,
     },
+    /// A packet a decoder reports as an event of its own (`spec/truth.md`, TR11): MODE.Exec,
+    /// MODE.TSX, PIP, VMCS, TraceStop, CBR, PTW, MWAIT, PWRE, PWRX, EXSTOP, CFE, EVD, outside
+    /// PSB+ (inside it they only restate the state: status updates, not events).
+    Mark {
+        /// The packet.
+        packet: Packet,
+        /// The IP it is bound to: the FUP after a PTW, EXSTOP or CFE that has one, the IP packet
+        /// after a MODE.Exec.
+        ip: Option<u64>,
+        /// Its first byte.
+        start: u64,
+        /// One past it.
+        end: u64,
+    },
+}
+
+/// Whether a decoder reports `p` as an event of its own when it is not inside PSB+ (TR11).
+pub fn is_mark(p: &Packet) -> bool {
+    matches!(
+        p,
+        Packet::ModeExec { .. }
+            | Packet::ModeTsx { .. }
+            | Packet::Pip { .. }
+            | Packet::Vmcs { .. }
+            | Packet::TraceStop
+            | Packet::Cbr { .. }
+            | Packet::Ptw { .. }
+            | Packet::Mwait { .. }
+            | Packet::Pwre { .. }
+            | Packet::Pwrx { .. }
+            | Packet::Exstop { .. }
+            | Packet::Cfe { .. }
+            | Packet::Evd { .. }
+    )
+}
+
+/// Whether the IP packet after `p` gives the IP `p`'s event is bound to.
+fn mark_wants_ip(p: &Packet) -> bool {
+    match *p {
+        Packet::Ptw { ip, .. } | Packet::Exstop { ip } | Packet::Cfe { ip, .. } => ip,
+        Packet::ModeExec { .. } => true,
+        _ => false,
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +170,12 @@ enum Note {
         start: u64,
     },
     PsbEnd,
+    Mark {
+        packet: Packet,
+        ip: Option<u64>,
+        start: u64,
+        end: u64,
+    },
     Cleared {
         total_bits: u64,
         why: Loss,
@@ -155,6 +204,8 @@ pub struct Probe {
     last_tnt: (u64, u64, u64),
     in_psb: bool,
     current: Option<Current>,
+    /// A mark waiting for the IP packet that binds it.
+    unbound: Option<Fact>,
 }
 
 impl Default for Probe {
@@ -168,6 +219,7 @@ impl Default for Probe {
             last_tnt: (0, 0, 0),
             in_psb: false,
             current: None,
+            unbound: None,
         }
     }
 }
@@ -213,6 +265,7 @@ impl Probe {
 
     /// Everything still waiting for a TNT that will never come (the end of the run): lost.
     pub fn finish(&mut self) {
+        self.bind(None);
         self.clear(self.added, Loss::Stopped);
     }
 
@@ -259,6 +312,12 @@ impl Probe {
             },
             Packet::Psb => Note::Psb { start: end - 16 },
             Packet::PsbEnd => Note::PsbEnd,
+            _ if is_mark(p) && !self.in_psb_after(self.current.as_ref()) => Note::Mark {
+                packet: *p,
+                ip: self.event_ip(p),
+                start,
+                end,
+            },
             _ => return,
         };
         self.note(note);
@@ -320,6 +379,16 @@ impl Probe {
         }
     }
 
+    /// The IP a CFE without a FUP is bound to: where an asynchronous transfer interrupted the
+    /// flow, else the instruction it reports (an IRET).
+    fn event_ip(&self, p: &Packet) -> Option<u64> {
+        let c = self.current.as_ref()?;
+        match p {
+            Packet::Cfe { ip: false, .. } => c.far.map(|f| f.1).or(c.insn.map(|i| i.1)),
+            _ => None,
+        }
+    }
+
     fn in_psb_after(&self, c: Option<&Current>) -> bool {
         let mut psb = self.in_psb;
         for n in c.map_or(&[][..], |c| &c.notes) {
@@ -346,7 +415,30 @@ impl Probe {
         }
     }
 
+    /// Pushes the mark waiting for an IP, bound to `ip`.
+    fn bind(&mut self, ip: Option<u64>) {
+        if let Some(Fact::Mark {
+            packet, start, end, ..
+        }) = self.unbound.take()
+        {
+            self.push(
+                Fact::Mark {
+                    packet,
+                    ip,
+                    start,
+                    end,
+                },
+                None,
+            );
+        }
+    }
+
     fn apply(&mut self, n: Note) {
+        let ip = match n {
+            Note::Flow { packet, ip, .. } if !matches!(packet, Packet::Ovf) => ip,
+            _ => None,
+        };
+        self.bind(ip);
         match n {
             Note::Tnt { bits, start, end } => {
                 let (from, to) = (self.emitted, self.emitted + bits);
@@ -377,6 +469,24 @@ impl Probe {
                 self.push(Fact::Psb { start }, None);
             }
             Note::PsbEnd => self.in_psb = false,
+            Note::Mark {
+                packet,
+                ip,
+                start,
+                end,
+            } => {
+                let fact = Fact::Mark {
+                    packet,
+                    ip,
+                    start,
+                    end,
+                };
+                if mark_wants_ip(&packet) {
+                    self.unbound = Some(fact);
+                } else {
+                    self.push(fact, None);
+                }
+            }
             Note::Cleared { total_bits, why } => self.clear(total_bits, why),
         }
     }
