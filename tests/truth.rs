@@ -114,6 +114,22 @@ fn verify_events(case: &Path, lines: &str) -> (bool, String) {
     )
 }
 
+fn verify_perf_events(case: &Path, lines: &str) -> (bool, String) {
+    let o = ptemu_stdin(
+        &["verify", s(case), "--ips", "-", "--events=perf"],
+        lines.as_bytes(),
+    );
+    assert!(
+        o.status.code() == Some(0) || o.status.code() == Some(1),
+        "{}",
+        text(&o.stderr)
+    );
+    (
+        o.status.success(),
+        format!("{}{}", text(&o.stdout), text(&o.stderr)),
+    )
+}
+
 /// TR10: libipt's events, printed by the harness in ptxed's words, pass `verify --events` on a
 /// clean run, interrupts (also under an overflow), an IP filter (enables and disables), power
 /// events, overflows of both styles, a wrap and a corrupt packet; with one event line removed
@@ -235,6 +251,71 @@ fn tr11_libipt_marks_pass_verify_events_and_a_missing_or_changed_one_fails() {
         "pwrx",
         "stopped",
     ];
+    assert_eq!(kinds, want.iter().map(|k| k.to_string()).collect(), "{kinds:?}");
+}
+
+/// TR11, TR8: perf's synthesized events (`perf script --itrace=i0nsepw -F event,ip,synth` on
+/// the corpus's perf.data) pass `verify --events=perf` with its `instructions:u:` lines read as
+/// instructions: PTWRITE, PWRE, PWRX, EXSTOP, and CBR (perf reports the first, from PSB+: a
+/// restatement, optional); the first PTWRITE, PWRE, PWRX or EXSTOP removed fails, a CBR removed
+/// passes.
+#[test]
+fn tr11_perf_marks_pass_verify_events_perf_and_a_missing_one_fails() {
+    let root = &corpus_seed_3();
+    let mut kinds = std::collections::BTreeSet::new();
+    for name in [
+        "clean-default",
+        "clean-ptwrite",
+        "clean-power",
+        "ovf-power",
+        "wrap-4k",
+    ] {
+        let case = root.join(name);
+        let o = std::process::Command::new("perf")
+            .args([
+                "script",
+                "-i",
+                "perf.data",
+                "--itrace=i0nsepw",
+                "-F",
+                "event,ip,synth",
+            ])
+            .current_dir(&case)
+            .output()
+            .expect("perf (Debian's linux-perf; cargo xtask test installs it)");
+        assert!(o.status.success(), "{name}: {}", text(&o.stderr));
+        let lines = text(&o.stdout);
+        let (ok, msg) = verify_perf_events(&case, &lines);
+        assert!(ok, "{name}: {msg}");
+        assert!(msg.contains("event line(s)"), "{msg}");
+        let all: Vec<&str> = lines.lines().collect();
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, l) in all.iter().enumerate() {
+            let word = l.split_whitespace().next().unwrap_or_default();
+            let Some(kind) = word.strip_suffix(':') else {
+                continue;
+            };
+            if !["ptwrite", "pwre", "pwrx", "exstop", "cbr"].contains(&kind) || !seen.insert(kind) {
+                continue;
+            }
+            kinds.insert(kind.to_string());
+            let removed: String = all
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(_, l)| format!("{l}\n"))
+                .collect();
+            let (ok, msg) = verify_perf_events(&case, &removed);
+            if kind == "cbr" {
+                assert!(ok, "{name}: the PSB+ CBR is a restatement: {msg}");
+            } else {
+                assert!(!ok, "{name}: line {} ({l}) removed was accepted", i + 1);
+                assert!(msg.contains("expected the event"), "{name}: {msg}");
+            }
+            assert!(verify(&case, &removed).0, "{name}: without --events, {l} removed");
+        }
+    }
+    let want = ["cbr", "exstop", "ptwrite", "pwre", "pwrx"];
     assert_eq!(kinds, want.iter().map(|k| k.to_string()).collect(), "{kinds:?}");
 }
 
@@ -1021,7 +1102,7 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
     }
     let kinds: Vec<&str> = facts
         .iter()
-        .filter(|f| !matches!(f, Fact::Psb { .. }))
+        .filter(|f| !matches!(f, Fact::Psb { .. } | Fact::Mark { status: true, .. }))
         .map(|f| match f {
             Fact::Insn { .. } => "insn",
             Fact::Enable { .. } => "enable",
@@ -1049,6 +1130,17 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
     assert!(facts
         .iter()
         .any(|f| matches!(f, Fact::Mark { ip: Some(ip), .. } if *ip == a)));
+    // PSB+'s CBR, PIP, MODE.TSX restate the state: status marks.
+    let status: Vec<&str> = facts
+        .iter()
+        .filter_map(|f| match f {
+            Fact::Mark {
+                packet, status: true, ..
+            } => Some(packet.name()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(status, ["cbr", "pip", "mode.tsx"]);
     let carriers: Vec<(u64, &str)> = facts
         .iter()
         .filter_map(|f| match f {

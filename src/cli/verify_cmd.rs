@@ -8,6 +8,15 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
+/// Whose event lines `verify --events` reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum EventStyle {
+    /// ptxed's (and the libipt harness's) bracketed lines.
+    Ptxed,
+    /// perf script's synthesized events.
+    Perf,
+}
+
 /// The arguments of `ptemu verify`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,13 +30,15 @@ pub struct Args {
     /// like `bad` or `face` is not one (spec/truth.md, TR8).
     #[arg(long)]
     ips: PathBuf,
-    /// Check the decoder's event lines too, ptxed's words: [enabled] (or [resumed]),
-    /// [disabled], [interrupt], [overflow], with the IPs ptxed's --event:ip prints (TR10), and
-    /// the events of other packets with their payloads: [exec mode: 64-bit], [ptwrite: …],
-    /// [pwre c1.0], [interrupt 14, cr2: …], … (TR11); without it they are ignored
+    /// Check the decoder's event lines too. `ptxed` (the default): ptxed's words, [enabled]
+    /// (or [resumed]), [disabled], [interrupt], [overflow], with the IPs ptxed's --event:ip
+    /// prints (TR10), and the events of other packets with their payloads: [exec mode:
+    /// 64-bit], [ptwrite: …], [pwre c1.0], [interrupt 14, cr2: …], … (TR11). `--events=perf`: perf
+    /// script's synthesized events (`--itrace=…pw -F event,ip,synth`: ptwrite, pwre, pwrx,
+    /// exstop, mwait, cbr), the only ones it prints. Without it event lines are ignored
     /// (spec/truth.md).
-    #[arg(long)]
-    events: bool,
+    #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "ptxed", value_name = "STYLE")]
+    events: Option<EventStyle>,
     /// Print nothing; the exit code says it (0 pass, 1 divergence, 2 bad files).
     #[arg(long, short)]
     quiet: bool,
@@ -56,14 +67,19 @@ pub fn run(a: &Args) -> Result<(), Failure> {
     }
     .map_err(|e| Failure::input(e.to_string()))?;
     let mut ips = open(&a.ips)?;
-    let verdict = check_with(&pattern, &mut ips, Options::events(a.events))
+    let options = match a.events {
+        None => Options::events(false),
+        Some(EventStyle::Ptxed) => Options::events(true),
+        Some(EventStyle::Perf) => Options::perf_events(),
+    };
+    let verdict = check_with(&pattern, &mut ips, options)
         .map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
     // The rest of a pipe is read, so the decoder writing it is not killed by SIGPIPE.
     let _ = io::copy(&mut ips, &mut io::sink());
     match verdict.divergence {
         None => {
             if !a.quiet {
-                let events = if a.events {
+                let events = if a.events.is_some() {
                     format!(
                         ", {} error line(s) and {} event line(s)",
                         verdict.errors, verdict.events

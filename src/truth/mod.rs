@@ -422,10 +422,14 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
             },
             Fact::Psb { .. } => continue,
             Fact::Mark {
-                packet, ip, start, ..
+                packet,
+                status,
+                ip,
+                start,
+                ..
             } => {
                 if let Some((text, restated)) = marker.mark(&packet) {
-                    marks.push_back((text, restated, ip, start));
+                    marks.push_back((text, restated || status, ip, start));
                 }
                 continue;
             }

@@ -125,6 +125,7 @@ impl<W: Write> Writer<W> {
             }
             Fact::Mark {
                 packet,
+                status,
                 ip,
                 start,
                 end,
@@ -134,7 +135,7 @@ impl<W: Write> Writer<W> {
                     io::Error::new(io::ErrorKind::InvalidData, format!("fact spool: {packet:?}: {e}"))
                 })?;
                 b.push(MARK);
-                b.push(n as u8 | if ip.is_some() { 0x80 } else { 0 });
+                b.push(n as u8 | if ip.is_some() { 0x80 } else { 0 } | if status { 0x40 } else { 0 });
                 b.extend_from_slice(&bytes[..n]);
                 if let Some(ip) = ip {
                     last.ip(b, ip);
@@ -300,7 +301,7 @@ impl<R: Read> Reader<R> {
             PSB => Fact::Psb { start: self.off()? },
             MARK => {
                 let k = *self.buf.get(self.pos).ok_or_else(cut)?;
-                let n = usize::from(k & 0x7f);
+                let n = usize::from(k & 0x3f);
                 let bytes = self.buf.get(self.pos + 1..self.pos + 1 + n).ok_or_else(cut)?;
                 let (packet, len) = Packet::decode(bytes, None)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("fact spool: {e:?}")))?;
@@ -312,6 +313,7 @@ impl<R: Read> Reader<R> {
                 let (start, end) = self.span()?;
                 Fact::Mark {
                     packet,
+                    status: k & 0x40 != 0,
                     ip,
                     start,
                     end,
@@ -381,12 +383,14 @@ mod tests {
                     payload: 0x6025c8,
                     ip: true,
                 },
+                status: false,
                 ip: Some(0x400000),
                 start: 11,
                 end: 21,
             },
             Fact::Mark {
                 packet: Packet::Cbr { ratio: 0x24 },
+                status: true,
                 ip: None,
                 start: 21,
                 end: 25,

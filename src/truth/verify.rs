@@ -221,7 +221,96 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
     if first == b"instruction" && contains(b"instruction trace error") {
         return Some(Token::Error);
     }
+    // perf script with `-F event,…`: the event's name first (`instructions:u:`), then the IP;
+    // a synthesized event of a mark (`ptwrite:`, `pwre:`, …, TR11).
+    if let Some(name) = perf_event_name(first) {
+        if name == "instructions" {
+            let after = rest[first.len()..].trim_ascii_start();
+            let word = &after[..after
+                .iter()
+                .position(u8::is_ascii_whitespace)
+                .unwrap_or(after.len())];
+            return hex_word(word).map(Token::Ip);
+        }
+        return perf_mark(rest).map(|_| Token::Mark);
+    }
     ip_word(&line[..start], first).map(Token::Ip)
+}
+
+/// The name of a perf script event field (`instructions:u:` is `instructions`), if `word` is
+/// one: letters, `-` and `_`, then modifiers, ending with `:`.
+fn perf_event_name(word: &[u8]) -> Option<&str> {
+    let w = std::str::from_utf8(word.strip_suffix(b":")?).ok()?;
+    let name = w.split(':').next()?;
+    (!name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b == b'-' || b == b'_'))
+    .then_some(name)
+}
+
+/// 1 to 16 hex digits, with or without `0x`.
+fn hex_word(word: &[u8]) -> Option<u64> {
+    let digits = word.strip_prefix(b"0x").unwrap_or(word);
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
+}
+
+/// The marks perf script synthesizes (`--itrace=pw`, TR11): their event names.
+pub const PERF_MARKS: [&str; 6] = ["ptwrite", "pwre", "pwrx", "exstop", "mwait", "cbr"];
+
+/// A perf script line of a synthesized event (`-F event,ip,synth`) as a mark: its words as
+/// ptxed's (TR11) and the sample's IP (the last word). `ptwrite:  IP: 0 payload: 0x1002  c0100000`
+/// is `ptwrite: 1002`; `pwre:  hw: 0 cstate: 1 sub-cstate: 0` is `pwre c1.0`; `pwrx:  deepest
+/// cstate: 0 last cstate: 1 wake reason: 0x1` is `pwrx int: c1 (c0)`; `exstop:  IP: 1` is
+/// `exstop`; `mwait:  hints: 0x50 extensions: 0x1` is `mwait 50 1`; `cbr:  cbr: 36 freq: …` is
+/// `cbr: 24` (perf prints the ratio in decimal).
+pub fn perf_mark(rest: &[u8]) -> Option<(std::borrow::Cow<'static, str>, Option<u64>)> {
+    let text = std::str::from_utf8(rest).ok()?;
+    let mut words = text.split_ascii_whitespace();
+    let name = perf_event_name(words.next()?.as_bytes())?;
+    let words: Vec<&str> = words.collect();
+    let after = |key: &str| -> Option<&str> {
+        let keys: Vec<&str> = key.split(' ').collect();
+        let at = words.windows(keys.len()).position(|w| w == keys.as_slice())?;
+        words.get(at + keys.len()).copied()
+    };
+    let dec = |key: &str| after(key)?.parse::<u64>().ok();
+    let hex = |key: &str| hex_word(after(key)?.as_bytes());
+    let ip = words.last().and_then(|w| hex_word(w.as_bytes()));
+    let m = match name {
+        "ptwrite" => format!("ptwrite: {:x}", hex("payload:")?),
+        "pwre" => format!(
+            "pwre c{}.{}{}",
+            dec("cstate:")?,
+            dec("sub-cstate:")?,
+            if dec("hw:")? != 0 { " hw" } else { "" }
+        ),
+        "pwrx" => {
+            let wake = hex("wake reason:")?;
+            let why = if wake & 1 != 0 {
+                "int: "
+            } else if wake & 4 != 0 {
+                "st: "
+            } else if wake & 8 != 0 {
+                "hw: "
+            } else {
+                ""
+            };
+            format!(
+                "pwrx {why}c{} (c{})",
+                dec("last cstate:")?,
+                dec("deepest cstate:")?
+            )
+        }
+        "exstop" => "exstop".into(),
+        "mwait" => format!("mwait {:x} {:x}", hex("hints:")?, hex("extensions:")?),
+        "cbr" => format!("cbr: {:x}", dec("cbr:")?),
+        _ => return None,
+    };
+    Some((std::borrow::Cow::Owned(m), ip))
 }
 
 /// The width of perf script's IP field (`%16` hex, space-padded on the left).
@@ -530,7 +619,7 @@ impl<'a> Matcher<'a> {
             work: 0,
         };
         let ctx = Ctx {
-            events: o.events,
+            events: o.events && !o.perf,
             count: 0,
             truncated: p.truncated,
             span: None,
@@ -746,6 +835,8 @@ impl fmt::Display for Due {
 struct Marks<'a> {
     next: Decoder<'a>,
     truncated: bool,
+    /// Only the marks perf synthesizes are due.
+    perf: bool,
     count: u64,
     /// One past the last instruction a decoder need not give (lost, undefined, optional).
     not_required: u64,
@@ -754,10 +845,11 @@ struct Marks<'a> {
 }
 
 impl<'a> Marks<'a> {
-    fn new(p: &'a Pattern) -> Self {
+    fn new(p: &'a Pattern, perf: bool) -> Self {
         Marks {
             next: Decoder::new(p.bytes.get(), p.start),
             truncated: p.truncated,
+            perf,
             count: 0,
             not_required: 0,
             queue: Default::default(),
@@ -782,6 +874,10 @@ impl<'a> Marks<'a> {
                     early,
                     restated,
                 } => {
+                    let word = text.as_str().split([':', ' ']).next().unwrap_or_default();
+                    if self.perf && !PERF_MARKS.contains(&word) {
+                        continue;
+                    }
                     let (lo, hi) = (self.count.saturating_sub(early), self.count);
                     // Optional where a decoder need not give an instruction of its window, or
                     // may stop before the next one (TR3, TR10's policy).
@@ -939,14 +1035,26 @@ pub struct Verdict {
 #[non_exhaustive]
 pub struct Options {
     /// Match the decoder's event lines against the truth's enables, disables, asynchronous
-    /// transfers and overflows (`verify --events`, TR10); without it event lines are ignored.
+    /// transfers and overflows (`verify --events`, TR10) and its marks (TR11); without it event
+    /// lines are ignored.
     pub events: bool,
+    /// The events are perf script's (`--events perf`, TR11): only the marks perf synthesizes
+    /// ([`PERF_MARKS`]) are expected, and no flow events (perf prints none of ptxed's).
+    pub perf: bool,
 }
 
 impl Options {
-    /// With events checked or not.
+    /// With events checked or not (ptxed's).
     pub fn events(events: bool) -> Self {
-        Options { events }
+        Options { events, perf: false }
+    }
+
+    /// With perf script's events checked (TR11).
+    pub fn perf_events() -> Self {
+        Options {
+            events: true,
+            perf: true,
+        }
     }
 }
 
@@ -975,7 +1083,7 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
         Token::Event(e) => format!("the event {e}"),
         Token::Mark => "an event".into(),
     };
-    let mut marks = Marks::new(pattern);
+    let mut marks = Marks::new(pattern, options.perf);
     let mut buf = Vec::with_capacity(256);
     let mut n = 0u64;
     let mut released = pattern.start;
@@ -1000,10 +1108,17 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
             Token::Ip(_) => v.ips += 1,
             Token::Error => v.errors += 1,
             Token::Event(_) | Token::Mark if !options.events => continue,
+            // perf prints none of ptxed's flow events; a bracketed line there is not perf's.
+            Token::Event(_) if options.perf => continue,
             Token::Event(_) => v.events += 1,
             Token::Mark => {
                 v.events += 1;
-                let (words, ip) = mark_line(buf.trim_ascii_start()).unwrap_or_default();
+                let line = buf.trim_ascii_start();
+                let (words, ip) = if line.starts_with(b"[") {
+                    mark_line(line).unwrap_or_default()
+                } else {
+                    perf_mark(line).unwrap_or_default()
+                };
                 let (pmin, pmax) = positions(&m);
                 let in_gap = m.ways.iter().any(|w| matches!(w.at.item, Item::Gap { .. }));
                 let div = match marks.take(&words, ip, pmin, pmax)? {
@@ -1020,8 +1135,8 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
                         line: n,
                         expected,
                         given: format!(
-                            "the event [{}]",
-                            String::from_utf8_lossy(buf.trim_ascii()).trim_matches(['[', ']'])
+                            "the event [{words}{}]",
+                            ip.map_or(String::new(), |ip| format!(", ip: {ip:#x}"))
                         ),
                     });
                     v.work = m.work;
@@ -1458,6 +1573,71 @@ mod tests {
             with_events(&p, "[enabled]\n10\n[exec mode: 64-bit]\n11\n[disabled]\n"),
             None
         );
+    }
+
+    /// TR11, TR8: perf script's `-F event,ip,synth` lines: `instructions:u:` with its IP is an
+    /// instruction, a synthesized event is a mark in ptxed's words, other events are ignored.
+    #[test]
+    fn tr11_perf_lines_are_instructions_and_marks() {
+        assert_eq!(
+            token("     instructions:u:            400000"),
+            Some(Token::Ip(0x400000))
+        );
+        assert_eq!(
+            token("  instructions:ku:          abcdef"),
+            Some(Token::Ip(0xabcdef))
+        );
+        assert_eq!(token("                 psb:  psb offs: 0      0"), None);
+        let m = |l: &str| perf_mark(l.trim_start().as_bytes()).map(|(w, ip)| (w.into_owned(), ip));
+        assert_eq!(
+            m("             ptwrite:  IP: 1 payload: 0x6025c8                     400000"),
+            Some(("ptwrite: 6025c8".into(), Some(0x400000)))
+        );
+        assert_eq!(
+            m("                pwre:  hw: 1 cstate: 2 sub-cstate: 0                 1000"),
+            Some(("pwre c2.0 hw".into(), Some(0x1000)))
+        );
+        assert_eq!(
+            m("                pwrx:  deepest cstate: 0 last cstate: 1 wake reason: 0x1              1008"),
+            Some(("pwrx int: c1 (c0)".into(), Some(0x1008)))
+        );
+        assert_eq!(
+            m("   exstop:  IP: 1        1008"),
+            Some(("exstop".into(), Some(0x1008)))
+        );
+        assert_eq!(
+            m("   mwait:  hints: 0x50 extensions: 0x1    1000"),
+            Some(("mwait 50 1".into(), Some(0x1000)))
+        );
+        assert_eq!(
+            m("                 cbr:  cbr: 24 freq: 2400 MHz (100%)                    0"),
+            Some(("cbr: 18".into(), Some(0)))
+        );
+        assert_eq!(
+            token("             ptwrite:  IP: 1 payload: 0x6025c8   400000"),
+            Some(Token::Mark)
+        );
+    }
+
+    /// TR11: with perf's events only the marks perf synthesizes are due, and no flow event.
+    #[test]
+    fn tr11_perf_style_expects_only_perfs_marks() {
+        const B: &str = r#"{"k":"insn","i":1,"ip":"0x11","off":4}"#;
+        const P: &str = r#"{"k":"mark","event":"ptwrite: 5","ip":"0x10","off":2,"early":1}"#;
+        const X: &str = r#"{"k":"mark","event":"exec mode: 64-bit","ip":"0x10","off":1,"early":0}"#;
+        let p = pattern(&[X, EN, A, P, B, DIS]);
+        let perf = |out: &str| {
+            check_with(&p, out.as_bytes(), Options::perf_events())
+                .unwrap()
+                .divergence
+        };
+        assert_eq!(
+            perf("instructions:u: 10\nptwrite:  IP: 1 payload: 0x5  10\ninstructions:u: 11\n"),
+            None
+        );
+        assert!(perf("instructions:u: 10\ninstructions:u: 11\n").is_some());
+        // ptxed's style wants the exec mode and the flow events.
+        assert!(with_events(&p, "10\n[ptwrite: 5]\n11\n").is_some());
     }
 
     /// TR11: the words of a mark line are its fields but the IP ones, after ptxed's columns.

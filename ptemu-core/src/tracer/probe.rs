@@ -102,11 +102,12 @@ pub enum Fact {
         start: u64,
     },
     /// A packet a decoder reports as an event of its own (`spec/truth.md`, TR11): MODE.Exec,
-    /// MODE.TSX, PIP, VMCS, TraceStop, CBR, PTW, MWAIT, PWRE, PWRX, EXSTOP, CFE, EVD, outside
-    /// PSB+ (inside it they only restate the state: status updates, not events).
+    /// MODE.TSX, PIP, VMCS, TraceStop, CBR, PTW, MWAIT, PWRE, PWRX, EXSTOP, CFE, EVD.
     Mark {
         /// The packet.
         packet: Packet,
+        /// Inside PSB+: it restates the state (libipt's status update; a decoder may report it).
+        status: bool,
         /// The IP it is bound to: the FUP after a PTW, EXSTOP or CFE that has one, the IP packet
         /// after a MODE.Exec.
         ip: Option<u64>,
@@ -172,6 +173,7 @@ enum Note {
     PsbEnd,
     Mark {
         packet: Packet,
+        status: bool,
         ip: Option<u64>,
         start: u64,
         end: u64,
@@ -312,8 +314,9 @@ impl Probe {
             },
             Packet::Psb => Note::Psb { start: end - 16 },
             Packet::PsbEnd => Note::PsbEnd,
-            _ if is_mark(p) && !self.in_psb_after(self.current.as_ref()) => Note::Mark {
+            _ if is_mark(p) => Note::Mark {
                 packet: *p,
+                status: self.in_psb_after(self.current.as_ref()),
                 ip: self.event_ip(p),
                 start,
                 end,
@@ -418,12 +421,17 @@ impl Probe {
     /// Pushes the mark waiting for an IP, bound to `ip`.
     fn bind(&mut self, ip: Option<u64>) {
         if let Some(Fact::Mark {
-            packet, start, end, ..
+            packet,
+            status,
+            start,
+            end,
+            ..
         }) = self.unbound.take()
         {
             self.push(
                 Fact::Mark {
                     packet,
+                    status,
                     ip,
                     start,
                     end,
@@ -471,17 +479,19 @@ impl Probe {
             Note::PsbEnd => self.in_psb = false,
             Note::Mark {
                 packet,
+                status,
                 ip,
                 start,
                 end,
             } => {
                 let fact = Fact::Mark {
                     packet,
+                    status,
                     ip,
                     start,
                     end,
                 };
-                if mark_wants_ip(&packet) {
+                if !status && mark_wants_ip(&packet) {
                     self.unbound = Some(fact);
                 } else {
                     self.push(fact, None);
