@@ -319,6 +319,97 @@ fn tr11_perf_marks_pass_verify_events_perf_and_a_missing_one_fails() {
     assert_eq!(kinds, want.iter().map(|k| k.to_string()).collect(), "{kinds:?}");
 }
 
+/// TR12: perf goes on after a corrupt packet instead of waiting for the next PSB. Where what it
+/// gives after the error is the program's flow, `verify` accepts it (more instruction lines than
+/// the instructions the truth requires or allows before TR12); one of those instructions changed
+/// fails. Where it gives instructions the program did not run, it fails after the error.
+#[test]
+fn tr12_perf_going_on_after_a_corrupt_packet_passes_where_its_instructions_are_the_programs() {
+    let root = &corpus_seed_3();
+    let perf = |case: &Path| -> String {
+        let o = std::process::Command::new("perf")
+            .args(["script", "-i", "perf.data", "--itrace=i0nse", "-F", "ip"])
+            .current_dir(case)
+            .output()
+            .expect("perf (Debian's linux-perf; cargo xtask test installs it)");
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let (mut passed, mut failed) = (Vec::new(), Vec::new());
+    for name in [
+        "corrupt-1",
+        "corrupt-2",
+        "corrupt-sdm",
+        "corrupt-skylake",
+        "corrupt-long-tnt",
+        "ovf-and-corrupt",
+    ] {
+        let case = root.join(name);
+        let lines = perf(&case);
+        let (ok, msg) = verify(&case, &lines);
+        let all: Vec<&str> = lines.lines().collect();
+        let first_error = all
+            .iter()
+            .position(|l| l.contains("instruction trace error"))
+            .unwrap_or_else(|| panic!("{name}: perf reported no error"));
+        if ok {
+            let given: u64 = msg
+                .split(" instruction line")
+                .next()
+                .unwrap()
+                .rsplit(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let can: u64 = msg
+                .rsplit('(')
+                .next()
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(given > can, "{name}: perf gave no lost instruction: {msg}");
+            // The first instruction after the error changed: not the program's.
+            let k = first_error
+                + all[first_error..]
+                    .iter()
+                    .position(|l| l.trim().bytes().all(|b| b.is_ascii_hexdigit()) && !l.trim().is_empty())
+                    .unwrap();
+            let changed: String = all
+                .iter()
+                .enumerate()
+                .map(|(j, l)| {
+                    if j == k {
+                        "             123\n".to_string()
+                    } else {
+                        format!("{l}\n")
+                    }
+                })
+                .collect();
+            let (ok, msg) = verify(&case, &changed);
+            assert!(!ok, "{name}: a changed instruction after the error was accepted");
+            assert!(msg.contains(&format!("line {}:", k + 1)), "{name}: {msg}");
+            passed.push(name);
+        } else {
+            let line: usize = msg
+                .split("at line ")
+                .nth(1)
+                .unwrap()
+                .split(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(line > first_error + 1, "{name}: failed before the error: {msg}");
+            failed.push(name);
+        }
+    }
+    assert!(passed.len() >= 4, "passed {passed:?}, failed {failed:?}");
+}
+
 /// CORP1, CORP2, TR8: the corpus covers clean CTL settings, every fault kind, and every fault
 /// under each of the three packet styles (Alder Lake's, Skylake's, the SDM's); each case has its
 /// files and the packets the manifest lists (libipt's packet decoder counts the same in every

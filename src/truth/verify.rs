@@ -370,6 +370,9 @@ struct Ctx {
     truncated: bool,
     span: Option<Cause>,
     after_optional: bool,
+    /// Following the lost instructions of a `corrupt` span, where a decoder that went on after
+    /// the damage came back to the flow (TR12): they are items until the span ends.
+    follow: bool,
 }
 
 /// A case's truth as a pattern for [`check`], read whole first (TR1) and then followed as
@@ -503,6 +506,7 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
                 ctx.count = i + 1;
                 let optional = class == Class::Optional;
                 ctx.span = None;
+                ctx.follow = false;
                 ctx.after_optional = optional;
                 let item = Item::Ip {
                     ip,
@@ -514,6 +518,7 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
             }
             Record::Span { cause, first, .. } => {
                 ctx.span = Some(cause);
+                ctx.follow = false;
                 ctx.after_optional = false;
                 let item = Item::Gap { cause, first };
                 return Ok(At { pos, item, next, ctx });
@@ -530,6 +535,22 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
             Record::Disable { off } => (EventKind::Disabled, None, None, off),
             Record::Async { from, to, off } => (EventKind::Interrupt, Some(from), Some(to), off),
             Record::Overflow { off } => (EventKind::Overflow, None, None, off),
+            Record::Insn {
+                i,
+                ip,
+                off,
+                class: Class::Lost(_),
+                ..
+            } if ctx.follow => {
+                ctx.count = i + 1;
+                let item = Item::Ip {
+                    ip,
+                    index: i,
+                    off,
+                    optional: false,
+                };
+                return Ok(At { pos, item, next, ctx });
+            }
             Record::Insn { i, .. } => {
                 ctx.count = i + 1;
                 continue;
@@ -624,6 +645,7 @@ impl<'a> Matcher<'a> {
             truncated: p.truncated,
             span: None,
             after_optional: false,
+            follow: false,
         };
         let first = next_item(Decoder::new(p.bytes.get(), p.start), ctx)?;
         m.add(Way {
@@ -742,11 +764,69 @@ impl<'a> Matcher<'a> {
         }
     }
 
+    /// TR12: the ways of a decoder that came back to the flow at instruction `ip` inside the
+    /// corrupt span `w` is at (after its error): one after each of the span's lost instructions
+    /// at `ip`. Whether there was one.
+    fn resume(&mut self, w: &Way<'a>, ip: u64) -> io::Result<bool> {
+        let mut next = w.at.next;
+        let mut found = false;
+        loop {
+            let (_, r) = read_record(&mut next)?;
+            self.work += 1;
+            match r {
+                Record::Insn {
+                    i,
+                    ip: at,
+                    class: Class::Lost(_),
+                    ..
+                } if at == ip => {
+                    let ctx = Ctx {
+                        follow: true,
+                        count: i + 1,
+                        ..w.at.ctx
+                    };
+                    let at = next_item(next, ctx)?;
+                    self.add(Way {
+                        at,
+                        err: false,
+                        run_end: None,
+                    });
+                    found = true;
+                }
+                Record::Insn {
+                    class: Class::Lost(_),
+                    ..
+                } => {}
+                Record::Insn { .. } | Record::Span { .. } | Record::End { .. } => return Ok(found),
+                _ => {}
+            }
+        }
+    }
+
     /// Moves every way past `t`; returns the furthest place that could not take it.
     fn step(&mut self, t: Token) -> io::Result<Option<At<'a>>> {
         let ways = std::mem::take(&mut self.ways);
         let mut dead: Option<At<'a>> = None;
         for w in &ways {
+            // TR12: after the error a corrupt span requires, a decoder that goes on may come back
+            // to the flow at any of the span's instructions, and must follow it from there.
+            if let (
+                Item::Gap {
+                    cause: Cause::Corrupt,
+                    ..
+                },
+                Token::Ip(x),
+                true,
+            ) = (w.at.item, t, w.err)
+            {
+                if !self.resume(w, x)?
+                    && !matches!(w.at.item, Item::End)
+                    && dead.is_none_or(|d| w.at.pos > d.pos)
+                {
+                    dead = Some(w.at);
+                }
+                continue;
+            }
             let next = match (w.at.item, t) {
                 (Item::Ip { ip, .. }, Token::Ip(x)) if ip == x => {
                     let at = w.at.advance()?;
@@ -763,6 +843,24 @@ impl<'a> Matcher<'a> {
                     ..*w
                 }),
                 (Item::Gap { .. }, Token::Error) => Some(Way { err: true, ..*w }),
+                // TR12: an error while following a corrupt span's instructions: lost again, from
+                // here on.
+                (Item::Ip { index, .. }, Token::Error) if w.at.ctx.follow => Some(Way {
+                    at: At {
+                        item: Item::Gap {
+                            cause: Cause::Corrupt,
+                            first: index,
+                        },
+                        ctx: Ctx {
+                            follow: false,
+                            ..w.at.ctx
+                        },
+                        ..w.at
+                    },
+                    err: true,
+                    run_end: None,
+                }),
+                (Item::Ip { .. }, Token::Event(_)) if w.at.ctx.follow => Some(*w),
                 // Events a decoder meets inside a lost span may be reported or not (TR10).
                 (Item::Gap { .. }, Token::Event(_)) => Some(*w),
                 (Item::Event { kind, ip, to, .. }, Token::Event(e))
@@ -1354,14 +1452,50 @@ mod tests {
         assert_eq!(verdict(&p, "10\nerror\nerror\n14\n"), None);
         // No error where the stream cannot decode.
         assert!(verdict(&p, "10\n11\n12\n14\n").is_some());
-        // A lost instruction given.
-        assert!(verdict(&p, "10\n11\n12\nerror\n13\n14\n").is_some());
+        // A lost instruction given before the error (after it, TR12 accepts it).
+        assert!(verdict(&p, "10\n11\n12\n13\nerror\n14\n").is_some());
+        assert!(verdict(&p, "10\n11\n12\n13\n14\n").is_some());
         // Optional ones out of order: 12 without 11.
         assert!(verdict(&p, "10\n12\nerror\n14\n").is_some());
         // Missing the required end.
         let d = verdict(&p, "10\nerror\n").unwrap();
         assert_eq!(d.line, 0);
         assert!(d.expected.contains("0x14"), "{d}");
+    }
+
+    /// TR12: after the error a corrupt span requires, a decoder may come back at any of the
+    /// span's instructions and must then follow the flow; a wrong instruction, a skipped one,
+    /// or one before the error diverges; another error loses it again.
+    #[test]
+    fn tr12_a_decoder_may_come_back_inside_a_corrupt_span_with_the_true_flow() {
+        let l =
+            |i: u64, ip: u64| format!(r#"{{"k":"insn","i":{i},"ip":"{ip:#x}","off":5,"lost":"corrupt"}}"#);
+        let (l1, l2, l3, l4) = (l(1, 0x20), l(2, 0x21), l(3, 0x22), l(4, 0x20));
+        let end = r#"{"k":"insn","i":5,"ip":"0x30","off":9}"#;
+        let span = r#"{"k":"span","class":"lost","cause":"corrupt","first":1,"error":"required","resume":8}"#;
+        let p = pattern(&[A, span, &l1, &l2, &l3, &l4, end]);
+        let ok = |out: &str| verdict(&p, out).is_none();
+        assert!(ok("10\nerror\n30\n"));
+        assert!(ok("10\nerror\n21\n22\n20\n30\n"));
+        assert!(ok("10\nerror\n22\n20\n30\n"));
+        // 0x20 is instruction 1 and 4: either.
+        assert!(ok("10\nerror\n20\n30\n"));
+        assert!(ok("10\nerror\n20\n21\n22\n20\n30\n"));
+        // Lost again, and back.
+        assert!(ok("10\nerror\n20\nerror\n22\n20\n30\n"));
+        assert!(ok("10\nerror\n21\nerror\n30\n"));
+        // Skipped without an error, wrong, backwards, before the error.
+        assert!(!ok("10\nerror\n21\n20\n30\n"));
+        assert!(!ok("10\nerror\n99\n30\n"));
+        assert!(!ok("10\nerror\n22\n21\n30\n"));
+        assert!(!ok("10\n21\nerror\n30\n"));
+        // Not in other lost spans: an overflow's instructions have no packets.
+        let ovf = r#"{"k":"span","class":"lost","cause":"ovf","first":1,"error":"allowed","resume":null}"#;
+        let o = |i: u64, ip: u64| format!(r#"{{"k":"insn","i":{i},"ip":"{ip:#x}","lost":"ovf"}}"#);
+        let (o1, o2) = (o(1, 0x20), o(2, 0x21));
+        let end2 = r#"{"k":"insn","i":3,"ip":"0x30","off":9}"#;
+        let p = pattern(&[A, ovf, &o1, &o2, end2]);
+        assert!(verdict(&p, "10\nerror\n21\n30\n").is_some());
     }
 
     #[test]
