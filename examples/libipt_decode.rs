@@ -14,6 +14,7 @@
 //! ```text
 //! cargo run --release --example libipt_decode -- CASE_DIR > ips.txt
 //! ptemu verify CASE_DIR --ips ips.txt --events
+//! cargo run --release --example libipt_decode -- CASE_DIR --time | ptemu verify CASE_DIR --ips - --time 0
 //! ```
 //!
 //! The tests run the same code (tests/truth.rs), so the README's example is what CI checks.
@@ -98,6 +99,12 @@ pub fn case_sections(case: &Path) -> Vec<Section> {
 /// Decodes `CASE/trace.pt` over the case's code ([`case_sections`]), with the timing in
 /// `case.json` (or that `ptemu simulate`'s report implies), into verify's lines.
 pub fn decode_case(case: &Path) -> String {
+    decode_case_timed(case, false)
+}
+
+/// [`decode_case`]; with `show_time`, each instruction line also has libipt's time for it
+/// (`pt_insn_time`) as `tsc: HEX`, what `ptemu verify --time` reads (TR13).
+pub fn decode_case_timed(case: &Path, show_time: bool) -> String {
     let sections = case_sections(case);
     let clock = ptemu::TracerConfig::default().clock;
     let mut t = Timing {
@@ -119,7 +126,7 @@ pub fn decode_case(case: &Path) -> String {
         }
     }
     let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_sections(&trace, &sections, t)
+    decode_sections_timed(&trace, &sections, t, show_time)
 }
 
 /// The PSB whose PSB+ (up to its PSBEND) holds offset `at` in `buf`, if any.
@@ -160,6 +167,12 @@ pub fn decode_lines(trace: &[u8], image: &Path, base: u64, t: Timing) -> String 
 
 /// Decodes `trace` over the file `sections` (see the module doc).
 pub fn decode_sections(trace: &[u8], sections: &[Section], t: Timing) -> String {
+    decode_sections_timed(trace, sections, t, false)
+}
+
+/// [`decode_sections`]; with `show_time`, libipt's time on each instruction line
+/// ([`decode_case_timed`]).
+pub fn decode_sections_timed(trace: &[u8], sections: &[Section], t: Timing, show_time: bool) -> String {
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
     let mut out = String::new();
@@ -239,7 +252,12 @@ pub fn decode_sections(trace: &[u8], sections: &[Section], t: Timing) -> String 
             let mut insn: pt_insn = std::mem::zeroed();
             status = pt_insn_next(dec, &mut insn, std::mem::size_of::<pt_insn>());
             if status >= 0 {
-                let _ = writeln!(out, "{:#x}", insn.ip);
+                let (mut tsc, mut lost_mtc, mut lost_cyc) = (0u64, 0u32, 0u32);
+                if show_time && pt_insn_time(dec, &mut tsc, &mut lost_mtc, &mut lost_cyc) >= 0 {
+                    let _ = writeln!(out, "{:#x}  tsc: {tsc:x}", insn.ip);
+                } else {
+                    let _ = writeln!(out, "{:#x}", insn.ip);
+                }
             }
         }
         pt_insn_free_decoder(dec);
@@ -393,13 +411,15 @@ fn event_line(out: &mut String, ev: &pt_event) {
 }
 
 fn main() {
-    let Some(case) = std::env::args_os().nth(1) else {
-        eprintln!("usage: libipt_decode CASE_DIR  (a ptemu corpus case or simulate --out directory)");
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let show_time = args.iter().any(|a| a == "--time");
+    let Some(case) = args.iter().find(|a| *a != "--time") else {
+        eprintln!("usage: libipt_decode CASE_DIR [--time]  (a ptemu corpus case or simulate --out directory; --time: libipt's time on each instruction line, `tsc: HEX`)");
         std::process::exit(2);
     };
     use std::io::Write as _;
     // A reader that stops early (`| head`) ends the run quietly.
     let _ = std::io::stdout()
         .lock()
-        .write_all(decode_case(Path::new(&case)).as_bytes());
+        .write_all(decode_case_timed(Path::new(&case), show_time).as_bytes());
 }

@@ -410,6 +410,88 @@ fn tr12_perf_going_on_after_a_corrupt_packet_passes_where_its_instructions_are_t
     assert!(passed.len() >= 4, "passed {passed:?}, failed {failed:?}");
 }
 
+fn verify_time(case: &Path, lines: &str, tolerance: u64) -> (bool, String) {
+    let tol = tolerance.to_string();
+    let o = ptemu_stdin(
+        &["verify", s(case), "--ips", "-", "--time", &tol],
+        lines.as_bytes(),
+    );
+    assert!(
+        o.status.code() == Some(0) || o.status.code() == Some(1),
+        "{}",
+        text(&o.stderr)
+    );
+    (
+        o.status.success(),
+        format!("{}{}", text(&o.stdout), text(&o.stderr)),
+    )
+}
+
+/// TR13: libipt's time for each instruction (`pt_insn_time`, printed by the harness with
+/// `--time`) passes `verify --time 0` where the time comes from TSC and MTC (a clean run, MTC,
+/// an overflow, a wrap, a corrupt packet), and with CYC once the tolerance covers libipt's
+/// drift (74 TSC ticks measured; not with 0); one time moved earlier by 0x100 ticks fails at its
+/// line.
+#[test]
+fn tr13_libipt_times_pass_verify_time_and_a_moved_time_fails() {
+    let root = &corpus_seed_3();
+    for (name, tolerance) in [
+        ("clean-default", 0),
+        ("clean-mtc", 0),
+        ("ovf-1", 0),
+        ("wrap-4k", 0),
+        ("corrupt-1", 0),
+        ("clean-cyc", 128),
+        ("ovf-sdm", 128),
+    ] {
+        let case = root.join(name);
+        let lines = libipt_decode::decode_case_timed(&case, true);
+        let (ok, msg) = verify_time(&case, &lines, tolerance);
+        assert!(ok, "{name}: {msg}");
+        let checked: u64 = msg
+            .split("line(s) (")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(checked > 1000, "{name}: {msg}");
+        if tolerance > 0 {
+            assert!(
+                !verify_time(&case, &lines, 0).0,
+                "{name}: CYC times passed with no tolerance"
+            );
+        }
+        // A time moved 0x100 ticks (and the tolerance) earlier than libipt's, in the middle.
+        let all: Vec<&str> = lines.lines().collect();
+        let k = all.len() / 2
+            + all[all.len() / 2..]
+                .iter()
+                .position(|l| l.contains("tsc: "))
+                .unwrap();
+        let moved: String = all
+            .iter()
+            .enumerate()
+            .map(|(j, l)| {
+                if j != k {
+                    return format!("{l}\n");
+                }
+                let (ip, t) = l.split_once("tsc: ").unwrap();
+                let t = u64::from_str_radix(t.trim(), 16).unwrap() - 0x100 - tolerance;
+                format!("{ip}tsc: {t:x}\n")
+            })
+            .collect();
+        let (ok, msg) = verify_time(&case, &moved, tolerance);
+        assert!(!ok, "{name}: a time moved was accepted");
+        assert!(
+            msg.contains(&format!("line {}:", k + 1)) && msg.contains("at a time from"),
+            "{name}: {msg}"
+        );
+    }
+}
+
 /// CORP1, CORP2, TR8: the corpus covers clean CTL settings, every fault kind, and every fault
 /// under each of the three packet styles (Alder Lake's, Skylake's, the SDM's); each case has its
 /// files and the packets the manifest lists (libipt's packet decoder counts the same in every
@@ -1193,7 +1275,12 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
     }
     let kinds: Vec<&str> = facts
         .iter()
-        .filter(|f| !matches!(f, Fact::Psb { .. } | Fact::Mark { status: true, .. }))
+        .filter(|f| {
+            !matches!(
+                f,
+                Fact::Psb { .. } | Fact::Mark { status: true, .. } | Fact::Time { .. }
+            )
+        })
         .map(|f| match f {
             Fact::Insn { .. } => "insn",
             Fact::Enable { .. } => "enable",
@@ -1202,6 +1289,7 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
             Fact::Overflow { .. } => "overflow",
             Fact::Psb { .. } => "psb",
             Fact::Mark { packet, .. } => packet.name(),
+            Fact::Time { .. } => "time",
         })
         .collect();
     // TR11: the MODE.Exec before TIP.PGE is a mark, bound to the enable's IP.

@@ -39,6 +39,12 @@ pub struct Args {
     /// (spec/truth.md).
     #[arg(long, value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "ptxed", value_name = "STYLE")]
     events: Option<EventStyle>,
+    /// Check the time on instruction lines too, to within TOLERANCE TSC ticks: the hex number
+    /// after `tsc:` (or `tsc=`) on the line, as the libipt harness prints with --time, must lie
+    /// between the times of the timing packets (TSC, MTC, CYC) around the instruction's carrier
+    /// (spec/truth.md, TR13). Lines without a time are not checked.
+    #[arg(long, value_name = "TOLERANCE")]
+    time: Option<u64>,
     /// Print nothing; the exit code says it (0 pass, 1 divergence, 2 bad files).
     #[arg(long, short)]
     quiet: bool,
@@ -72,6 +78,10 @@ pub fn run(a: &Args) -> Result<(), Failure> {
         Some(EventStyle::Ptxed) => Options::events(true),
         Some(EventStyle::Perf) => Options::perf_events(),
     };
+    let options = match a.time {
+        Some(tol) => options.with_time(tol),
+        None => options,
+    };
     let verdict = check_with(&pattern, &mut ips, options)
         .map_err(|e| Failure::input(format!("{}: {e}", a.ips.display())))?;
     // The rest of a pipe is read, so the decoder writing it is not killed by SIGPIPE.
@@ -87,8 +97,12 @@ pub fn run(a: &Args) -> Result<(), Failure> {
                 } else {
                     format!(" and {} error line(s)", verdict.errors)
                 };
+                let times = match a.time {
+                    Some(tol) => format!(" ({} with a time within {tol} of the truth's)", verdict.times),
+                    None => String::new(),
+                };
                 print(&format!(
-                    "ptemu verify: ok: {} instruction line(s){events} agree with {name} ({} instructions a decoder can give)\n",
+                    "ptemu verify: ok: {} instruction line(s){times}{events} agree with {name} ({} instructions a decoder can give)\n",
                     verdict.ips, pattern.instructions
                 ))?;
             }

@@ -44,6 +44,7 @@ const CLASS_LOST: u8 = 151;
 const CLASS_UNDEFINED: u8 = 152;
 const END: u8 = 153;
 const MARK: u8 = 154;
+const TIME: u8 = 155;
 
 use crate::sources::varint::{unzigzag, zigzag};
 
@@ -60,6 +61,8 @@ struct Track {
     i: u64,
     /// The class of the instructions that follow.
     class: Class,
+    /// The last time record's TSC (TR13).
+    tsc: u64,
 }
 
 impl Default for Track {
@@ -70,6 +73,7 @@ impl Default for Track {
             insn_off: None,
             i: 0,
             class: Class::Required,
+            tsc: 0,
         }
     }
 }
@@ -224,6 +228,13 @@ impl<W: Write> Sink for Encoder<W> {
                 }
                 self.off(off);
                 encode_varint(early, &mut self.buf);
+            }
+            Record::Time { tsc, slack, off } => {
+                self.buf.push(TIME);
+                encode_varint(zigzag(tsc.wrapping_sub(self.t.tsc) as i64), &mut self.buf);
+                self.t.tsc = tsc;
+                encode_varint(slack, &mut self.buf);
+                self.off(off);
             }
             Record::End { counts } => {
                 self.buf.push(END);
@@ -454,6 +465,14 @@ impl<'a> Decoder<'a> {
                         restated: flags & 2 != 0,
                     }
                 }
+                TIME => {
+                    self.t.tsc = self.t.tsc.wrapping_add(unzigzag(self.varint()?) as u64);
+                    Record::Time {
+                        tsc: self.t.tsc,
+                        slack: self.varint()?,
+                        off: self.off()?,
+                    }
+                }
                 CLASS_REQUIRED | CLASS_OPTIONAL | CLASS_LOST | CLASS_UNDEFINED => {
                     self.t.class = match tag {
                         CLASS_REQUIRED => Class::Required,
@@ -663,6 +682,16 @@ mod tests {
                 off: Some(62),
                 early: 3,
                 restated: false,
+            },
+            Record::Time {
+                tsc: 0x1_0000_2000,
+                slack: 0,
+                off: Some(64),
+            },
+            Record::Time {
+                tsc: 0x1_0000_1000,
+                slack: 9,
+                off: None,
             },
             Record::Mark {
                 text: Text::new("exec mode: 64-bit").unwrap(),

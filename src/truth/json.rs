@@ -173,6 +173,16 @@ pub fn put_record(b: &mut Vec<u8>, r: &Record) {
                 b.extend_from_slice(b",\"opt\":true");
             }
         }
+        Record::Time { tsc, slack, off } => {
+            b.extend_from_slice(b"{\"k\":\"time\",\"tsc\":");
+            put_hex(b, tsc);
+            if slack != 0 {
+                b.extend_from_slice(b",\"slack\":");
+                put_dec(b, slack);
+            }
+            b.extend_from_slice(b",\"off\":");
+            put_off(b, off);
+        }
         Record::End { counts } => {
             b.extend_from_slice(b"{\"k\":\"end\",\"counts\":");
             b.extend_from_slice(serde_json::to_string(&counts).unwrap_or_default().as_bytes());
@@ -237,6 +247,9 @@ struct Line<'a> {
     counts: Option<Counts>,
     #[serde(borrow)]
     event: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    tsc: Option<Cow<'a, str>>,
+    slack: Option<u64>,
     early: Option<u64>,
 }
 
@@ -402,6 +415,11 @@ pub fn read(file: &str, mut r: impl BufRead, sink: &mut dyn Sink) -> Result<Coun
                 off: l.off,
             },
             Some("overflow") => Record::Overflow { off: l.off },
+            Some("time") => Record::Time {
+                tsc: hex(&l.tsc, "tsc")?,
+                slack: l.slack.unwrap_or(0),
+                off: l.off,
+            },
             Some("mark") => Record::Mark {
                 text: l
                     .event

@@ -14,7 +14,7 @@ pub mod record;
 pub mod spool;
 pub mod verify;
 
-use crate::tracer::{Carrier, Fact, Loss};
+use crate::tracer::{Carrier, Fact, Loss, Timing};
 use record::{Branch, BranchKind, Class, Record, Sink};
 use std::io::{self, Read, Write};
 
@@ -200,6 +200,56 @@ fn span_record(ctx: &Context, cause: Cause, resume: Option<u64>, first: u64) -> 
     }
 }
 
+/// Puts a mark or time record `r` of the packet at `start` in its place (TR11, TR13): before the
+/// first instruction whose carrier starts after the packet. Instructions that ran before the
+/// packet went out can be carried by a later TNT (their bit was pending): when those are still
+/// held, `r` goes in before them (its window starting at the carrier before); otherwise it waits
+/// for the next instruction past it.
+fn place(
+    r: Record,
+    start: u64,
+    group: (Option<u64>, u64),
+    prev_first: u64,
+    held: &mut Held,
+    split: &mut usize,
+    queue: &mut std::collections::VecDeque<(u64, Record)>,
+) {
+    if group.0.is_some_and(|g| g > start) && queue.is_empty() {
+        let first = held
+            .records
+            .iter()
+            .rposition(|x| matches!(x, Record::Insn { i, .. } if *i == group.1));
+        if let Some(k) = first {
+            held.records.insert(k, with_early(r, group.1 - prev_first));
+            if k < *split {
+                *split += 1;
+            }
+            return;
+        }
+    }
+    queue.push_back((start, r));
+}
+
+/// `r` with `early` set, if it is a mark (TR11).
+fn with_early(r: Record, early: u64) -> Record {
+    match r {
+        Record::Mark {
+            text,
+            ip,
+            off,
+            restated,
+            ..
+        } => Record::Mark {
+            text,
+            ip,
+            off,
+            early,
+            restated,
+        },
+        r => r,
+    }
+}
+
 /// Records held back until it is known whether lost instructions follow them (TR3).
 #[derive(Default)]
 struct Held {
@@ -299,11 +349,16 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
         .map(|k| (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume))
         .collect();
     let mut instructions = 0u64;
-    // Marks (TR11) whose window is still open: their words, IP, packet offset.
+    // Marks (TR11) and times (TR13) whose packet no instruction's carrier has passed yet: the
+    // packet's offset and the record (a mark's `early` is set when it is written).
     let mut marker = mark::Marker::default();
-    let mut marks: std::collections::VecDeque<(mark::Text, bool, Option<u64>, u64)> = Default::default();
-    // The carrier of the last instruction and the first instruction it carries.
+    let mut marks: std::collections::VecDeque<(u64, Record)> = Default::default();
+    // The carrier of the last instruction and the first instruction it carries; the first
+    // instruction of the carrier before it.
     let mut group: (Option<u64>, u64) = (None, 0);
+    let mut prev_first = 0u64;
+    // A decoder's time is unknown until the next intact TSC (TR13).
+    let mut time_unknown = false;
     while let Some(fact) = spool.next_fact()? {
         let record = match fact {
             Fact::Insn {
@@ -320,18 +375,12 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                 };
                 // A decoder reaches this instruction only past the packets before its carrier:
                 // the marks among them are due before it (TR11).
-                while let Some(&(text, restated, ip, start)) = marks.front() {
+                while let Some(&(start, m)) = marks.front() {
                     if from.is_some_and(|f| f < start) {
                         break;
                     }
                     marks.pop_front();
-                    let m = Record::Mark {
-                        text,
-                        ip,
-                        off: ctx.delivery.map(start),
-                        early: i - group.1,
-                        restated,
-                    };
+                    let m = with_early(m, i - group.1);
                     if held.records.is_empty() {
                         out.record(&m)?;
                     } else {
@@ -339,6 +388,7 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                     }
                 }
                 if from != group.0 {
+                    prev_first = group.1;
                     group = (from, i);
                 }
                 let off = match carrier {
@@ -417,9 +467,12 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                 to,
                 off: ctx.delivery.map(start),
             },
-            Fact::Overflow { start, .. } => Record::Overflow {
-                off: ctx.delivery.map(start),
-            },
+            Fact::Overflow { start, .. } => {
+                time_unknown = true;
+                Record::Overflow {
+                    off: ctx.delivery.map(start),
+                }
+            }
             Fact::Psb { .. } => continue,
             Fact::Mark {
                 packet,
@@ -429,8 +482,42 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                 ..
             } => {
                 if let Some((text, restated)) = marker.mark(&packet) {
-                    marks.push_back((text, restated || status, ip, start));
+                    let m = Record::Mark {
+                        text,
+                        ip,
+                        off: ctx.delivery.map(start),
+                        early: 0,
+                        restated: restated || status,
+                    };
+                    place(m, start, group, prev_first, &mut held, &mut split, &mut marks);
                 }
+                continue;
+            }
+            Fact::Time {
+                tsc,
+                slack,
+                kind,
+                start,
+            } => {
+                // A timing packet lost or damaged, or an overflow (cycles lost with the packets),
+                // leaves a decoder's time unknown until the next TSC that reaches it intact (TR13).
+                let off = ctx.delivery.map(start);
+                let intact = off.is_some() && !ctx.damage.iter().any(|d| d.from <= start + 8 && start < d.to);
+                if !intact {
+                    time_unknown = true;
+                } else if kind == Timing::Tsc {
+                    time_unknown = false;
+                }
+                let t = if time_unknown {
+                    Record::Time {
+                        tsc: 0,
+                        slack: u64::MAX,
+                        off,
+                    }
+                } else {
+                    Record::Time { tsc, slack, off }
+                };
+                place(t, start, group, prev_first, &mut held, &mut split, &mut marks);
                 continue;
             }
         };
@@ -446,14 +533,8 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
     let tail: Vec<usize> = (0..resync.len())
         .filter(|&k| !spanned[k] && resync[k].d.from < ctx.stored)
         .collect();
-    for (text, restated, ip, start) in marks {
-        held.records.push(Record::Mark {
-            text,
-            ip,
-            off: ctx.delivery.map(start),
-            early: instructions - group.1,
-            restated,
-        });
+    for (_, m) in marks {
+        held.records.push(with_early(m, instructions - group.1));
     }
     let n = held.records.len();
     held.flush(n, ctx.truncated || !tail.is_empty(), out, &mut counts)?;

@@ -148,6 +148,16 @@ pub enum Record {
         /// may leave it out.
         restated: bool,
     },
+    /// A timing packet (TSC, MTC, CYC) and the time it stands for (TR13). It stands before the
+    /// first instruction a decoder reaches only past it, as a mark does.
+    Time {
+        /// The TSC it stands for.
+        tsc: u64,
+        /// How much later a decoder may make it (CYC after an MTC or TSC, TR13).
+        slack: u64,
+        /// The packet's delivered offset.
+        off: Option<u64>,
+    },
     /// The last record: what came before it.
     End {
         /// The counts of the records before it.

@@ -4,7 +4,7 @@
 //! offset from the last offset), so an instruction takes a few bytes.
 
 use crate::packet::{Packet, MAX_PACKET_LEN};
-use crate::tracer::{BranchFact, Carrier, Fact, Loss};
+use crate::tracer::{BranchFact, Carrier, Fact, Loss, Timing};
 use prost::encoding::encode_varint;
 use std::io::{self, Read, Write};
 
@@ -15,6 +15,7 @@ const ASYNC: u8 = 4;
 const OVERFLOW: u8 = 5;
 const PSB: u8 = 6;
 const MARK: u8 = 7;
+const TIME: u8 = 8;
 
 const BRANCH_KINDS: [&str; 7] = ["cond", "jump", "call", "ind-jump", "ind-call", "ret", "far"];
 
@@ -32,6 +33,7 @@ fn unzigzag(v: u64) -> u64 {
 struct Last {
     ip: u64,
     off: u64,
+    tsc: u64,
 }
 
 impl Last {
@@ -121,6 +123,23 @@ impl<W: Write> Writer<W> {
             }
             Fact::Psb { start } => {
                 b.push(PSB);
+                last.off(b, start);
+            }
+            Fact::Time {
+                tsc,
+                slack,
+                kind,
+                start,
+            } => {
+                b.push(TIME);
+                encode_varint(zigzag(tsc.wrapping_sub(last.tsc)), b);
+                last.tsc = tsc;
+                let k = match kind {
+                    Timing::Tsc => 0,
+                    Timing::Mtc => 1,
+                    Timing::Cyc => 2,
+                };
+                encode_varint(slack << 2 | k, b);
                 last.off(b, start);
             }
             Fact::Mark {
@@ -299,6 +318,20 @@ impl<R: Read> Reader<R> {
                 Fact::Overflow { start, end }
             }
             PSB => Fact::Psb { start: self.off()? },
+            TIME => {
+                self.last.tsc = self.last.tsc.wrapping_add(unzigzag(self.varint()?));
+                let s = self.varint()?;
+                Fact::Time {
+                    tsc: self.last.tsc,
+                    slack: s >> 2,
+                    kind: match s & 3 {
+                        0 => Timing::Tsc,
+                        1 => Timing::Mtc,
+                        _ => Timing::Cyc,
+                    },
+                    start: self.off()?,
+                }
+            }
             MARK => {
                 let k = *self.buf.get(self.pos).ok_or_else(cut)?;
                 let n = usize::from(k & 0x3f);
@@ -387,6 +420,18 @@ mod tests {
                 ip: Some(0x400000),
                 start: 11,
                 end: 21,
+            },
+            Fact::Time {
+                tsc: 0x1_0000_1234,
+                slack: 0,
+                kind: Timing::Tsc,
+                start: 30,
+            },
+            Fact::Time {
+                tsc: 0x1_0000_1000,
+                slack: 7,
+                kind: Timing::Cyc,
+                start: 33,
             },
             Fact::Mark {
                 packet: Packet::Cbr { ratio: 0x24 },

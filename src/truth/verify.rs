@@ -555,7 +555,7 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
                 ctx.count = i + 1;
                 continue;
             }
-            Record::Mark { .. } => continue,
+            Record::Mark { .. } | Record::Time { .. } => continue,
         };
         if !ctx.events || off.is_none() {
             continue;
@@ -1050,6 +1050,84 @@ impl<'a> Marks<'a> {
     }
 }
 
+/// The truth's time records, read by a cursor of their own as the decoder's instructions go
+/// (TR13).
+struct Times<'a> {
+    next: Decoder<'a>,
+    count: u64,
+    /// The last time (and the latest a decoder may make it) whose record stands before the
+    /// instruction asked about.
+    prev: Option<(u64, u64)>,
+    /// The first position after it that has time records, and the latest time there.
+    upcoming: Option<(u64, (u64, u64))>,
+    done: bool,
+}
+
+impl<'a> Times<'a> {
+    fn new(p: &'a Pattern) -> Self {
+        Times {
+            next: Decoder::new(p.bytes.get(), p.start),
+            count: 0,
+            prev: None,
+            upcoming: None,
+            done: false,
+        }
+    }
+
+    /// Reads the next run of time records with no instruction between them into `upcoming`.
+    fn read_run(&mut self) -> io::Result<()> {
+        loop {
+            match read_record(&mut self.next)?.1 {
+                Record::Insn { i, .. } => {
+                    self.count = i + 1;
+                    if self.upcoming.is_some() {
+                        return Ok(());
+                    }
+                }
+                Record::Time { tsc, slack, .. } => {
+                    let late = tsc.saturating_add(slack);
+                    let run_late = self.upcoming.map_or(0, |u| u.1 .1);
+                    self.upcoming = Some((self.count, (tsc, late.max(run_late))));
+                }
+                Record::End { .. } => {
+                    self.done = true;
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The times a decoder may give instruction `i`: from the last timing packet before its
+    /// carrier (its time and latest) to the last of those right after it (before the next
+    /// carrier that has any).
+    #[allow(clippy::type_complexity)]
+    fn bounds(&mut self, i: u64) -> io::Result<(Option<(u64, u64)>, Option<(u64, u64)>)> {
+        loop {
+            match self.upcoming {
+                Some((pos, tsc)) if pos <= i => {
+                    self.prev = Some(tsc);
+                    self.upcoming = None;
+                }
+                None if !self.done => self.read_run()?,
+                _ => return Ok((self.prev, self.upcoming.map(|u| u.1))),
+            }
+        }
+    }
+}
+
+/// The time an instruction line carries (TR13): the hex number after `tsc:` or `tsc=`.
+pub fn line_time(line: &[u8]) -> Option<u64> {
+    let at = line.windows(4).position(|w| w == b"tsc:" || w == b"tsc=")? + 4;
+    let rest = line[at..].trim_ascii_start();
+    let rest = rest.strip_prefix(b"0x").unwrap_or(rest);
+    let end = rest
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(rest.len());
+    hex_word(&rest[..end])
+}
+
 fn expected(at: Option<&At>) -> String {
     match at.map(|a| a.item) {
         Some(Item::Ip { ip, index, off, .. }) => format!(
@@ -1075,6 +1153,47 @@ fn expected(at: Option<&At>) -> String {
         ),
         Some(Item::End) | None => "no more instructions".into(),
     }
+}
+
+/// TR13: whether the time `given` for an instruction at `ip` lies within `tol` of the times the
+/// instruction may have: from the earliest to the latest bound over the ways that take it.
+fn check_time(
+    m: &Matcher<'_>,
+    times: &mut Times<'_>,
+    ip: u64,
+    given: u64,
+    tol: u64,
+) -> io::Result<Option<Divergence>> {
+    let (lo, hi) = m.ways.iter().fold((u64::MAX, 0), |(lo, hi), w| match w.at.item {
+        Item::Ip { ip: x, index, .. } if x == ip => (lo.min(index), hi.max(index)),
+        _ => (lo, hi),
+    });
+    if lo > hi || m.ways.iter().any(|w| w.at.undefined()) {
+        // No way takes it (the instruction's own divergence says so), or a way in an undefined
+        // span takes anything (TR5): the line may be the decoder's guess.
+        return Ok(None);
+    }
+    let (early, _) = times.bounds(lo)?;
+    let (before, after) = times.bounds(hi)?;
+    let Some((early, _)) = early else {
+        return Ok(None); // No timing packet yet: a decoder cannot know the time.
+    };
+    let late = after.map_or(u64::MAX, |a| a.1).max(before.map_or(early, |b| b.1));
+    if given.saturating_add(tol) >= early && given <= late.saturating_add(tol) {
+        return Ok(None);
+    }
+    let late = if late == u64::MAX {
+        "on".to_string()
+    } else {
+        format!("{late:#x}")
+    };
+    Ok(Some(Divergence {
+        line: 0,
+        expected: format!(
+            "instruction {lo} at {ip:#x} at a time from {early:#x} to {late} (tolerance {tol})"
+        ),
+        given: format!("time {given:#x}"),
+    }))
 }
 
 /// The least and the most instructions the ways have given (TR11: where a mark line stands).
@@ -1120,6 +1239,8 @@ pub struct Verdict {
     pub errors: u64,
     /// Event lines read and matched (with `--events`, TR10).
     pub events: u64,
+    /// Instruction lines whose time was checked (with `--time`, TR13).
+    pub times: u64,
     /// The first divergence, if any.
     pub divergence: Option<Divergence>,
     /// The matcher's work: every position of the truth it followed, once for each line (the
@@ -1139,12 +1260,19 @@ pub struct Options {
     /// The events are perf script's (`--events perf`, TR11): only the marks perf synthesizes
     /// ([`PERF_MARKS`]) are expected, and no flow events (perf prints none of ptxed's).
     pub perf: bool,
+    /// Check the time on instruction lines (`verify --time TOLERANCE`, TR13): within this many
+    /// TSC ticks of the times of the timing packets around the instruction's carrier.
+    pub time: Option<u64>,
 }
 
 impl Options {
     /// With events checked or not (ptxed's).
     pub fn events(events: bool) -> Self {
-        Options { events, perf: false }
+        Options {
+            events,
+            perf: false,
+            time: None,
+        }
     }
 
     /// With perf script's events checked (TR11).
@@ -1152,6 +1280,15 @@ impl Options {
         Options {
             events: true,
             perf: true,
+            time: None,
+        }
+    }
+
+    /// These options with instruction times checked to within `tolerance` TSC ticks (TR13).
+    pub fn with_time(self, tolerance: u64) -> Self {
+        Options {
+            time: Some(tolerance),
+            ..self
         }
     }
 }
@@ -1169,6 +1306,7 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
         ips: 0,
         errors: 0,
         events: 0,
+        times: 0,
         divergence: None,
         work: 0,
     };
@@ -1182,6 +1320,7 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
         Token::Mark => "an event".into(),
     };
     let mut marks = Marks::new(pattern, options.perf);
+    let mut times = Times::new(pattern);
     let mut buf = Vec::with_capacity(256);
     let mut n = 0u64;
     let mut released = pattern.start;
@@ -1255,6 +1394,16 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
                 });
                 v.work = m.work;
                 return Ok(v);
+            }
+        }
+        if let (Some(tol), Token::Ip(x)) = (options.time, t) {
+            if let Some(given) = line_time(&buf) {
+                if let Some(d) = check_time(&m, &mut times, x, given, tol)? {
+                    v.divergence = Some(Divergence { line: n, ..d });
+                    v.work = m.work;
+                    return Ok(v);
+                }
+                v.times += 1;
             }
         }
         if m.step_one(t)? {
@@ -1772,6 +1921,48 @@ mod tests {
         assert!(perf("instructions:u: 10\ninstructions:u: 11\n").is_some());
         // ptxed's style wants the exec mode and the flow events.
         assert!(with_events(&p, "10\n[ptwrite: 5]\n11\n").is_some());
+    }
+
+    /// TR13: an instruction's time must lie from the time of the last timing packet before its
+    /// carrier to the latest of those right after it (with their slack), within the tolerance;
+    /// lines without a time, instructions before any timing packet and times a damage left
+    /// unknown are not checked.
+    #[test]
+    fn tr13_times_lie_between_the_timing_packets_around_the_carrier() {
+        const T0: &str = r#"{"k":"time","tsc":"0x1000","off":0}"#;
+        const B: &str = r#"{"k":"insn","i":1,"ip":"0x11","off":4}"#;
+        const T1: &str = r#"{"k":"time","tsc":"0x1010","slack":4,"off":6}"#;
+        const C: &str = r#"{"k":"insn","i":2,"ip":"0x12","off":8}"#;
+        let p = pattern(&[A, T0, B, T1, C]);
+        let timed =
+            |out: &str, tol| check_with(&p, out.as_bytes(), Options::default().with_time(tol)).unwrap();
+        let ok = |out: &str, tol| timed(out, tol).divergence.is_none();
+        // Before any timing packet: anything.
+        assert!(ok("10 tsc: 5\n11 tsc: 1000\n12 tsc: 1010\n", 0));
+        // Instruction 1 may have 0x1000 up to 0x1014 (0x1010 and its slack).
+        assert!(ok("10\n11  tsc: 1014\n12 tsc=0x1010\n", 0));
+        assert!(!ok("10\n11  tsc: 1015\n12\n", 0));
+        assert!(ok("10\n11  tsc: 1015\n12\n", 1));
+        assert!(!ok("10\n11  tsc: fff\n12\n", 0));
+        // Instruction 2 at 0x1010 or later.
+        let v = timed("10\n11\n12 tsc: 100f\n", 0);
+        assert_eq!(v.divergence.map(|d| d.line), Some(3));
+        assert_eq!(timed("10\n11 tsc: 1000\n12 tsc: 1010\n", 0).times, 2);
+        // Without --time times are not looked at.
+        assert_eq!(verdict(&p, "10\n11  tsc: 1\n12\n"), None);
+        // A time a damage left unknown: anything.
+        let u = r#"{"k":"time","tsc":"0x0","slack":18446744073709551615,"off":6}"#;
+        let p = pattern(&[A, T0, B, u, C]);
+        assert!(check_with(
+            &p,
+            "10\n11 tsc: 5000\n12 tsc: 99999999\n".as_bytes(),
+            Options::default().with_time(0)
+        )
+        .unwrap()
+        .divergence
+        .is_none());
+        assert_eq!(line_time(b"0x401000  tsc: 1000012b2"), Some(0x1000012b2));
+        assert_eq!(line_time(b"0x401000"), None);
     }
 
     /// TR11: the words of a mark line are its fields but the IP ones, after ptxed's columns.

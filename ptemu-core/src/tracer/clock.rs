@@ -86,6 +86,18 @@ impl Clock {
         self.base_tsc.wrapping_add(d as u64)
     }
 
+    /// The TSC at the start of the current ART tick `>> shift` (the time an MTC stands for,
+    /// TIM2: the ART boundary it reports).
+    pub fn art_boundary_tsc(&self, shift: u32) -> u64 {
+        let per = u64::from(self.cfg.tsc_per_art.max(1));
+        ((self.art() >> shift) << shift).wrapping_mul(per)
+    }
+
+    /// `n` core cycles as TSC ticks at the current ratio (how a decoder turns a CYC into time).
+    pub fn cycles_to_tsc(&self, n: u64) -> u64 {
+        (u128::from(n) * u128::from(self.cfg.nominal_ratio) / u128::from(self.cfg.core_ratio.max(1))) as u64
+    }
+
     /// The current ART value.
     pub fn art(&self) -> u64 {
         self.tsc() / u64::from(self.cfg.tsc_per_art.max(1))

@@ -27,6 +27,19 @@ impl Tracer {
         if let Some(probe) = self.probe.as_deref_mut() {
             let end = self.stats.bytes + self.hot.len as u64;
             probe.packet(&p, ip, end - len as u64, end);
+            // TR13: the time a timing packet stands for.
+            let time = match p {
+                Packet::Tsc { .. } => Some((self.clock.tsc(), None)),
+                Packet::Cyc { value } => Some((self.clock.tsc(), Some(self.clock.cycles_to_tsc(value)))),
+                Packet::Mtc { .. } => {
+                    Some((self.clock.art_boundary_tsc(u32::from(self.ctl.mtc_freq())), None))
+                }
+                _ => None,
+            };
+            if let Some((tsc, cyc)) = time {
+                let absolute = matches!(p, Packet::Tsc { .. });
+                probe.time(tsc, cyc, absolute, end - len as u64);
+            }
         }
         match self.kinds.get_mut(self.nkinds) {
             Some(k) if self.overflow.is_some() => {

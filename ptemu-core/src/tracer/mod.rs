@@ -28,7 +28,7 @@ pub use clock::{Clock, ClockConfig};
 pub use config::{Backpressure, SettingError, TracerConfig};
 pub use event::{Event, ExecMode, FarKind, StartState};
 pub use overflow::OverflowSpan;
-pub use probe::{is_mark, BranchFact, Carrier, Fact, Loss, Probe};
+pub use probe::{is_mark, BranchFact, Carrier, Fact, Loss, Probe, Timing};
 pub use retstack::{RetStack, RET_STACK_DEPTH};
 pub use rules::GenRule;
 pub use stats::TracerStats;

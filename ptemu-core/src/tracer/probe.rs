@@ -37,6 +37,17 @@ pub enum Carrier {
     Lost(Loss),
 }
 
+/// Which timing packet a [`Fact::Time`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// TSC: the whole time.
+    Tsc,
+    /// MTC: an ART boundary.
+    Mtc,
+    /// CYC: core cycles since the CYC before it.
+    Cyc,
+}
+
 /// What a branch did (the branch fields of an instruction fact).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BranchFact {
@@ -116,6 +127,20 @@ pub enum Fact {
         /// One past it.
         end: u64,
     },
+    /// A timing packet (TSC, MTC, CYC): the time it stands for (`spec/truth.md`, TR13).
+    Time {
+        /// The TSC it stands for: a TSC packet's, an MTC's ART boundary, a CYC's cycle count
+        /// as TSC.
+        tsc: u64,
+        /// How much later a decoder may make it: a CYC counts cycles since the CYC before it,
+        /// so the first CYC after an MTC or TSC may be added whole to that packet's time, and
+        /// every CYC until the next MTC or TSC carries the same excess (TR13).
+        slack: u64,
+        /// Which timing packet.
+        kind: Timing,
+        /// Its first byte.
+        start: u64,
+    },
 }
 
 /// Whether a decoder reports `p` as an event of its own when it is not inside PSB+ (TR11).
@@ -182,6 +207,12 @@ enum Note {
         total_bits: u64,
         why: Loss,
     },
+    Time {
+        tsc: u64,
+        slack: u64,
+        kind: Timing,
+        start: u64,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -208,6 +239,8 @@ pub struct Probe {
     current: Option<Current>,
     /// A mark waiting for the IP packet that binds it.
     unbound: Option<Fact>,
+    /// The last MTC's or TSC's time, and the excess a decoder may add to the CYCs after it.
+    time_base: Option<(u64, Option<u64>)>,
 }
 
 impl Default for Probe {
@@ -222,6 +255,7 @@ impl Default for Probe {
             in_psb: false,
             current: None,
             unbound: None,
+            time_base: None,
         }
     }
 }
@@ -324,6 +358,36 @@ impl Probe {
             _ => return,
         };
         self.note(note);
+    }
+
+    /// The timing packet at `start` stands for TSC `tsc` (TR13); `cyc`: a CYC's cycles as TSC
+    /// ticks; `absolute`: a TSC packet.
+    pub(super) fn time(&mut self, tsc: u64, cyc: Option<u64>, absolute: bool, start: u64) {
+        let slack = match cyc {
+            None => {
+                self.time_base = Some((tsc, None));
+                0
+            }
+            Some(ticks) => match self.time_base {
+                Some((base, None)) => {
+                    let excess = base.wrapping_add(ticks).saturating_sub(tsc);
+                    self.time_base = Some((base, Some(excess)));
+                    excess
+                }
+                Some((_, Some(excess))) => excess,
+                None => 0,
+            },
+        };
+        self.note(Note::Time {
+            tsc,
+            slack,
+            kind: match (cyc, absolute) {
+                (Some(_), _) => Timing::Cyc,
+                (None, true) => Timing::Tsc,
+                (None, false) => Timing::Mtc,
+            },
+            start,
+        });
     }
 
     /// Pending TNT bits were discarded (OVF, a STOP); `total_bits`: the tracer's count of bits
@@ -446,7 +510,10 @@ impl Probe {
             Note::Flow { packet, ip, .. } if !matches!(packet, Packet::Ovf) => ip,
             _ => None,
         };
-        self.bind(ip);
+        // A timing packet between a PTW (or EXSTOP, CFE) and its FUP does not end the wait.
+        if !matches!(n, Note::Time { .. }) {
+            self.bind(ip);
+        }
         match n {
             Note::Tnt { bits, start, end } => {
                 let (from, to) = (self.emitted, self.emitted + bits);
@@ -498,6 +565,20 @@ impl Probe {
                 }
             }
             Note::Cleared { total_bits, why } => self.clear(total_bits, why),
+            Note::Time {
+                tsc,
+                slack,
+                kind,
+                start,
+            } => self.push(
+                Fact::Time {
+                    tsc,
+                    slack,
+                    kind,
+                    start,
+                },
+                None,
+            ),
         }
     }
 
