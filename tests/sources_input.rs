@@ -92,7 +92,13 @@ fn stats_on_a_file_cut_while_read_exits_2_or_counts_it_whole() {
     let o = child.wait_with_output().unwrap();
     let err = text(&o.stderr);
     match o.status.code() {
-        Some(2) => assert!(err.contains("big.byu") && err.contains("changed size"), "{err}"),
+        // Cut while read: "changed size"; cut before it was opened (a loaded machine starts the
+        // child late): the 4096 bytes it then has end inside a record.
+        Some(2) => assert!(
+            err.contains("big.byu")
+                && (err.contains("changed size") || err.contains("ends inside the record")),
+            "{err}"
+        ),
         Some(0) => {
             let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
             assert_eq!(v["records"].as_u64(), Some(records), "a clean finish read it all");

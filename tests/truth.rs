@@ -492,6 +492,79 @@ fn tr13_libipt_times_pass_verify_time_and_a_moved_time_fails() {
     }
 }
 
+/// TR13, PD5: perf decodes the corpus's perf.data with timestamps (`perf script -F time,ip
+/// --ns`), and its times, turned back into TSC at the run's `tsc_hz`, pass `verify --time 5`
+/// (perf's nanoseconds are 2.4 TSC ticks: the conversion both ways rounds down) where the time
+/// comes from TSC, MTC and CYC; one time moved earlier fails; without TSCEn perf decodes
+/// timeless and has no time to print.
+#[test]
+fn tr13_pd5_perf_times_pass_verify_time() {
+    let root = &corpus_seed_3();
+    let perf = |case: &Path, fields: &str| {
+        std::process::Command::new("perf")
+            .args([
+                "script",
+                "-i",
+                "perf.data",
+                "--itrace=i0nse",
+                "-F",
+                fields,
+                "--ns",
+            ])
+            .current_dir(case)
+            .output()
+            .expect("perf (Debian's linux-perf; cargo xtask test installs it)")
+    };
+    for name in [
+        "clean-default",
+        "clean-mtc",
+        "clean-cyc",
+        "ovf-1",
+        "wrap-4k",
+        "stop-4k",
+    ] {
+        let case = root.join(name);
+        let o = perf(&case, "time,ip");
+        assert!(o.status.success(), "{name}: {}", text(&o.stderr));
+        let lines = text(&o.stdout);
+        let (ok, msg) = verify_time(&case, &lines, 5);
+        assert!(ok, "{name}: {msg}");
+        let checked: u64 = msg
+            .split("line(s) (")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(checked > 1000, "{name}: {msg}");
+        let all: Vec<&str> = lines.lines().collect();
+        let k = all.len() / 2;
+        let moved: String = all
+            .iter()
+            .enumerate()
+            .map(|(j, l)| {
+                if j == k {
+                    format!("     0.000000001: {}\n", l.split(':').nth(1).unwrap().trim())
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        assert!(
+            !verify_time(&case, &moved, 5).0,
+            "{name}: a time moved was accepted"
+        );
+    }
+    let o = perf(&root.join("clean-no-tsc"), "ip");
+    assert!(
+        o.status.success() && text(&o.stdout).lines().count() > 1000,
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// CORP1, CORP2, TR8: the corpus covers clean CTL settings, every fault kind, and every fault
 /// under each of the three packet styles (Alder Lake's, Skylake's, the SDM's); each case has its
 /// files and the packets the manifest lists (libipt's packet decoder counts the same in every

@@ -36,11 +36,13 @@ const PERF_RECORD_MMAP2: u32 = 10;
 const PERF_RECORD_ITRACE_START: u32 = 12;
 const PERF_RECORD_AUXTRACE_INFO: u32 = 70;
 const PERF_RECORD_AUXTRACE: u32 = 71;
+const PERF_RECORD_FINISHED_ROUND: u32 = 68;
 const PERF_RECORD_MISC_USER: u16 = 2;
 const PERF_AUXTRACE_INTEL_PT: u32 = 1;
 
 const PERF_SAMPLE_IP: u64 = 1 << 0;
 const PERF_SAMPLE_TID: u64 = 1 << 1;
+const PERF_SAMPLE_TIME: u64 = 1 << 2;
 const PERF_SAMPLE_CPU: u64 = 1 << 7;
 const PERF_SAMPLE_IDENTIFIER: u64 = 1 << 16;
 
@@ -77,6 +79,8 @@ pub struct Spec {
     /// More files mapped into the process (a real program's executable, `ld.so`, libraries:
     /// `ptemu run`), an MMAP2 record each after the image's.
     pub maps: Vec<Mapping>,
+    /// The TSC when tracing started: the sideband records carry it as perf time (PD5).
+    pub start_tsc: u64,
     /// The address filters, in the form `perf record --filter` takes (`filter A/SIZE@FILE`,
     /// `tracestop A/SIZE@FILE`, comma-separated), or empty.
     pub filter: String,
@@ -144,7 +148,8 @@ fn attr(spec: &Spec) -> Vec<u8> {
     // disabled(0), exclude_user(4), exclude_kernel(5), exclude_hv(6), sample_id_all(18): perf
     // orders events (which its Intel PT decoder requires) only with sample_id_all.
     let flags: u64 = 1 | u64::from(!ctl.user()) << 4 | u64::from(!ctl.os()) << 5 | 1 << 6 | 1 << 18;
-    let sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
+    let time = if timed(spec) { PERF_SAMPLE_TIME } else { 0 };
+    let sample_type = PERF_SAMPLE_IP | PERF_SAMPLE_TID | time | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
     let mut put = |v: u64| a.write_u64::<LE>(v).expect("to memory");
     put(u64::from(PMU_TYPE) | (ATTR_SIZE as u64) << 32); // type, size
     put(config);
@@ -159,6 +164,11 @@ fn attr(spec: &Spec) -> Vec<u8> {
 /// perf's TSC-to-time conversion: time = (TSC * mult) >> shift, so the TSC runs at mult / 2^shift
 /// GHz; with the nominal ratio at 100 MHz a bus tick, mult = 2^shift / (ratio / 10).
 const TIME_SHIFT: u64 = 32;
+
+/// The perf time of the TSC when tracing started (`(tsc * mult) >> shift`, TIME_ZERO 0).
+fn perf_time(spec: &Spec) -> u64 {
+    ((u128::from(spec.start_tsc) * u128::from(time_mult(spec.max_nonturbo_ratio))) >> TIME_SHIFT) as u64
+}
 
 fn time_mult(nominal_ratio: u8) -> u64 {
     (10u64 << TIME_SHIFT) / u64::from(nominal_ratio.max(1))
@@ -230,11 +240,28 @@ pub fn filter_string(ctl: RtitCtl, msrs: &[(u32, u64)], image: &Mapping) -> Stri
 
 /// The `sample_id` trailer of a non-sample record (`sample_id_all`, in `sample_type` order: TID,
 /// CPU, IDENTIFIER).
-const SAMPLE_ID_SIZE: usize = 24;
+/// With TSCEn the samples have a time (PD5): perf decodes in time order; without it (no TSC in
+/// the trace) perf decodes timeless.
+fn timed(spec: &Spec) -> bool {
+    spec.ctl.tsc_en()
+}
 
-fn sample_id(r: &mut Vec<u8>, pid: u32) {
+/// The size of the `sample_id` trailer: TID, TIME (when [`timed`]), CPU, IDENTIFIER.
+fn sample_id_size(spec: &Spec) -> usize {
+    if timed(spec) {
+        32
+    } else {
+        24
+    }
+}
+
+fn sample_id(r: &mut Vec<u8>, spec: &Spec) {
+    let pid = spec.pid;
     for v in [pid, pid] {
         r.write_u32::<LE>(v).expect("to memory");
+    }
+    if timed(spec) {
+        r.write_u64::<LE>(perf_time(spec)).expect("to memory");
     }
     r.write_u64::<LE>(0).expect("to memory"); // cpu, res
     r.write_u64::<LE>(EVENT_ID).expect("to memory");
@@ -244,18 +271,23 @@ fn sample_id(r: &mut Vec<u8>, pid: u32) {
 fn sideband(spec: &Spec) -> io::Result<Vec<u8>> {
     let mut r = Vec::new();
     let comm = padded_str(&spec.comm);
-    header(&mut r, PERF_RECORD_COMM, 0, 8 + 8 + comm.len() + SAMPLE_ID_SIZE)?;
+    header(
+        &mut r,
+        PERF_RECORD_COMM,
+        0,
+        8 + 8 + comm.len() + sample_id_size(spec),
+    )?;
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.extend_from_slice(&comm);
-    sample_id(&mut r, spec.pid);
+    sample_id(&mut r, spec);
     for m in spec.image.iter().chain(&spec.maps) {
         let name = padded_str(&m.path);
         header(
             &mut r,
             PERF_RECORD_MMAP2,
             PERF_RECORD_MISC_USER,
-            8 + 8 + 24 + 24 + 8 + name.len() + SAMPLE_ID_SIZE,
+            8 + 8 + 24 + 24 + 8 + name.len() + sample_id_size(spec),
         )?;
         for v in [spec.pid, spec.pid] {
             r.write_u32::<LE>(v).expect("to memory");
@@ -267,12 +299,12 @@ fn sideband(spec: &Spec) -> io::Result<Vec<u8>> {
         r.write_u32::<LE>(5).expect("to memory"); // PROT_READ | PROT_EXEC
         r.write_u32::<LE>(2).expect("to memory"); // MAP_PRIVATE
         r.extend_from_slice(&name);
-        sample_id(&mut r, spec.pid);
+        sample_id(&mut r, spec);
     }
-    header(&mut r, PERF_RECORD_ITRACE_START, 0, 16 + SAMPLE_ID_SIZE)?;
+    header(&mut r, PERF_RECORD_ITRACE_START, 0, 16 + sample_id_size(spec))?;
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.write_u32::<LE>(spec.pid).expect("to memory");
-    sample_id(&mut r, spec.pid);
+    sample_id(&mut r, spec);
     Ok(r)
 }
 
@@ -307,6 +339,7 @@ pub fn write<R: Read, W: Write + ?Sized>(
 ) -> io::Result<()> {
     let mut records = auxtrace_info(spec)?;
     records.extend(sideband(spec)?);
+    header(&mut records, PERF_RECORD_FINISHED_ROUND, 0, 8)?;
     let aux_bytes: u64 = chunks.iter().map(|&n| 48 + n.div_ceil(8) * 8).sum();
     let attrs_offset = FILE_HEADER_SIZE;
     let attr_size = ATTR_SIZE as u64 + 16;
@@ -340,11 +373,12 @@ pub fn write<R: Read, W: Write + ?Sized>(
         let padded = n.div_ceil(8) * 8;
         let mut r = Vec::with_capacity(48);
         header(&mut r, PERF_RECORD_AUXTRACE, 0, 48)?;
-        for v in [padded, offset, 0] {
+        for v in [padded, offset, spec.start_tsc] {
             r.write_u64::<LE>(v)?;
         }
-        // idx, tid, cpu (-1: a per-thread buffer, as `perf record --per-thread` makes), reserved.
-        for v in [0, spec.pid, u32::MAX, 0] {
+        // idx, tid, cpu, reserved. CPU 0, not -1 (a per-thread buffer): with TIME, perf 6.1
+        // crashes on a per-thread buffer (PD5).
+        for v in [0, spec.pid, 0, 0] {
             r.write_u32::<LE>(v)?;
         }
         out.write_all(&r)?;
@@ -408,6 +442,7 @@ pub fn write_run(
         ctl: opts.ctl,
         tsc_ctc: (clock.tsc_per_art, 1),
         max_nonturbo_ratio: clock.nominal_ratio,
+        start_tsc: clock.tsc_start,
         maps,
         pid: 1000,
         comm: Path::new(name)
@@ -458,6 +493,7 @@ mod tests {
                 .with_user(true),
             tsc_ctc: (100, 1),
             max_nonturbo_ratio: 24,
+            start_tsc: 0x1_0000_0000,
             pid: 1000,
             comm: "t".into(),
             image: Some(Mapping::new(path.into(), 0x400000, 0x2000, 0x1000)),
@@ -498,7 +534,7 @@ mod tests {
             }
         }
         assert_eq!(at, out.len());
-        assert_eq!(kinds, [70, 3, 10, 12, 71, 71]);
+        assert_eq!(kinds, [70, 3, 10, 12, 68, 71, 71]);
     }
 
     #[test]

@@ -66,6 +66,8 @@ impl Options {
             "msrs": self.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),
             "faults": plan.faults.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
             "seed": plan.seed,
+            // The TSC's frequency: a decoder's perf time converts back to TSC with it (TR13).
+            "tsc_hz": u64::from(self.tracer.clock.nominal_ratio) * 100_000_000,
         })
     }
 

@@ -209,6 +209,10 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
     if first.eq_ignore_ascii_case(b"error") || first.eq_ignore_ascii_case(b"error:") {
         return Some(Token::Error);
     }
+    // perf script's time column (`-F time,ip`: `1.789569706:`) before the rest of the line.
+    if perf_time_ns(first).is_some() {
+        return token_bytes(&rest[first.len()..]);
+    }
     if first.starts_with(b"[") {
         if contains(b": error") {
             return Some(Token::Error);
@@ -382,6 +386,8 @@ pub struct Pattern {
     bytes: Bytes,
     start: usize,
     truncated: bool,
+    /// The TSC's frequency (the header's `run.tsc_hz`), to read perf's times (TR13).
+    tsc_hz: Option<u64>,
     /// Instructions a decoder must or may give.
     pub instructions: u64,
 }
@@ -446,6 +452,7 @@ impl Pattern {
                 .get("truncated")
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false),
+            tsc_hz: header.pointer("/run/tsc_hz").and_then(serde_json::Value::as_u64),
             bytes,
             start,
             instructions: counts.required + counts.optional,
@@ -1116,6 +1123,38 @@ impl<'a> Times<'a> {
     }
 }
 
+/// perf script's time word (`SECONDS.FRACTION:`, microseconds or with `--ns` nanoseconds) in
+/// nanoseconds.
+pub fn perf_time_ns(word: &[u8]) -> Option<u128> {
+    let w = std::str::from_utf8(word.strip_suffix(b":")?).ok()?;
+    let (s, f) = w.split_once('.')?;
+    if s.is_empty()
+        || f.is_empty()
+        || f.len() > 9
+        || !(s.bytes().chain(f.bytes()).all(|b| b.is_ascii_digit()))
+    {
+        return None;
+    }
+    let frac: u128 = f.parse().ok()?;
+    Some(s.parse::<u128>().ok()? * 1_000_000_000 + frac * 10u128.pow(9 - f.len() as u32))
+}
+
+/// The time of an instruction line as TSC (TR13): the hex number after `tsc:` or `tsc=`, or
+/// perf's time column converted at `tsc_hz`.
+fn any_line_time(line: &[u8], tsc_hz: Option<u64>) -> Option<u64> {
+    if let Some(t) = line_time(line) {
+        return Some(t);
+    }
+    let start = line.iter().position(|b| !b.is_ascii_whitespace())?;
+    let rest = &line[start..];
+    let first = &rest[..rest
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(rest.len())];
+    let ns = perf_time_ns(first)?;
+    Some((ns * u128::from(tsc_hz?) / 1_000_000_000) as u64)
+}
+
 /// The time an instruction line carries (TR13): the hex number after `tsc:` or `tsc=`.
 pub fn line_time(line: &[u8]) -> Option<u64> {
     let at = line.windows(4).position(|w| w == b"tsc:" || w == b"tsc=")? + 4;
@@ -1164,8 +1203,10 @@ fn check_time(
     given: u64,
     tol: u64,
 ) -> io::Result<Option<Divergence>> {
+    // Instructions followed after a corrupt packet (TR12) have no time to check: the decoder
+    // came back to the flow by its own means.
     let (lo, hi) = m.ways.iter().fold((u64::MAX, 0), |(lo, hi), w| match w.at.item {
-        Item::Ip { ip: x, index, .. } if x == ip => (lo.min(index), hi.max(index)),
+        Item::Ip { ip: x, index, .. } if x == ip && !w.at.ctx.follow => (lo.min(index), hi.max(index)),
         _ => (lo, hi),
     });
     if lo > hi || m.ways.iter().any(|w| w.at.undefined()) {
@@ -1397,7 +1438,7 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
             }
         }
         if let (Some(tol), Token::Ip(x)) = (options.time, t) {
-            if let Some(given) = line_time(&buf) {
+            if let Some(given) = any_line_time(&buf, pattern.tsc_hz) {
                 if let Some(d) = check_time(&m, &mut times, x, given, tol)? {
                     v.divergence = Some(Divergence { line: n, ..d });
                     v.work = m.work;
