@@ -238,8 +238,6 @@ pub fn filter_string(ctl: RtitCtl, msrs: &[(u32, u64)], image: &Mapping) -> Stri
     parts.join(",")
 }
 
-/// The `sample_id` trailer of a non-sample record (`sample_id_all`, in `sample_type` order: TID,
-/// CPU, IDENTIFIER).
 /// With TSCEn the samples have a time (PD5): perf decodes in time order; without it (no TSC in
 /// the trace) perf decodes timeless.
 fn timed(spec: &Spec) -> bool {
@@ -255,6 +253,8 @@ fn sample_id_size(spec: &Spec) -> usize {
     }
 }
 
+/// The `sample_id` trailer of a non-sample record (`sample_id_all`, in `sample_type` order: TID,
+/// TIME when [`timed`], CPU, IDENTIFIER).
 fn sample_id(r: &mut Vec<u8>, spec: &Spec) {
     let pid = spec.pid;
     for v in [pid, pid] {

@@ -7,8 +7,8 @@
 use crate::packet::{Packet, PtwSize};
 use std::fmt;
 
-/// The words of a mark: short, so a record stays `Copy` (the longest, a VM exit with its two
-/// EVD payloads, is under 60 bytes).
+/// The words of a mark: short, so a record stays `Copy` (the longest, a VM exit with its vector
+/// and two EVD payloads, is 65 bytes).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Text {
     len: u8,
@@ -17,7 +17,7 @@ pub struct Text {
 
 impl Text {
     /// The longest text a mark holds.
-    pub const MAX: usize = 62;
+    pub const MAX: usize = 80;
 
     /// `s`, if it fits and has no `]` or line break.
     pub fn new(s: &str) -> Option<Self> {

@@ -139,7 +139,8 @@ impl<W: Write> Writer<W> {
                     Timing::Mtc => 1,
                     Timing::Cyc => 2,
                 };
-                encode_varint(slack << 2 | k, b);
+                b.push(k);
+                encode_varint(slack, b);
                 last.off(b, start);
             }
             Fact::Mark {
@@ -320,15 +321,16 @@ impl<R: Read> Reader<R> {
             PSB => Fact::Psb { start: self.off()? },
             TIME => {
                 self.last.tsc = self.last.tsc.wrapping_add(unzigzag(self.varint()?));
-                let s = self.varint()?;
+                let k = *self.buf.get(self.pos).ok_or_else(cut)?;
+                self.pos += 1;
                 Fact::Time {
                     tsc: self.last.tsc,
-                    slack: s >> 2,
-                    kind: match s & 3 {
+                    kind: match k {
                         0 => Timing::Tsc,
                         1 => Timing::Mtc,
                         _ => Timing::Cyc,
                     },
+                    slack: self.varint()?,
                     start: self.off()?,
                 }
             }

@@ -199,6 +199,11 @@ pub fn token(line: &str) -> Option<Token> {
 /// [`token`] over raw bytes: a line need not be UTF-8 (a symbol name in another encoding); only
 /// its ASCII words are looked at.
 pub fn token_bytes(line: &[u8]) -> Option<Token> {
+    token_after_time(line, true)
+}
+
+/// [`token_bytes`]; `time`: a perf time column may come first (skipped once, not again).
+fn token_after_time(line: &[u8], time: bool) -> Option<Token> {
     let contains = |needle: &[u8]| line.windows(needle.len()).any(|w| w == needle);
     let start = line.iter().position(|b| !b.is_ascii_whitespace())?;
     let rest = &line[start..];
@@ -209,9 +214,10 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
     if first.eq_ignore_ascii_case(b"error") || first.eq_ignore_ascii_case(b"error:") {
         return Some(Token::Error);
     }
-    // perf script's time column (`-F time,ip`: `1.789569706:`) before the rest of the line.
-    if perf_time_ns(first).is_some() {
-        return token_bytes(&rest[first.len()..]);
+    // perf script's time column (`-F time,ip`: `1.789569706:`) before the rest of the line:
+    // the rest is read (once: a second time word is not skipped).
+    if time && perf_time_ns(first).is_some() {
+        return token_after_time(&rest[first.len()..], false);
     }
     if first.starts_with(b"[") {
         if contains(b": error") {
@@ -852,21 +858,25 @@ impl<'a> Matcher<'a> {
                 (Item::Gap { .. }, Token::Error) => Some(Way { err: true, ..*w }),
                 // TR12: an error while following a corrupt span's instructions: lost again, from
                 // here on.
-                (Item::Ip { index, .. }, Token::Error) if w.at.ctx.follow => Some(Way {
-                    at: At {
-                        item: Item::Gap {
-                            cause: Cause::Corrupt,
-                            first: index,
+                // It may come back at this very instruction, or at one further on.
+                (Item::Ip { index, .. }, Token::Error) if w.at.ctx.follow => {
+                    self.add(*w);
+                    Some(Way {
+                        at: At {
+                            item: Item::Gap {
+                                cause: Cause::Corrupt,
+                                first: index,
+                            },
+                            ctx: Ctx {
+                                follow: false,
+                                ..w.at.ctx
+                            },
+                            ..w.at
                         },
-                        ctx: Ctx {
-                            follow: false,
-                            ..w.at.ctx
-                        },
-                        ..w.at
-                    },
-                    err: true,
-                    run_end: None,
-                }),
+                        err: true,
+                        run_end: None,
+                    })
+                }
                 (Item::Ip { .. }, Token::Event(_)) if w.at.ctx.follow => Some(*w),
                 // Events a decoder meets inside a lost span may be reported or not (TR10).
                 (Item::Gap { .. }, Token::Event(_)) => Some(*w),
@@ -1067,8 +1077,14 @@ struct Times<'a> {
     prev: Option<(u64, u64)>,
     /// The first position after it that has time records, and the latest time there.
     upcoming: Option<(u64, (u64, u64))>,
+    /// The last runs passed, for a question about an earlier instruction (ways that are not in
+    /// step: the cursor only moves forward).
+    passed: std::collections::VecDeque<(u64, (u64, u64))>,
     done: bool,
 }
+
+/// How many passed runs [`Times`] keeps for questions about earlier instructions.
+const TIMES_KEPT: usize = 256;
 
 impl<'a> Times<'a> {
     fn new(p: &'a Pattern) -> Self {
@@ -1077,6 +1093,7 @@ impl<'a> Times<'a> {
             count: 0,
             prev: None,
             upcoming: None,
+            passed: Default::default(),
             done: false,
         }
     }
@@ -1114,12 +1131,24 @@ impl<'a> Times<'a> {
             match self.upcoming {
                 Some((pos, tsc)) if pos <= i => {
                     self.prev = Some(tsc);
+                    if self.passed.len() == TIMES_KEPT {
+                        self.passed.pop_front();
+                    }
+                    self.passed.push_back((pos, tsc));
                     self.upcoming = None;
                 }
                 None if !self.done => self.read_run()?,
-                _ => return Ok((self.prev, self.upcoming.map(|u| u.1))),
+                _ => break,
             }
         }
+        // A question about an instruction before the runs already passed.
+        if self.passed.back().is_some_and(|&(pos, _)| pos > i) {
+            let k = self.passed.iter().rposition(|&(pos, _)| pos <= i);
+            let prev = k.map(|k| self.passed[k].1);
+            let next = self.passed.get(k.map_or(0, |k| k + 1)).map(|r| r.1);
+            return Ok((prev, next));
+        }
+        Ok((self.prev, self.upcoming.map(|u| u.1)))
     }
 }
 
@@ -1129,6 +1158,7 @@ pub fn perf_time_ns(word: &[u8]) -> Option<u128> {
     let w = std::str::from_utf8(word.strip_suffix(b":")?).ok()?;
     let (s, f) = w.split_once('.')?;
     if s.is_empty()
+        || s.len() > 20
         || f.is_empty()
         || f.len() > 9
         || !(s.bytes().chain(f.bytes()).all(|b| b.is_ascii_digit()))
@@ -1136,7 +1166,24 @@ pub fn perf_time_ns(word: &[u8]) -> Option<u128> {
         return None;
     }
     let frac: u128 = f.parse().ok()?;
-    Some(s.parse::<u128>().ok()? * 1_000_000_000 + frac * 10u128.pow(9 - f.len() as u32))
+    s.parse::<u128>()
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(frac * 10u128.pow(9 - f.len() as u32))
+}
+
+/// `line` without perf script's time column in front (`1.789569706:`), if it has one.
+fn strip_perf_time(line: &[u8]) -> &[u8] {
+    let rest = line.trim_ascii_start();
+    let first = &rest[..rest
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(rest.len())];
+    if perf_time_ns(first).is_some() {
+        &rest[first.len()..]
+    } else {
+        line
+    }
 }
 
 /// The time of an instruction line as TSC (TR13): the hex number after `tsc:` or `tsc=`, or
@@ -1152,7 +1199,7 @@ fn any_line_time(line: &[u8], tsc_hz: Option<u64>) -> Option<u64> {
         .position(u8::is_ascii_whitespace)
         .unwrap_or(rest.len())];
     let ns = perf_time_ns(first)?;
-    Some((ns * u128::from(tsc_hz?) / 1_000_000_000) as u64)
+    u64::try_from(ns.checked_mul(u128::from(tsc_hz?))? / 1_000_000_000).ok()
 }
 
 /// The time an instruction line carries (TR13): the hex number after `tsc:` or `tsc=`.
@@ -1391,7 +1438,7 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
             Token::Event(_) => v.events += 1,
             Token::Mark => {
                 v.events += 1;
-                let line = buf.trim_ascii_start();
+                let line = strip_perf_time(&buf).trim_ascii_start();
                 let (words, ip) = if line.starts_with(b"[") {
                     mark_line(line).unwrap_or_default()
                 } else {
@@ -1671,8 +1718,9 @@ mod tests {
         // 0x20 is instruction 1 and 4: either.
         assert!(ok("10\nerror\n20\n30\n"));
         assert!(ok("10\nerror\n20\n21\n22\n20\n30\n"));
-        // Lost again, and back.
+        // Lost again, and back: further on, or at the instruction it failed at.
         assert!(ok("10\nerror\n20\nerror\n22\n20\n30\n"));
+        assert!(ok("10\nerror\n20\nerror\n21\n22\n20\n30\n"));
         assert!(ok("10\nerror\n21\nerror\n30\n"));
         // Skipped without an error, wrong, backwards, before the error.
         assert!(!ok("10\nerror\n21\n20\n30\n"));
@@ -1960,6 +2008,11 @@ mod tests {
             None
         );
         assert!(perf("instructions:u: 10\ninstructions:u: 11\n").is_some());
+        // With perf's time column in front.
+        assert_eq!(
+            perf("1.0: instructions:u: 10\n1.0: ptwrite:  IP: 1 payload: 0x5  10\n1.0: instructions:u: 11\n"),
+            None
+        );
         // ptxed's style wants the exec mode and the flow events.
         assert!(with_events(&p, "10\n[ptwrite: 5]\n11\n").is_some());
     }
