@@ -20,7 +20,28 @@ fn libipt_lines(case: &Path) -> String {
 }
 
 fn verify(case: &Path, lines: &str) -> (bool, String) {
-    let o = ptemu_stdin(&["verify", s(case), "--ips", "-"], lines.as_bytes());
+    verify_with(case, lines, &[])
+}
+
+/// `ptemu verify CASE --ips - OPTIONS` over `lines`: passed, and what it printed (exit 2 fails
+/// the test).
+fn verify_events(case: &Path, lines: &str) -> (bool, String) {
+    verify_with(case, lines, &["--events"])
+}
+
+fn verify_perf_events(case: &Path, lines: &str) -> (bool, String) {
+    verify_with(case, lines, &["--events=perf"])
+}
+
+fn verify_time(case: &Path, lines: &str, tolerance: u64) -> (bool, String) {
+    verify_with(case, lines, &["--time", &tolerance.to_string()])
+}
+
+fn verify_with(case: &Path, lines: &str, options: &[&str]) -> (bool, String) {
+    let o = ptemu_stdin(
+        &[&["verify", s(case), "--ips", "-"], options].concat(),
+        lines.as_bytes(),
+    );
     assert!(
         o.status.code() == Some(0) || o.status.code() == Some(1),
         "{}",
@@ -101,35 +122,6 @@ fn manifest(root: &Path) -> Value {
 }
 
 /// `verify --events`: exit 0 or 1, and what it printed.
-fn verify_events(case: &Path, lines: &str) -> (bool, String) {
-    let o = ptemu_stdin(&["verify", s(case), "--ips", "-", "--events"], lines.as_bytes());
-    assert!(
-        o.status.code() == Some(0) || o.status.code() == Some(1),
-        "{}",
-        text(&o.stderr)
-    );
-    (
-        o.status.success(),
-        format!("{}{}", text(&o.stdout), text(&o.stderr)),
-    )
-}
-
-fn verify_perf_events(case: &Path, lines: &str) -> (bool, String) {
-    let o = ptemu_stdin(
-        &["verify", s(case), "--ips", "-", "--events=perf"],
-        lines.as_bytes(),
-    );
-    assert!(
-        o.status.code() == Some(0) || o.status.code() == Some(1),
-        "{}",
-        text(&o.stderr)
-    );
-    (
-        o.status.success(),
-        format!("{}{}", text(&o.stdout), text(&o.stderr)),
-    )
-}
-
 /// TR10: libipt's events, printed by the harness in ptxed's words, pass `verify --events` on a
 /// clean run, interrupts (also under an overflow), an IP filter (enables and disables), power
 /// events, overflows of both styles, a wrap and a corrupt packet; with one event line removed
@@ -408,23 +400,6 @@ fn tr12_perf_going_on_after_a_corrupt_packet_passes_where_its_instructions_are_t
         }
     }
     assert!(passed.len() >= 4, "passed {passed:?}, failed {failed:?}");
-}
-
-fn verify_time(case: &Path, lines: &str, tolerance: u64) -> (bool, String) {
-    let tol = tolerance.to_string();
-    let o = ptemu_stdin(
-        &["verify", s(case), "--ips", "-", "--time", &tol],
-        lines.as_bytes(),
-    );
-    assert!(
-        o.status.code() == Some(0) || o.status.code() == Some(1),
-        "{}",
-        text(&o.stderr)
-    );
-    (
-        o.status.success(),
-        format!("{}{}", text(&o.stdout), text(&o.stderr)),
-    )
 }
 
 /// TR13: libipt's time for each instruction (`pt_insn_time`, printed by the harness with

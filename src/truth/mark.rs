@@ -51,6 +51,26 @@ impl fmt::Debug for Text {
     }
 }
 
+/// ptxed's words for PWRE: the resolved C-state and sub-state, ` hw` when hardware-initiated.
+pub fn pwre_words(state: u64, sub_state: u64, hw: bool) -> String {
+    format!("pwre c{state}.{sub_state}{}", if hw { " hw" } else { "" })
+}
+
+/// ptxed's words for PWRX: the wake reason (bit 0 interrupt, bit 2 store, bit 3 hardware), the
+/// last and the deepest core C-state.
+pub fn pwrx_words(last: u64, deepest: u64, wake: u64) -> String {
+    let why = if wake & 1 != 0 {
+        "int: "
+    } else if wake & 4 != 0 {
+        "st: "
+    } else if wake & 8 != 0 {
+        "hw: "
+    } else {
+        ""
+    };
+    format!("pwrx {why}c{last} (c{deepest})")
+}
+
 /// Event Trace CFE types (the SDM's CFE table).
 const CFE_WORDS: [&str; 11] = [
     "",
@@ -130,21 +150,8 @@ impl Marker {
                 format!("ptwrite: {payload:x}")
             }
             Packet::Mwait { hints, ext } => format!("mwait {hints:x} {ext:x}"),
-            Packet::Pwre { state, sub_state, hw } => {
-                format!("pwre c{state}.{sub_state}{}", if hw { " hw" } else { "" })
-            }
-            Packet::Pwrx { last, deepest, wake } => {
-                let why = if wake & 1 != 0 {
-                    "int: "
-                } else if wake & 4 != 0 {
-                    "st: "
-                } else if wake & 8 != 0 {
-                    "hw: "
-                } else {
-                    ""
-                };
-                format!("pwrx {why}c{last} (c{deepest})")
-            }
+            Packet::Pwre { state, sub_state, hw } => pwre_words(state.into(), sub_state.into(), hw),
+            Packet::Pwrx { last, deepest, wake } => pwrx_words(last.into(), deepest.into(), wake.into()),
             Packet::Exstop { .. } => "exstop".into(),
             Packet::Evd { ty, payload } => {
                 match ty {

@@ -16,7 +16,7 @@
 //! starting lines (a loop repeated right after it), each followed until it fails.
 
 use super::compact::{self, Bytes, Decoder};
-use super::mark::Text;
+use super::mark::{pwre_words, pwrx_words, Text};
 use super::record::{Class, Record};
 use super::Cause;
 use std::fmt;
@@ -292,29 +292,12 @@ pub fn perf_mark(rest: &[u8]) -> Option<(std::borrow::Cow<'static, str>, Option<
     let ip = words.last().and_then(|w| hex_word(w.as_bytes()));
     let m = match name {
         "ptwrite" => format!("ptwrite: {:x}", hex("payload:")?),
-        "pwre" => format!(
-            "pwre c{}.{}{}",
-            dec("cstate:")?,
-            dec("sub-cstate:")?,
-            if dec("hw:")? != 0 { " hw" } else { "" }
+        "pwre" => pwre_words(dec("cstate:")?, dec("sub-cstate:")?, dec("hw:")? != 0),
+        "pwrx" => pwrx_words(
+            dec("last cstate:")?,
+            dec("deepest cstate:")?,
+            hex("wake reason:")?,
         ),
-        "pwrx" => {
-            let wake = hex("wake reason:")?;
-            let why = if wake & 1 != 0 {
-                "int: "
-            } else if wake & 4 != 0 {
-                "st: "
-            } else if wake & 8 != 0 {
-                "hw: "
-            } else {
-                ""
-            };
-            format!(
-                "pwrx {why}c{} (c{})",
-                dec("last cstate:")?,
-                dec("deepest cstate:")?
-            )
-        }
         "exstop" => "exstop".into(),
         "mwait" => format!("mwait {:x} {:x}", hex("hints:")?, hex("extensions:")?),
         "cbr" => format!("cbr: {:x}", dec("cbr:")?),

@@ -29,16 +29,19 @@ impl Tracer {
             probe.packet(&p, ip, end - len as u64, end);
             // TR13: the time a timing packet stands for.
             let time = match p {
-                Packet::Tsc { .. } => Some((self.clock.tsc(), None)),
-                Packet::Cyc { value } => Some((self.clock.tsc(), Some(self.clock.cycles_to_tsc(value)))),
-                Packet::Mtc { .. } => {
-                    Some((self.clock.art_boundary_tsc(u32::from(self.ctl.mtc_freq())), None))
+                Packet::Tsc { .. } => Some((self.clock.tsc(), Timing::Tsc, 0)),
+                Packet::Cyc { value } => {
+                    Some((self.clock.tsc(), Timing::Cyc, self.clock.cycles_to_tsc(value)))
                 }
+                Packet::Mtc { .. } => Some((
+                    self.clock.art_boundary_tsc(u32::from(self.ctl.mtc_freq())),
+                    Timing::Mtc,
+                    0,
+                )),
                 _ => None,
             };
-            if let Some((tsc, cyc)) = time {
-                let absolute = matches!(p, Packet::Tsc { .. });
-                probe.time(tsc, cyc, absolute, end - len as u64);
+            if let Some((tsc, kind, ticks)) = time {
+                probe.time(tsc, kind, ticks, end - len as u64);
             }
         }
         match self.kinds.get_mut(self.nkinds) {

@@ -360,17 +360,17 @@ impl Probe {
         self.note(note);
     }
 
-    /// The timing packet at `start` stands for TSC `tsc` (TR13); `cyc`: a CYC's cycles as TSC
-    /// ticks; `absolute`: a TSC packet.
-    pub(super) fn time(&mut self, tsc: u64, cyc: Option<u64>, absolute: bool, start: u64) {
-        let slack = match cyc {
-            None => {
+    /// The timing packet of `kind` at `start` stands for TSC `tsc` (TR13); `cyc_ticks`: a CYC's
+    /// cycles as TSC ticks.
+    pub(super) fn time(&mut self, tsc: u64, kind: Timing, cyc_ticks: u64, start: u64) {
+        let slack = match kind {
+            Timing::Tsc | Timing::Mtc => {
                 self.time_base = Some((tsc, None));
                 0
             }
-            Some(ticks) => match self.time_base {
+            Timing::Cyc => match self.time_base {
                 Some((base, None)) => {
-                    let excess = base.wrapping_add(ticks).saturating_sub(tsc);
+                    let excess = base.wrapping_add(cyc_ticks).saturating_sub(tsc);
                     self.time_base = Some((base, Some(excess)));
                     excess
                 }
@@ -381,11 +381,7 @@ impl Probe {
         self.note(Note::Time {
             tsc,
             slack,
-            kind: match (cyc, absolute) {
-                (Some(_), _) => Timing::Cyc,
-                (None, true) => Timing::Tsc,
-                (None, false) => Timing::Mtc,
-            },
+            kind,
             start,
         });
     }
@@ -484,24 +480,11 @@ impl Probe {
 
     /// Pushes the mark waiting for an IP, bound to `ip`.
     fn bind(&mut self, ip: Option<u64>) {
-        if let Some(Fact::Mark {
-            packet,
-            status,
-            start,
-            end,
-            ..
-        }) = self.unbound.take()
-        {
-            self.push(
-                Fact::Mark {
-                    packet,
-                    status,
-                    ip,
-                    start,
-                    end,
-                },
-                None,
-            );
+        if let Some(mut fact) = self.unbound.take() {
+            if let Fact::Mark { ip: bound, .. } = &mut fact {
+                *bound = ip;
+            }
+            self.push(fact, None);
         }
     }
 
