@@ -229,16 +229,28 @@ fn qe6_a_system_call_leaves_and_re_enters_tracing() {
 }
 
 #[test]
-fn qe7_the_last_instruction_is_the_way_out() {
+fn qe7_qe13_the_last_instruction_is_the_way_out() {
     let dir = tempfile::tempdir().unwrap();
     // Ends after a SYSCALL began: exit (or execve): the transfer into the kernel, counted.
     let (ev, _, instructions) = run(dir.path(), &[0, 1, 4], true).unwrap();
     assert_eq!(ev.last(), Some(&far(FarKind::Syscall, a(0x10), SYSCALL_ENTRY, 0)));
     assert_eq!(instructions, 3);
-    // Killed inside a SYSCALL (no end record, no return after it): traced to its end.
-    let (ev, side, _) = run(dir.path(), &[0, 1, 4], false).unwrap();
+    // Killed inside a SYSCALL (no end record, the plugin said the call began, no return
+    // after it): traced to its end.
+    let map = code_file(dir.path(), &PROGRAM);
+    let mut w = Writer::new();
+    translate(&mut w, &map);
+    for id in [0, 1, 4] {
+        w.exec(id);
+    }
+    w.note(NoteKind::Syscall, 62, "");
+    let (ev, side, _) = events(finish(&mut w, false)).unwrap();
     assert_eq!(ev.last(), Some(&far(FarKind::Syscall, a(0x10), SYSCALL_ENTRY, 0)));
     assert!(!side.ended);
+    // QE13: the block ending at the SYSCALL was told when it began, and no call began: a fault
+    // earlier in the block killed the program, so what ran last is unknown: refused.
+    let e = run(dir.path(), &[0, 1, 4], false).unwrap_err();
+    assert!(e.contains("killed outside a system call"), "{e}");
     // Killed elsewhere: what it ran last may not have reached the stream: refused.
     let e = run(dir.path(), &[0, 1, 4, 5, 6, 10, 7, 3, 8, 0], false).unwrap_err();
     assert!(e.contains("killed outside a system call"), "{e}");
@@ -328,4 +340,52 @@ fn qe10_threads_and_signal_handlers_are_refused_in_the_stream() {
     w.note(NoteKind::Thread, 0x3d0f00, "clone");
     let e = events(finish(&mut w, true)).unwrap_err();
     assert!(e.contains("second thread") && e.contains("issue 41"), "{e}");
+}
+
+#[test]
+fn qe13_qe14_a_block_runs_as_one_and_an_instruction_into_the_next_page_is_the_next_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    // 0xff8 mov rbx, rax; 0xffb mov qword [rbp-0x170], 0 (11 bytes, into the next page);
+    // 0x1006 syscall. QEMU 7.2 lists the second mov in the first block, but runs it as the first
+    // instruction of the next one, and counts it in both blocks' executions.
+    let mut code = vec![0x90u8; 0x2000];
+    let movs: &[u8] = &[0x48, 0x89, 0xc3];
+    let wide: &[u8] = &[0x48, 0xc7, 0x85, 0x90, 0xfe, 0xff, 0xff, 0, 0, 0, 0];
+    code[0xff8..0xffb].copy_from_slice(movs);
+    code[0xffb..0x1006].copy_from_slice(wide);
+    code[0x1006..0x1008].copy_from_slice(&[0x0f, 0x05]);
+    let mut map = code_file(dir.path(), &code);
+    map.end = BASE + 0x2000;
+    let mut w = Writer::new();
+    w.map(&map);
+    assert_eq!(block(&mut w, 0xff8, &[movs, wide]), 0);
+    assert_eq!(block(&mut w, 0xffb, &[wide, &[0x0f, 0x05]]), 2);
+    w.exec_block(0, 2);
+    w.exec_block(2, 2);
+    let (ev, side, instructions) = events(finish(&mut w, true)).unwrap();
+    assert_eq!(
+        ev[..2],
+        [
+            Event::Retire { ip: a(0xff8), len: 3 },
+            Event::Retire {
+                ip: a(0xffb),
+                len: 11
+            }
+        ]
+    );
+    assert_eq!(
+        ev.last(),
+        Some(&far(FarKind::Syscall, a(0x1006), SYSCALL_ENTRY, 0))
+    );
+    assert_eq!(instructions, 3, "{ev:?}");
+    assert_eq!(side.executed, Some(4), "the plugin counts the instruction twice");
+    // A block's last instruction that stays in its page is its own.
+    let mut w = Writer::new();
+    w.map(&map);
+    assert_eq!(block(&mut w, 0xff8, &[movs]), 0);
+    assert_eq!(block(&mut w, 0xffb, &[wide, &[0x0f, 0x05]]), 1);
+    w.exec_block(0, 1);
+    w.exec_block(1, 2);
+    let (_, _, instructions) = events(finish(&mut w, true)).unwrap();
+    assert_eq!(instructions, 3);
 }

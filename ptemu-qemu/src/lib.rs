@@ -237,20 +237,32 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             return;
         }
         let id = st.writer.block(vaddr, &distances, &code);
-        for (k, &insn) in insns.iter().enumerate() {
-            (api.register_insn_exec)(insn, on_exec, CB_NO_REGS, (id + k as u64) as usize as *mut c_void);
-        }
+        // One callback a block (QE13): QEMU runs a block's instructions one after another to
+        // its end, but for a fault, so its first id and count say what ran.
+        (api.register_tb_exec)(tb, on_exec, CB_NO_REGS, block_data(id, n));
     }
 }
 
-/// An instruction executes: its id goes into the stream.
-unsafe extern "C" fn on_exec(_vcpu: c_uint, id: *mut c_void) {
+/// Bits of a block callback's data that hold its instruction count (QEMU's blocks hold at most
+/// 512).
+const COUNT_BITS: u32 = 12;
+
+/// A block's first instruction id and instruction count, as its callback's data.
+fn block_data(first: u64, n: usize) -> *mut c_void {
+    debug_assert!(n < 1 << COUNT_BITS);
+    ((first << COUNT_BITS) | n as u64) as usize as *mut c_void
+}
+
+/// A block starts executing: its instructions' ids go into the stream.
+unsafe extern "C" fn on_exec(_vcpu: c_uint, data: *mut c_void) {
     // SAFETY: a callback on the main thread (see `Global`).
     let Some(st) = (unsafe { state() }) else { return };
     if let Some(num) = st.returned.take() {
         st.note(NoteKind::Returned, num, "", false);
     }
-    st.writer.exec(id as usize as u64);
+    let data = data as usize as u64;
+    st.writer
+        .exec_block(data >> COUNT_BITS, data & ((1 << COUNT_BITS) - 1));
     if st.writer.pending() >= SEND_AT {
         st.send();
     }
@@ -299,6 +311,7 @@ unsafe extern "C" fn on_syscall(
     // QE7: everything up to this SYSCALL goes out now. QEMU 7.2 calls no plugin callback when
     // a signal kills the program, so a stream cut by a kill ends at a system call exactly when
     // the program was in one (`ptemu run` refuses the other case).
+    st.writer.note(NoteKind::Syscall, num as u64, "");
     st.send();
     let ours = st.fd as u64;
     match num {

@@ -394,8 +394,12 @@ fn hwcheck(args: &[String]) -> Result<(), String> {
 /// the test packages: they are installed first, as for `cargo xtask test`).
 fn bench(args: &[String]) -> Result<(), String> {
     ensure_packages(TEST_PACKAGES)?;
+    // The qemu_run bench runs `ptemu run` with the plugin beside the ptemu it builds.
+    let mut plugin = cargo();
+    plugin.args(["build", "--release", "-p", "ptemu-qemu"]);
+    run(plugin)?;
     for name in [
-        "output", "packets", "dump", "tracer", "sources", "simulate", "layout", "verify",
+        "output", "packets", "dump", "tracer", "sources", "simulate", "layout", "verify", "qemu_run",
     ] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);

@@ -29,6 +29,11 @@ pub enum Kind {
     Far,
     /// IRET.
     Iret,
+    /// An instruction QEMU put in a block and then took back out (QE14): the last of a block of
+    /// several that crosses into the next page. QEMU 7.2 ends the block before it, but still
+    /// lists it to the plugin (with only its bytes up to the page's end) and counts it in the
+    /// block's execution: it runs as the first instruction of the next block.
+    Undone,
 }
 
 /// One translated instruction.

@@ -35,6 +35,10 @@ pub struct QemuEvents<R> {
     name: String,
     reader: Reader<R>,
     table: Vec<Insn>,
+    /// For each instruction id, the event it makes when it is plain.
+    retire: Vec<Event>,
+    /// For each instruction id, how many instructions from it on in its block are plain.
+    stretch: Vec<u32>,
     pending: Option<Insn>,
     handlers: HashSet<u64>,
     files: Vec<(FileMap, Option<memmap2::Mmap>)>,
@@ -43,8 +47,10 @@ pub struct QemuEvents<R> {
     instructions: u64,
     counts: Counts,
     done: bool,
-    /// Whether the last record was a system call's return (see [`NoteKind::Returned`]).
-    returned: bool,
+    /// Whether the plugin said that the SYSCALL the last block ends with began (QE7, QE13): a
+    /// block's execution is told when it starts, so only this note says that a fault earlier
+    /// in the block did not stop it first.
+    entered: bool,
     scratch: Vec<u8>,
     starts: Vec<u32>,
 }
@@ -78,6 +84,8 @@ impl<R: Read> QemuEvents<R> {
             name: name.into(),
             reader: Reader::new(inner),
             table: Vec::new(),
+            retire: Vec::new(),
+            stretch: Vec::new(),
             pending: None,
             handlers: HashSet::new(),
             files: Vec::new(),
@@ -86,7 +94,7 @@ impl<R: Read> QemuEvents<R> {
             instructions: 0,
             counts: Counts::default(),
             done: false,
-            returned: false,
+            entered: false,
             scratch: Vec::new(),
             starts: Vec::new(),
         }
@@ -176,9 +184,21 @@ impl<R: Read> QemuEvents<R> {
     }
 
     /// Steps the flow to instruction `insn`, emitting the events of the one before it.
+    #[inline]
     fn step(&mut self, insn: Insn, out: &mut Vec<Event>, at: u64) -> Result<()> {
         self.executions += 1;
+        if insn.kind == Kind::Undone {
+            // QE14: counted by the plugin, run by the next block.
+            return Ok(());
+        }
         if let Some(p) = self.pending {
+            if p.kind == Kind::Plain && insn.ip == p.next() {
+                // The common case, inside a block: on to the next instruction.
+                self.instructions += 1;
+                out.push(Event::Retire { ip: p.ip, len: p.len });
+                self.pending = Some(insn);
+                return Ok(());
+            }
             if p.kind == Kind::RepString && p.ip == insn.ip {
                 // QE4: one more iteration of the same REP instruction.
                 return Ok(());
@@ -192,18 +212,29 @@ impl<R: Read> QemuEvents<R> {
     /// The events of `p`, which QEMU followed with the instruction at `nx` (QE3).
     fn resolve(&mut self, p: Insn, nx: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
         let (ip, len) = (p.ip, p.len);
-        let direct_to_nx = matches!(p.kind, Kind::Jump | Kind::Call | Kind::Conditional) && p.target == nx;
-        if self.handlers.contains(&nx) && !direct_to_nx {
-            return Err(self.error(
+        // Only a transfer that goes anywhere could be taken for the way into a handler; the
+        // others are checked against where they go below.
+        let anywhere = matches!(
+            p.kind,
+            Kind::IndirectJump | Kind::IndirectCall | Kind::Return | Kind::Far | Kind::Iret
+        );
+        let to_handler = |this: &Self| {
+            this.error(
                 at,
                 ErrorKind::Inconsistent,
                 format!(
                     "after {ip:#x} the program ran its signal handler at {nx:#x}: signals are not \
                      traced yet (issue 41)"
                 ),
-            ));
+            )
+        };
+        if anywhere && !self.handlers.is_empty() && self.handlers.contains(&nx) {
+            return Err(to_handler(self));
         }
         let unexplained = |this: &Self| {
+            if this.handlers.contains(&nx) {
+                return to_handler(this);
+            }
             this.error(
                 at,
                 ErrorKind::Inconsistent,
@@ -217,7 +248,7 @@ impl<R: Read> QemuEvents<R> {
         };
         self.instructions += 1;
         match p.kind {
-            Kind::Plain | Kind::RepString => {
+            Kind::Plain | Kind::RepString | Kind::Undone => {
                 if nx != p.next() {
                     return Err(unexplained(self));
                 }
@@ -334,8 +365,12 @@ impl<R: Read> QemuEvents<R> {
                 ),
             ),
             NoteKind::Failure => refuse(self, format!("the QEMU plugin failed: {text}")),
+            NoteKind::Syscall => {
+                self.entered = true;
+                Ok(())
+            }
             NoteKind::Returned => {
-                self.returned = true;
+                self.entered = false;
                 Ok(())
             }
             NoteKind::Handler => {
@@ -371,7 +406,7 @@ impl<R: Read> EventSource for QemuEvents<R> {
                     // QE7: without the end record the program was killed (or exec'd another);
                     // the plugin sends everything before each system call and right after it
                     // returns, so the stream holds all it ran only if it ended inside one.
-                    let in_syscall = !self.returned && self.pending.is_some_and(|p| p.kind == Kind::Syscall);
+                    let in_syscall = self.entered && self.pending.is_some_and(|p| p.kind == Kind::Syscall);
                     if self.reader.started() && !self.reader.ended() && self.pending.is_some() && !in_syscall
                     {
                         return Err(self.error(
@@ -422,16 +457,48 @@ impl<R: Read> EventSource for QemuEvents<R> {
                             ));
                         }
                         self.check_bytes(ip, &scratch[off..off + len], at)?;
-                        self.table.push(insn);
+                        let crosses = (ip ^ (ip + len as u64 - 1)) >> 12 != 0;
+                        let undone = k > 0 && k + 1 == starts.len() && crosses;
+                        self.table.push(if undone {
+                            Insn {
+                                kind: Kind::Undone,
+                                ..insn
+                            }
+                        } else {
+                            insn
+                        });
+                        self.retire.push(Event::Retire { ip, len: insn.len });
+                    }
+                    // How many plain instructions each one of the block starts.
+                    let block = self.stretch.len()..self.table.len();
+                    self.stretch.resize(self.table.len(), 0);
+                    let mut after = 0u32;
+                    for i in block.rev() {
+                        after = if self.table[i].kind == Kind::Plain {
+                            after + 1
+                        } else {
+                            0
+                        };
+                        self.stretch[i] = after;
                     }
                     self.scratch = scratch;
                     self.starts = starts;
                 }
                 Some(Record::Exec { first, count }) => {
-                    self.returned = false;
-                    for id in first..first + count {
-                        let insn = self.table[id as usize];
-                        self.step(insn, out, at)?;
+                    self.entered = false;
+                    let (mut id, end) = (first as usize, (first + count) as usize);
+                    while id < end {
+                        self.step(self.table[id], out, at)?;
+                        // The plain instructions after it in its block are each followed by
+                        // the next: their events are copied, not worked out one by one.
+                        let n = (self.stretch[id] as usize).min(end - id);
+                        if n > 1 {
+                            out.extend_from_slice(&self.retire[id..id + n - 1]);
+                            self.instructions += n as u64 - 1;
+                            self.executions += n as u64 - 1;
+                            self.pending = Some(self.table[id + n - 1]);
+                        }
+                        id += n.max(1);
                     }
                 }
                 Some(Record::Map(m)) => self.add_map(m, at)?,

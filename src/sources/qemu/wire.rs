@@ -21,8 +21,9 @@
 use crate::sources::varint::Varint;
 use std::io::{self, Read};
 
-/// The first bytes of the stream: name and version 1.
-pub const MAGIC: &[u8; 8] = b"PTEMUQ\x00\x01";
+/// The first bytes of the stream: name and version 2 (version 1 sent one execution an
+/// instruction and had no system-call note).
+pub const MAGIC: &[u8; 8] = b"PTEMUQ\x00\x02";
 
 const TAG_BLOCK: u8 = 1;
 const TAG_EXEC: u8 = 2;
@@ -57,6 +58,9 @@ pub enum NoteKind {
     /// program ran last was lost, and one that ends at a SYSCALL without it, that the program
     /// ended inside the call.
     Returned,
+    /// A system call began (the value: its number): the block that ends with its SYSCALL ran
+    /// to its end. Sent at once.
+    Syscall,
 }
 
 impl NoteKind {
@@ -69,6 +73,7 @@ impl NoteKind {
             NoteKind::Handler => 5,
             NoteKind::Failure => 6,
             NoteKind::Returned => 7,
+            NoteKind::Syscall => 8,
         }
     }
 
@@ -81,6 +86,7 @@ impl NoteKind {
             5 => NoteKind::Handler,
             6 => NoteKind::Failure,
             7 => NoteKind::Returned,
+            8 => NoteKind::Syscall,
             _ => return None,
         })
     }
@@ -170,6 +176,24 @@ impl Writer {
         self.last_exec = id;
     }
 
+    /// The `count` instructions from id `first` on executed, one after another (a block).
+    #[inline]
+    pub fn exec_block(&mut self, first: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.executed += count;
+        if first == self.last_exec.wrapping_add(1) {
+            self.run += count;
+        } else {
+            self.close_run();
+            self.buf.push(TAG_EXEC);
+            put(&mut self.buf, first);
+            self.run = count - 1;
+        }
+        self.last_exec = first + count - 1;
+    }
+
     /// A file mapping that code ran from.
     pub fn map(&mut self, m: &FileMap) {
         self.close_run();
@@ -210,6 +234,7 @@ impl Writer {
         self.buf.clear();
     }
 
+    #[inline(always)]
     fn close_run(&mut self) {
         if self.run > 0 {
             self.buf.push(TAG_RUN);
@@ -219,8 +244,17 @@ impl Writer {
     }
 }
 
-fn put(buf: &mut Vec<u8>, v: u64) {
-    prost::encoding::encode_varint(v, buf);
+/// Appends `v` as an unsigned LEB128 varint. Written out here, not prost's
+/// `encode_varint`, because the plugin calls it once for every block QEMU executes and it must
+/// inline into that callback (prost's is not inlined across crates: measured 14% of QEMU's time with the plugin).
+#[inline(always)]
+fn put(buf: &mut Vec<u8>, mut v: u64) {
+    // A byte at a time: a copy of a slice this short is a call to memmove (measured 25%).
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
 }
 
 /// One record, as [`Reader::next_record`] returns it.
