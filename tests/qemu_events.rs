@@ -323,7 +323,7 @@ fn qe5_code_that_is_not_the_files_is_refused() {
 }
 
 #[test]
-fn qe10_threads_and_signal_handlers_are_refused_in_the_stream() {
+fn qe10_signal_handlers_are_refused_in_the_stream() {
     let dir = tempfile::tempdir().unwrap();
     let map = code_file(dir.path(), &PROGRAM);
     // A handler at 0x21 was installed; reaching it by a RET (no direct branch goes there) is a
@@ -336,10 +336,91 @@ fn qe10_threads_and_signal_handlers_are_refused_in_the_stream() {
     }
     let e = events(finish(&mut w, true)).unwrap_err();
     assert!(e.contains("signal handler at 0x400021"), "{e}");
+}
+
+/// A stream of two threads, 100 (the main one) and 101, interleaved in chunks as the plugin
+/// sends them: the blocks behind a thread record of 0.
+fn two_threads(dir: &Path, count_wrong: bool) -> Vec<u8> {
+    let map = code_file(dir, &PROGRAM);
     let mut w = Writer::new();
-    w.note(NoteKind::Thread, 0x3d0f00, "clone");
-    let e = events(finish(&mut w, true)).unwrap_err();
-    assert!(e.contains("second thread") && e.contains("issue 41"), "{e}");
+    w.thread(0);
+    translate(&mut w, &map);
+    w.thread(100);
+    w.exec_block(0, 2);
+    w.note(NoteKind::Thread, 101, "");
+    w.thread(101);
+    w.exec_block(7, 1);
+    w.exec_block(8, 1);
+    w.thread(100);
+    w.exec_block(4, 1);
+    w.note(NoteKind::Syscall, 231, "");
+    w.note(NoteKind::ThreadEnd, 3, "");
+    w.thread(101);
+    w.exec_block(11, 1);
+    w.note(NoteKind::Syscall, 60, "");
+    w.note(NoteKind::ThreadEnd, if count_wrong { 4 } else { 3 }, "");
+    w.thread(0);
+    w.end_with(6);
+    finish(&mut w, false)
+}
+
+#[test]
+fn qe15_each_thread_is_read_from_its_own_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let stream = two_threads(dir.path(), false);
+    // The main thread's source: its own instructions, the other thread listed with its parent,
+    // and the other thread's records (and every block) put aside.
+    let side = Arc::new(Mutex::new(Sideband::default()));
+    let spool = std::sync::Arc::new(Mutex::new(Vec::new()));
+    struct Shared(std::sync::Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Shared {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut src = QemuEvents::new("prog", std::io::Cursor::new(stream.clone()), side.clone())
+        .spool_others_to(Box::new(Shared(spool.clone())));
+    let mut main = Vec::new();
+    while src.next_events(&mut main).unwrap() {}
+    let ips: Vec<u64> = main.iter().filter_map(|e| e.ip()).collect();
+    assert_eq!(ips, [a(0), a(3), a(0x10)], "{main:?}");
+    let s = side.lock().unwrap().clone();
+    assert_eq!(s.tid, Some(100));
+    assert_eq!(
+        s.threads,
+        [ptemu::sources::qemu::ThreadSeen {
+            tid: 101,
+            parent: Some(100)
+        }]
+    );
+    // Thread 101, from the spool and from the whole stream alike.
+    let spooled = spool.lock().unwrap().clone();
+    assert!(spooled.len() < stream.len());
+    for bytes in [spooled, stream] {
+        let side = Arc::new(Mutex::new(Sideband::default()));
+        let mut src = QemuEvents::for_thread("prog", std::io::Cursor::new(bytes), side, 101);
+        let mut ev = Vec::new();
+        while src.next_events(&mut ev).unwrap() {}
+        let ips: Vec<u64> = ev.iter().filter_map(|e| e.ip()).collect();
+        assert_eq!(ips, [a(0x20), a(0x21), a(0x25)], "{ev:?}");
+    }
+    // A thread's count that is not what its chunks hold is an error.
+    let bytes = two_threads(dir.path(), true);
+    let side = Arc::new(Mutex::new(Sideband::default()));
+    let mut src = QemuEvents::for_thread("prog", std::io::Cursor::new(bytes), side, 101);
+    let mut ev = Vec::new();
+    let e = loop {
+        match src.next_events(&mut ev) {
+            Ok(true) => {}
+            Ok(false) => panic!("accepted"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(e.contains("4 executions of thread 101"), "{e}");
 }
 
 #[test]

@@ -473,14 +473,8 @@ fn c_program(dir: &Path, name: &str, source: &str) -> PathBuf {
 }
 
 #[test]
-fn qe10_threads_and_signal_handlers_are_refused() {
+fn qe10_signal_handlers_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let thread = c_program(
-        dir.path(),
-        "thread",
-        "#include <pthread.h>\n#include <stdio.h>\nstatic void *f(void *a) { return a; }\n\
-         int main(void) { pthread_t t; pthread_create(&t, 0, f, 0); pthread_join(t, 0); puts(\"joined\"); return 0; }\n",
-    );
     let signal = c_program(
         dir.path(),
         "signal",
@@ -502,7 +496,6 @@ fn qe10_threads_and_signal_handlers_are_refused() {
          int main(void) { closefrom(3); puts(\"closed\"); return 0; }\n",
     );
     for (exe, says, prints) in [
-        (&thread, "second thread", "joined\n"),
         (&signal, "signal handler", "got 10\n"),
         (&crash, "killed outside a system call", "ran\n"),
         (&closer, "closed the", "closed\n"),
@@ -610,5 +603,136 @@ fn qe11_run_options_mean_what_they_mean_for_simulate() {
         assert!(v.status.success(), "{extra:?}: {}", text(&v.stdout));
         let r = report(&out);
         assert_eq!(r["input"]["format"], "qemu", "{extra:?}");
+    }
+}
+
+/// `ptemu run` of `program` with QEMU logging every instruction it executes in the same run
+/// (`QEMU_SINGLESTEP`, `QEMU_LOG=nochain,exec`, which qemu-x86_64 reads from its environment):
+/// QEMU's own account of the run the trace is of, by vCPU (each thread has its own), each
+/// vCPU's addresses in order with consecutive repeats folded (REP iterations).
+fn run_logged(dir: &Path, out: &Path, extra: &[&str], program: &[&str]) -> (Output, Vec<Vec<u64>>) {
+    let log = dir.join("qemu.log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .env("QEMU_SINGLESTEP", "1")
+        .env("QEMU_LOG", "nochain,exec")
+        .env("QEMU_LOG_FILENAME", &log)
+        .arg("run")
+        .args(["--plugin", s(&plugin()), "-q", "--out", s(out)])
+        .args(extra)
+        .arg("--")
+        .args(program);
+    let o = feed(cmd, b"");
+    let mut cpus: Vec<Vec<u64>> = Vec::new();
+    for line in BufReader::new(std::fs::File::open(&log).unwrap()).lines() {
+        let line = line.unwrap();
+        // Trace 1: 0x7f81b4000100 [0000000000000000/0000004002825b70/1040c0b3/00000201]
+        let Some(rest) = line.strip_prefix("Trace ") else {
+            continue;
+        };
+        let cpu: usize = rest.split(':').next().unwrap().parse().unwrap();
+        let pc = u64::from_str_radix(rest.split('/').nth(1).unwrap(), 16).unwrap();
+        if cpus.len() <= cpu {
+            cpus.resize(cpu + 1, Vec::new());
+        }
+        if cpus[cpu].last() != Some(&pc) {
+            cpus[cpu].push(pc);
+        }
+    }
+    (o, cpus)
+}
+
+/// Every case of a `ptemu run` (DIR and each `threads/<tid>/`), main thread first.
+fn thread_cases(out: &Path) -> Vec<PathBuf> {
+    let mut cases = vec![out.to_path_buf()];
+    let r = report(out);
+    for t in r["program"]["threads"].as_array().unwrap() {
+        cases.push(out.join(t["case"].as_str().unwrap()));
+    }
+    cases
+}
+
+/// QE15 for one case: perf (with the case's own perf.data, or `perf_data` holding every
+/// thread's, filtered to the case's tid) and libipt decode it with no error, and `ptemu verify`
+/// accepts both.
+fn check_decoders(case: &Path, perf_data: &Path, tid: u64) {
+    let perf = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(perf_data)
+        .args(["--itrace=i0nse", "-F", "ip", "--tid"])
+        .arg(tid.to_string())
+        .output()
+        .expect("perf (Debian's linux-perf)");
+    assert!(
+        perf.status.success(),
+        "{}: perf: {}",
+        case.display(),
+        text(&perf.stderr)
+    );
+    let lines = text(&perf.stdout);
+    assert!(!lines.contains("error"), "{}: perf: {lines}", case.display());
+    let v = verify(case, &perf.stdout);
+    assert!(
+        v.status.success(),
+        "{}: verify of perf: {}",
+        case.display(),
+        text(&v.stdout)
+    );
+    let libipt = libipt_decode::decode_case(case);
+    assert!(!libipt.contains("error"), "{}: libipt: {libipt}", case.display());
+    let v = verify(case, libipt.as_bytes());
+    assert!(
+        v.status.success(),
+        "{}: verify of libipt: {}",
+        case.display(),
+        text(&v.stdout)
+    );
+}
+
+const THREADS_C: &str = "#include <pthread.h>\n#include <stdio.h>\n\
+static long work(long n) { long s = 0; for (long i = 0; i < n; i++) s += i * (i & 7); return s; }\n\
+static void *f(void *a) { return (void *)work((long)a); }\n\
+int main(void) { pthread_t t[2]; void *r[2];\n\
+  for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, f, (void *)(long)(10000 * (i + 1)));\n\
+  long m = work(5000);\n\
+  for (int i = 0; i < 2; i++) pthread_join(t[i], &r[i]);\n\
+  printf(\"%ld %ld %ld\\n\", m, (long)r[0], (long)r[1]); return 0; }\n";
+
+#[test]
+fn qe15_pd7_every_thread_is_a_case_that_holds_exactly_what_it_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(dir.path(), "threads", THREADS_C);
+    let out = dir.path().join("o");
+    let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&native(&[s(&exe)], b"").stdout));
+    let cases = thread_cases(&out);
+    assert_eq!(cases.len(), 3, "the main thread and two more");
+    // Each vCPU QEMU ran is exactly one case's truth, and each case is one vCPU's.
+    let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
+    assert_eq!(cpus.len(), truths.len());
+    for (cpu, ran) in cpus.iter().enumerate() {
+        let k = truths.iter().position(|t| t == ran);
+        assert!(
+            k.is_some(),
+            "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
+            ran.len(),
+            truths.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+    }
+    let r = report(&out);
+    let main_tid = r["program"]["tid"].as_u64().unwrap();
+    for (case, t) in cases.iter().zip(
+        std::iter::once(main_tid).chain(
+            r["program"]["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["tid"].as_u64().unwrap()),
+        ),
+    ) {
+        assert_eq!(report(case)["program"]["tid"].as_u64(), Some(t));
+        // One perf.data holds every thread (PD7).
+        check_decoders(case, &out.join("perf.data"), t);
     }
 }

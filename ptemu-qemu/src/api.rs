@@ -42,8 +42,6 @@ pub const CB_NO_REGS: c_int = 0;
 pub type TbTransCb = unsafe extern "C" fn(PluginId, *mut Tb);
 /// An execution callback (a block's or an instruction's): vCPU index and the data given.
 pub type InsnExecCb = unsafe extern "C" fn(c_uint, *mut c_void);
-/// A vCPU callback.
-pub type VcpuCb = unsafe extern "C" fn(PluginId, c_uint);
 /// The at-exit callback.
 pub type AtexitCb = unsafe extern "C" fn(PluginId, *mut c_void);
 /// A system-call callback: number and eight arguments.
@@ -56,7 +54,6 @@ pub type SyscallRetCb = unsafe extern "C" fn(PluginId, c_uint, i64, i64);
 pub struct Api {
     pub register_tb_trans: unsafe extern "C" fn(PluginId, TbTransCb),
     pub register_tb_exec: unsafe extern "C" fn(*mut Tb, InsnExecCb, c_int, *mut c_void),
-    pub register_vcpu_init: unsafe extern "C" fn(PluginId, VcpuCb),
     pub register_atexit: unsafe extern "C" fn(PluginId, AtexitCb, *mut c_void),
     pub register_syscall: unsafe extern "C" fn(PluginId, SyscallCb),
     pub register_syscall_ret: unsafe extern "C" fn(PluginId, SyscallRetCb),
@@ -90,7 +87,6 @@ impl Api {
         Ok(Api {
             register_tb_trans: sym!("qemu_plugin_register_vcpu_tb_trans_cb"),
             register_tb_exec: sym!("qemu_plugin_register_vcpu_tb_exec_cb"),
-            register_vcpu_init: sym!("qemu_plugin_register_vcpu_init_cb"),
             register_atexit: sym!("qemu_plugin_register_atexit_cb"),
             register_syscall: sym!("qemu_plugin_register_vcpu_syscall_cb"),
             register_syscall_ret: sym!("qemu_plugin_register_vcpu_syscall_ret_cb"),

@@ -1,9 +1,9 @@
-//! ptemu's QEMU TCG plugin: loaded by `qemu-x86_64` (user mode), it sends every instruction the
-//! guest translates and executes, the files its code runs from and what it does that the trace
-//! cannot follow (threads, code no file holds) to `ptemu run`, over the socket `ptemu run`
-//! names with `fd=N` (spec/qemu.md). The stream's format is `ptemu::sources::qemu::wire`; the
-//! events and the trace are made on the other side, so the guest runs on while the tracer
-//! works on another core.
+//! ptemu's QEMU TCG plugin: loaded by `qemu-x86_64` (user mode), it sends every block the guest
+//! translates and each thread's executions of them, the files its code runs from and what the
+//! program does that the trace must know of (system calls, threads, signal handlers, code no
+//! file holds) to `ptemu run`, over the socket `ptemu run` names with `fd=N` (spec/qemu.md). The
+//! stream's format is `ptemu::sources::qemu::wire`; the events and the trace are made on the
+//! other side, so the guest runs on while the tracer works on another core.
 //!
 //! ```text
 //! qemu-x86_64 -plugin target/release/libptemu_qemu.so,fd=3 PROGRAM   # as ptemu run starts it
@@ -17,81 +17,154 @@ use ptemu::sources::qemu::wire::{NoteKind, Writer};
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The plugin API version the plugin is written against (QEMU checks it at load).
 #[no_mangle]
 #[used]
 pub static qemu_plugin_version: c_int = 1;
 
-/// Bytes gathered before they go to the socket.
+/// Bytes a thread gathers before they go to the socket.
 const SEND_AT: usize = 1 << 16;
 
-/// Set once the plugin must not write again: the program was refused (a thread), this is a
-/// forked child, or `ptemu run` went away. Checked first by every callback.
+/// The most vCPUs (guest threads alive at once) the plugin keeps apart; QEMU gives a new thread
+/// the lowest index above every live one.
+const MAX_VCPUS: usize = 1024;
+
+/// Set once the plugin must not write again: the program was refused, this is a forked child,
+/// or `ptemu run` went away. Checked first by every callback.
 static OFF: AtomicBool = AtomicBool::new(false);
 
 static API: OnceLock<Api> = OnceLock::new();
 
-/// The plugin's state. Only the guest's main thread touches it: every callback checks [`OFF`]
-/// first, and a second thread sets OFF (on the main thread, in the clone system call or the new
-/// vCPU's init, both before the new thread runs a guest instruction) before it can call back.
-struct Global(UnsafeCell<Option<State>>);
-
-// SAFETY: see `Global`: one thread at a time, ordered by thread creation.
-unsafe impl Sync for Global {}
-
-static STATE: Global = Global(UnsafeCell::new(None));
-
-struct State {
+/// What every thread shares (QE15): the socket, the record of translated blocks and file
+/// mappings, and the notes about the whole process. Taken when a block is translated and when a
+/// thread sends its chunk, never for an execution.
+struct Shared {
     fd: c_int,
     writer: Writer,
     maps: maps::Known,
+    /// Executions of the threads that have ended (their slots are reused).
+    executed: u64,
+}
+
+static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
+
+/// One guest thread's state, in the slot of its vCPU index.
+struct Thread {
+    /// Its tid (0 until its first callback).
+    tid: u64,
+    /// Its executions and notes, sent in chunks behind a thread record.
+    writer: Writer,
     /// A fork or clone3 in flight (its return tells parent from child).
     forking: bool,
-    /// The system call that returned, until the next instruction runs (QE7).
+    /// The system call that returned, until the next block runs (QE7).
     returned: Option<u64>,
 }
 
-/// The state, if tracing is on.
+/// A vCPU's slot. Only the vCPU's own thread touches it, but at the process's exit, when QEMU
+/// has stopped every other vCPU (its exit callback runs in an exclusive section).
+struct Slot(UnsafeCell<Option<Thread>>);
+
+// SAFETY: see `Slot`: one thread at a time.
+unsafe impl Sync for Slot {}
+
+static SLOTS: [Slot; MAX_VCPUS] = [const { Slot(UnsafeCell::new(None)) }; MAX_VCPUS];
+
+/// The calling vCPU's thread state, if tracing is on.
 ///
 /// # Safety
-/// Only from a callback on the main thread while [`OFF`] is clear (see [`Global`]).
-unsafe fn state() -> Option<&'static mut State> {
+/// Only from a callback of vCPU `vcpu`, on its own thread (see [`Slot`]).
+#[inline(always)]
+unsafe fn thread(vcpu: c_uint) -> Option<&'static mut Thread> {
     if OFF.load(Ordering::Relaxed) {
         return None;
     }
+    let slot = SLOTS.get(vcpu as usize)?;
     // SAFETY: the caller's contract.
-    unsafe { (*STATE.0.get()).as_mut() }
-}
-
-impl State {
-    fn send(&mut self) {
-        let fd = self.fd;
-        self.writer.take(&mut |mut bytes: &[u8]| {
-            while !bytes.is_empty() {
-                // SAFETY: a valid buffer; MSG_NOSIGNAL: a closed peer is EPIPE, not a signal.
-                let n = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
-                if n < 0 {
-                    if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    // ptemu run is gone: the program runs on, untraced.
-                    OFF.store(true, Ordering::Relaxed);
-                    return;
-                }
-                bytes = &bytes[n as usize..];
-            }
+    let t = unsafe { &mut *slot.0.get() };
+    if t.is_none() {
+        *t = Some(Thread {
+            // SAFETY: gettid has no preconditions.
+            tid: unsafe { libc::gettid() } as u64,
+            writer: Writer::chunks(),
+            forking: false,
+            returned: None,
         });
     }
+    t.as_mut()
+}
 
-    /// A note, sent at once; with `stop`, the last thing the plugin sends.
+/// Sends `bytes` to `fd`; false when `ptemu run` is gone (the program runs on, untraced).
+fn send_all(fd: c_int, mut bytes: &[u8]) -> bool {
+    while !bytes.is_empty() {
+        // SAFETY: a valid buffer; MSG_NOSIGNAL: a closed peer is EPIPE, not a signal.
+        let n = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            OFF.store(true, Ordering::Relaxed);
+            return false;
+        }
+        bytes = &bytes[n as usize..];
+    }
+    true
+}
+
+impl Shared {
+    /// Sends what the process's writer holds, then `thread`'s chunk: blocks always reach the
+    /// stream before any execution of theirs.
+    fn send(&mut self, thread: Option<&mut Thread>) {
+        let fd = self.fd;
+        let mut ok = true;
+        let mut out = |b: &[u8]| ok = ok && send_all(fd, b);
+        self.writer.take_chunk(0, &mut out);
+        if let Some(t) = thread {
+            t.writer.take_chunk(t.tid, &mut out);
+        }
+    }
+
+    /// A note about the whole process, sent at once; with `stop`, the last thing the plugin
+    /// sends.
+    fn note(&mut self, kind: NoteKind, value: u64, text: &str, stop: bool) {
+        self.writer.note(kind, value, text);
+        self.send(None);
+        if stop {
+            OFF.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+fn shared() -> std::sync::MutexGuard<'static, Option<Shared>> {
+    // A panic while holding it cannot leave the writer worse than half a record, which `ptemu
+    // run` reports: poisoning is ignored.
+    SHARED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Thread {
+    /// Sends this thread's chunk (with the process's records before it).
+    fn send(&mut self) {
+        if let Some(sh) = shared().as_mut() {
+            sh.send(Some(self));
+        }
+    }
+
+    /// A note of this thread's, sent at once; with `stop`, the last thing the plugin sends.
     fn note(&mut self, kind: NoteKind, value: u64, text: &str, stop: bool) {
         self.writer.note(kind, value, text);
         self.send();
         if stop {
             OFF.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// The thread's last chunk: its count of executions (QE15).
+    fn end(&mut self, sh: &mut Shared) {
+        let n = self.writer.executed();
+        self.writer.note(NoteKind::ThreadEnd, n, "");
+        sh.executed += n;
+        sh.send(Some(self));
     }
 }
 
@@ -170,21 +243,20 @@ pub unsafe extern "C" fn qemu_plugin_install(
     // SAFETY: the descriptor `ptemu run` passed, which the plugin owns.
     unsafe { libc::close(fd) };
     let fd = moved;
-    let mut st = State {
-        fd,
-        writer: Writer::new(),
-        maps: maps::Known::default(),
-        forking: false,
-        returned: None,
-    };
+    let mut writer = Writer::new();
     // The magic goes at once: `ptemu run` knows the plugin loaded.
-    st.send();
-    // SAFETY: install runs before any guest code, on the main thread.
-    unsafe { *STATE.0.get() = Some(st) };
+    writer.take(&mut |b| {
+        send_all(fd, b);
+    });
+    *shared() = Some(Shared {
+        fd,
+        writer,
+        maps: maps::Known::default(),
+        executed: 0,
+    });
     // SAFETY: registering callbacks of the documented signatures with QEMU's own id.
     unsafe {
         (api.register_tb_trans)(id, on_translate);
-        (api.register_vcpu_init)(id, on_vcpu_init);
         (api.register_syscall)(id, on_syscall);
         (api.register_syscall_ret)(id, on_syscall_ret);
         (api.register_atexit)(id, on_exit, std::ptr::null_mut());
@@ -192,11 +264,14 @@ pub unsafe extern "C" fn qemu_plugin_install(
     0
 }
 
-/// A block was translated: it goes out with its instructions' bytes, each instruction gets the
-/// execution callback with its id.
+/// A block was translated: it goes into the process's records with its instructions' bytes,
+/// and gets the execution callback with its first id and count.
 unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
-    // SAFETY: a callback on the main thread (see `Global`).
-    let Some(st) = (unsafe { state() }) else { return };
+    if OFF.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut guard = shared();
+    let Some(sh) = guard.as_mut() else { return };
     let api = API.get().expect("set at install");
     // SAFETY: `tb` is valid for the callback, and so are the handles it gives.
     unsafe {
@@ -212,23 +287,23 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
         // QE2: where each instruction starts is QEMU's; the bytes are read from guest memory
         // (QEMU 7.2 leaves some immediates out of its instruction data), and the length of each
         // is the decoder's on the other side.
-        match st.maps.locate(vaddr, host, last + 1) {
+        match sh.maps.locate(vaddr, host, last + 1) {
             Ok(new) => {
                 for m in new {
-                    st.writer.map(&m);
+                    sh.writer.map(&m);
                 }
             }
             Err((addr, what)) => {
-                st.note(NoteKind::AnonymousCode, addr, &what, true);
+                sh.note(NoteKind::AnonymousCode, addr, &what, true);
                 return;
             }
         }
         let distances: Vec<u64> = starts.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
-        let code = st
+        let code = sh
             .maps
             .read_code(vaddr, last + ptemu::sources::qemu::wire::MAX_INSN_LEN);
         if code.len() <= last {
-            st.note(
+            sh.note(
                 NoteKind::Failure,
                 vaddr,
                 "the translated code cannot be read",
@@ -236,7 +311,7 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             );
             return;
         }
-        let id = st.writer.block(vaddr, &distances, &code);
+        let id = sh.writer.block(vaddr, &distances, &code);
         // One callback a block (QE13): QEMU runs a block's instructions one after another to
         // its end, but for a fault, so its first id and count say what ran.
         (api.register_tb_exec)(tb, on_exec, CB_NO_REGS, block_data(id, n));
@@ -253,31 +328,24 @@ fn block_data(first: u64, n: usize) -> *mut c_void {
     ((first << COUNT_BITS) | n as u64) as usize as *mut c_void
 }
 
-/// A block starts executing: its instructions' ids go into the stream.
-unsafe extern "C" fn on_exec(_vcpu: c_uint, data: *mut c_void) {
-    // SAFETY: a callback on the main thread (see `Global`).
-    let Some(st) = (unsafe { state() }) else { return };
-    if let Some(num) = st.returned.take() {
-        st.note(NoteKind::Returned, num, "", false);
+/// A block starts executing: its instructions' ids go into the thread's chunk.
+unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void) {
+    // SAFETY: a callback of `vcpu`, on its thread.
+    let Some(t) = (unsafe { thread(vcpu) }) else {
+        return;
+    };
+    if let Some(num) = t.returned.take() {
+        t.note(NoteKind::Returned, num, "", false);
     }
     let data = data as usize as u64;
-    st.writer
+    t.writer
         .exec_block(data >> COUNT_BITS, data & ((1 << COUNT_BITS) - 1));
-    if st.writer.pending() >= SEND_AT {
-        st.send();
+    if t.writer.pending() >= SEND_AT {
+        t.send();
     }
 }
 
-unsafe extern "C" fn on_vcpu_init(_id: PluginId, vcpu: c_uint) {
-    if vcpu == 0 {
-        return;
-    }
-    // SAFETY: the new vCPU is made by the thread that cloned, before the new thread runs.
-    if let Some(st) = unsafe { state() } {
-        st.note(NoteKind::Thread, u64::from(vcpu), "a second vCPU", true);
-    }
-}
-
+const SYS_EXIT: i64 = 60;
 const SYS_CLOSE: i64 = 3;
 const SYS_RT_SIGACTION: i64 = 13;
 const SYS_DUP2: i64 = 33;
@@ -295,7 +363,7 @@ const CLONE_VFORK: u64 = 0x4000;
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn on_syscall(
     _id: PluginId,
-    _vcpu: c_uint,
+    vcpu: c_uint,
     num: i64,
     a1: u64,
     a2: u64,
@@ -306,28 +374,41 @@ unsafe extern "C" fn on_syscall(
     _a7: u64,
     _a8: u64,
 ) {
-    // SAFETY: a callback on the main thread (see `Global`).
-    let Some(st) = (unsafe { state() }) else { return };
-    // QE7: everything up to this SYSCALL goes out now. QEMU 7.2 calls no plugin callback when
-    // a signal kills the program, so a stream cut by a kill ends at a system call exactly when
-    // the program was in one (`ptemu run` refuses the other case).
-    st.writer.note(NoteKind::Syscall, num as u64, "");
-    st.send();
-    let ours = st.fd as u64;
+    // SAFETY: a callback of `vcpu`, on its thread.
+    let Some(t) = (unsafe { thread(vcpu) }) else {
+        return;
+    };
+    // QE7: everything up to this SYSCALL goes out now, with the note that it began. QEMU 7.2
+    // calls no plugin callback when a signal kills the program, so a stream cut by a kill ends
+    // at a system call exactly when the program was in one (`ptemu run` refuses the other case).
+    t.writer.note(NoteKind::Syscall, num as u64, "");
+    let mut guard = shared();
+    let Some(sh) = guard.as_mut() else { return };
+    if num == SYS_EXIT {
+        // The thread leaves (exit_group ends the process: its threads end in `on_exit`): its
+        // last chunk, and its slot is free for the next thread QEMU gives this vCPU index.
+        t.end(sh);
+        // SAFETY: the slot of `vcpu`, on its own thread; `t` is not used after this.
+        unsafe { *SLOTS[vcpu as usize].0.get() = None };
+        return;
+    }
+    sh.send(Some(&mut *t));
+    let ours = sh.fd as u64;
+    drop(guard);
     match num {
-        SYS_CLOSE if a1 == ours => st.note(
+        SYS_CLOSE if a1 == ours => t.note(
             NoteKind::Failure,
             a1,
             "the program closed the plugin's socket",
             true,
         ),
-        SYS_DUP2 | SYS_DUP3 if a2 == ours => st.note(
+        SYS_DUP2 | SYS_DUP3 if a2 == ours => t.note(
             NoteKind::Failure,
             a2,
             "the program put another file on the plugin's socket",
             true,
         ),
-        SYS_CLOSE_RANGE if a1 <= ours && ours <= a2 => st.note(
+        SYS_CLOSE_RANGE if a1 <= ours && ours <= a2 => t.note(
             NoteKind::Failure,
             a1,
             "the program closed the descriptors the plugin's socket is among",
@@ -338,55 +419,75 @@ unsafe extern "C" fn on_syscall(
             let flags = if num == SYS_CLONE {
                 Some(a1)
             } else {
-                st.maps.read_u64(a1)
+                shared().as_ref().and_then(|sh| sh.maps.read_u64(a1))
             };
-            match flags {
-                // QEMU runs a vfork as a fork; CLONE_VM alone is a thread.
-                Some(f) if f & CLONE_VM == 0 || f & CLONE_VFORK != 0 => st.forking = true,
-                f => st.note(NoteKind::Thread, f.unwrap_or(0), "clone", true),
-            }
+            // QEMU runs a vfork as a fork; CLONE_VM alone is a thread (QE15).
+            t.forking = flags.is_some_and(|f| f & CLONE_VM == 0 || f & CLONE_VFORK != 0);
         }
         // Everything was sent above: the child has nothing of the parent's left to send.
-        SYS_FORK | SYS_VFORK => st.forking = true,
+        SYS_FORK | SYS_VFORK => t.forking = true,
         SYS_EXECVE | SYS_EXECVEAT => {
-            let path = st.maps.read_str(if num == SYS_EXECVE { a1 } else { a2 });
-            st.note(NoteKind::Exec, 0, &path.unwrap_or_default(), false);
+            let path = shared()
+                .as_ref()
+                .and_then(|sh| sh.maps.read_str(if num == SYS_EXECVE { a1 } else { a2 }));
+            t.note(NoteKind::Exec, 0, &path.unwrap_or_default(), false);
         }
         SYS_RT_SIGACTION if a2 != 0 => {
             // The new action's handler is its first field; 0 and 1 are SIG_DFL and SIG_IGN.
-            if let Some(h) = st.maps.read_u64(a2).filter(|&h| h > 1) {
-                st.writer.note(NoteKind::Handler, h, "");
+            if let Some(sh) = shared().as_mut() {
+                if let Some(h) = sh.maps.read_u64(a2).filter(|&h| h > 1) {
+                    sh.writer.note(NoteKind::Handler, h, "");
+                }
             }
         }
         _ => {}
     }
 }
 
-unsafe extern "C" fn on_syscall_ret(_id: PluginId, _vcpu: c_uint, num: i64, ret: i64) {
-    // SAFETY: a callback on the main thread (see `Global`).
-    let Some(st) = (unsafe { state() }) else { return };
-    if st.forking && matches!(num, SYS_CLONE | SYS_CLONE3 | SYS_FORK | SYS_VFORK) {
-        st.forking = false;
+unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: i64) {
+    // SAFETY: a callback of `vcpu`, on its thread.
+    let Some(t) = (unsafe { thread(vcpu) }) else {
+        return;
+    };
+    if matches!(num, SYS_CLONE | SYS_CLONE3) && !t.forking && ret > 0 {
+        // A thread started (QE15): the parent says so in its chunk; the child's own chunks
+        // start with its first block.
+        t.writer.note(NoteKind::Thread, ret as u64, "");
+    }
+    if t.forking && matches!(num, SYS_CLONE | SYS_CLONE3 | SYS_FORK | SYS_VFORK) {
+        t.forking = false;
         if ret == 0 {
             // The child: it is not traced; its copy of the socket closes.
             OFF.store(true, Ordering::Relaxed);
-            // SAFETY: closing the descriptor this process owns.
-            unsafe { libc::close(st.fd) };
+            if let Some(sh) = shared().as_ref() {
+                // SAFETY: closing the descriptor this process owns.
+                unsafe { libc::close(sh.fd) };
+            }
             return;
         }
         if ret > 0 {
-            st.writer.note(NoteKind::Fork, ret as u64, "");
+            t.writer.note(NoteKind::Fork, ret as u64, "");
         }
     }
-    // QE7: said (and sent) when the next instruction runs: a stream that ends without it ended
+    // QE7: said (and sent) when the next block runs: a stream that ends without it ended
     // inside the system call (a signal the call sent kills the program as it returns).
-    st.returned = Some(num as u64);
+    t.returned = Some(num as u64);
 }
 
 unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
-    // SAFETY: at exit no other guest thread runs a callback that sees OFF clear.
-    let Some(st) = (unsafe { state() }) else { return };
-    st.writer.end();
-    st.send();
+    if OFF.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut guard = shared();
+    let Some(sh) = guard.as_mut() else { return };
+    for slot in &SLOTS {
+        // SAFETY: QEMU calls this with every other vCPU stopped (see `Slot`).
+        if let Some(t) = unsafe { &mut *slot.0.get() } {
+            t.end(sh);
+        }
+    }
+    let total = sh.executed;
+    sh.writer.end_with(total);
+    sh.send(None);
     OFF.store(true, Ordering::Relaxed);
 }

@@ -1,12 +1,12 @@
 //! `ptemu run`: a real program under `qemu-x86_64` with ptemu's plugin, traced as `simulate`
 //! traces a file (spec/qemu.md).
 
-use super::simulate_cmd::{execute, run_options, summary, RunArgs};
+use super::simulate_cmd::{execute, run_options, summary, RunArgs, Staged};
 use super::summary::fail_on_operational_error;
 use super::Failure;
-use ptemu::perf_data::Mapping;
+use ptemu::perf_data::{self, Mapping};
 use ptemu::simulate;
-use ptemu::sources::qemu::{QemuEvents, Sideband};
+use ptemu::sources::qemu::{QemuEvents, Sideband, ThreadSeen};
 use ptemu::sources::{Format, SourceError};
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsRawFd;
@@ -100,13 +100,17 @@ pub fn run(a: Args) -> Result<(), Failure> {
         &name,
         None,
         &|records| records,
-        |sink, spool, events, progress| {
+        |sink, spool, events, progress, staging| {
+            // QE15: the other threads' records go aside, each traced after the program ends.
+            let others = std::fs::File::create(staging.join(THREADS_SPOOL))
+                .map_err(|e| refusal(&qemu, &format!("{}: {e}", staging.join(THREADS_SPOOL).display())))?;
             let started = cmd
                 .spawn()
                 .map_err(|e| refusal(&qemu, &format!("cannot start QEMU: {e}")))?;
             drop(theirs);
             *child.lock().expect("not poisoned") = Some(started);
-            let source = QemuEvents::new(name.clone(), ours, side.clone());
+            let source = QemuEvents::new(name.clone(), ours, side.clone())
+                .spool_others_to(Box::new(std::io::BufWriter::with_capacity(1 << 20, others)));
             let out = simulate::run_source(&opts, &name, Box::new(source), sink, spool, events, progress);
             // The stream ended: QEMU exited (or the program exec'd another, or this run failed
             // and closed its end, which stops the plugin and lets the program finish).
@@ -144,7 +148,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             (mappings(&s), Some(program_json(&a.command, &program, exit, &s)))
         },
     );
-    let done = match result {
+    let mut done = match result {
         Ok(d) => d,
         Err(f) => {
             // Nothing is written; the program finishes untraced, then the error.
@@ -153,6 +157,12 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
     };
     let exit = status.lock().expect("not poisoned").expect("waited");
+    let threads = side.lock().expect("not poisoned").threads.clone();
+    let traced = trace_threads(&a.run, &opts, &name, &threads, &mut done.staged)?;
+    if a.run.perf_data && !traced.is_empty() {
+        let s = side.lock().expect("not poisoned");
+        perf_data_of_threads(&a.run, &opts, &name, &s, &done, &traced)?;
+    }
     if !a.run.quiet {
         let mut text = summary(
             "run",
@@ -165,6 +175,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         );
         let s = side.lock().expect("not poisoned");
         program_lines(&mut text, exit, &s);
+        thread_lines(&mut text, &a.run.out, &traced);
         // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
         // `ls > list` holds (as `time` and `strace` report on stderr).
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
@@ -177,6 +188,164 @@ pub fn run(a: Args) -> Result<(), Failure> {
     match exit_code(exit) {
         0 => Ok(()),
         n => Err(Failure::status(n)),
+    }
+}
+
+/// Where the main pass puts the other threads' records, in the staging directory.
+const THREADS_SPOOL: &str = "threads.spool";
+
+/// A thread traced in a pass of its own: its tid and what its case holds.
+struct ThreadCase {
+    tid: u64,
+    parent: Option<u64>,
+    instructions: u64,
+    trace_bytes: u64,
+    pmis: Vec<u64>,
+    maps: Vec<Mapping>,
+}
+
+/// QE15: each thread but the main one, read from the records the main pass put aside and
+/// traced as its own case, `DIR/threads/<tid>/`, with the options of the run (a perf.data of its
+/// own only with `--perf-data`).
+fn trace_threads(
+    run: &RunArgs,
+    opts: &simulate::Options,
+    name: &str,
+    threads: &[ThreadSeen],
+    staged: &mut Staged,
+) -> Result<Vec<ThreadCase>, Failure> {
+    let spool = staged.staging().join(THREADS_SPOOL);
+    let mut cases = Vec::new();
+    for t in threads {
+        let mut args = run.clone();
+        args.out = staged.staging().join("threads").join(t.tid.to_string());
+        args.quiet = true;
+        // One perf.data holds every thread (PD7), written once they are all traced.
+        args.perf_data = false;
+        let thread_name = format!("{name} (thread {})", t.tid);
+        let side = Arc::new(Mutex::new(Sideband::default()));
+        let done = execute(
+            &args,
+            opts,
+            &thread_name,
+            None,
+            &|records| records,
+            |sink, truth, events, progress, _| {
+                let file = std::fs::File::open(&spool).map_err(|e| {
+                    simulate::SimError::Source(SourceError::io(&spool.display().to_string(), None, e))
+                })?;
+                let source = QemuEvents::for_thread(
+                    thread_name.clone(),
+                    std::io::BufReader::with_capacity(1 << 20, file),
+                    side.clone(),
+                    t.tid,
+                );
+                simulate::run_source(
+                    opts,
+                    &thread_name,
+                    Box::new(source),
+                    sink,
+                    truth,
+                    events,
+                    progress,
+                )
+            },
+            &|| {
+                let s = side.lock().expect("not poisoned");
+                (
+                    mappings(&s),
+                    Some(serde_json::json!({
+                        "tid": t.tid,
+                        "parent": t.parent,
+                        "maps": maps_json(&s),
+                        "forks_not_traced": s.forks,
+                        "execs": s.execs,
+                    })),
+                )
+            },
+        )?;
+        cases.push(ThreadCase {
+            tid: t.tid,
+            parent: t.parent,
+            instructions: done.outcome.source.count("instructions"),
+            trace_bytes: done.outcome.unit.stats().bytes_written,
+            pmis: done.outcome.pmis.clone(),
+            maps: mappings(&side.lock().expect("not poisoned")),
+        });
+        done.staged.commit(&args.out)?;
+    }
+    let _ = std::fs::remove_file(&spool);
+    if !cases.is_empty() {
+        staged.add_output("threads");
+    }
+    Ok(cases)
+}
+
+/// PD7: DIR/perf.data again, with every thread's trace in it.
+fn perf_data_of_threads(
+    run: &RunArgs,
+    opts: &simulate::Options,
+    name: &str,
+    s: &Sideband,
+    done: &super::simulate_cmd::Done,
+    threads: &[ThreadCase],
+) -> Result<(), Failure> {
+    let staging = done.staged.staging();
+    // The buffers are cut at the PMIs, as perf collects them, unless a fault changed what the
+    // consumer got.
+    let cuts = |pmis: &[u64]| {
+        if run.fault.is_empty() {
+            pmis.to_vec()
+        } else {
+            Vec::new()
+        }
+    };
+    let tid = |t: u64| u32::try_from(t).unwrap_or(u32::MAX);
+    let pid = tid(s.tid.unwrap_or(0));
+    let main = perf_data::ThreadTrace {
+        tid: pid,
+        parent: pid,
+        path: staging.join("trace.pt"),
+        cuts: cuts(&done.outcome.pmis),
+    };
+    let others: Vec<_> = threads
+        .iter()
+        .map(|t| perf_data::ThreadTrace {
+            tid: tid(t.tid),
+            parent: t.parent.map_or(pid, tid),
+            path: staging.join(format!("threads/{}/trace.pt", t.tid)),
+            cuts: cuts(&t.pmis),
+        })
+        .collect();
+    // Every file any thread ran code from, once.
+    let mut maps = mappings(s);
+    for m in threads.iter().flat_map(|t| &t.maps) {
+        if !maps.iter().any(|k| k.path == m.path && k.addr == m.addr) {
+            maps.push(m.clone());
+        }
+    }
+    perf_data::write_process(&staging.join("perf.data"), opts, name, maps, pid, &main, &others)
+        .map_err(|e| Failure::input(format!("{}: writing perf.data: {e}", run.out.display())))
+}
+
+fn thread_lines(o: &mut String, out: &Path, cases: &[ThreadCase]) {
+    if cases.is_empty() {
+        return;
+    }
+    outln!(
+        o,
+        "  threads: {} more, each a case of its own in {}/threads/<tid>/ (QE15):",
+        cases.len(),
+        out.display()
+    );
+    for c in cases {
+        outln!(
+            o,
+            "    thread {}: {} instructions, {} trace bytes",
+            c.tid,
+            c.instructions,
+            c.trace_bytes
+        );
     }
 }
 
@@ -402,15 +571,30 @@ fn program_json(command: &[OsString], program: &Path, exit: ExitStatus, s: &Side
         "signal": exit.signal(),
         "executions": s.executed,
         "exited": s.ended,
-        "maps": s.maps.iter().map(|m| serde_json::json!({
-            "path": m.path,
-            "start": format!("{:#x}", m.start),
-            "end": format!("{:#x}", m.end),
-            "offset": format!("{:#x}", m.offset),
-        })).collect::<Vec<_>>(),
+        "maps": maps_json(s),
         "forks_not_traced": s.forks,
         "execs": s.execs,
+        "tid": s.tid,
+        "threads": s.threads.iter().map(|t| serde_json::json!({
+            "tid": t.tid,
+            "parent": t.parent,
+            "case": format!("threads/{}", t.tid),
+        })).collect::<Vec<_>>(),
     })
+}
+
+fn maps_json(s: &Sideband) -> Vec<serde_json::Value> {
+    s.maps
+        .iter()
+        .map(|m| {
+            serde_json::json!({
+                "path": m.path,
+                "start": format!("{:#x}", m.start),
+                "end": format!("{:#x}", m.end),
+                "offset": format!("{:#x}", m.offset),
+            })
+        })
+        .collect()
 }
 
 fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband) {

@@ -50,7 +50,7 @@ pub struct Args {
 
 /// The options `ptemu simulate` and `ptemu run` share: the layout, CPU and MSRs, the tracer,
 /// faults, the outputs.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct RunArgs {
     /// Output layout (TOML, as `ptemu write` takes). Default: four 1 MiB ToPA regions with INT,
     /// END back to the table (`ptemu layout default` prints it).
@@ -125,7 +125,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
                 records
             }
         },
-        |sink, spool, events, progress| {
+        |sink, spool, events, progress, _| {
             simulate::run_recording(&opts, input, fetch, sink, spool, events, progress)
         },
         &|| (Vec::new(), None),
@@ -179,6 +179,7 @@ pub(super) fn execute(
         Option<&mut dyn std::io::Write>,
         EventLog,
         &mut dyn FnMut(u64),
+        &Path,
     ) -> Result<(Outcome, Sink), SimError>,
     after: &dyn Fn() -> After,
 ) -> Result<Done, Failure> {
@@ -216,6 +217,7 @@ pub(super) fn execute(
             bar.set_message(format!("{} records", HumanCount(records)));
             bar.set_position(position(records));
         },
+        dir.staging(),
     );
     bar.finish_and_clear();
     let run_info = RunInfo::now(started.elapsed().as_secs_f64());
@@ -482,6 +484,17 @@ pub(super) struct Staged {
 }
 
 impl Staged {
+    /// The staging directory, where more outputs may be written before the commit.
+    pub fn staging(&self) -> &Path {
+        self.dir.staging()
+    }
+
+    /// One more output (a file or directory written into [`Staged::staging`]) to move into
+    /// place.
+    pub fn add_output(&mut self, name: &'static str) {
+        self.outputs.push(name);
+    }
+
     /// Moves every output into place (dropped instead, everything the run made is removed).
     pub fn commit(self, out: &Path) -> Result<(), Failure> {
         self.dir

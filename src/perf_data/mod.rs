@@ -32,6 +32,7 @@ const FILE_HEADER_SIZE: u64 = 104;
 const EVENT_ID: u64 = 1;
 
 const PERF_RECORD_COMM: u32 = 3;
+const PERF_RECORD_FORK: u32 = 7;
 const PERF_RECORD_MMAP2: u32 = 10;
 const PERF_RECORD_ITRACE_START: u32 = 12;
 const PERF_RECORD_AUXTRACE_INFO: u32 = 70;
@@ -70,8 +71,11 @@ pub struct Spec {
     pub tsc_ctc: (u32, u32),
     /// The nominal (max non-turbo) ratio.
     pub max_nonturbo_ratio: u8,
-    /// Process and thread the trace belongs to.
+    /// Process the trace belongs to, and its main thread's tid.
     pub pid: u32,
+    /// The process's other threads, each with the thread that started it (PD7): a FORK and a
+    /// COMM record each, and their traces in AUX buffers of their own.
+    pub threads: Vec<(u32, u32)>,
     /// Its command name.
     pub comm: String,
     /// The code image: path as the MMAP2 record names it, load address, length, file offset.
@@ -254,10 +258,14 @@ fn sample_id_size(spec: &Spec) -> usize {
 }
 
 /// The `sample_id` trailer of a non-sample record (`sample_id_all`, in `sample_type` order: TID,
-/// TIME when [`timed`], CPU, IDENTIFIER).
+/// TIME when [`timed`], CPU, IDENTIFIER), for the main thread.
 fn sample_id(r: &mut Vec<u8>, spec: &Spec) {
-    let pid = spec.pid;
-    for v in [pid, pid] {
+    sample_id_of(r, spec, spec.pid);
+}
+
+/// [`sample_id`] for thread `tid`.
+fn sample_id_of(r: &mut Vec<u8>, spec: &Spec, tid: u32) {
+    for v in [spec.pid, tid] {
         r.write_u32::<LE>(v).expect("to memory");
     }
     if timed(spec) {
@@ -301,11 +309,46 @@ fn sideband(spec: &Spec) -> io::Result<Vec<u8>> {
         r.extend_from_slice(&name);
         sample_id(&mut r, spec);
     }
-    header(&mut r, PERF_RECORD_ITRACE_START, 0, 16 + sample_id_size(spec))?;
-    r.write_u32::<LE>(spec.pid).expect("to memory");
-    r.write_u32::<LE>(spec.pid).expect("to memory");
-    sample_id(&mut r, spec);
+    // PD7: each other thread as perf records one that starts while it records: FORK (pid, ppid,
+    // tid, ptid, time), then COMM.
+    for &(tid, parent) in &spec.threads {
+        header(&mut r, PERF_RECORD_FORK, 0, 8 + 16 + 8 + sample_id_size(spec))?;
+        for v in [spec.pid, spec.pid, tid, parent] {
+            r.write_u32::<LE>(v).expect("to memory");
+        }
+        r.write_u64::<LE>(if timed(spec) { perf_time(spec) } else { 0 })
+            .expect("to memory");
+        sample_id_of(&mut r, spec, tid);
+        header(
+            &mut r,
+            PERF_RECORD_COMM,
+            0,
+            8 + 8 + comm.len() + sample_id_size(spec),
+        )?;
+        r.write_u32::<LE>(spec.pid).expect("to memory");
+        r.write_u32::<LE>(tid).expect("to memory");
+        r.extend_from_slice(&comm);
+        sample_id_of(&mut r, spec, tid);
+    }
+    for tid in std::iter::once(spec.pid).chain(spec.threads.iter().map(|t| t.0)) {
+        header(&mut r, PERF_RECORD_ITRACE_START, 0, 16 + sample_id_size(spec))?;
+        r.write_u32::<LE>(spec.pid).expect("to memory");
+        r.write_u32::<LE>(tid).expect("to memory");
+        sample_id_of(&mut r, spec, tid);
+    }
     Ok(r)
+}
+
+/// One thread's trace for [`write_threads`]: its tid, the stream, and its AUX buffers' lengths
+/// (as [`chunks`] makes them).
+#[allow(missing_debug_implementations)] // a reader of any kind
+pub struct AuxTrace<'a> {
+    /// The thread's tid.
+    pub tid: u32,
+    /// Its trace bytes, read in order.
+    pub trace: &'a mut dyn Read,
+    /// Its AUX buffers' lengths.
+    pub chunks: Vec<u64>,
 }
 
 /// The AUX buffers of a `len`-byte stream cut after each of `cuts` (stream offsets, in order):
@@ -337,10 +380,33 @@ pub fn write<R: Read, W: Write + ?Sized>(
     chunks: &[u64],
     out: &mut W,
 ) -> io::Result<()> {
+    write_threads(
+        spec,
+        &mut [AuxTrace {
+            tid: spec.pid,
+            trace,
+            chunks: chunks.to_vec(),
+        }],
+        out,
+    )
+}
+
+/// [`write`] for a process of several threads (PD7): the main thread's trace first, then each
+/// of `spec.threads`' in its own AUX buffers (their own `idx`, tagged with the thread's tid), as
+/// perf records a per-thread recording.
+pub fn write_threads<W: Write + ?Sized>(
+    spec: &Spec,
+    traces: &mut [AuxTrace<'_>],
+    out: &mut W,
+) -> io::Result<()> {
     let mut records = auxtrace_info(spec)?;
     records.extend(sideband(spec)?);
     header(&mut records, PERF_RECORD_FINISHED_ROUND, 0, 8)?;
-    let aux_bytes: u64 = chunks.iter().map(|&n| 48 + n.div_ceil(8) * 8).sum();
+    let aux_bytes: u64 = traces
+        .iter()
+        .flat_map(|t| &t.chunks)
+        .map(|&n| 48 + n.div_ceil(8) * 8)
+        .sum();
     let attrs_offset = FILE_HEADER_SIZE;
     let attr_size = ATTR_SIZE as u64 + 16;
     let ids_offset = attrs_offset + attr_size;
@@ -367,30 +433,33 @@ pub fn write<R: Read, W: Write + ?Sized>(
     h.write_u64::<LE>(EVENT_ID)?;
     out.write_all(&h)?;
     out.write_all(&records)?;
-    let mut offset = 0u64;
     let mut buf = vec![0u8; 1 << 16];
-    for &n in chunks {
-        let padded = n.div_ceil(8) * 8;
-        let mut r = Vec::with_capacity(48);
-        header(&mut r, PERF_RECORD_AUXTRACE, 0, 48)?;
-        for v in [padded, offset, spec.start_tsc] {
-            r.write_u64::<LE>(v)?;
+    for (idx, t) in traces.iter_mut().enumerate() {
+        let mut offset = 0u64;
+        for &n in &t.chunks {
+            let padded = n.div_ceil(8) * 8;
+            let mut r = Vec::with_capacity(48);
+            header(&mut r, PERF_RECORD_AUXTRACE, 0, 48)?;
+            for v in [padded, offset, spec.start_tsc] {
+                r.write_u64::<LE>(v)?;
+            }
+            // idx, tid, cpu, reserved. CPU 0, not -1 (a per-thread buffer): with TIME, perf
+            // 6.1 crashes on a per-thread buffer (PD5). Each thread is a queue of its own by
+            // its idx (PD7).
+            for v in [idx as u32, t.tid, 0, 0] {
+                r.write_u32::<LE>(v)?;
+            }
+            out.write_all(&r)?;
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(buf.len() as u64) as usize;
+                t.trace.read_exact(&mut buf[..k])?;
+                out.write_all(&buf[..k])?;
+                left -= k as u64;
+            }
+            out.write_all(&[0; 8][..(padded - n) as usize])?;
+            offset += n;
         }
-        // idx, tid, cpu, reserved. CPU 0, not -1 (a per-thread buffer): with TIME, perf 6.1
-        // crashes on a per-thread buffer (PD5).
-        for v in [0, spec.pid, 0, 0] {
-            r.write_u32::<LE>(v)?;
-        }
-        out.write_all(&r)?;
-        let mut left = n;
-        while left > 0 {
-            let k = left.min(buf.len() as u64) as usize;
-            trace.read_exact(&mut buf[..k])?;
-            out.write_all(&buf[..k])?;
-            left -= k as u64;
-        }
-        out.write_all(&[0; 8][..(padded - n) as usize])?;
-        offset += n;
     }
     out.flush()
 }
@@ -428,7 +497,6 @@ pub fn write_run(
         }
         None => None,
     };
-    let clock = &opts.tracer.clock;
     let mut filter = image
         .as_ref()
         .map_or(String::new(), |m| filter_string(opts.ctl, &opts.msrs, m));
@@ -439,16 +507,8 @@ pub fn write_run(
     }
     let spec = Spec {
         filter,
-        ctl: opts.ctl,
-        tsc_ctc: (clock.tsc_per_art, 1),
-        max_nonturbo_ratio: clock.nominal_ratio,
-        start_tsc: clock.tsc_start,
-        maps,
-        pid: 1000,
-        comm: Path::new(name)
-            .file_name()
-            .map_or("ptemu".into(), |n| n.to_string_lossy().chars().take(15).collect()),
         image,
+        ..process_spec(opts, name, maps, 1000, Vec::new())
     };
     let trace_path = staged.join("trace.pt");
     let len = fs::metadata(&trace_path)?.len();
@@ -481,6 +541,79 @@ pub fn write_run(
     ))
 }
 
+/// The spec of a process's perf.data: `pid` and its other `threads` (tid, parent), `maps` the
+/// files its code ran from; no code image, no filter.
+fn process_spec(opts: &Options, name: &str, maps: Vec<Mapping>, pid: u32, threads: Vec<(u32, u32)>) -> Spec {
+    let clock = &opts.tracer.clock;
+    Spec {
+        filter: String::new(),
+        ctl: opts.ctl,
+        tsc_ctc: (clock.tsc_per_art, 1),
+        max_nonturbo_ratio: clock.nominal_ratio,
+        start_tsc: clock.tsc_start,
+        maps,
+        pid,
+        threads,
+        comm: Path::new(name)
+            .file_name()
+            .map_or("ptemu".into(), |n| n.to_string_lossy().chars().take(15).collect()),
+        image: None,
+    }
+}
+
+/// A thread's trace for [`write_process`]: its tid, the thread that started it, its `trace.pt`
+/// and the stream offsets of its PMIs (where its AUX buffers are cut).
+#[derive(Clone, Debug)]
+pub struct ThreadTrace {
+    /// Its tid.
+    pub tid: u32,
+    /// The thread that started it.
+    pub parent: u32,
+    /// Its trace.
+    pub path: std::path::PathBuf,
+    /// Its PMIs' stream offsets.
+    pub cuts: Vec<u64>,
+}
+
+/// `perf.data` for a traced process of several threads (`ptemu run`, PD6), written to `out`:
+/// process `pid`, whose main thread's trace is `main`, and its other `threads`, every one
+/// decodable with `perf script --tid`.
+pub fn write_process(
+    out: &Path,
+    opts: &Options,
+    name: &str,
+    maps: Vec<Mapping>,
+    pid: u32,
+    main: &ThreadTrace,
+    threads: &[ThreadTrace],
+) -> io::Result<()> {
+    let spec = process_spec(
+        opts,
+        name,
+        maps,
+        pid,
+        threads.iter().map(|t| (t.tid, t.parent)).collect(),
+    );
+    let mut readers = Vec::new();
+    for t in std::iter::once(main).chain(threads) {
+        let len = fs::metadata(&t.path)?.len();
+        readers.push((
+            t.tid,
+            io::BufReader::new(fs::File::open(&t.path)?),
+            chunks(len, &t.cuts),
+        ));
+    }
+    let mut traces: Vec<AuxTrace<'_>> = readers
+        .iter_mut()
+        .map(|(tid, r, c)| AuxTrace {
+            tid: *tid,
+            trace: r,
+            chunks: std::mem::take(c),
+        })
+        .collect();
+    write_atomic(out, |w| write_threads(&spec, &mut traces, w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,6 +628,7 @@ mod tests {
             max_nonturbo_ratio: 24,
             start_tsc: 0x1_0000_0000,
             pid: 1000,
+            threads: Vec::new(),
             comm: "t".into(),
             image: Some(Mapping::new(path.into(), 0x400000, 0x2000, 0x1000)),
             maps: Vec::new(),

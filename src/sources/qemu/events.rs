@@ -2,13 +2,14 @@
 //! outcome is read from the next one QEMU executed.
 
 use super::classify::{classify, Insn, Kind};
+use super::wire::Writer;
 use super::wire::{FileMap, NoteKind, Reader, Record, WireError};
 use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::{EventSource, SourceStats, StartState};
 use crate::tracer::{Event, ExecMode, FarKind};
 use std::collections::HashSet;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
 /// What the run learnt besides the events, for the summary, report.json and perf.data: shared
@@ -28,6 +29,67 @@ pub struct Sideband {
     pub executed: Option<u64>,
     /// Whether the plugin spoke at all (the stream's magic arrived): QEMU loaded it.
     pub loaded: bool,
+    /// The thread this source traces (the first whose chunk came: the program's main thread).
+    pub tid: Option<u64>,
+    /// The program's other threads, in the order they first ran (QE15), with the thread that
+    /// started each.
+    pub threads: Vec<ThreadSeen>,
+}
+
+/// A thread of the program besides the one traced (QE15).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSeen {
+    /// Its tid.
+    pub tid: u64,
+    /// The thread that started it, when the stream said so.
+    pub parent: Option<u64>,
+}
+
+/// Where the records of the other threads go, for a pass of their own (QE15): the stream again,
+/// without the traced thread's chunks.
+struct Spool {
+    writer: Writer,
+    file: Box<dyn Write + Send>,
+    /// Whose records the writer's last chunk holds.
+    owner: Option<u64>,
+    error: Option<std::io::Error>,
+}
+
+impl Spool {
+    /// `rec`, whose chunk is `owner`'s (0: the process's), into the spool.
+    fn forward(&mut self, owner: u64, rec: &Record<'_>) {
+        if self.owner != Some(owner) {
+            self.writer.thread(owner);
+            self.owner = Some(owner);
+        }
+        match rec {
+            Record::Block {
+                vaddr, offsets, code, ..
+            } => {
+                let distances: Vec<u64> = offsets.windows(2).map(|w| u64::from(w[1] - w[0])).collect();
+                self.writer.block(*vaddr, &distances, code);
+            }
+            Record::Exec { first, count } => self.writer.exec_block(*first, *count),
+            Record::Map(m) => self.writer.map(m),
+            Record::Note { kind, value, text } => self.writer.note(*kind, *value, text),
+            Record::End { executed } => self.writer.end_with(*executed),
+            Record::Thread { .. } => {}
+        }
+        if self.writer.pending() >= 1 << 16 {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        let (file, error) = (&mut self.file, &mut self.error);
+        self.writer.take(&mut |b| {
+            if error.is_none() {
+                if let Err(e) = file.write_all(b) {
+                    *error = Some(e);
+                }
+            }
+        });
+    }
 }
 
 /// A QEMU plugin stream as an [`EventSource`].
@@ -53,6 +115,15 @@ pub struct QemuEvents<R> {
     entered: bool,
     scratch: Vec<u8>,
     starts: Vec<u32>,
+    /// The thread traced: `None` until the first thread record (a stream without any is one
+    /// thread's).
+    mine: Option<u64>,
+    /// Whose chunk the records being read belong to (0: the process's).
+    current: u64,
+    /// Every thread seen.
+    seen: HashSet<u64>,
+    /// The other threads' records, when wanted.
+    spool: Option<Spool>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -97,7 +168,33 @@ impl<R: Read> QemuEvents<R> {
             entered: false,
             scratch: Vec::new(),
             starts: Vec::new(),
+            mine: None,
+            current: 0,
+            seen: HashSet::new(),
+            spool: None,
         }
+    }
+
+    /// Traces thread `tid` of a stream that holds several (QE15): the other threads' records are
+    /// read and passed over.
+    pub fn for_thread(name: impl Into<String>, inner: R, side: Arc<Mutex<Sideband>>, tid: u64) -> Self {
+        let mut s = Self::new(name, inner, side);
+        s.mine = Some(tid);
+        s
+    }
+
+    /// Writes every record but the traced thread's own into `file` as a stream of its own, for
+    /// [`QemuEvents::for_thread`] to read each other thread from (QE15).
+    pub fn spool_others_to(mut self, file: Box<dyn Write + Send>) -> Self {
+        let mut writer = Writer::new();
+        writer.thread(0);
+        self.spool = Some(Spool {
+            writer,
+            file,
+            owner: Some(0),
+            error: None,
+        });
+        self
     }
 
     fn error(&self, offset: u64, kind: ErrorKind, message: impl Into<String>) -> SourceError {
@@ -347,16 +444,57 @@ impl<R: Read> QemuEvents<R> {
         }
     }
 
+    /// A thread record: whose chunk follows (QE15).
+    fn thread_record(&mut self, tid: u64) {
+        self.current = tid;
+        if tid == 0 || !self.seen.insert(tid) {
+            return;
+        }
+        let mut side = self.side.lock().expect("not poisoned");
+        match self.mine {
+            None => {
+                // The first thread to run is the program's main thread.
+                self.mine = Some(tid);
+                side.tid = Some(tid);
+            }
+            Some(m) if m == tid => side.tid = Some(tid),
+            Some(_) => {
+                if !side.threads.iter().any(|t| t.tid == tid) {
+                    side.threads.push(ThreadSeen { tid, parent: None });
+                }
+            }
+        }
+    }
+
+    /// Thread `tid` was started by the thread whose chunk is being read.
+    fn thread_started(&mut self, tid: u64) {
+        let parent = Some(self.current).filter(|&c| c != 0);
+        let mut side = self.side.lock().expect("not poisoned");
+        match side.threads.iter_mut().find(|t| t.tid == tid) {
+            Some(t) => t.parent = t.parent.or(parent),
+            None => side.threads.push(ThreadSeen { tid, parent }),
+        }
+    }
+
     fn note(&mut self, kind: NoteKind, value: u64, text: String, at: u64) -> Result<()> {
         let refuse = |this: &Self, what: String| Err(this.error(at, ErrorKind::Inconsistent, what));
         match kind {
-            NoteKind::Thread => refuse(
-                self,
-                format!(
-                    "the program started a second thread (clone flags {value:#x}): threads are not \
-                     traced yet (issue 41)"
-                ),
-            ),
+            NoteKind::Thread => {
+                self.thread_started(value);
+                Ok(())
+            }
+            NoteKind::ThreadEnd => {
+                if value != self.executions {
+                    return refuse(
+                        self,
+                        format!(
+                            "the plugin counted {value} executions of thread {}, the stream holds {}",
+                            self.current, self.executions
+                        ),
+                    );
+                }
+                Ok(())
+            }
             NoteKind::AnonymousCode => refuse(
                 self,
                 format!(
@@ -401,6 +539,38 @@ impl<R: Read> EventSource for QemuEvents<R> {
                 Ok(r) => r,
                 Err(e) => return Err(self.wire_error(e)),
             };
+            let mine = self.mine.is_none_or(|m| m == self.current);
+            if let (Some(sp), Some(r)) = (self.spool.as_mut(), rec.as_ref()) {
+                let process = matches!(r, Record::Block { .. } | Record::Map(_) | Record::End { .. });
+                if process || !mine {
+                    sp.forward(if process { 0 } else { self.current }, r);
+                }
+            }
+            let rec = match rec {
+                Some(Record::Thread { tid }) => {
+                    self.thread_record(tid);
+                    continue;
+                }
+                Some(Record::Exec { .. } | Record::Note { .. }) if !mine => {
+                    if self.current == 0 {
+                        // A note about the whole process concerns every thread.
+                        if let Some(Record::Note { kind, value, text }) = rec {
+                            self.note(kind, value, text, at)?;
+                            continue;
+                        }
+                    }
+                    if let Some(Record::Note {
+                        kind: NoteKind::Thread,
+                        value,
+                        ..
+                    }) = rec
+                    {
+                        self.thread_started(value);
+                    }
+                    continue;
+                }
+                r => r,
+            };
             match rec {
                 None => {
                     // QE7: without the end record the program was killed (or exec'd another);
@@ -421,6 +591,19 @@ impl<R: Read> EventSource for QemuEvents<R> {
                     self.finish(out);
                     self.done = true;
                     self.side.lock().expect("not poisoned").loaded = self.reader.started();
+                    if let Some(mut sp) = self.spool.take() {
+                        sp.flush();
+                        if let Err(e) = sp.file.flush() {
+                            sp.error.get_or_insert(e);
+                        }
+                        if let Some(e) = sp.error {
+                            return Err(self.error(
+                                at,
+                                ErrorKind::Io(e),
+                                "writing the other threads' records aside",
+                            ));
+                        }
+                    }
                     return Ok(out.len() > from);
                 }
                 Some(Record::Block {
@@ -501,6 +684,7 @@ impl<R: Read> EventSource for QemuEvents<R> {
                         id += n.max(1);
                     }
                 }
+                Some(Record::Thread { .. }) => unreachable!("taken above"),
                 Some(Record::Map(m)) => self.add_map(m, at)?,
                 Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,
                 Some(Record::End { executed }) => {
@@ -508,7 +692,7 @@ impl<R: Read> EventSource for QemuEvents<R> {
                     side.ended = true;
                     side.executed = Some(executed);
                     drop(side);
-                    if executed != self.executions {
+                    if self.mine.is_none() && executed != self.executions {
                         return Err(self.error(
                             at,
                             ErrorKind::Inconsistent,

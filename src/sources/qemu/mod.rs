@@ -7,7 +7,7 @@ mod events;
 pub mod wire;
 
 pub use classify::{classify, Insn, Kind};
-pub use events::{QemuEvents, Sideband};
+pub use events::{QemuEvents, Sideband, ThreadSeen};
 
 /// Where the model's SYSCALL goes: the kernel's entry point, which is not traced (QE6). Any
 /// canonical kernel address serves: with OS = 0 it never reaches the stream.

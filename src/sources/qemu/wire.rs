@@ -11,7 +11,14 @@
 //! | 3 | a run of executed instructions | count: each one's id is the previous id + 1 |
 //! | 4 | a file mapping code ran from | start, end, file offset, device major, minor, inode, path length, path |
 //! | 5 | a note | kind (1 byte), value, text length, text |
-//! | 6 | the end | instructions executed (the plugin's own count) |
+//! | 6 | the end | instructions executed (the plugin's own count, every thread's) |
+//! | 7 | whose records follow | a thread's id (its tid), or 0: records of the whole process |
+//!
+//! The records of a program's threads are interleaved in chunks (QE15): each thread gathers its
+//! executions and notes, and sends them behind a thread record; blocks, file mappings and the
+//! notes about the whole process come behind a thread record of 0. A stream without thread
+//! records is one thread's. A run record never follows a thread record: each chunk starts
+//! with an execution record.
 //!
 //! Instruction ids are given in translation order, from 0: the first instruction of the first
 //! block is 0, the next one 1, and so on across blocks. Executed instructions mostly follow one
@@ -31,6 +38,7 @@ const TAG_RUN: u8 = 3;
 const TAG_MAP: u8 = 4;
 const TAG_NOTE: u8 = 5;
 const TAG_END: u8 = 6;
+const TAG_THREAD: u8 = 7;
 
 /// The longest x86 instruction.
 pub const MAX_INSN_LEN: usize = 15;
@@ -39,7 +47,8 @@ pub const MAX_INSN_LEN: usize = 15;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum NoteKind {
-    /// The program started a second thread (the value: its vCPU index or the clone flags).
+    /// The program started a thread (the value: the new thread's tid), in the chunk of the
+    /// thread that started it (QE15).
     Thread,
     /// The program forked (the value: the child's pid); the child is not traced.
     Fork,
@@ -61,6 +70,9 @@ pub enum NoteKind {
     /// A system call began (the value: its number): the block that ends with its SYSCALL ran
     /// to its end. Sent at once.
     Syscall,
+    /// The thread's last record (the value: the instructions it executed, by the plugin's
+    /// count): it left by the exit system call, or the process ended (QE15).
+    ThreadEnd,
 }
 
 impl NoteKind {
@@ -74,6 +86,7 @@ impl NoteKind {
             NoteKind::Failure => 6,
             NoteKind::Returned => 7,
             NoteKind::Syscall => 8,
+            NoteKind::ThreadEnd => 9,
         }
     }
 
@@ -87,6 +100,7 @@ impl NoteKind {
             6 => NoteKind::Failure,
             7 => NoteKind::Returned,
             8 => NoteKind::Syscall,
+            9 => NoteKind::ThreadEnd,
             _ => return None,
         })
     }
@@ -166,7 +180,7 @@ impl Writer {
     #[inline]
     pub fn exec(&mut self, id: u64) {
         self.executed += 1;
-        if id == self.last_exec.wrapping_add(1) {
+        if self.last_exec != u64::MAX && id == self.last_exec + 1 {
             self.run += 1;
         } else {
             self.close_run();
@@ -183,7 +197,7 @@ impl Writer {
             return;
         }
         self.executed += count;
-        if first == self.last_exec.wrapping_add(1) {
+        if self.last_exec != u64::MAX && first == self.last_exec + 1 {
             self.run += count;
         } else {
             self.close_run();
@@ -217,9 +231,49 @@ impl Writer {
 
     /// The end record, with the number of executions seen.
     pub fn end(&mut self) {
+        self.end_with(self.executed);
+    }
+
+    /// The end record, with `executed`: every thread's executions (QE15).
+    pub fn end_with(&mut self, executed: u64) {
         self.close_run();
         self.buf.push(TAG_END);
-        put(&mut self.buf, self.executed);
+        put(&mut self.buf, executed);
+    }
+
+    /// The records after this are thread `tid`'s (0: the whole process's).
+    pub fn thread(&mut self, tid: u64) {
+        self.close_run();
+        self.buf.push(TAG_THREAD);
+        put(&mut self.buf, tid);
+        self.last_exec = u64::MAX;
+    }
+
+    /// Executions this writer counted.
+    pub fn executed(&self) -> u64 {
+        self.executed
+    }
+
+    /// A writer for a thread's records (no magic: its chunks go into a stream that has one).
+    pub fn chunks() -> Self {
+        let mut w = Writer::new();
+        w.buf.clear();
+        w
+    }
+
+    /// [`Writer::take`] behind a thread record for `tid` (0: the whole process): nothing when
+    /// nothing is waiting. The next chunk starts afresh (its first execution is not a run).
+    pub fn take_chunk(&mut self, tid: u64, send: &mut dyn FnMut(&[u8])) {
+        self.close_run();
+        if self.buf.is_empty() {
+            return;
+        }
+        let mut head = vec![TAG_THREAD];
+        put(&mut head, tid);
+        send(&head);
+        send(&self.buf);
+        self.buf.clear();
+        self.last_exec = u64::MAX;
     }
 
     /// Bytes waiting to be sent.
@@ -289,6 +343,11 @@ pub enum Record<'a> {
         value: u64,
         /// Its text.
         text: String,
+    },
+    /// The records after this are thread `tid`'s (0: the whole process's).
+    Thread {
+        /// The thread's id.
+        tid: u64,
     },
     /// The end, with the plugin's count of executions.
     End {
@@ -439,8 +498,16 @@ impl<R: Read> Reader<R> {
                 self.last_exec = id;
                 Ok(Some(Record::Exec { first: id, count: 1 }))
             }
+            TAG_THREAD => {
+                let tid = self.varint(start)?;
+                self.last_exec = u64::MAX;
+                Ok(Some(Record::Thread { tid }))
+            }
             TAG_RUN => {
                 let count = self.varint(start)?;
+                if self.last_exec == u64::MAX {
+                    return Err(self.error(start, "a run with no execution before it in its chunk"));
+                }
                 let first = self.last_exec.wrapping_add(1);
                 let last = first.checked_add(count.wrapping_sub(1));
                 if count == 0 || last.is_none_or(|l| l >= self.next_id) {
@@ -640,13 +707,16 @@ mod tests {
         while let Some(rec) = r.next_record().unwrap() {
             got.push(format!("{rec:?}"));
         }
-        assert_eq!(got.len(), 8, "{got:#?}");
+        assert_eq!(got.len(), 9, "{got:#?}");
         assert!(got[0].starts_with("Block { vaddr: 4198400, first_id: 0, offsets: [0, 1]"));
-        assert_eq!(got[2], "Exec { first: 0, count: 2 }");
-        assert_eq!(got[3], "Exec { first: 0, count: 1 }");
+        // The first execution is never a run (QE15: each chunk starts with one).
+        assert_eq!(got[2], "Exec { first: 0, count: 1 }");
+        assert_eq!(got[3], "Exec { first: 1, count: 1 }");
+        assert_eq!(got[4], "Exec { first: 0, count: 1 }");
         assert_eq!(got[5], "Exec { first: 1, count: 1 }");
-        assert!(got[6].contains("Fork"));
-        assert_eq!(got[7], "End { executed: 5 }");
+        assert_eq!(got[6], "Exec { first: 1, count: 1 }");
+        assert!(got[7].contains("Fork"));
+        assert_eq!(got[8], "End { executed: 5 }");
         assert!(r.ended());
     }
 
@@ -662,14 +732,20 @@ mod tests {
         let e = r.next_record().unwrap_err();
         assert_eq!(e.offset, 8 + 6);
         let mut bad = bytes.clone();
-        bad[8 + 6 + 1] = 9; // a run of ids never translated
+        bad[8 + 6] = 3; // a run with no execution before it
         let mut r = Reader::new(&bad[..]);
+        r.next_record().unwrap();
+        let e = r.next_record().unwrap_err();
+        assert!(e.message.contains("no execution before it"), "{e}");
+        let mut bad = bytes.clone();
+        bad.extend_from_slice(&[3, 9]); // a run of ids never translated
+        let mut r = Reader::new(&bad[..]);
+        r.next_record().unwrap();
         r.next_record().unwrap();
         let e = r.next_record().unwrap_err();
         assert!(e.message.contains("past the last translated"), "{e}");
         let mut bad = bytes.clone();
-        bad[8 + 6] = 2; // an exec of id 1, never translated
-        bad[8 + 6 + 1] = 1;
+        bad[8 + 6 + 1] = 1; // an exec of id 1, never translated
         let mut r = Reader::new(&bad[..]);
         r.next_record().unwrap();
         let e = r.next_record().unwrap_err();
