@@ -225,7 +225,10 @@ fn qe6_a_system_call_leaves_and_re_enters_tracing() {
     );
     // A system call that does not come back to the next instruction is not explained.
     let e = run(dir.path(), &[4, 7], true).unwrap_err();
-    assert!(e.contains("does not go") && e.contains("issue 41"), "{e}");
+    assert!(
+        e.contains("does not go") && e.contains("no signal handler"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -322,20 +325,115 @@ fn qe5_code_that_is_not_the_files_is_refused() {
     assert!(e.contains("0x70000000") && e.contains("no file holds"), "{e}");
 }
 
-#[test]
-fn qe10_signal_handlers_are_refused_in_the_stream() {
-    let dir = tempfile::tempdir().unwrap();
-    let map = code_file(dir.path(), &PROGRAM);
-    // A handler at 0x21 was installed; reaching it by a RET (no direct branch goes there) is a
-    // signal delivered.
+/// The program with a handler for signal `sig` at 0x20 (its RET goes to the "restorer" at 0x25,
+/// whose SYSCALL is an rt_sigreturn: the plugin's note says 15), then `ids` executed, each
+/// `(id, Some(n))` followed by the note that system call `n` began.
+fn with_handler(dir: &Path, sig: &str, ids: &[(u64, Option<u64>)]) -> Result<Given, String> {
+    let map = code_file(dir, &PROGRAM);
     let mut w = Writer::new();
     translate(&mut w, &map);
-    w.note(NoteKind::Handler, a(0x21), "");
-    for id in [0, 1, 4, 5, 6, 10, 7, 8] {
+    w.note(NoteKind::Handler, a(0x20), sig);
+    for &(id, call) in ids {
         w.exec(id);
+        if let Some(n) = call {
+            w.note(NoteKind::Syscall, n, "");
+        }
     }
-    let e = events(finish(&mut w, true)).unwrap_err();
-    assert!(e.contains("signal handler at 0x400021"), "{e}");
+    events(finish(&mut w, true))
+}
+
+fn interrupt_at(x: u64) -> Event {
+    far(FarKind::Interrupt { vector: 0xfd }, x, SYSCALL_ENTRY, 0)
+}
+
+#[test]
+fn qe16_a_signal_is_an_interrupt_where_the_thread_was_and_the_handler_is_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let enter = far(FarKind::Iret, SYSRET_FROM, a(0x20), 3);
+    let sigreturn = [far(FarKind::Syscall, a(0x25), SYSCALL_ENTRY, 0)];
+    // After a plain instruction: the interrupt is at the next one, at once.
+    let (ev, ..) = with_handler(
+        dir.path(),
+        "10",
+        &[(0, None), (7, None), (11, Some(15)), (1, None)],
+    )
+    .unwrap();
+    assert_eq!(
+        ev[..5],
+        [
+            Event::Retire { ip: a(0), len: 3 },
+            interrupt_at(a(3)),
+            enter,
+            Event::Return {
+                ip: a(0x20),
+                target: a(0x25)
+            },
+            sigreturn[0],
+        ]
+    );
+    assert_eq!(ev[5], far(FarKind::Sysret, SYSRET_FROM, a(3), 3));
+    // After a conditional branch: where it went is the address rt_sigreturn comes back to; the
+    // branch and the interrupt go in before the handler's events.
+    let (ev, ..) = with_handler(
+        dir.path(),
+        "10",
+        &[(0, None), (1, None), (7, None), (11, Some(15)), (4, None)],
+    )
+    .unwrap();
+    assert_eq!(
+        ev[..5],
+        [
+            Event::Retire { ip: a(0), len: 3 },
+            Event::CondBranch {
+                ip: a(3),
+                len: 2,
+                target: a(0x10),
+                taken: true
+            },
+            interrupt_at(a(0x10)),
+            enter,
+            Event::Return {
+                ip: a(0x20),
+                target: a(0x25)
+            },
+        ]
+    );
+    // A handler that comes back where the branch cannot go changed the context: refused.
+    let e = with_handler(
+        dir.path(),
+        "10",
+        &[(0, None), (1, None), (7, None), (11, Some(15)), (5, None)],
+    )
+    .unwrap_err();
+    assert!(e.contains("changed where the program resumes"), "{e}");
+    // A system call whose way out meets the signal: tracing comes back at the handler.
+    let (ev, ..) = with_handler(
+        dir.path(),
+        "10",
+        &[(0, None), (1, None), (4, Some(62)), (7, None)],
+    )
+    .unwrap();
+    assert_eq!(ev[3], far(FarKind::Sysret, SYSRET_FROM, a(0x20), 3), "{ev:?}");
+    // The handler of a fault: the block may have stopped part-way: refused.
+    let e = with_handler(dir.path(), "11", &[(0, None), (7, None)]).unwrap_err();
+    assert!(e.contains("an instruction raises"), "{e}");
+    // A RET to the handler's address is the RET (a signal there cannot be told from it).
+    let (ev, ..) = with_handler(
+        dir.path(),
+        "10",
+        &[(0, None), (1, None), (2, None), (7, None), (8, None)],
+    )
+    .unwrap();
+    assert!(
+        ev.contains(&Event::Return {
+            ip: a(0x20),
+            target: a(0x21)
+        }),
+        "{ev:?}"
+    );
+    // A transfer no instruction and no handler explains stays an error.
+    let e = run(dir.path(), &[0, 7], true).unwrap_err();
+    assert!(e.contains("no signal handler is there"), "{e}");
 }
 
 /// A stream of two threads, 100 (the main one) and 101, interleaved in chunks as the plugin

@@ -473,13 +473,16 @@ fn c_program(dir: &Path, name: &str, source: &str) -> PathBuf {
 }
 
 #[test]
-fn qe10_signal_handlers_are_refused() {
+fn qe10_qe16_what_cannot_be_traced_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let signal = c_program(
+    // A SIGSEGV handler that runs after a fault inside a block (QE16).
+    let fault = c_program(
         dir.path(),
-        "signal",
-        "#include <signal.h>\n#include <stdio.h>\nstatic volatile int got;\nstatic void h(int s) { got = s; }\n\
-         int main(void) { signal(SIGUSR1, h); raise(SIGUSR1); printf(\"got %d\\n\", got); return 0; }\n",
+        "fault",
+        "#include <setjmp.h>\n#include <signal.h>\n#include <stdio.h>\nstatic sigjmp_buf env;\n\
+         static void h(int s) { siglongjmp(env, s); }\n\
+         int main(int c, char **v) { signal(SIGSEGV, h); if (!sigsetjmp(env, 1)) *(volatile int *)(long)(c - 1) = 1;\n\
+         puts(\"recovered\"); return 0; }\n",
     );
     // Killed by a fault after it ran on from its last system call: the end is unknown (QE7).
     let crash = c_program(
@@ -496,7 +499,7 @@ fn qe10_signal_handlers_are_refused() {
          int main(void) { closefrom(3); puts(\"closed\"); return 0; }\n",
     );
     for (exe, says, prints) in [
-        (&signal, "signal handler", "got 10\n"),
+        (&fault, "an instruction raises", "recovered\n"),
         (&crash, "killed outside a system call", "ran\n"),
         (&closer, "closed the", "closed\n"),
     ] {
@@ -734,5 +737,103 @@ fn qe15_pd7_every_thread_is_a_case_that_holds_exactly_what_it_ran() {
         assert_eq!(report(case)["program"]["tid"].as_u64(), Some(t));
         // One perf.data holds every thread (PD7).
         check_decoders(case, &out.join("perf.data"), t);
+    }
+}
+
+/// The address of `symbol` in `exe` (linked with -no-pie: where it runs).
+fn symbol(exe: &Path, symbol: &str) -> u64 {
+    let o = Command::new("nm").arg(exe).output().expect("nm (binutils)");
+    let t = text(&o.stdout);
+    let line = t
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(symbol))
+        .unwrap_or_else(|| panic!("{symbol} is not in {}", exe.display()));
+    u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap()
+}
+
+/// Compiles tests/data/qemu/NAME.c with gcc, linked where it runs (-no-pie).
+fn test_program(dir: &Path, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/qemu/{name}.c"));
+    let exe = dir.join(name);
+    let o = Command::new("gcc")
+        .args(["-O1", "-no-pie", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    exe
+}
+
+/// QEMU logs a block when it is about to run it; a signal that interrupts the thread there stops
+/// the block before its first instruction, and its handler runs instead. `ran` without those:
+/// an address followed by the handler's first instruction that is one the program says a
+/// signal interrupted it at.
+fn without_interrupted(ran: &[u64], handler: u64, interrupted: &[u64]) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::with_capacity(ran.len());
+    for &pc in ran {
+        if pc == handler && out.last().is_some_and(|l| interrupted.contains(l)) {
+            out.pop();
+        }
+        if out.last() != Some(&pc) {
+            out.push(pc);
+        }
+    }
+    out
+}
+
+#[test]
+fn qe16_signals_are_interrupts_and_their_handlers_are_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = test_program(dir.path(), "signals");
+    let handler = symbol(&exe, "on_usr1");
+    let out = dir.path().join("o");
+    let ips = dir.path().join("interrupted.txt");
+    let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe), s(&ips)]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&native(&[s(&exe)], b"").stdout));
+    assert_eq!(text(&o.stdout), "signals delivered: 4\n");
+    let interrupted: Vec<u64> = std::fs::read_to_string(&ips)
+        .unwrap()
+        .lines()
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    assert_eq!(interrupted.len(), 4);
+    let cases = thread_cases(&out);
+    assert_eq!(cases.len(), 2);
+    let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
+    for (cpu, ran) in cpus.iter().enumerate() {
+        let ran = without_interrupted(ran, handler, &interrupted);
+        assert!(
+            truths.contains(&ran),
+            "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
+            ran.len(),
+            truths.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+    }
+    // The main thread's signal came as its tgkill returned; the worker's three while it
+    // computed: each an interrupt at the address the program saw, and each handler returned.
+    let counts = |case: &Path| report(case)["input"]["counts"].clone();
+    let (main, worker) = (counts(&cases[0]), counts(&cases[1]));
+    assert_eq!(main["signals_delivered"], 1, "{main}");
+    assert_eq!(worker["signals_delivered"], 3, "{worker}");
+    assert_eq!(worker["sigreturns"], 3, "{worker}");
+    let truth = common::cli::truth_jsonl(&cases[1]);
+    for x in &interrupted[1..] {
+        assert!(
+            truth.contains(&format!("\"k\":\"async\",\"from\":\"{x:#x}\"")),
+            "no interrupt at {x:#x} in the worker's truth"
+        );
+    }
+    let r = report(&out);
+    let tids = std::iter::once(r["program"]["tid"].as_u64().unwrap()).chain(
+        r["program"]["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["tid"].as_u64().unwrap()),
+    );
+    for (case, tid) in cases.iter().zip(tids) {
+        check_decoders(case, &out.join("perf.data"), tid);
     }
 }

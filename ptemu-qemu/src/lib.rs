@@ -436,7 +436,8 @@ unsafe extern "C" fn on_syscall(
             // The new action's handler is its first field; 0 and 1 are SIG_DFL and SIG_IGN.
             if let Some(sh) = shared().as_mut() {
                 if let Some(h) = sh.maps.read_u64(a2).filter(|&h| h > 1) {
-                    sh.writer.note(NoteKind::Handler, h, "");
+                    // The text is the signal's number (QE16: a fault's handler is refused).
+                    sh.writer.note(NoteKind::Handler, h, &a1.to_string());
                 }
             }
         }

@@ -8,7 +8,7 @@ use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::{EventSource, SourceStats, StartState};
 use crate::tracer::{Event, ExecMode, FarKind};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
@@ -92,6 +92,45 @@ impl Spool {
     }
 }
 
+/// rt_sigreturn's number.
+const SYS_RT_SIGRETURN: u64 = 15;
+
+/// SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS: the signals an instruction raises.
+const FAULT_SIGNALS: u64 = 1 << 4 | 1 << 5 | 1 << 7 | 1 << 8 | 1 << 11 | 1 << 31;
+
+/// The interrupt vector a signal's delivery is traced with: Linux's RESCHEDULE_VECTOR, the
+/// interrupt that makes a running thread enter the kernel and find its signal (QE16).
+const SIGNAL_VECTOR: u8 = 0xfd;
+
+/// The way out of user mode at `x`, the next instruction, which has not run: FUP, TIP.PGD.
+fn interrupted_at(x: u64) -> Event {
+    Event::far(
+        FarKind::Interrupt {
+            vector: SIGNAL_VECTOR,
+        },
+        x,
+        SYSCALL_ENTRY,
+        0,
+        ExecMode::Bits64,
+    )
+}
+
+/// A signal delivered after a branch whose outcome the handler's return tells (QE16).
+#[derive(Debug)]
+struct Suspended {
+    /// The branch (or REP string instruction) the signal came after.
+    insn: Insn,
+    /// The handler.
+    handler: u64,
+    /// Handlers entered and not yet returned from.
+    depth: u32,
+    /// Where in the caller's events the handler's begin.
+    mark: usize,
+}
+
+/// The most events a suspended signal's handler may make before it returns (QE16).
+const MAX_SUSPENDED_EVENTS: usize = 1 << 22;
+
 /// A QEMU plugin stream as an [`EventSource`].
 pub struct QemuEvents<R> {
     name: String,
@@ -102,7 +141,13 @@ pub struct QemuEvents<R> {
     /// For each instruction id, how many instructions from it on in its block are plain.
     stretch: Vec<u32>,
     pending: Option<Insn>,
-    handlers: HashSet<u64>,
+    /// Signal handlers the program installed, each with the signals it handles (a bit each).
+    handlers: HashMap<u64, u64>,
+    /// The system call the last SYSCALL made (the plugin's note).
+    last_syscall: Option<u64>,
+    /// A signal delivered after a branch, until its handler returns (QE16).
+    suspended: Option<Suspended>,
+
     files: Vec<(FileMap, Option<memmap2::Mmap>)>,
     side: Arc<Mutex<Sideband>>,
     executions: u64,
@@ -135,6 +180,9 @@ struct Counts {
     returns: u64,
     syscalls: u64,
     rep: u64,
+    signals: u64,
+    sigreturns: u64,
+    unreturned: u64,
 }
 
 impl<R> std::fmt::Debug for QemuEvents<R> {
@@ -158,7 +206,10 @@ impl<R: Read> QemuEvents<R> {
             retire: Vec::new(),
             stretch: Vec::new(),
             pending: None,
-            handlers: HashSet::new(),
+            handlers: HashMap::new(),
+            last_syscall: None,
+            suspended: None,
+
             files: Vec::new(),
             side,
             executions: 0,
@@ -309,36 +360,27 @@ impl<R: Read> QemuEvents<R> {
     /// The events of `p`, which QEMU followed with the instruction at `nx` (QE3).
     fn resolve(&mut self, p: Insn, nx: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
         let (ip, len) = (p.ip, p.len);
-        // Only a transfer that goes anywhere could be taken for the way into a handler; the
-        // others are checked against where they go below.
-        let anywhere = matches!(
-            p.kind,
-            Kind::IndirectJump | Kind::IndirectCall | Kind::Return | Kind::Far | Kind::Iret
-        );
-        let to_handler = |this: &Self| {
-            this.error(
-                at,
-                ErrorKind::Inconsistent,
-                format!(
-                    "after {ip:#x} the program ran its signal handler at {nx:#x}: signals are not \
-                     traced yet (issue 41)"
-                ),
-            )
-        };
-        if anywhere && !self.handlers.is_empty() && self.handlers.contains(&nx) {
-            return Err(to_handler(self));
+        // QE16: a transfer to a signal handler that the instruction does not make is the signal
+        // delivered after it. A branch that can go anywhere and goes to a handler is taken as
+        // the branch (a call through a pointer): a signal there cannot be told from it.
+        let signal = self.handlers.contains_key(&nx)
+            && match p.kind {
+                Kind::Plain | Kind::Undone | Kind::RepString => nx != p.next(),
+                Kind::Conditional => nx != p.next() && nx != p.target,
+                Kind::Jump | Kind::Call => nx != p.target,
+                _ => false,
+            };
+        if signal {
+            return self.deliver(p, nx, out, at);
         }
         let unexplained = |this: &Self| {
-            if this.handlers.contains(&nx) {
-                return to_handler(this);
-            }
             this.error(
                 at,
                 ErrorKind::Inconsistent,
                 format!(
                     "after the instruction at {ip:#x} ({:?}) QEMU ran {nx:#x}, where that \
-                     instruction does not go: an asynchronous transfer (a signal or sigreturn), \
-                     which is not traced yet (issue 41)",
+                     instruction does not go, and no signal handler is there (QE16): a transfer \
+                     no instruction or signal explains is not traced",
                     p.kind
                 ),
             )
@@ -388,10 +430,21 @@ impl<R: Read> QemuEvents<R> {
                 out.push(Event::Return { ip, target: nx });
             }
             Kind::Syscall | Kind::SoftwareInterrupt(_) => {
-                if nx != p.next() {
+                // QE16: a system call comes back after itself, at a signal handler (a signal
+                // delivered on its way out), or, for rt_sigreturn, where the context it
+                // restores says.
+                let sigreturn = p.kind == Kind::Syscall && self.last_syscall == Some(SYS_RT_SIGRETURN);
+                let to_handler = nx != p.next() && self.handlers.contains_key(&nx);
+                if nx != p.next() && !sigreturn && !to_handler {
                     return Err(unexplained(self));
                 }
                 self.counts.syscalls += 1;
+                if to_handler {
+                    self.counts.signals += 1;
+                    if let Some(s) = self.suspended.as_mut() {
+                        s.depth += 1;
+                    }
+                }
                 // QE6: into the kernel, which is not traced, and back after the instruction.
                 let (into, back) = match p.kind {
                     Kind::Syscall => (FarKind::Syscall, FarKind::Sysret),
@@ -400,6 +453,15 @@ impl<R: Read> QemuEvents<R> {
                 };
                 out.push(Event::far(into, ip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
                 out.push(Event::far(back, SYSRET_FROM, nx, 3, ExecMode::Bits64));
+                if sigreturn {
+                    self.counts.sigreturns += 1;
+                    if let Some(s) = self.suspended.as_mut() {
+                        s.depth -= 1;
+                        if s.depth == 0 {
+                            self.resume(nx, out, at)?;
+                        }
+                    }
+                }
             }
             Kind::Far | Kind::Iret => {
                 let kind = if p.kind == Kind::Iret {
@@ -414,8 +476,107 @@ impl<R: Read> QemuEvents<R> {
         Ok(())
     }
 
+    /// QE16: a signal delivered after `p` completed, while the program computed: its handler
+    /// at `h` runs next. The interrupt comes at the instruction `p` went to: where `p` always
+    /// goes, that is known now; after a branch or REP string instruction, it is the address the
+    /// handler's rt_sigreturn comes back to, and everything until then waits in `out`.
+    fn deliver(&mut self, p: Insn, h: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+        if let Some(&signals) = self.handlers.get(&h) {
+            if signals & FAULT_SIGNALS != 0 {
+                return Err(self.error(
+                    at,
+                    ErrorKind::Inconsistent,
+                    format!(
+                        "after {:#x} the program ran {h:#x}, the handler of a signal an instruction \
+                         raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP or SIGSYS): a fault may \
+                         have stopped the block QEMU ran part-way, so what ran is unknown (QE16)",
+                        p.ip
+                    ),
+                ));
+            }
+        }
+        self.counts.signals += 1;
+        let went = match p.kind {
+            Kind::Plain | Kind::Undone => Some(p.next()),
+            Kind::Jump | Kind::Call => Some(p.target),
+            _ => None,
+        };
+        match went {
+            Some(x) => {
+                self.resolve(p, x, out, at)?;
+                out.push(interrupted_at(x));
+                if let Some(s) = self.suspended.as_mut() {
+                    s.depth += 1;
+                }
+            }
+            None if self.suspended.is_some() => {
+                return Err(self.error(
+                    at,
+                    ErrorKind::Inconsistent,
+                    format!(
+                        "a second signal arrived after the branch at {:#x}, inside the handler of a \
+                         signal whose interrupted address is not known yet: not traced (QE16)",
+                        p.ip
+                    ),
+                ));
+            }
+            None => {
+                self.suspended = Some(Suspended {
+                    insn: p,
+                    handler: h,
+                    depth: 1,
+                    mark: out.len(),
+                });
+            }
+        }
+        // The kernel enters the handler: tracing comes back there.
+        out.push(Event::far(FarKind::Iret, SYSRET_FROM, h, 3, ExecMode::Bits64));
+        Ok(())
+    }
+
+    /// QE16: the handler of the suspended signal returned to `x`: the interrupted instruction's
+    /// outcome and the interrupt go in where the handler's events begin.
+    fn resume(&mut self, x: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+        let s = self.suspended.take().expect("suspended");
+        let p = s.insn;
+        let mut head = Vec::new();
+        if p.kind == Kind::RepString && x == p.ip {
+            // Interrupted between iterations: the REP instruction has not retired; it goes on
+            // after the handler.
+        } else {
+            let fits = match p.kind {
+                Kind::Conditional => x == p.target || x == p.next(),
+                Kind::RepString => x == p.next(),
+                _ => true,
+            };
+            if !fits {
+                return Err(self.error(
+                    at,
+                    ErrorKind::Inconsistent,
+                    format!(
+                        "the signal handler at {:#x} returned to {x:#x}, where the instruction it \
+                         interrupted after ({:#x}, {:?}) does not go: the handler changed where the \
+                         program resumes, so where that instruction went is unknown (QE16)",
+                        s.handler, p.ip, p.kind
+                    ),
+                ));
+            }
+            self.resolve(p, x, &mut head, at)?;
+        }
+        head.push(interrupted_at(x));
+        out.splice(s.mark..s.mark, head);
+        Ok(())
+    }
+
     /// QE7: the last instruction QEMU began, when the stream ends.
     fn finish(&mut self, out: &mut Vec<Event>) {
+        if let Some(s) = self.suspended.take() {
+            // QE16: the handler never returned (it exited, or jumped out with longjmp): the
+            // instruction before the signal is traced as interrupted before it, as a stop
+            // between blocks is (QE15).
+            out.insert(s.mark, interrupted_at(s.insn.ip));
+            self.counts.unreturned += 1;
+        }
         let Some(p) = self.pending.take() else { return };
         match p.kind {
             Kind::Syscall => {
@@ -505,6 +666,7 @@ impl<R: Read> QemuEvents<R> {
             NoteKind::Failure => refuse(self, format!("the QEMU plugin failed: {text}")),
             NoteKind::Syscall => {
                 self.entered = true;
+                self.last_syscall = Some(value);
                 Ok(())
             }
             NoteKind::Returned => {
@@ -512,7 +674,13 @@ impl<R: Read> QemuEvents<R> {
                 Ok(())
             }
             NoteKind::Handler => {
-                self.handlers.insert(value);
+                // The text is the signal's number (a plugin before QE16 sent none).
+                let bit = text
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&n| n < 64)
+                    .map_or(0, |n| 1u64 << n);
+                *self.handlers.entry(value).or_default() |= bit;
                 Ok(())
             }
             NoteKind::Fork => {
@@ -533,7 +701,21 @@ impl<R: Read> EventSource for QemuEvents<R> {
             return Ok(false);
         }
         let from = out.len();
-        while out.len() == from {
+        while out.len() == from || self.suspended.is_some() {
+            if let Some(s) = &self.suspended {
+                if out.len() - s.mark > MAX_SUSPENDED_EVENTS {
+                    return Err(self.error(
+                        self.reader.offset(),
+                        ErrorKind::Inconsistent,
+                        format!(
+                            "the handler of a signal that arrived after the branch at {:#x} ran \
+                             more than {MAX_SUSPENDED_EVENTS} events without returning: where the \
+                             branch went is not known (QE16)",
+                            s.insn.ip
+                        ),
+                    ));
+                }
+            }
             let at = self.reader.offset();
             let rec = match self.reader.next_record() {
                 Ok(r) => r,
@@ -732,6 +914,9 @@ impl<R: Read> EventSource for QemuEvents<R> {
                 ("returns", c.returns),
                 ("system_calls", c.syscalls),
                 ("rep_string_instructions", c.rep),
+                ("signals_delivered", c.signals),
+                ("sigreturns", c.sigreturns),
+                ("signals_whose_handler_never_returned", c.unreturned),
             ],
             approximations: vec![
                 "system calls: the kernel is not traced (User=1, OS=0): a disable at the SYSCALL and an enable at the instruction after it (QE6)",
