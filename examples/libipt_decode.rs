@@ -56,6 +56,9 @@ pub struct Section {
     pub size: u64,
     /// Where it is mapped.
     pub vaddr: u64,
+    /// For code a program wrote while it ran (`ptemu run`, spec/qemu.md QE17): the time it was
+    /// written, from which it replaces what was there; `None`: mapped from the start.
+    pub load_tsc: Option<u64>,
 }
 
 fn hex_field(v: &serde_json::Value, what: &str) -> u64 {
@@ -74,13 +77,17 @@ pub fn case_sections(case: &Path) -> Vec<Section> {
             offset: 0,
             size: 0,
             vaddr: base,
+            load_tsc: None,
         }];
     }
     let report = json(&case.join("report.json"));
     let maps = report["program"]["maps"]
         .as_array()
         .expect("no image.json, and report.json has no program.maps: a case without code");
+    // The files the program ran code from, then each version of the code it wrote.
+    let code = report["program"]["code"].as_array().cloned().unwrap_or_default();
     maps.iter()
+        .chain(&code)
         .map(|m| {
             let (start, end) = (
                 hex_field(&m["start"], "maps.start"),
@@ -91,6 +98,10 @@ pub fn case_sections(case: &Path) -> Vec<Section> {
                 offset: hex_field(&m["offset"], "maps.offset"),
                 size: end - start,
                 vaddr: start,
+                load_tsc: m
+                    .get("load_tsc")
+                    .filter(|t| !t.is_null())
+                    .map(|t| hex_field(t, "load_tsc")),
             }
         })
         .collect()
@@ -157,6 +168,7 @@ fn error_text(code: i32) -> String {
 /// Decodes `trace` over the raw image file `image` loaded at `base` (see the module doc).
 pub fn decode_lines(trace: &[u8], image: &Path, base: u64, t: Timing) -> String {
     let section = Section {
+        load_tsc: None,
         path: image.to_path_buf(),
         offset: 0,
         size: 0,
@@ -194,13 +206,14 @@ pub fn decode_sections_timed(trace: &[u8], sections: &[Section], t: Timing, show
         c.cpuid_0x15_ebx = t.cpuid_0x15_ebx;
         let dec = pt_insn_alloc_decoder(&c);
         assert!(!dec.is_null(), "pt_insn_alloc_decoder");
-        for (s, name) in sections.iter().zip(&names) {
+        let add = |s: &Section, name: &CString| {
             let file = std::fs::metadata(&s.path).map(|m| m.len()).unwrap_or(0);
             // A mapping may run past the file's end (its last page): libipt takes what is there.
             let size = match s.size {
                 0 => file.saturating_sub(s.offset),
                 n => n.min(file.saturating_sub(s.offset)),
             };
+            // A section over an earlier one replaces it where they overlap.
             let rc = pt_image_add_file(
                 pt_insn_get_image(dec),
                 name.as_ptr(),
@@ -215,7 +228,21 @@ pub fn decode_sections_timed(trace: &[u8], sections: &[Section], t: Timing, show
                 s.path.display(),
                 error_text(rc)
             );
+        };
+        for (s, name) in sections.iter().zip(&names) {
+            if s.load_tsc.is_none() {
+                add(s, name);
+            }
         }
+        // Code written later, loaded when libipt's time reaches the time it was written, as
+        // perf applies a perf.data MMAP2 record (pt_insn_time: timing packets decoded so far).
+        let mut later: Vec<(u64, usize)> = sections
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| s.load_tsc.map(|t| (t, k)))
+            .collect();
+        later.sort();
+        let mut later = later.into_iter().peekable();
         // The PSB decoding last started again at, so an error there moves on.
         let mut restarted: Option<usize> = None;
         let mut status = pt_insn_sync_forward(dec);
@@ -248,6 +275,15 @@ pub fn decode_sections_timed(trace: &[u8], sections: &[Section], t: Timing, show
             }
             if status & pt_status_flag_pts_eos as i32 != 0 {
                 break;
+            }
+            if later.peek().is_some() {
+                let (mut now, mut lost_mtc, mut lost_cyc) = (0u64, 0u32, 0u32);
+                if pt_insn_time(dec, &mut now, &mut lost_mtc, &mut lost_cyc) >= 0 {
+                    while let Some(&(_, k)) = later.peek().filter(|&&(t, _)| t <= now) {
+                        add(&sections[k], &names[k]);
+                        later.next();
+                    }
+                }
             }
             let mut insn: pt_insn = std::mem::zeroed();
             status = pt_insn_next(dec, &mut insn, std::mem::size_of::<pt_insn>());

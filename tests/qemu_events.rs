@@ -296,7 +296,7 @@ fn qe1_a_stream_that_breaks_off_or_lies_is_an_error_with_its_offset() {
 }
 
 #[test]
-fn qe5_code_that_is_not_the_files_is_refused() {
+fn qe5_qe17_code_that_is_not_the_files_is_refused_and_code_no_file_holds_is_written_code() {
     let dir = tempfile::tempdir().unwrap();
     let mut map = code_file(dir.path(), &PROGRAM);
     // The file holds the program with one byte changed: what QEMU ran is not the file.
@@ -306,19 +306,33 @@ fn qe5_code_that_is_not_the_files_is_refused() {
     let mut w = Writer::new();
     translate(&mut w, &map);
     let e = events(finish(&mut w, true)).unwrap_err();
-    assert!(
-        e.contains("is not what") && e.contains("written at run time"),
-        "{e}"
-    );
-    // Code outside every mapping the plugin reported.
+    assert!(e.contains("is not what") && e.contains("QE17"), "{e}");
+    // Code outside every mapping the plugin reported is written code, a version a page: the
+    // program rewrote 0x20 (a RET, then a NOP) after running it.
     map.start = BASE + 0x1000;
     map.end = BASE + 0x2000;
     std::fs::write(&map.path, PROGRAM).unwrap();
     let mut w = Writer::new();
     translate(&mut w, &map);
-    let e = events(finish(&mut w, true)).unwrap_err();
-    assert!(e.contains("lies in no file mapping"), "{e}");
-    // Code in anonymous memory, which the plugin notes.
+    w.exec_block(0, 2);
+    w.exec_block(4, 1);
+    w.note(NoteKind::Syscall, 1, "");
+    w.exec_block(5, 2);
+    w.exec_block(10, 1);
+    w.exec_block(7, 1);
+    assert_eq!(block(&mut w, 0x20, &[&[0x90], &[0xff, 0xd0]]), 12);
+    w.exec_block(12, 2);
+    let (_, side, _) = events(finish(&mut w, true)).unwrap();
+    let pages: Vec<(u64, u32)> = side.code.iter().map(|c| (c.page, c.version)).collect();
+    assert_eq!(pages, [(BASE, 0), (BASE, 1)]);
+    assert_eq!(side.code[0].bytes[0x20], 0xc3);
+    assert_eq!(side.code[1].bytes[0x20], 0x90);
+    // Version 0 last ran before version 1 first did.
+    assert!(
+        side.code[0].last.unwrap() < side.code[1].first.unwrap(),
+        "{side:?}"
+    );
+    // A plugin before QE17 noted anonymous code: refused as it was.
     let mut w = Writer::new();
     w.note(NoteKind::AnonymousCode, 0x7000_0000, "anonymous memory");
     let e = events(finish(&mut w, true)).unwrap_err();

@@ -515,7 +515,7 @@ fn qe10_qe16_what_cannot_be_traced_is_refused() {
 }
 
 #[test]
-fn qe5_qe10_code_written_at_run_time_is_refused() {
+fn qe17_code_written_once_is_traced_and_a_rewrite_two_threads_run_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let jit = c_program(
         dir.path(),
@@ -525,12 +525,32 @@ fn qe5_qe10_code_written_at_run_time_is_refused() {
          void *p = mmap(0, 4096, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);\n\
          memcpy(p, code, sizeof code); printf(\"%d\\n\", ((int (*)(void))p)()); return 0; }\n",
     );
+    // Written once: one version, mapped from the start; no CYC needed.
     let out = dir.path().join("o");
-    let o = ptemu_run(&out, &[], &[s(&jit)], b"");
+    let o = ptemu_run(&out, &["--perf-data"], &[s(&jit)], b"");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "42\n");
+    let r = report(&out);
+    assert_eq!(r["program"]["code"].as_array().unwrap().len(), 1);
+    check_decoders(&out, &out.join("perf.data"), 1000);
+    // Rewritten while a second thread runs it: each thread's trace keeps its own clock.
+    let shared = c_program(
+        dir.path(),
+        "shared",
+        "#include <pthread.h>\n#include <stdio.h>\n#include <string.h>\n#include <sys/mman.h>\n\
+         static unsigned char *p;\nstatic void *f(void *a) { return (void *)(long)((int (*)(void))p)(); }\n\
+         int main(void) { unsigned char code[] = {0xb8, 42, 0, 0, 0, 0xc3}; pthread_t t; void *r1, *r2;\n\
+         p = mmap(0, 4096, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);\n\
+         memcpy(p, code, sizeof code); pthread_create(&t, 0, f, 0); pthread_join(t, &r1);\n\
+         code[1] = 43; memcpy(p, code, sizeof code); r2 = (void *)(long)((int (*)(void))p)();\n\
+         printf(\"%ld %ld\\n\", (long)r1, (long)r2); return 0; }\n",
+    );
+    let out = dir.path().join("o2");
+    let o = ptemu_run(&out, &[], &[s(&shared)], b"");
     let e = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{e}");
-    assert!(e.contains("no file holds") && e.contains("issue 41"), "{e}");
-    assert_eq!(text(&o.stdout), "42\n");
+    assert!(e.contains("rewrote its code") && e.contains("QE17"), "{e}");
+    assert_eq!(text(&o.stdout), "42 43\n");
     assert!(!out.exists());
 }
 
@@ -826,6 +846,66 @@ fn qe16_signals_are_interrupts_and_their_handlers_are_traced() {
         );
     }
     let r = report(&out);
+    let tids = std::iter::once(r["program"]["tid"].as_u64().unwrap()).chain(
+        r["program"]["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["tid"].as_u64().unwrap()),
+    );
+    for (case, tid) in cases.iter().zip(tids) {
+        check_decoders(case, &out.join("perf.data"), tid);
+    }
+}
+
+/// Issue 41's proof: a program of two threads, a signal handler, and code it writes and
+/// rewrites (tests/data/qemu/proof.c), traced with CYC packets (QE17: decoders load each version
+/// of the code at the time it was written). Its output is its own; each thread's truth is
+/// exactly what QEMU's own log of the same run says the thread executed; perf (one perf.data,
+/// each thread by its tid) and libipt decode every thread with no error, and `ptemu verify`
+/// accepts both.
+#[test]
+fn qe15_qe16_qe17_pd8_threads_signals_and_written_code_are_traced_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = test_program(dir.path(), "proof");
+    let handler = symbol(&exe, "on_usr1");
+    let out = dir.path().join("o");
+    let ips = dir.path().join("interrupted.txt");
+    let (o, cpus) = run_logged(
+        dir.path(),
+        &out,
+        &["--perf-data", "--ctl", "CYCEn=1"],
+        &[s(&exe), s(&ips)],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&native(&[s(&exe)], b"").stdout));
+    assert_eq!(text(&o.stdout), "code: 5050 9900 158400; signals delivered: 4\n");
+    let interrupted: Vec<u64> = std::fs::read_to_string(&ips)
+        .unwrap()
+        .lines()
+        .map(|l| u64::from_str_radix(l, 16).unwrap())
+        .collect();
+    let cases = thread_cases(&out);
+    assert_eq!(cases.len(), 2);
+    let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
+    assert_eq!(cpus.len(), 2);
+    for (cpu, ran) in cpus.iter().enumerate() {
+        let ran = without_interrupted(ran, handler, &interrupted);
+        assert!(
+            truths.contains(&ran),
+            "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
+            ran.len(),
+            truths.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+    }
+    // The written page, in its three versions, each a file of code/.
+    let r = report(&out);
+    let code = r["program"]["code"].as_array().unwrap();
+    assert_eq!(code.len(), 3, "{code:?}");
+    assert!(code[0]["load_tsc"].is_null() && code[2]["load_tsc"].is_string());
+    for c in code {
+        assert!(Path::new(c["path"].as_str().unwrap()).is_file(), "{c}");
+    }
     let tids = std::iter::once(r["program"]["tid"].as_u64().unwrap()).chain(
         r["program"]["threads"]
             .as_array()

@@ -294,7 +294,7 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
                 }
             }
             Err((addr, what)) => {
-                sh.note(NoteKind::AnonymousCode, addr, &what, true);
+                sh.note(NoteKind::Failure, addr, &what, true);
                 return;
             }
         }

@@ -10,11 +10,14 @@ pub struct Known {
     base: Option<u64>,
     /// Guest ranges already reported as file mappings.
     ranges: Vec<(u64, u64)>,
+    /// Guest pages no file holds (QE17), already looked up.
+    unfiled: std::collections::HashSet<u64>,
 }
 
 impl Known {
     /// The file mappings holding guest bytes `vaddr..vaddr + len` (at host address `host`) that
-    /// were not reported yet, or the first address no file holds and what the map says of it.
+    /// were not reported yet (none where no file holds them: code written at run time, QE17),
+    /// or an address the process map does not have and why.
     pub fn locate(&mut self, vaddr: u64, host: usize, len: usize) -> Result<Vec<FileMap>, (u64, String)> {
         let base = (host as u64).wrapping_sub(vaddr);
         match self.base {
@@ -27,12 +30,18 @@ impl Known {
         let mut new = Vec::new();
         let last = vaddr.wrapping_add(len.max(1) as u64 - 1);
         for a in [vaddr, last] {
-            if self.ranges.iter().any(|&(s, e)| s <= a && a < e) {
+            if self.ranges.iter().any(|&(s, e)| s <= a && a < e) || self.unfiled.contains(&(a >> 12)) {
                 continue;
             }
-            let m = find(a.wrapping_add(base), base)?;
-            self.ranges.push((m.start, m.end));
-            new.push(m);
+            match find(a.wrapping_add(base), base)? {
+                Some(m) => {
+                    self.ranges.push((m.start, m.end));
+                    new.push(m);
+                }
+                None => {
+                    self.unfiled.insert(a >> 12);
+                }
+            }
         }
         Ok(new)
     }
@@ -106,7 +115,7 @@ fn text(bytes: &[u8]) -> String {
 
 /// The line of `/proc/self/maps` holding host address `host`, as guest addresses. The map is
 /// read as bytes: a path elsewhere in it that is not UTF-8 does not matter.
-fn find(host: u64, base: u64) -> Result<FileMap, (u64, String)> {
+fn find(host: u64, base: u64) -> Result<Option<FileMap>, (u64, String)> {
     let guest = host.wrapping_sub(base);
     let bytes = std::fs::read("/proc/self/maps").map_err(|e| (guest, format!("/proc/self/maps: {e}")))?;
     for raw in bytes.split(|&b| b == b'\n') {
@@ -145,15 +154,12 @@ fn find(host: u64, base: u64) -> Result<FileMap, (u64, String)> {
         }
         let path = f.collect::<Vec<_>>().join(" ");
         if !path.starts_with('/') || path.ends_with(" (deleted)") {
-            let what = if path.is_empty() {
-                "anonymous memory".to_string()
-            } else {
-                path
-            };
-            return Err((guest, what));
+            // Memory no file holds (anonymous, [heap], a file since deleted): code written at
+            // run time, whose bytes the block records carry (QE17).
+            return Ok(None);
         }
         let (major, minor) = dev.split_once(':').unwrap_or(("0", "0"));
-        return Ok(FileMap {
+        return Ok(Some(FileMap {
             start: s.wrapping_sub(base),
             end: e.wrapping_sub(base),
             offset: u64::from_str_radix(offset, 16).unwrap_or(0),
@@ -161,7 +167,7 @@ fn find(host: u64, base: u64) -> Result<FileMap, (u64, String)> {
             minor: u32::from_str_radix(minor, 16).unwrap_or(0),
             inode: inode.parse().unwrap_or(0),
             path,
-        });
+        }));
     }
     Err((guest, "no mapping at all".into()))
 }

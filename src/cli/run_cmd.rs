@@ -142,10 +142,23 @@ pub fn run(a: Args) -> Result<(), Failure> {
             }
             Ok(out)
         },
-        &|| {
+        &|staging| {
             let s = side.lock().expect("not poisoned");
             let exit = status.lock().expect("not poisoned").expect("waited");
-            (mappings(&s), Some(program_json(&a.command, &program, exit, &s)))
+            let code = match write_code(staging, &a.run.out, &s, &opts) {
+                Ok(c) => c,
+                Err(e) => {
+                    // After the simulation, `after` cannot fail the run: perf.data and libipt
+                    // lack the written code, and the summary says why.
+                    eprintln!("ptemu: warning: {}: writing code/: {e}", a.run.out.display());
+                    Vec::new()
+                }
+            };
+            let mut maps = mappings(&s);
+            maps.extend(code.iter().map(|c| c.mapping.clone()));
+            let mut program = program_json(&a.command, &program, exit, &s);
+            program["code"] = code_json(&code);
+            (maps, Some(program))
         },
     );
     let mut done = match result {
@@ -159,6 +172,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let exit = status.lock().expect("not poisoned").expect("waited");
     let threads = side.lock().expect("not poisoned").threads.clone();
     let traced = trace_threads(&a.run, &opts, &name, &threads, &mut done.staged)?;
+    shared_rewrites(&side.lock().expect("not poisoned"), &traced)?;
     if a.run.perf_data && !traced.is_empty() {
         let s = side.lock().expect("not poisoned");
         perf_data_of_threads(&a.run, &opts, &name, &s, &done, &traced)?;
@@ -174,7 +188,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             done.truth.as_ref(),
         );
         let s = side.lock().expect("not poisoned");
-        program_lines(&mut text, exit, &s);
+        program_lines(&mut text, exit, &s, &opts);
         thread_lines(&mut text, &a.run.out, &traced);
         // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
         // `ls > list` holds (as `time` and `strace` report on stderr).
@@ -191,6 +205,87 @@ pub fn run(a: Args) -> Result<(), Failure> {
     }
 }
 
+/// One version of a page of code the program wrote (QE17), as the run writes it out.
+struct WrittenCode {
+    version: u32,
+    /// Its file (DIR/code/PAGE.VERSION.elf), where, and from when.
+    mapping: Mapping,
+}
+
+/// The model's TSC once the traced thread has run `count` instructions: `ptemu run` makes no
+/// cycles but the instructions' (CYCLES_PER_INSTRUCTION each) at a fixed core ratio.
+fn tsc_after(opts: &simulate::Options, count: u64) -> u64 {
+    let clock = ptemu::tracer::Clock::new(opts.tracer.clock);
+    opts.tracer.clock.tsc_start.wrapping_add(
+        clock.cycles_to_tsc(count.saturating_mul(u64::from(opts.tracer.cycles_per_instruction))),
+    )
+}
+
+/// QE17: each version of each page of written code as a mapping of its file in DIR/code/: the
+/// first version of a page from the start, each later one from halfway between the traced
+/// thread's last run of the version before and its first run of this one (perf and the libipt
+/// harness load it when their decoding reaches that time). A version this thread never ran
+/// after another keeps the time of the one before.
+fn code_versions(out: &Path, s: &Sideband, opts: &simulate::Options) -> Vec<WrittenCode> {
+    let mut v = Vec::new();
+    for (k, c) in s.code.iter().enumerate() {
+        let before = s.code[..k].iter().rev().find(|p| p.page == c.page);
+        let path = out.join("code").join(format!("{:x}.{}.elf", c.page, c.version));
+        let path = std::path::absolute(&path).unwrap_or(path).display().to_string();
+        let (_, pgoff) = ptemu::perf_data::elf::image(&c.bytes, c.page);
+        let mut m = Mapping::new(path, c.page, c.bytes.len() as u64, pgoff);
+        if let (Some(b), Some(first)) = (before, c.first) {
+            let last = b.last.unwrap_or(0).min(first);
+            m = m.at(tsc_after(opts, last + (first - last) / 2));
+        }
+        v.push(WrittenCode {
+            version: c.version,
+            mapping: m,
+        });
+    }
+    v
+}
+
+/// [`code_versions`], with each version's file written into `staging/code/`.
+fn write_code(
+    staging: &Path,
+    out: &Path,
+    s: &Sideband,
+    opts: &simulate::Options,
+) -> std::io::Result<Vec<WrittenCode>> {
+    if s.code.is_empty() {
+        return Ok(Vec::new());
+    }
+    std::fs::create_dir_all(staging.join("code"))?;
+    for c in &s.code {
+        let (elf, _) = ptemu::perf_data::elf::image(&c.bytes, c.page);
+        std::fs::write(
+            staging
+                .join("code")
+                .join(format!("{:x}.{}.elf", c.page, c.version)),
+            elf,
+        )?;
+    }
+    Ok(code_versions(out, s, opts))
+}
+
+fn code_json(code: &[WrittenCode]) -> serde_json::Value {
+    serde_json::Value::Array(
+        code.iter()
+            .map(|c| {
+                serde_json::json!({
+                    "path": c.mapping.path,
+                    "start": format!("{:#x}", c.mapping.addr),
+                    "end": format!("{:#x}", c.mapping.addr + c.mapping.len),
+                    "offset": format!("{:#x}", c.mapping.pgoff()),
+                    "version": c.version,
+                    "load_tsc": c.mapping.tsc.map(|t| format!("{t:#x}")),
+                })
+            })
+            .collect(),
+    )
+}
+
 /// Where the main pass puts the other threads' records, in the staging directory.
 const THREADS_SPOOL: &str = "threads.spool";
 
@@ -202,6 +297,10 @@ struct ThreadCase {
     trace_bytes: u64,
     pmis: Vec<u64>,
     maps: Vec<Mapping>,
+    /// Its written code's mappings (QE17), with this thread's load times.
+    code: Vec<Mapping>,
+    /// The pages of written code with several versions that it ran code of.
+    rewritten_run: Vec<u64>,
 }
 
 /// QE15: each thread but the main one, read from the records the main pass put aside and
@@ -250,28 +349,41 @@ fn trace_threads(
                     progress,
                 )
             },
-            &|| {
+            &|_| {
                 let s = side.lock().expect("not poisoned");
+                // The code files are the main case's (the same bytes: every pass reads every
+                // block); the load times are this thread's.
+                let code = code_versions(&run.out, &s, opts);
+                let mut maps = mappings(&s);
+                maps.extend(code.iter().map(|c| c.mapping.clone()));
                 (
-                    mappings(&s),
+                    maps,
                     Some(serde_json::json!({
                         "tid": t.tid,
                         "parent": t.parent,
                         "maps": maps_json(&s),
+                        "code": code_json(&code),
                         "forks_not_traced": s.forks,
                         "execs": s.execs,
                     })),
                 )
             },
         )?;
+        let s = side.lock().expect("not poisoned");
         cases.push(ThreadCase {
             tid: t.tid,
             parent: t.parent,
             instructions: done.outcome.source.count("instructions"),
             trace_bytes: done.outcome.unit.stats().bytes_written,
             pmis: done.outcome.pmis.clone(),
-            maps: mappings(&side.lock().expect("not poisoned")),
+            maps: mappings(&s),
+            code: code_versions(&run.out, &s, opts)
+                .into_iter()
+                .map(|c| c.mapping)
+                .collect(),
+            rewritten_run: rewritten_run(&s),
         });
+        drop(s);
         done.staged.commit(&args.out)?;
     }
     let _ = std::fs::remove_file(&spool);
@@ -317,15 +429,56 @@ fn perf_data_of_threads(
             cuts: cuts(&t.pmis),
         })
         .collect();
-    // Every file any thread ran code from, once.
+    // Every file any thread ran code from, once; each version of written code once, loaded
+    // when the thread that ran it loaded it (QE17: one thread a rewritten page).
     let mut maps = mappings(s);
-    for m in threads.iter().flat_map(|t| &t.maps) {
-        if !maps.iter().any(|k| k.path == m.path && k.addr == m.addr) {
-            maps.push(m.clone());
+    maps.extend(code_versions(&run.out, s, opts).into_iter().map(|c| c.mapping));
+    for m in threads.iter().flat_map(|t| t.maps.iter().chain(&t.code)) {
+        match maps.iter_mut().find(|k| k.path == m.path && k.addr == m.addr) {
+            Some(k) => k.tsc = k.tsc.or(m.tsc),
+            None => maps.push(m.clone()),
         }
     }
     perf_data::write_process(&staging.join("perf.data"), opts, name, maps, pid, &main, &others)
         .map_err(|e| Failure::input(format!("{}: writing perf.data: {e}", run.out.display())))
+}
+
+/// The pages of written code with more than one version that the traced thread ran.
+fn rewritten_run(s: &Sideband) -> Vec<u64> {
+    let mut pages: Vec<u64> = s
+        .code
+        .iter()
+        .filter(|c| c.first.is_some() && s.code.iter().any(|o| o.page == c.page && o.version > 0))
+        .map(|c| c.page)
+        .collect();
+    pages.sort_unstable();
+    pages.dedup();
+    pages
+}
+
+/// QE17: a page rewritten while it ran must have run in one thread only: decoders load each
+/// version at a time, and each thread's trace has a clock of its own.
+fn shared_rewrites(main: &Sideband, threads: &[ThreadCase]) -> Result<(), Failure> {
+    let mut runs: Vec<(u64, u64)> = rewritten_run(main)
+        .into_iter()
+        .map(|p| (p, main.tid.unwrap_or(0)))
+        .collect();
+    runs.extend(
+        threads
+            .iter()
+            .flat_map(|t| t.rewritten_run.iter().map(|&p| (p, t.tid))),
+    );
+    for &(page, tid) in &runs {
+        if let Some(&(_, other)) = runs.iter().find(|&&(p, t)| p == page && t != tid) {
+            return Err(Failure::input(format!(
+                "the program rewrote its code at {page:#x} and threads {tid} and {other} both ran it: \
+                 decoders load each version of written code at the time it was written, and each \
+                 thread's trace keeps a clock of its own, so that is not traced (QE17; code written \
+                 once may run in any thread)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn thread_lines(o: &mut String, out: &Path, cases: &[ThreadCase]) {
@@ -597,13 +750,32 @@ fn maps_json(s: &Sideband) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband) {
+fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband, opts: &simulate::Options) {
     outln!(
         o,
         "  program: {}, {} file mappings ran code (report.json: program.maps)",
         describe(exit),
         s.maps.len()
     );
+    if !s.code.is_empty() {
+        let mut pages: Vec<u64> = s.code.iter().map(|c| c.page).collect();
+        pages.sort_unstable();
+        pages.dedup();
+        outln!(
+            o,
+            "  code written at run time: {} page(s), {} version(s), in code/ (report.json: program.code, QE17)",
+            pages.len(),
+            s.code.len()
+        );
+        if s.code.len() > pages.len() && !opts.ctl.cyc_en() {
+            outln!(
+                o,
+                "  note: the program rewrote code it had run: decoders load each version at the time it was \
+                 written, which a trace without CYC packets does not tell them finely enough: trace with \
+                 --ctl CYCEn=1 for perf and libipt to replay it"
+            );
+        }
+    }
     if !s.forks.is_empty() {
         outln!(
             o,

@@ -128,7 +128,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         |sink, spool, events, progress, _| {
             simulate::run_recording(&opts, input, fetch, sink, spool, events, progress)
         },
-        &|| (Vec::new(), None),
+        &|_| (Vec::new(), None),
     )?;
     if !a.run.quiet {
         print(&summary(
@@ -181,7 +181,7 @@ pub(super) fn execute(
         &mut dyn FnMut(u64),
         &Path,
     ) -> Result<(Outcome, Sink), SimError>,
-    after: &dyn Fn() -> After,
+    after: &dyn Fn(&Path) -> After,
 ) -> Result<Done, Failure> {
     let out_error = |e: std::io::Error| Failure::input(format!("{}: writing outputs: {e}", r.out.display()));
     let dir = RunDir::create(&r.out).map_err(out_error)?;
@@ -253,7 +253,7 @@ pub(super) fn execute(
         }
         None => None,
     };
-    let (maps, program) = after();
+    let (maps, program) = after(dir.staging());
     let perf = if r.perf_data {
         Some(write_perf_data(&dir, opts, &outcome, &plan, name, maps).map_err(out_error)?)
     } else {
@@ -456,6 +456,10 @@ fn finish(
     }
     write_outputs_with(dir.staging(), &outcome.unit, &outcome.mem, &report)?;
     outputs.extend(["regions", "report.json"]);
+    // Code a real program wrote at run time, a file a version (`ptemu run`, QE17).
+    if dir.staged("code").is_dir() {
+        outputs.push("code");
+    }
     // The picture replays the layout as its file programs it: not drawn when --ctl ToPA= says
     // otherwise (SIM5), rather than drawn wrong (spec/picture.md).
     if opts.ctl.topa() == (opts.layout.scheme == ptemu::layout::Scheme::Topa) {

@@ -101,6 +101,9 @@ pub struct Mapping {
     pub len: u64,
     /// File offset of `addr`.
     pgoff: u64,
+    /// The TSC when it was mapped, for code mapped while the program ran (QE17, PD8); none:
+    /// mapped before tracing started.
+    pub tsc: Option<u64>,
 }
 
 impl Mapping {
@@ -116,7 +119,14 @@ impl Mapping {
             addr,
             len,
             pgoff,
+            tsc: None,
         }
+    }
+
+    /// This mapping, made when the TSC was `tsc`.
+    pub fn at(mut self, tsc: u64) -> Self {
+        self.tsc = Some(tsc);
+        self
     }
 }
 
@@ -289,25 +299,8 @@ fn sideband(spec: &Spec) -> io::Result<Vec<u8>> {
     r.write_u32::<LE>(spec.pid).expect("to memory");
     r.extend_from_slice(&comm);
     sample_id(&mut r, spec);
-    for m in spec.image.iter().chain(&spec.maps) {
-        let name = padded_str(&m.path);
-        header(
-            &mut r,
-            PERF_RECORD_MMAP2,
-            PERF_RECORD_MISC_USER,
-            8 + 8 + 24 + 24 + 8 + name.len() + sample_id_size(spec),
-        )?;
-        for v in [spec.pid, spec.pid] {
-            r.write_u32::<LE>(v).expect("to memory");
-        }
-        for v in [m.addr, m.len, m.pgoff] {
-            r.write_u64::<LE>(v).expect("to memory");
-        }
-        r.extend_from_slice(&[0; 24]); // maj, min, ino, ino_generation
-        r.write_u32::<LE>(5).expect("to memory"); // PROT_READ | PROT_EXEC
-        r.write_u32::<LE>(2).expect("to memory"); // MAP_PRIVATE
-        r.extend_from_slice(&name);
-        sample_id(&mut r, spec);
+    for m in spec.image.iter().chain(&spec.maps).filter(|m| m.tsc.is_none()) {
+        mmap2(&mut r, spec, m)?;
     }
     // PD7: each other thread as perf records one that starts while it records: FORK (pid, ppid,
     // tid, ptid, time), then COMM.
@@ -336,6 +329,52 @@ fn sideband(spec: &Spec) -> io::Result<Vec<u8>> {
         r.write_u32::<LE>(tid).expect("to memory");
         sample_id_of(&mut r, spec, tid);
     }
+    Ok(r)
+}
+
+/// The MMAP2 record of `m`, at its time (or tracing's start).
+fn mmap2(r: &mut Vec<u8>, spec: &Spec, m: &Mapping) -> io::Result<()> {
+    let name = padded_str(&m.path);
+    header(
+        r,
+        PERF_RECORD_MMAP2,
+        PERF_RECORD_MISC_USER,
+        8 + 8 + 24 + 24 + 8 + name.len() + sample_id_size(spec),
+    )?;
+    for v in [spec.pid, spec.pid] {
+        r.write_u32::<LE>(v).expect("to memory");
+    }
+    for v in [m.addr, m.len, m.pgoff] {
+        r.write_u64::<LE>(v).expect("to memory");
+    }
+    r.extend_from_slice(&[0; 24]); // maj, min, ino, ino_generation
+    r.write_u32::<LE>(5).expect("to memory"); // PROT_READ | PROT_EXEC
+    r.write_u32::<LE>(2).expect("to memory"); // MAP_PRIVATE
+    r.extend_from_slice(&name);
+    let start = r.len();
+    sample_id(r, spec);
+    if let (Some(tsc), true) = (m.tsc, timed(spec)) {
+        // The TIME field follows TID in the trailer.
+        let t = ((u128::from(tsc) * u128::from(time_mult(spec.max_nonturbo_ratio))) >> TIME_SHIFT) as u64;
+        r[start + 8..start + 16].copy_from_slice(&t.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// PD8: the mappings made while the program ran (code it wrote), in time order, after the AUX
+/// data and closed by a FINISHED_ROUND: perf has queued every AUX buffer when it reaches them,
+/// and decodes each thread up to a record's time before it applies the record.
+fn later_maps(spec: &Spec) -> io::Result<Vec<u8>> {
+    let mut later: Vec<&Mapping> = spec.maps.iter().filter(|m| m.tsc.is_some()).collect();
+    if later.is_empty() {
+        return Ok(Vec::new());
+    }
+    later.sort_by_key(|m| m.tsc);
+    let mut r = Vec::new();
+    for m in later {
+        mmap2(&mut r, spec, m)?;
+    }
+    header(&mut r, PERF_RECORD_FINISHED_ROUND, 0, 8)?;
     Ok(r)
 }
 
@@ -391,7 +430,7 @@ pub fn write<R: Read, W: Write + ?Sized>(
     )
 }
 
-/// [`write`] for a process of several threads (PD7): the main thread's trace first, then each
+/// [`write()`] for a process of several threads (PD7): the main thread's trace first, then each
 /// of `spec.threads`' in its own AUX buffers (their own `idx`, tagged with the thread's tid), as
 /// perf records a per-thread recording.
 pub fn write_threads<W: Write + ?Sized>(
@@ -402,6 +441,7 @@ pub fn write_threads<W: Write + ?Sized>(
     let mut records = auxtrace_info(spec)?;
     records.extend(sideband(spec)?);
     header(&mut records, PERF_RECORD_FINISHED_ROUND, 0, 8)?;
+    let later = later_maps(spec)?;
     let aux_bytes: u64 = traces
         .iter()
         .flat_map(|t| &t.chunks)
@@ -411,7 +451,7 @@ pub fn write_threads<W: Write + ?Sized>(
     let attr_size = ATTR_SIZE as u64 + 16;
     let ids_offset = attrs_offset + attr_size;
     let data_offset = ids_offset + 8;
-    let data_size = records.len() as u64 + aux_bytes;
+    let data_size = records.len() as u64 + aux_bytes + later.len() as u64;
     let mut h = Vec::with_capacity(data_offset as usize);
     for v in [
         MAGIC,
@@ -461,6 +501,7 @@ pub fn write_threads<W: Write + ?Sized>(
             offset += n;
         }
     }
+    out.write_all(&later)?;
     out.flush()
 }
 

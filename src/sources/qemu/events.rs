@@ -4,6 +4,7 @@
 use super::classify::{classify, Insn, Kind};
 use super::wire::Writer;
 use super::wire::{FileMap, NoteKind, Reader, Record, WireError};
+use super::written::{CodeVersion, Written};
 use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::{EventSource, SourceStats, StartState};
@@ -34,6 +35,9 @@ pub struct Sideband {
     /// The program's other threads, in the order they first ran (QE15), with the thread that
     /// started each.
     pub threads: Vec<ThreadSeen>,
+    /// Code written at run time, every version of every page, with when the traced thread ran
+    /// it (QE17).
+    pub code: Vec<CodeVersion>,
 }
 
 /// A thread of the program besides the one traced (QE15).
@@ -140,6 +144,14 @@ pub struct QemuEvents<R> {
     retire: Vec<Event>,
     /// For each instruction id, how many instructions from it on in its block are plain.
     stretch: Vec<u32>,
+    /// For each instruction id, its written code's version plus one, or 0 (QE17).
+    version: Vec<u32>,
+    /// Code written at run time (QE17).
+    written: Written,
+    /// Versions run in this batch, with the index in the batch's events where (QE17).
+    runs: Vec<(usize, usize)>,
+    /// The model's instructions in the batches returned so far.
+    model_instructions: u64,
     pending: Option<Insn>,
     /// Signal handlers the program installed, each with the signals it handles (a bit each).
     handlers: HashMap<u64, u64>,
@@ -205,6 +217,10 @@ impl<R: Read> QemuEvents<R> {
             table: Vec::new(),
             retire: Vec::new(),
             stretch: Vec::new(),
+            version: Vec::new(),
+            written: Written::default(),
+            runs: Vec::new(),
+            model_instructions: 0,
             pending: None,
             handlers: HashMap::new(),
             last_syscall: None,
@@ -272,15 +288,13 @@ impl<R: Read> QemuEvents<R> {
 
     /// QE5: the bytes QEMU translated must be the file's at that address; otherwise the code was
     /// written at run time and no decoder that reads the files could follow it.
-    fn check_bytes(&mut self, ip: u64, bytes: &[u8], at: u64) -> Result<()> {
+    /// QE17: code in no file mapping is written code, whose versions the run writes out: its
+    /// version's index plus one; 0 for a file's code.
+    fn check_bytes(&mut self, ip: u64, bytes: &[u8], at: u64) -> Result<u32> {
         let Some((m, file)) = self.files.iter().find(|(m, _)| m.start <= ip && ip < m.end) else {
-            return Err(self.error(
-                at,
-                ErrorKind::Inconsistent,
-                format!("code at {ip:#x} lies in no file mapping the plugin reported"),
-            ));
+            return Ok(self.written.add(ip, bytes) as u32 + 1);
         };
-        let Some(data) = file else { return Ok(()) };
+        let Some(data) = file else { return Ok(0) };
         let off = m
             .offset
             .checked_add(ip - m.start)
@@ -290,13 +304,14 @@ impl<R: Read> QemuEvents<R> {
                 at,
                 ErrorKind::Inconsistent,
                 format!(
-                    "the code QEMU ran at {ip:#x} is not what {} holds there: code written at run \
-                     time is not traced yet (issue 41)",
+                    "the code QEMU ran at {ip:#x} is not what {} holds there: code rewritten in a \
+                     file's mapping is not traced (QE17; code written into memory no file holds \
+                     is)",
                     m.path
                 ),
             ));
         }
-        Ok(())
+        Ok(0)
     }
 
     fn add_map(&mut self, m: FileMap, at: u64) -> Result<()> {
@@ -695,8 +710,40 @@ impl<R: Read> QemuEvents<R> {
     }
 }
 
+impl<R: Read> QemuEvents<R> {
+    /// QE17: when the thread ran each version of written code it ran in this batch, as the
+    /// model's count of instructions before the event where it ran: every event this source
+    /// makes is an instruction (the kernel's SYSRET included), which is what the tracer's clock
+    /// counts.
+    fn settle_runs(&mut self, out: &[Event], from: usize) {
+        debug_assert!(out[from..].iter().all(Event::is_instruction));
+        for &(v, k) in &self.runs {
+            self.written.ran(v, self.model_instructions + (k - from) as u64);
+        }
+        self.runs.clear();
+        self.model_instructions += (out.len() - from) as u64;
+    }
+}
+
 impl<R: Read> EventSource for QemuEvents<R> {
     fn next_events(&mut self, out: &mut Vec<Event>) -> Result<bool> {
+        let from = out.len();
+        let r = self.next_events_unsettled(out);
+        self.settle_runs(out, from);
+        r
+    }
+
+    fn start_state(&self) -> StartState {
+        self.start_state_of()
+    }
+
+    fn stats(&self) -> SourceStats {
+        self.stats_of()
+    }
+}
+
+impl<R: Read> QemuEvents<R> {
+    fn next_events_unsettled(&mut self, out: &mut Vec<Event>) -> Result<bool> {
         if self.done {
             return Ok(false);
         }
@@ -772,7 +819,10 @@ impl<R: Read> EventSource for QemuEvents<R> {
                     }
                     self.finish(out);
                     self.done = true;
-                    self.side.lock().expect("not poisoned").loaded = self.reader.started();
+                    let mut side = self.side.lock().expect("not poisoned");
+                    side.loaded = self.reader.started();
+                    side.code = self.written.versions().to_vec();
+                    drop(side);
                     if let Some(mut sp) = self.spool.take() {
                         sp.flush();
                         if let Err(e) = sp.file.flush() {
@@ -821,7 +871,8 @@ impl<R: Read> EventSource for QemuEvents<R> {
                                 ),
                             ));
                         }
-                        self.check_bytes(ip, &scratch[off..off + len], at)?;
+                        let version = self.check_bytes(ip, &scratch[off..off + len], at)?;
+                        self.version.push(version);
                         let crosses = (ip ^ (ip + len as u64 - 1)) >> 12 != 0;
                         let undone = k > 0 && k + 1 == starts.len() && crosses;
                         self.table.push(if undone {
@@ -857,6 +908,15 @@ impl<R: Read> EventSource for QemuEvents<R> {
                         // The plain instructions after it in its block are each followed by
                         // the next: their events are copied, not worked out one by one.
                         let n = (self.stretch[id] as usize).min(end - id);
+                        if self.version[id] != 0 {
+                            for k in id..id + n.max(1) {
+                                if let Some(v) = self.version[k].checked_sub(1) {
+                                    if self.runs.last().is_none_or(|r| r.0 != v as usize) {
+                                        self.runs.push((v as usize, out.len()));
+                                    }
+                                }
+                            }
+                        }
                         if n > 1 {
                             out.extend_from_slice(&self.retire[id..id + n - 1]);
                             self.instructions += n as u64 - 1;
@@ -890,7 +950,7 @@ impl<R: Read> EventSource for QemuEvents<R> {
         Ok(true)
     }
 
-    fn start_state(&self) -> StartState {
+    fn start_state_of(&self) -> StartState {
         StartState {
             mode: ExecMode::Bits64,
             cpl: 3,
@@ -898,7 +958,7 @@ impl<R: Read> EventSource for QemuEvents<R> {
         }
     }
 
-    fn stats(&self) -> SourceStats {
+    fn stats_of(&self) -> SourceStats {
         let c = self.counts;
         SourceStats {
             format: "qemu",

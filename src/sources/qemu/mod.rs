@@ -5,6 +5,7 @@
 mod classify;
 mod events;
 pub mod wire;
+pub mod written;
 
 pub use classify::{classify, Insn, Kind};
 pub use events::{QemuEvents, Sideband, ThreadSeen};

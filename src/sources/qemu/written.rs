@@ -1,0 +1,123 @@
+//! Code written at run time (spec/qemu.md QE17): the bytes QEMU translated from memory no file
+//! holds, page by page, in versions. A page's version holds every byte of it that a translated
+//! block covered; a block whose bytes differ from the page's newest version where both know the
+//! byte starts a new version (the program rewrote the code: QEMU throws away the blocks of a page
+//! written to, so every instruction that runs after the rewrite is translated again).
+
+use std::collections::HashMap;
+
+/// The size of a page, the unit of a version.
+pub const PAGE: u64 = 0x1000;
+
+/// One version of a page of written code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CodeVersion {
+    /// The page's address.
+    pub page: u64,
+    /// 0 for the page's first version, then 1, 2, ...
+    pub version: u32,
+    /// The page as far as translated blocks covered it (zero elsewhere).
+    pub bytes: Vec<u8>,
+    /// The traced thread's instruction count when it first ran code of this version, if it did.
+    pub first: Option<u64>,
+    /// ... and when it last did.
+    pub last: Option<u64>,
+}
+
+/// Every version of every page of written code, in the order they appeared.
+#[derive(Debug, Default)]
+pub struct Written {
+    versions: Vec<CodeVersion>,
+    /// Bytes of each version that a block covered, a bit each.
+    known: Vec<[u64; (PAGE / 64) as usize]>,
+    /// Each page's newest version.
+    newest: HashMap<u64, usize>,
+}
+
+impl Written {
+    /// Code `bytes` at `ip` was translated: returns, for each byte's page in order, the version
+    /// it belongs to (one or two pages: an instruction is at most 15 bytes).
+    pub fn add(&mut self, ip: u64, bytes: &[u8]) -> usize {
+        // A new version for each page whose newest one knows a byte that differs.
+        let mut pages: Vec<u64> = Vec::with_capacity(2);
+        for (k, &b) in bytes.iter().enumerate() {
+            let a = ip.wrapping_add(k as u64);
+            let page = a & !(PAGE - 1);
+            if !pages.contains(&page) {
+                pages.push(page);
+            }
+            if let Some(&v) = self.newest.get(&page) {
+                let off = (a - page) as usize;
+                if self.known[v][off / 64] >> (off % 64) & 1 != 0 && self.versions[v].bytes[off] != b {
+                    self.start(page);
+                }
+            }
+        }
+        for &page in &pages {
+            if !self.newest.contains_key(&page) {
+                self.start(page);
+            }
+        }
+        for (k, &b) in bytes.iter().enumerate() {
+            let a = ip.wrapping_add(k as u64);
+            let page = a & !(PAGE - 1);
+            let v = self.newest[&page];
+            let off = (a - page) as usize;
+            self.versions[v].bytes[off] = b;
+            self.known[v][off / 64] |= 1 << (off % 64);
+        }
+        self.newest[&(ip & !(PAGE - 1))]
+    }
+
+    fn start(&mut self, page: u64) {
+        let version = self
+            .newest
+            .get(&page)
+            .map_or(0, |&v| self.versions[v].version + 1);
+        self.newest.insert(page, self.versions.len());
+        self.versions.push(CodeVersion {
+            page,
+            version,
+            bytes: vec![0; PAGE as usize],
+            first: None,
+            last: None,
+        });
+        self.known.push([0; (PAGE / 64) as usize]);
+    }
+
+    /// The traced thread ran code of version `v` when it had run `count` instructions.
+    #[inline]
+    pub fn ran(&mut self, v: usize, count: u64) {
+        let c = &mut self.versions[v];
+        c.first.get_or_insert(count);
+        c.last = Some(count);
+    }
+
+    /// Every version.
+    pub fn versions(&self) -> &[CodeVersion] {
+        &self.versions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewrite_is_a_new_version_and_the_same_bytes_are_not() {
+        let mut w = Written::default();
+        assert_eq!(w.add(0x7000, &[0xb8, 1, 0, 0, 0]), 0);
+        assert_eq!(w.add(0x7005, &[0xc3]), 0);
+        // The same bytes again (a block translated anew): the same version.
+        assert_eq!(w.add(0x7000, &[0xb8, 1, 0, 0, 0]), 0);
+        // Different bytes where the version knows them: version 1.
+        assert_eq!(w.add(0x7000, &[0xb8, 2, 0, 0, 0]), 1);
+        assert_eq!(w.versions()[1].version, 1);
+        assert_eq!(w.versions()[1].bytes[..5], [0xb8, 2, 0, 0, 0]);
+        // Bytes across a page boundary go into both pages' versions.
+        let v = w.add(0x7ffe, &[0x90, 0x90, 0xc3]);
+        assert_eq!(w.versions()[v].page, 0x7000);
+        assert_eq!(w.versions().last().unwrap().page, 0x8000);
+        assert_eq!(w.versions().last().unwrap().bytes[0], 0xc3);
+    }
+}
