@@ -555,46 +555,47 @@ fn qe17_code_written_once_is_traced_and_a_rewrite_two_threads_run_is_refused() {
 }
 
 #[test]
-fn qe8_qe9_a_forked_child_is_not_traced_and_says_so() {
+fn qe8_qe9_qe18_forked_children_are_processes_of_their_own() {
     let dir = tempfile::tempdir().unwrap();
+    let exe = test_program(dir.path(), "fork");
     let out = dir.path().join("o");
-    // A child that execs true; the parent waits for it (SIGCHLD left at its default: a shell's
-    // SIGCHLD handler would be a signal delivered, QE10).
-    let fork = c_program(
-        dir.path(),
-        "fork",
-        "#include <stdio.h>\n#include <unistd.h>\n#include <sys/wait.h>\n\
-         int main(void) { pid_t p = fork(); if (p == 0) { execl(\"/usr/bin/true\", \"true\", (char *)0); _exit(9); }\n\
-         int st; waitpid(p, &st, 0); printf(\"done %d\\n\", WEXITSTATUS(st)); return 0; }\n",
-    );
-    let o = ptemu_run(&out, &[], &[s(&fork)], b"");
-    assert_eq!(
-        (o.status.code(), text(&o.stdout)),
-        (Some(0), "done 0\n".into()),
-        "{}",
-        text(&o.stderr)
-    );
+    let o = ptemu_run(&out, &["--perf-data"], &[s(&exe)], b"");
+    let native = native(&[s(&exe)], b"");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&native.stdout));
     let r = report(&out);
-    assert_eq!(
-        r["program"]["forks_not_traced"].as_array().unwrap().len(),
-        1,
-        "{r}"
-    );
-    assert_eq!(r["program"]["exited"], true);
-    let v = verify(&out, libipt_decode::decode_case(&out).as_bytes());
-    assert!(v.status.success(), "{}", text(&v.stdout));
-    // The summary says so, on stderr: stdout is the program's alone.
+    let procs = r["program"]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{r}");
+    assert_eq!(r["program"]["forks_not_traced"].as_array().unwrap().len(), 0);
+    let (child, grandchild) = (&procs[0], &procs[1]);
+    assert_eq!(grandchild["parent"], child["pid"]);
+    // Each process is a run of its own: perf and libipt decode it, and verify accepts both.
+    let mut cases = vec![out.clone()];
+    cases.extend(procs.iter().map(|p| out.join(p["case"].as_str().unwrap())));
+    for case in &cases {
+        let r = report(case);
+        assert!(
+            r["input"]["counts"]["instructions"].as_u64().unwrap() > 1000,
+            "{}",
+            case.display()
+        );
+        check_decoders(case, &case.join("perf.data"), 1000);
+    }
+    // The child exited (status 3, which the parent printed); the grandchild exec'd echo, where
+    // its trace ends (QE9).
+    let (c, g) = (report(&cases[1]), report(&cases[2]));
+    assert_eq!(c["program"]["exited"], true, "{c}");
+    assert_eq!(g["program"]["exited"], false, "{g}");
+    assert_eq!(g["program"]["execs"][0], "/usr/bin/echo");
+    // The summary lists them, on stderr: stdout is the program's alone.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
     env(&mut cmd)
         .args(["run", "--plugin", s(&plugin()), "--out", s(&out), "--"])
-        .arg(&fork);
+        .arg(&exe);
     let o = cmd.output().unwrap();
     let e = text(&o.stderr);
-    assert!(
-        e.contains("not traced: 1 forked child") && e.contains("ptemu run: fork (qemu)"),
-        "{e}"
-    );
-    assert_eq!(text(&o.stdout), "done 0\n");
+    assert!(e.contains("processes: 2 forked child process(es)"), "{e}");
+    assert_eq!(text(&o.stdout), text(&native.stdout));
     // execve replaces the program: the trace ends at the SYSCALL, and says so.
     let o = ptemu_run(&out, &[], &["sh", "-c", "exec /usr/bin/echo replaced"], b"");
     assert_eq!((o.status.code(), text(&o.stdout)), (Some(0), "replaced\n".into()));
@@ -603,6 +604,8 @@ fn qe8_qe9_a_forked_child_is_not_traced_and_says_so() {
     assert_eq!(r["program"]["execs"][0], "/usr/bin/echo");
     let v = verify(&out, libipt_decode::decode_case(&out).as_bytes());
     assert!(v.status.success(), "{}", text(&v.stdout));
+    // No processes/ left from the run before.
+    assert!(!out.join("processes").exists());
 }
 
 /// `--fault`, `--layout`, `--cpu` and `--ctl` mean for `run` what they mean for `simulate`:

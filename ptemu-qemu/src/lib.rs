@@ -46,6 +46,11 @@ struct Shared {
     maps: maps::Known,
     /// Executions of the threads that have ended (their slots are reused).
     executed: u64,
+    /// The abstract socket a forked child connects to (QE18), if `ptemu run` gave one.
+    fork_socket: Option<Vec<u8>>,
+    /// Every process record sent so far (blocks, mappings, handlers): a forked child's stream
+    /// starts with them, so that its blocks keep their ids (QE18).
+    history: Vec<u8>,
 }
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
@@ -60,6 +65,9 @@ struct Thread {
     forking: bool,
     /// The system call that returned, until the next block runs (QE7).
     returned: Option<u64>,
+    /// The process records' lock, held across a fork (QE18): the child gets a copy of the lock
+    /// as it is, and no other thread of the parent can be in the middle of a record then.
+    fork_guard: Option<std::sync::MutexGuard<'static, Option<Shared>>>,
 }
 
 /// A vCPU's slot. Only the vCPU's own thread touches it, but at the process's exit, when QEMU
@@ -90,6 +98,7 @@ unsafe fn thread(vcpu: c_uint) -> Option<&'static mut Thread> {
             writer: Writer::chunks(),
             forking: false,
             returned: None,
+            fork_guard: None,
         });
     }
     t.as_mut()
@@ -118,11 +127,37 @@ impl Shared {
     fn send(&mut self, thread: Option<&mut Thread>) {
         let fd = self.fd;
         let mut ok = true;
-        let mut out = |b: &[u8]| ok = ok && send_all(fd, b);
-        self.writer.take_chunk(0, &mut out);
+        let history = &mut self.history;
+        let keep = self.fork_socket.is_some();
+        self.writer.take_chunk(0, &mut |b: &[u8]| {
+            if keep {
+                history.extend_from_slice(b);
+            }
+            ok = ok && send_all(fd, b);
+        });
         if let Some(t) = thread {
-            t.writer.take_chunk(t.tid, &mut out);
+            t.writer
+                .take_chunk(t.tid, &mut |b: &[u8]| ok = ok && send_all(fd, b));
         }
+    }
+
+    /// QE18, in a forked child: a stream of its own, on a new connection to `ptemu run`,
+    /// starting with the process records so far; false if it cannot be made.
+    fn fork_stream(&mut self) -> bool {
+        let Some(name) = self.fork_socket.clone() else {
+            return false;
+        };
+        let Some(fd) = connect_abstract(&name) else {
+            return false;
+        };
+        // SAFETY: closing this process's copy of the parent's socket.
+        unsafe { libc::close(self.fd) };
+        self.fd = fd;
+        self.executed = 0;
+        let mut magic = Writer::new();
+        let mut ok = true;
+        magic.take(&mut |b| ok = ok && send_all(fd, b));
+        ok && send_all(fd, &self.history)
     }
 
     /// A note about the whole process, sent at once; with `stop`, the last thing the plugin
@@ -203,13 +238,17 @@ pub unsafe extern "C" fn qemu_plugin_install(
         return 1;
     }
     let mut fd = None;
+    let mut fork_socket = None;
     for k in 0..usize::try_from(argc).unwrap_or(0) {
         // SAFETY: QEMU's contract: `argc` C strings.
         let arg = unsafe { CStr::from_ptr(*argv.add(k)) }.to_string_lossy();
         match arg.split_once('=') {
             Some(("fd", n)) => fd = n.parse::<c_int>().ok(),
+            Some(("fork", name)) => fork_socket = Some(name.as_bytes().to_vec()),
             _ => {
-                api.print(&format!("ptemu-qemu: unknown argument {arg:?} (expected fd=N)"));
+                api.print(&format!(
+                    "ptemu-qemu: unknown argument {arg:?} (expected fd=N and fork=NAME)"
+                ));
                 return 1;
             }
         }
@@ -218,31 +257,17 @@ pub unsafe extern "C" fn qemu_plugin_install(
         api.print("ptemu-qemu: no fd=N argument: the plugin is started by `ptemu run`, which passes it");
         return 1;
     };
-    // The socket moves out of the guest's way, to a high descriptor (programs use the low
-    // ones, and a shell's `exec 4>file` would take it), close-on-exec so that it does not
-    // reach a program the guest execs.
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct it is given.
-    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        (limit.rlim_cur.min(1 << 20) as c_int - 64).max(100)
-    } else {
-        100
-    };
+    // The socket moves out of the guest's way, close-on-exec so that it does not reach a
+    // program the guest execs.
     // SAFETY: fcntl on a descriptor number; a bad one fails with EBADF.
-    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, top) };
-    if moved < 0 {
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
         api.print(&format!(
             "ptemu-qemu: fd={fd}: {}",
             std::io::Error::last_os_error()
         ));
         return 1;
     }
-    // SAFETY: the descriptor `ptemu run` passed, which the plugin owns.
-    unsafe { libc::close(fd) };
-    let fd = moved;
+    let fd = high_fd(fd);
     let mut writer = Writer::new();
     // The magic goes at once: `ptemu run` knows the plugin loaded.
     writer.take(&mut |b| {
@@ -253,6 +278,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
         writer,
         maps: maps::Known::default(),
         executed: 0,
+        fork_socket,
+        history: Vec::new(),
     });
     // SAFETY: registering callbacks of the documented signatures with QEMU's own id.
     unsafe {
@@ -423,9 +450,15 @@ unsafe extern "C" fn on_syscall(
             };
             // QEMU runs a vfork as a fork; CLONE_VM alone is a thread (QE15).
             t.forking = flags.is_some_and(|f| f & CLONE_VM == 0 || f & CLONE_VFORK != 0);
+            if t.forking {
+                t.fork_guard = Some(shared());
+            }
         }
         // Everything was sent above: the child has nothing of the parent's left to send.
-        SYS_FORK | SYS_VFORK => t.forking = true,
+        SYS_FORK | SYS_VFORK => {
+            t.forking = true;
+            t.fork_guard = Some(shared());
+        }
         SYS_EXECVE | SYS_EXECVEAT => {
             let path = shared()
                 .as_ref()
@@ -457,15 +490,35 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
     }
     if t.forking && matches!(num, SYS_CLONE | SYS_CLONE3 | SYS_FORK | SYS_VFORK) {
         t.forking = false;
+        let mut guard = t.fork_guard.take();
         if ret == 0 {
-            // The child: it is not traced; its copy of the socket closes.
-            OFF.store(true, Ordering::Relaxed);
-            if let Some(sh) = shared().as_ref() {
-                // SAFETY: closing the descriptor this process owns.
-                unsafe { libc::close(sh.fd) };
+            // QE18, the child: a stream of its own, its one thread the one that forked.
+            let traced = guard
+                .as_mut()
+                .and_then(|g| g.as_mut())
+                .is_some_and(|sh| sh.fork_stream());
+            if !traced {
+                OFF.store(true, Ordering::Relaxed);
+                if let Some(sh) = guard.as_ref().and_then(|g| g.as_ref()) {
+                    // SAFETY: closing the descriptor this process owns.
+                    unsafe { libc::close(sh.fd) };
+                }
+                return;
             }
+            drop(guard);
+            for (k, slot) in SLOTS.iter().enumerate() {
+                if k != vcpu as usize {
+                    // SAFETY: the child has no other thread (see `Slot`).
+                    unsafe { *slot.0.get() = None };
+                }
+            }
+            // SAFETY: gettid has no preconditions.
+            t.tid = unsafe { libc::gettid() } as u64;
+            t.writer = Writer::chunks();
+            t.returned = Some(num as u64);
             return;
         }
+        drop(guard);
         if ret > 0 {
             t.writer.note(NoteKind::Fork, ret as u64, "");
         }
@@ -491,4 +544,55 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
     sh.writer.end_with(total);
     sh.send(None);
     OFF.store(true, Ordering::Relaxed);
+}
+
+/// A connection to the abstract Unix socket `name`, close-on-exec, at a high descriptor.
+fn connect_abstract(name: &[u8]) -> Option<c_int> {
+    // SAFETY: plain socket calls on a local struct of the size passed.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        if name.len() + 1 > addr.sun_path.len() {
+            libc::close(fd);
+            return None;
+        }
+        for (k, &b) in name.iter().enumerate() {
+            addr.sun_path[k + 1] = b as c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+        if libc::connect(fd, (&raw const addr).cast(), len as libc::socklen_t) < 0 {
+            libc::close(fd);
+            return None;
+        }
+        let high = high_fd(fd);
+        Some(high)
+    }
+}
+
+/// `fd` moved out of the guest's way, to a high descriptor (programs use the low ones, and a
+/// shell's `exec 4>file` would take it), close-on-exec; `fd` itself is closed.
+fn high_fd(fd: c_int) -> c_int {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let top = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        (limit.rlim_cur.min(1 << 20) as c_int - 64).max(100)
+    } else {
+        100
+    };
+    // SAFETY: fcntl and close on descriptor numbers; a bad one fails with EBADF.
+    unsafe {
+        let moved = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, top);
+        if moved < 0 {
+            return fd;
+        }
+        libc::close(fd);
+        moved
+    }
 }

@@ -62,9 +62,12 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| Failure::input(format!("a socket for the plugin: {e}")))?;
     let fd = theirs.as_raw_fd();
+    // QE18: forked children connect here, each with a stream of its own.
+    let children =
+        Children::listen().map_err(|e| Failure::input(format!("a socket for forked children: {e}")))?;
     let mut cmd = Command::new(&qemu);
     cmd.arg("-0").arg(&argv0);
-    cmd.arg("-plugin").arg(plugin_arg(&plugin, fd)?);
+    cmd.arg("-plugin").arg(plugin_arg(&plugin, fd, &children.name)?);
     cmd.arg(&exe).args(before).args(rest);
     // SAFETY: only fcntl, async-signal-safe, between fork and exec.
     unsafe {
@@ -104,6 +107,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             // QE15: the other threads' records go aside, each traced after the program ends.
             let others = std::fs::File::create(staging.join(THREADS_SPOOL))
                 .map_err(|e| refusal(&qemu, &format!("{}: {e}", staging.join(THREADS_SPOOL).display())))?;
+            children.accept_into(staging);
             let started = cmd
                 .spawn()
                 .map_err(|e| refusal(&qemu, &format!("cannot start QEMU: {e}")))?;
@@ -166,17 +170,20 @@ pub fn run(a: Args) -> Result<(), Failure> {
         Err(f) => {
             // Nothing is written; the program finishes untraced, then the error.
             let _ = wait();
+            children.stop();
             return Err(f);
         }
     };
     let exit = status.lock().expect("not poisoned").expect("waited");
-    let threads = side.lock().expect("not poisoned").threads.clone();
-    let traced = trace_threads(&a.run, &opts, &name, &threads, &mut done.staged)?;
-    shared_rewrites(&side.lock().expect("not poisoned"), &traced)?;
-    if a.run.perf_data && !traced.is_empty() {
+    let traced = finish_process(&a.run, &opts, &name, &side, &mut done)?;
+    let (forks, pid) = {
         let s = side.lock().expect("not poisoned");
-        perf_data_of_threads(&a.run, &opts, &name, &s, &done, &traced)?;
-    }
+        (s.forks.clone(), s.tid)
+    };
+    let processes = trace_children(&a.run, &opts, &name, &children, pid, forks, &mut done.staged);
+    children.stop();
+    let processes = processes?;
+    note_processes(done.staged.staging(), &processes)?;
     if !a.run.quiet {
         let mut text = summary(
             "run",
@@ -190,6 +197,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         let s = side.lock().expect("not poisoned");
         program_lines(&mut text, exit, &s, &opts);
         thread_lines(&mut text, &a.run.out, &traced);
+        process_lines(&mut text, &a.run.out, &processes);
         // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
         // `ls > list` holds (as `time` and `strace` report on stderr).
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
@@ -284,6 +292,362 @@ fn code_json(code: &[WrittenCode]) -> serde_json::Value {
             })
             .collect(),
     )
+}
+
+/// After a process's main pass (`done`, staged): its other threads, each a case (QE15), the
+/// rewritten-code rule (QE17), and with --perf-data one perf.data of every thread (PD7).
+fn finish_process(
+    run: &RunArgs,
+    opts: &simulate::Options,
+    name: &str,
+    side: &Mutex<Sideband>,
+    done: &mut super::simulate_cmd::Done,
+) -> Result<Vec<ThreadCase>, Failure> {
+    let threads = side.lock().expect("not poisoned").threads.clone();
+    let traced = trace_threads(run, opts, name, &threads, &mut done.staged)?;
+    let s = side.lock().expect("not poisoned");
+    shared_rewrites(&s, &traced)?;
+    if run.perf_data && !traced.is_empty() {
+        perf_data_of_threads(run, opts, name, &s, done, &traced)?;
+    }
+    Ok(traced)
+}
+
+/// QE18: forked children's streams, each spooled into the staging directory as it arrives.
+struct Children {
+    /// The abstract socket's name (`fork=NAME` for the plugin).
+    name: String,
+    listener: std::os::unix::net::UnixListener,
+    streams: Arc<Mutex<Vec<ChildStream>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    accepting: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// One child's stream, as spooled.
+struct ChildStream {
+    path: PathBuf,
+    /// The child closed it (it exited or exec'd).
+    done: bool,
+    /// Already traced.
+    taken: bool,
+}
+
+impl Children {
+    fn listen() -> std::io::Result<Children> {
+        use std::os::linux::net::SocketAddrExt;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("ptemu-run-{}-{nanos:x}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let listener = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(Children {
+            name,
+            listener,
+            streams: Arc::new(Mutex::new(Vec::new())),
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            accepting: Mutex::new(None),
+        })
+    }
+
+    /// Accepts children from now on, each stream copied into `dir/process-K.stream`.
+    fn accept_into(&self, dir: &Path) {
+        let Ok(listener) = self.listener.try_clone() else {
+            return;
+        };
+        let (streams, stop, dir) = (self.streams.clone(), self.stop.clone(), dir.to_path_buf());
+        let handle = std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut conn = match listener.accept() {
+                    Ok((c, _)) => c,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                let _ = conn.set_nonblocking(false);
+                let k = {
+                    let mut v = streams.lock().expect("not poisoned");
+                    let path = dir.join(format!("process-{}.stream", v.len()));
+                    v.push(ChildStream {
+                        path,
+                        done: false,
+                        taken: false,
+                    });
+                    v.len() - 1
+                };
+                let (streams, path) = (streams.clone(), dir.join(format!("process-{k}.stream")));
+                std::thread::spawn(move || {
+                    if let Ok(mut f) = std::fs::File::create(&path) {
+                        let _ = std::io::copy(&mut conn, &mut std::io::BufWriter::new(&mut f));
+                    }
+                    streams.lock().expect("not poisoned")[k].done = true;
+                });
+            }
+        });
+        *self.accepting.lock().expect("not poisoned") = Some(handle);
+    }
+
+    /// The streams that ended and were not traced yet, marked taken; waits first until every
+    /// stream accepted so far has ended.
+    fn ended(&self) -> Vec<PathBuf> {
+        loop {
+            {
+                let mut v = self.streams.lock().expect("not poisoned");
+                if v.iter().all(|c| c.done) {
+                    return v
+                        .iter_mut()
+                        .filter(|c| !c.taken)
+                        .map(|c| {
+                            c.taken = true;
+                            c.path.clone()
+                        })
+                        .collect();
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.streams.lock().expect("not poisoned").len()
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(h) = self.accepting.lock().expect("not poisoned").take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A forked child traced (QE18).
+struct ProcessCase {
+    pid: u64,
+    parent: Option<u64>,
+    instructions: u64,
+    threads: usize,
+}
+
+/// What the children came to: those traced, and the forks no stream came for.
+struct Processes {
+    traced: Vec<ProcessCase>,
+    missing: Vec<u64>,
+}
+
+/// QE18: every forked child (and theirs), once each has ended, traced from its stream as a
+/// process of its own: `DIR/processes/<pid>/`, the layout of DIR. Waits for the children as
+/// `strace -f` does: a child that runs on after the program keeps the run waiting.
+fn trace_children(
+    run: &RunArgs,
+    opts: &simulate::Options,
+    name: &str,
+    children: &Children,
+    pid: Option<u64>,
+    forks: Vec<u64>,
+    staged: &mut Staged,
+) -> Result<Processes, Failure> {
+    let mut expected: Vec<(u64, Option<u64>)> = forks.into_iter().map(|p| (p, pid)).collect();
+    let mut traced: Vec<ProcessCase> = Vec::new();
+    loop {
+        for stream in children.ended() {
+            if let Some(case) = trace_child(run, opts, name, &stream, staged.staging(), &expected)? {
+                expected.extend(case.1.iter().map(|&p| (p, Some(case.0.pid))));
+                traced.push(case.0);
+            }
+            let _ = std::fs::remove_file(&stream);
+        }
+        let missing = |t: &[ProcessCase]| {
+            expected
+                .iter()
+                .map(|e| e.0)
+                .filter(|p| !t.iter().any(|c| c.pid == *p))
+                .collect::<Vec<_>>()
+        };
+        if missing(&traced).is_empty() {
+            break;
+        }
+        // A child forked just before its parent ended may not have connected yet.
+        let before = children.count();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while children.count() == before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        if children.count() == before {
+            break;
+        }
+    }
+    if !traced.is_empty() {
+        staged.add_output("processes");
+    }
+    let missing = expected
+        .iter()
+        .map(|e| e.0)
+        .filter(|p| !traced.iter().any(|c| c.pid == *p))
+        .collect();
+    Ok(Processes { traced, missing })
+}
+
+/// The first thread a child's stream names: the child's pid (its one thread's tid).
+fn stream_pid(path: &Path) -> Option<u64> {
+    let f = std::fs::File::open(path).ok()?;
+    let mut r = ptemu::sources::qemu::wire::Reader::new(std::io::BufReader::new(f));
+    while let Ok(Some(rec)) = r.next_record() {
+        if let ptemu::sources::qemu::wire::Record::Thread { tid } = rec {
+            if tid != 0 {
+                return Some(tid);
+            }
+        }
+    }
+    None
+}
+
+/// One child's stream traced into `staging/processes/<pid>/` (its threads and perf.data as
+/// for the program); `None` for a child that ran nothing (it died before its first block).
+/// Returns the case and the children it forked.
+fn trace_child(
+    run: &RunArgs,
+    opts: &simulate::Options,
+    name: &str,
+    stream: &Path,
+    staging: &Path,
+    expected: &[(u64, Option<u64>)],
+) -> Result<Option<(ProcessCase, Vec<u64>)>, Failure> {
+    let Some(pid) = stream_pid(stream) else {
+        return Ok(None);
+    };
+    let parent = expected.iter().find(|e| e.0 == pid).and_then(|e| e.1);
+    let mut args = run.clone();
+    args.out = staging.join("processes").join(pid.to_string());
+    args.quiet = true;
+    let child_name = format!("{name} (process {pid})");
+    let side = Arc::new(Mutex::new(Sideband::default()));
+    let mut done = execute(
+        &args,
+        opts,
+        &child_name,
+        None,
+        &|records| records,
+        |sink, truth, events, progress, staging| {
+            let io = |p: &Path, e: std::io::Error| {
+                simulate::SimError::Source(SourceError::io(&p.display().to_string(), None, e))
+            };
+            let file = std::fs::File::open(stream).map_err(|e| io(stream, e))?;
+            let others = std::fs::File::create(staging.join(THREADS_SPOOL))
+                .map_err(|e| io(&staging.join(THREADS_SPOOL), e))?;
+            let source = QemuEvents::new(
+                child_name.clone(),
+                std::io::BufReader::with_capacity(1 << 20, file),
+                side.clone(),
+            )
+            .spool_others_to(Box::new(std::io::BufWriter::with_capacity(1 << 20, others)));
+            simulate::run_source(opts, &child_name, Box::new(source), sink, truth, events, progress)
+        },
+        &|staging| {
+            let s = side.lock().expect("not poisoned");
+            let code = write_code(staging, &args.out, &s, opts).unwrap_or_default();
+            let mut maps = mappings(&s);
+            maps.extend(code.iter().map(|c| c.mapping.clone()));
+            (
+                maps,
+                Some(serde_json::json!({
+                    "pid": pid,
+                    "parent": parent,
+                    "tid": s.tid,
+                    "exited": s.ended,
+                    "maps": maps_json(&s),
+                    "code": code_json(&code),
+                    "threads": s.threads.iter().map(|t| serde_json::json!({
+                        "tid": t.tid,
+                        "parent": t.parent,
+                        "case": format!("threads/{}", t.tid),
+                    })).collect::<Vec<_>>(),
+                    "forks": s.forks,
+                    "execs": s.execs,
+                })),
+            )
+        },
+    )?;
+    let threads = finish_process(&args, opts, &child_name, &side, &mut done)?;
+    let instructions = done.outcome.source.count("instructions");
+    done.staged.commit(&args.out)?;
+    let forks = side.lock().expect("not poisoned").forks.clone();
+    Ok(Some((
+        ProcessCase {
+            pid,
+            parent,
+            instructions,
+            threads: threads.len(),
+        },
+        forks,
+    )))
+}
+
+/// DIR's report.json, staged, with the children traced (`program.processes`) and those no
+/// stream came for (`program.forks_not_traced`).
+fn note_processes(staging: &Path, p: &Processes) -> Result<(), Failure> {
+    let path = staging.join("report.json");
+    let fail = |e: String| Failure::input(format!("{}: {e}", path.display()));
+    let mut report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).map_err(|e| fail(e.to_string()))?)
+            .map_err(|e| fail(e.to_string()))?;
+    report["program"]["processes"] = serde_json::Value::Array(
+        p.traced
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "pid": c.pid,
+                    "parent": c.parent,
+                    "case": format!("processes/{}", c.pid),
+                })
+            })
+            .collect(),
+    );
+    report["program"]["forks_not_traced"] = serde_json::json!(p.missing);
+    ptemu::report::write_atomic(&path, |w| {
+        serde_json::to_writer_pretty(&mut *w, &report)?;
+        std::io::Write::write_all(w, b"\n")
+    })
+    .map_err(|e| fail(e.to_string()))
+}
+
+fn process_lines(o: &mut String, out: &Path, p: &Processes) {
+    if !p.traced.is_empty() {
+        outln!(
+            o,
+            "  processes: {} forked child process(es), each a run of its own in {}/processes/<pid>/ (QE18):",
+            p.traced.len(),
+            out.display()
+        );
+        for c in &p.traced {
+            outln!(
+                o,
+                "    process {}: {} instructions in its main thread{}",
+                c.pid,
+                c.instructions,
+                if c.threads > 0 {
+                    format!(", {} more thread(s)", c.threads)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    if !p.missing.is_empty() {
+        outln!(
+            o,
+            "  not traced: {} forked child process(es) that never ran under the plugin (pids {}): \
+             killed or exec'd before their first block",
+            p.missing.len(),
+            p.missing
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
 }
 
 /// Where the main pass puts the other threads' records, in the staging directory.
@@ -528,8 +892,8 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
-/// `-plugin PATH,fd=N` (QEMU splits the option at commas).
-fn plugin_arg(plugin: &Path, fd: i32) -> Result<OsString, Failure> {
+/// `-plugin PATH,fd=N,fork=NAME` (QEMU splits the option at commas).
+fn plugin_arg(plugin: &Path, fd: i32, fork: &str) -> Result<OsString, Failure> {
     if plugin.as_os_str().as_encoded_bytes().contains(&b',') {
         return Err(Failure::input(format!(
             "{}: QEMU reads -plugin options up to a comma: the plugin's path must have none",
@@ -537,7 +901,7 @@ fn plugin_arg(plugin: &Path, fd: i32) -> Result<OsString, Failure> {
         )));
     }
     let mut s = plugin.as_os_str().to_owned();
-    s.push(format!(",fd={fd}"));
+    s.push(format!(",fd={fd},fork={fork}"));
     Ok(s)
 }
 
@@ -775,14 +1139,6 @@ fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband, opts: &simulate
                  --ctl CYCEn=1 for perf and libipt to replay it"
             );
         }
-    }
-    if !s.forks.is_empty() {
-        outln!(
-            o,
-            "  not traced: {} forked child process(es) (pids {}): children are issue 41's",
-            s.forks.len(),
-            s.forks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
-        );
     }
     if !s.ended {
         if let Some(e) = s.execs.last() {

@@ -78,7 +78,18 @@ impl RunDir {
     /// the `stale` files of an earlier run that this run does not write. Nothing moves unless
     /// every destination can take its output: a directory where a file goes, or the reverse,
     /// fails the commit first.
-    pub fn commit(mut self, outputs: &[&str], stale: &[&str]) -> io::Result<()> {
+    pub fn commit(self, outputs: &[&str], stale: &[&str]) -> io::Result<()> {
+        self.commit_with_dirs(outputs, stale, &[])
+    }
+
+    /// [`RunDir::commit`], also removing `stale_dirs`: directories of an earlier run that this
+    /// run does not write (moved into the staging directory, which goes at the end).
+    pub fn commit_with_dirs(
+        mut self,
+        outputs: &[&str],
+        stale: &[&str],
+        stale_dirs: &[&str],
+    ) -> io::Result<()> {
         for name in outputs {
             let from = fs::symlink_metadata(self.staged(name))?;
             if let Ok(to) = fs::symlink_metadata(self.final_path(name)) {
@@ -117,6 +128,12 @@ impl RunDir {
                 match fs::remove_file(self.final_path(name)) {
                     Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                     _ => {}
+                }
+            }
+            for name in stale_dirs {
+                let old = self.final_path(name);
+                if fs::symlink_metadata(&old).is_ok_and(|m| m.is_dir()) {
+                    fs::rename(&old, self.staged(&format!("{name}.old")))?;
                 }
             }
             self.committed = true;

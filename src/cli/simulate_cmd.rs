@@ -501,8 +501,13 @@ impl Staged {
 
     /// Moves every output into place (dropped instead, everything the run made is removed).
     pub fn commit(self, out: &Path) -> Result<(), Failure> {
+        // The directories only some runs write (`ptemu run`): an earlier run's go.
+        let stale_dirs: Vec<&str> = ["threads", "processes", "code"]
+            .into_iter()
+            .filter(|d| !self.outputs.contains(d))
+            .collect();
         self.dir
-            .commit(&self.outputs, &self.stale)
+            .commit_with_dirs(&self.outputs, &self.stale, &stale_dirs)
             .map_err(|e| Failure::input(format!("{}: writing outputs: {e}", out.display())))
     }
 }

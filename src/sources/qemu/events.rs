@@ -325,8 +325,8 @@ impl<R: Read> QemuEvents<R> {
                 at,
                 ErrorKind::Inconsistent,
                 format!(
-                    "{} mapped at {:#x}..{:#x} over {} at {:#x}..{:#x}: code mapped again over \
-                     other code is not traced yet (issue 41)",
+                    "{} mapped at {:#x}..{:#x} over {} at {:#x}..{:#x}: a file mapped over code \
+                     another file held is not traced (QE5: a decoder keeps one file an address)",
                     m.path, m.start, m.end, old.path, old.start, old.end
                 ),
             ));
@@ -675,7 +675,7 @@ impl<R: Read> QemuEvents<R> {
                 self,
                 format!(
                     "the program ran code at {value:#x}, which no file holds ({text}): code written \
-                     at run time is not traced yet (issue 41)"
+                     at run time is refused by this plugin's version: ptemu's own plugin sends its blocks (QE17)"
                 ),
             ),
             NoteKind::Failure => refuse(self, format!("the QEMU plugin failed: {text}")),
