@@ -431,7 +431,35 @@ fn qe16_a_signal_is_an_interrupt_where_the_thread_was_and_the_handler_is_traced(
     // The handler of a fault: the block may have stopped part-way: refused.
     let e = with_handler(dir.path(), "11", &[(0, None), (7, None)]).unwrap_err();
     assert!(e.contains("an instruction raises"), "{e}");
-    // A RET to the handler's address is the RET (a signal there cannot be told from it).
+    // After a RET the handler runs: the signal came after the RET, which went where the
+    // handler's rt_sigreturn comes back to (0x0a, after the CALL).
+    let (ev, ..) = with_handler(
+        dir.path(),
+        "10",
+        &[
+            (0, None),
+            (1, None),
+            (2, None),
+            (7, None),
+            (7, None),
+            (11, Some(15)),
+            (3, None),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        ev[3..6],
+        [
+            Event::Return {
+                ip: a(0x20),
+                target: a(0x0a)
+            },
+            interrupt_at(a(0x0a)),
+            enter
+        ],
+        "{ev:?}"
+    );
+    // A direct CALL to the handler's address is the CALL.
     let (ev, ..) = with_handler(
         dir.path(),
         "10",
@@ -445,6 +473,18 @@ fn qe16_a_signal_is_an_interrupt_where_the_thread_was_and_the_handler_is_traced(
         }),
         "{ev:?}"
     );
+    // The handler of a fault, reached after a RET: refused as after any instruction.
+    let e = with_handler(
+        dir.path(),
+        "11",
+        &[(0, None), (1, None), (2, None), (7, None), (7, None)],
+    )
+    .unwrap_err();
+    assert!(e.contains("an instruction raises"), "{e}");
+    // A SYSCALL the plugin did not say began (a fault before it in its block) that is followed
+    // by a handler: not a signal on its way out.
+    let e = with_handler(dir.path(), "10", &[(0, None), (1, None), (4, None), (7, None)]).unwrap_err();
+    assert!(e.contains("does not go"), "{e}");
     // A transfer no instruction and no handler explains stays an error.
     let e = run(dir.path(), &[0, 7], true).unwrap_err();
     assert!(e.contains("no signal handler is there"), "{e}");

@@ -484,6 +484,17 @@ fn qe10_qe16_what_cannot_be_traced_is_refused() {
          int main(int c, char **v) { signal(SIGSEGV, h); if (!sigsetjmp(env, 1)) *(volatile int *)(long)(c - 1) = 1;\n\
          puts(\"recovered\"); return 0; }\n",
     );
+    // The same, with the fault in a block that ends in a RET (the handler must not be taken
+    // for where the RET went).
+    let fault_ret = c_program(
+        dir.path(),
+        "fault_ret",
+        "#include <setjmp.h>\n#include <signal.h>\n#include <stdio.h>\nstatic sigjmp_buf env;\n\
+         static void h(int s) { siglongjmp(env, s); }\n\
+         __attribute__((noinline)) static int load(volatile int *p) { return *p; }\n\
+         int main(int c, char **v) { signal(SIGSEGV, h); if (!sigsetjmp(env, 1)) c += load((volatile int *)(long)(c - 1));\n\
+         printf(\"recovered %d\\n\", c > 100); return 0; }\n",
+    );
     // Killed by a fault after it ran on from its last system call: the end is unknown (QE7).
     let crash = c_program(
         dir.path(),
@@ -500,6 +511,7 @@ fn qe10_qe16_what_cannot_be_traced_is_refused() {
     );
     for (exe, says, prints) in [
         (&fault, "an instruction raises", "recovered\n"),
+        (&fault_ret, "an instruction raises", "recovered 0\n"),
         (&crash, "killed outside a system call", "ran\n"),
         (&closer, "closed the", "closed\n"),
     ] {
@@ -632,16 +644,19 @@ fn qe11_run_options_mean_what_they_mean_for_simulate() {
     }
 }
 
-/// `ptemu run` of `program` with QEMU logging every instruction it executes in the same run
-/// (`QEMU_SINGLESTEP`, `QEMU_LOG=nochain,exec`, which qemu-x86_64 reads from its environment):
-/// QEMU's own account of the run the trace is of, by vCPU (each thread has its own), each
-/// vCPU's addresses in order with consecutive repeats folded (REP iterations).
-fn run_logged(dir: &Path, out: &Path, extra: &[&str], program: &[&str]) -> (Output, Vec<Vec<u64>>) {
+/// QEMU's own account of one run, by vCPU (each thread has its own): every block execution
+/// QEMU logged, each as the instructions of that block as QEMU logged translating it.
+type BlockLog = Vec<Vec<Vec<u64>>>;
+
+/// `ptemu run` of `program` with QEMU logging, in the same run, every block it translates with
+/// its instructions (`in_asm`) and every block it runs (`nochain,exec`): `QEMU_LOG`, which
+/// qemu-x86_64 reads from its environment. The plugin sees the blocks QEMU really makes (no
+/// single-stepping), and the log does not come from the plugin.
+fn run_logged(dir: &Path, out: &Path, extra: &[&str], program: &[&str]) -> (Output, BlockLog) {
     let log = dir.join("qemu.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
     env(&mut cmd)
-        .env("QEMU_SINGLESTEP", "1")
-        .env("QEMU_LOG", "nochain,exec")
+        .env("QEMU_LOG", "nochain,exec,in_asm")
         .env("QEMU_LOG_FILENAME", &log)
         .arg("run")
         .args(["--plugin", s(&plugin()), "-q", "--out", s(out)])
@@ -649,9 +664,48 @@ fn run_logged(dir: &Path, out: &Path, extra: &[&str], program: &[&str]) -> (Outp
         .arg("--")
         .args(program);
     let o = feed(cmd, b"");
-    let mut cpus: Vec<Vec<u64>> = Vec::new();
+    let mut blocks: std::collections::HashMap<u64, Vec<u64>> = std::collections::HashMap::new();
+    let mut listing: Option<Vec<u64>> = None;
+    let mut cpus: BlockLog = Vec::new();
+    // Every block execution logged, in the log's order: (vCPU, its index there).
+    let mut order: Vec<(usize, usize)> = Vec::new();
     for line in BufReader::new(std::fs::File::open(&log).unwrap()).lines() {
         let line = line.unwrap();
+        if line.starts_with("IN:") {
+            listing = Some(Vec::new());
+            continue;
+        }
+        if let Some(l) = listing.as_mut() {
+            // 0x4002821770:  55   pushq %rbp; the bytes of a long instruction go on over a
+            // line of bytes alone, which starts no instruction.
+            if let Some((addr, rest)) = line.strip_prefix("0x").and_then(|r| r.split_once(':')) {
+                let bytes_only = rest
+                    .split_whitespace()
+                    .all(|t| t.len() == 2 && t.bytes().all(|b| b.is_ascii_hexdigit()));
+                if !bytes_only {
+                    l.push(u64::from_str_radix(addr, 16).unwrap());
+                }
+                continue;
+            }
+            let l = listing.take().unwrap();
+            if let Some(&first) = l.first() {
+                blocks.insert(first, l);
+            }
+        }
+        // A block QEMU logged and then gave up before its first instruction (a signal or an
+        // exit stopped the thread there): the thread's last block at that address did not run.
+        // Stopped execution of TB chain before 0x7f1c3c001640 [00000000004011fb] worker
+        if let Some(rest) = line.strip_prefix("Stopped execution of TB chain before ") {
+            let pc = rest.split('[').nth(1).and_then(|r| r.split(']').next()).unwrap();
+            let pc = u64::from_str_radix(pc, 16).unwrap();
+            let k = order
+                .iter()
+                .rposition(|&(cpu, i): &(usize, usize)| cpus[cpu][i].first() == Some(&pc))
+                .expect("a block logged before it was stopped");
+            let (cpu, i) = order[k];
+            cpus[cpu][i].clear();
+            continue;
+        }
         // Trace 1: 0x7f81b4000100 [0000000000000000/0000004002825b70/1040c0b3/00000201]
         let Some(rest) = line.strip_prefix("Trace ") else {
             continue;
@@ -661,11 +715,25 @@ fn run_logged(dir: &Path, out: &Path, extra: &[&str], program: &[&str]) -> (Outp
         if cpus.len() <= cpu {
             cpus.resize(cpu + 1, Vec::new());
         }
-        if cpus[cpu].last() != Some(&pc) {
-            cpus[cpu].push(pc);
-        }
+        let block = blocks
+            .get(&pc)
+            .unwrap_or_else(|| panic!("QEMU ran {pc:#x} before it logged translating it"));
+        order.push((cpu, cpus[cpu].len()));
+        cpus[cpu].push(block.clone());
     }
     (o, cpus)
+}
+
+/// A vCPU's instructions: its blocks one after another (those given up left out), consecutive
+/// repeats of an address folded (QEMU runs a REP string instruction once an iteration).
+fn instructions(blocks: &[Vec<u64>]) -> Vec<u64> {
+    let mut out: Vec<u64> = Vec::new();
+    for &pc in blocks.iter().flatten() {
+        if out.last() != Some(&pc) {
+            out.push(pc);
+        }
+    }
+    out
 }
 
 /// Every case of a `ptemu run` (DIR and each `threads/<tid>/`), main thread first.
@@ -737,8 +805,9 @@ fn qe15_pd7_every_thread_is_a_case_that_holds_exactly_what_it_ran() {
     // Each vCPU QEMU ran is exactly one case's truth, and each case is one vCPU's.
     let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
     assert_eq!(cpus.len(), truths.len());
-    for (cpu, ran) in cpus.iter().enumerate() {
-        let k = truths.iter().position(|t| t == ran);
+    for (cpu, blocks) in cpus.iter().enumerate() {
+        let ran = instructions(blocks);
+        let k = truths.iter().position(|t| *t == ran);
         assert!(
             k.is_some(),
             "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
@@ -788,23 +857,6 @@ fn test_program(dir: &Path, name: &str) -> PathBuf {
     exe
 }
 
-/// QEMU logs a block when it is about to run it; a signal that interrupts the thread there stops
-/// the block before its first instruction, and its handler runs instead. `ran` without those:
-/// an address followed by the handler's first instruction that is one the program says a
-/// signal interrupted it at.
-fn without_interrupted(ran: &[u64], handler: u64, interrupted: &[u64]) -> Vec<u64> {
-    let mut out: Vec<u64> = Vec::with_capacity(ran.len());
-    for &pc in ran {
-        if pc == handler && out.last().is_some_and(|l| interrupted.contains(l)) {
-            out.pop();
-        }
-        if out.last() != Some(&pc) {
-            out.push(pc);
-        }
-    }
-    out
-}
-
 #[test]
 fn qe16_signals_are_interrupts_and_their_handlers_are_traced() {
     let dir = tempfile::tempdir().unwrap();
@@ -825,8 +877,8 @@ fn qe16_signals_are_interrupts_and_their_handlers_are_traced() {
     let cases = thread_cases(&out);
     assert_eq!(cases.len(), 2);
     let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
-    for (cpu, ran) in cpus.iter().enumerate() {
-        let ran = without_interrupted(ran, handler, &interrupted);
+    for (cpu, blocks) in cpus.iter().enumerate() {
+        let ran = instructions(blocks);
         assert!(
             truths.contains(&ran),
             "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
@@ -834,6 +886,9 @@ fn qe16_signals_are_interrupts_and_their_handlers_are_traced() {
             truths.iter().map(Vec::len).collect::<Vec<_>>()
         );
     }
+    // QEMU ran the handler once for each signal (the worker's vCPU: three).
+    let entered = |cpu: usize| instructions(&cpus[cpu]).iter().filter(|&&a| a == handler).count();
+    assert_eq!((entered(0), entered(1)), (1, 3));
     // The main thread's signal came as its tgkill returned; the worker's three while it
     // computed: each an interrupt at the address the program saw, and each handler returned.
     let counts = |case: &Path| report(case)["input"]["counts"].clone();
@@ -892,13 +947,24 @@ fn qe15_qe16_qe17_pd8_threads_signals_and_written_code_are_traced_exactly() {
     assert_eq!(cases.len(), 2);
     let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
     assert_eq!(cpus.len(), 2);
-    for (cpu, ran) in cpus.iter().enumerate() {
-        let ran = without_interrupted(ran, handler, &interrupted);
+    for (cpu, blocks) in cpus.iter().enumerate() {
+        let ran = instructions(blocks);
         assert!(
             truths.contains(&ran),
             "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
             ran.len(),
             truths.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+    }
+    // The worker's three signals: QEMU ran its handler three times, and each is an interrupt
+    // where the program says it was.
+    let entered = instructions(&cpus[1]).iter().filter(|&&a| a == handler).count();
+    assert_eq!(entered, 3);
+    let worker = common::cli::truth_jsonl(&cases[1]);
+    for x in &interrupted[1..] {
+        assert!(
+            worker.contains(&format!("\"k\":\"async\",\"from\":\"{x:#x}\"")),
+            "no interrupt at {x:#x} in the worker's truth"
         );
     }
     // The written page, in its three versions, each a file of code/.

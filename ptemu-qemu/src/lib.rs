@@ -44,7 +44,7 @@ struct Shared {
     fd: c_int,
     writer: Writer,
     maps: maps::Known,
-    /// Executions of the threads that have ended (their slots are reused).
+    /// Executions of the threads that ended and whose slots other threads took.
     executed: u64,
     /// The abstract socket a forked child connects to (QE18), if `ptemu run` gave one.
     fork_socket: Option<Vec<u8>>,
@@ -54,6 +54,10 @@ struct Shared {
 }
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
+
+/// The socket's descriptor, readable without [`SHARED`]'s lock: a forked child whose copy of the
+/// lock is held (by a thread the child does not have) closes it (QE18).
+static FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 /// One guest thread's state, in the slot of its vCPU index.
 struct Thread {
@@ -65,13 +69,13 @@ struct Thread {
     forking: bool,
     /// The system call that returned, until the next block runs (QE7).
     returned: Option<u64>,
-    /// The process records' lock, held across a fork (QE18): the child gets a copy of the lock
-    /// as it is, and no other thread of the parent can be in the middle of a record then.
-    fork_guard: Option<std::sync::MutexGuard<'static, Option<Shared>>>,
+    /// Its exit began and its count went out (QE15); an exit that QEMU restarts (a signal came)
+    /// goes on counting in the same slot.
+    ended: bool,
 }
 
-/// A vCPU's slot. Only the vCPU's own thread touches it, but at the process's exit, when QEMU
-/// has stopped every other vCPU (its exit callback runs in an exclusive section).
+/// A vCPU's slot. Only the vCPU's own thread touches it, but for `on_exit` (the process's end)
+/// and a forked child (which has one thread), both under the conditions they state.
 struct Slot(UnsafeCell<Option<Thread>>);
 
 // SAFETY: see `Slot`: one thread at a time.
@@ -88,9 +92,31 @@ unsafe fn thread(vcpu: c_uint) -> Option<&'static mut Thread> {
     if OFF.load(Ordering::Relaxed) {
         return None;
     }
-    let slot = SLOTS.get(vcpu as usize)?;
+    let Some(slot) = SLOTS.get(vcpu as usize) else {
+        if let Some(sh) = shared().as_mut() {
+            sh.note(
+                NoteKind::Failure,
+                u64::from(vcpu),
+                &format!("more than {MAX_VCPUS} threads at once"),
+                true,
+            );
+        }
+        return None;
+    };
     // SAFETY: the caller's contract.
     let t = unsafe { &mut *slot.0.get() };
+    if let Some(old) = t.as_mut().filter(|t| t.ended) {
+        // SAFETY: gettid has no preconditions.
+        if unsafe { libc::gettid() } as u64 == old.tid {
+            old.ended = false;
+        } else {
+            // Another thread has the vCPU index of one that exited.
+            if let Some(sh) = shared().as_mut() {
+                sh.executed += old.writer.executed();
+            }
+            *t = None;
+        }
+    }
     if t.is_none() {
         *t = Some(Thread {
             // SAFETY: gettid has no preconditions.
@@ -98,7 +124,7 @@ unsafe fn thread(vcpu: c_uint) -> Option<&'static mut Thread> {
             writer: Writer::chunks(),
             forking: false,
             returned: None,
-            fork_guard: None,
+            ended: false,
         });
     }
     t.as_mut()
@@ -153,7 +179,7 @@ impl Shared {
         // SAFETY: closing this process's copy of the parent's socket.
         unsafe { libc::close(self.fd) };
         self.fd = fd;
-        self.executed = 0;
+        FD.store(fd, Ordering::Relaxed);
         let mut magic = Writer::new();
         let mut ok = true;
         magic.take(&mut |b| ok = ok && send_all(fd, b));
@@ -194,12 +220,15 @@ impl Thread {
         }
     }
 
-    /// The thread's last chunk: its count of executions (QE15).
+    /// The thread's last chunk: its count of executions so far (QE15).
     fn end(&mut self, sh: &mut Shared) {
+        if self.ended {
+            return;
+        }
         let n = self.writer.executed();
         self.writer.note(NoteKind::ThreadEnd, n, "");
-        sh.executed += n;
         sh.send(Some(self));
+        self.ended = true;
     }
 }
 
@@ -273,6 +302,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
     writer.take(&mut |b| {
         send_all(fd, b);
     });
+    FD.store(fd, Ordering::Relaxed);
     *shared() = Some(Shared {
         fd,
         writer,
@@ -408,15 +438,18 @@ unsafe extern "C" fn on_syscall(
     // QE7: everything up to this SYSCALL goes out now, with the note that it began. QEMU 7.2
     // calls no plugin callback when a signal kills the program, so a stream cut by a kill ends
     // at a system call exactly when the program was in one (`ptemu run` refuses the other case).
-    t.writer.note(NoteKind::Syscall, num as u64, "");
+    // The thread's records change only under the lock here: at the process's exit `on_exit`
+    // ends every thread while the others may still be in a system call (QE15).
     let mut guard = shared();
     let Some(sh) = guard.as_mut() else { return };
+    if OFF.load(Ordering::Relaxed) {
+        return;
+    }
+    t.writer.note(NoteKind::Syscall, num as u64, "");
     if num == SYS_EXIT {
         // The thread leaves (exit_group ends the process: its threads end in `on_exit`): its
-        // last chunk, and its slot is free for the next thread QEMU gives this vCPU index.
+        // last chunk. Its slot goes to the next thread QEMU gives this vCPU index.
         t.end(sh);
-        // SAFETY: the slot of `vcpu`, on its own thread; `t` is not used after this.
-        unsafe { *SLOTS[vcpu as usize].0.get() = None };
         return;
     }
     sh.send(Some(&mut *t));
@@ -450,15 +483,9 @@ unsafe extern "C" fn on_syscall(
             };
             // QEMU runs a vfork as a fork; CLONE_VM alone is a thread (QE15).
             t.forking = flags.is_some_and(|f| f & CLONE_VM == 0 || f & CLONE_VFORK != 0);
-            if t.forking {
-                t.fork_guard = Some(shared());
-            }
         }
         // Everything was sent above: the child has nothing of the parent's left to send.
-        SYS_FORK | SYS_VFORK => {
-            t.forking = true;
-            t.fork_guard = Some(shared());
-        }
+        SYS_FORK | SYS_VFORK => t.forking = true,
         SYS_EXECVE | SYS_EXECVEAT => {
             let path = shared()
                 .as_ref()
@@ -483,29 +510,23 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
     let Some(t) = (unsafe { thread(vcpu) }) else {
         return;
     };
-    if matches!(num, SYS_CLONE | SYS_CLONE3) && !t.forking && ret > 0 {
-        // A thread started (QE15): the parent says so in its chunk; the child's own chunks
-        // start with its first block.
-        t.writer.note(NoteKind::Thread, ret as u64, "");
-    }
-    if t.forking && matches!(num, SYS_CLONE | SYS_CLONE3 | SYS_FORK | SYS_VFORK) {
+    let forked = t.forking && matches!(num, SYS_CLONE | SYS_CLONE3 | SYS_FORK | SYS_VFORK);
+    if forked {
         t.forking = false;
-        let mut guard = t.fork_guard.take();
         if ret == 0 {
-            // QE18, the child: a stream of its own, its one thread the one that forked.
-            let traced = guard
-                .as_mut()
-                .and_then(|g| g.as_mut())
-                .is_some_and(|sh| sh.fork_stream());
+            // QE18, the child: a stream of its own, its one thread the one that forked. The
+            // lock may be held by a thread of the parent that the child does not have: then
+            // the child is not traced (the parent's report lists it), rather than stuck.
+            let traced = match SHARED.try_lock() {
+                Ok(mut g) => g.as_mut().is_some_and(Shared::fork_stream),
+                Err(_) => false,
+            };
             if !traced {
                 OFF.store(true, Ordering::Relaxed);
-                if let Some(sh) = guard.as_ref().and_then(|g| g.as_ref()) {
-                    // SAFETY: closing the descriptor this process owns.
-                    unsafe { libc::close(sh.fd) };
-                }
+                // SAFETY: closing the descriptor this process owns.
+                unsafe { libc::close(FD.load(Ordering::Relaxed)) };
                 return;
             }
-            drop(guard);
             for (k, slot) in SLOTS.iter().enumerate() {
                 if k != vcpu as usize {
                     // SAFETY: the child has no other thread (see `Slot`).
@@ -515,14 +536,25 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
             // SAFETY: gettid has no preconditions.
             t.tid = unsafe { libc::gettid() } as u64;
             t.writer = Writer::chunks();
+            t.ended = false;
             t.returned = Some(num as u64);
             return;
         }
-        drop(guard);
-        if ret > 0 {
-            t.writer.note(NoteKind::Fork, ret as u64, "");
-        }
     }
+    let guard = shared();
+    if guard.is_none() || OFF.load(Ordering::Relaxed) {
+        // The process is exiting (`on_exit` took the records): nothing more goes out.
+        return;
+    }
+    if matches!(num, SYS_CLONE | SYS_CLONE3) && ret > 0 && !forked {
+        // A thread started (QE15): the parent says so in its chunk; the child's own chunks
+        // start with its first block.
+        t.writer.note(NoteKind::Thread, ret as u64, "");
+    }
+    if forked && ret > 0 {
+        t.writer.note(NoteKind::Fork, ret as u64, "");
+    }
+    drop(guard);
     // QE7: said (and sent) when the next block runs: a stream that ends without it ended
     // inside the system call (a signal the call sent kills the program as it returns).
     t.returned = Some(num as u64);
@@ -532,18 +564,24 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
     if OFF.load(Ordering::Relaxed) {
         return;
     }
-    let mut guard = shared();
-    let Some(sh) = guard.as_mut() else { return };
+    // QEMU 7.2 calls this after the other vCPUs run again (outside its exclusive section):
+    // threads in a system call may still be in a callback. The records leave SHARED, so that a
+    // callback that takes the lock after this finds none and writes nothing; one that holds it
+    // now is done before this goes on.
+    let Some(mut sh) = shared().take() else { return };
+    OFF.store(true, Ordering::Relaxed);
+    let mut total = 0;
     for slot in &SLOTS {
-        // SAFETY: QEMU calls this with every other vCPU stopped (see `Slot`).
+        // SAFETY: every thread that could touch its slot waits for the lock first (see
+        // `on_syscall`, `on_syscall_ret`) and finds the records gone; no block runs with the
+        // plugin's callbacks any more (QEMU flushed them before this).
         if let Some(t) = unsafe { &mut *slot.0.get() } {
-            t.end(sh);
+            total += t.writer.executed();
+            t.end(&mut sh);
         }
     }
-    let total = sh.executed;
-    sh.writer.end_with(total);
+    sh.writer.end_with(total + sh.executed);
     sh.send(None);
-    OFF.store(true, Ordering::Relaxed);
 }
 
 /// A connection to the abstract Unix socket `name`, close-on-exec, at a high descriptor.

@@ -264,15 +264,17 @@ fn write_code(
     if s.code.is_empty() {
         return Ok(Vec::new());
     }
-    std::fs::create_dir_all(staging.join("code"))?;
-    for c in &s.code {
-        let (elf, _) = ptemu::perf_data::elf::image(&c.bytes, c.page);
-        std::fs::write(
-            staging
-                .join("code")
-                .join(format!("{:x}.{}.elf", c.page, c.version)),
-            elf,
-        )?;
+    let dir = staging.join("code");
+    let written = std::fs::create_dir_all(&dir).and_then(|()| {
+        s.code.iter().try_for_each(|c| {
+            let (elf, _) = ptemu::perf_data::elf::image(&c.bytes, c.page);
+            std::fs::write(dir.join(format!("{:x}.{}.elf", c.page, c.version)), elf)
+        })
+    });
+    if let Err(e) = written {
+        // No half of code/: the run says it has none.
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
     }
     Ok(code_versions(out, s, opts))
 }

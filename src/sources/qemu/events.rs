@@ -146,12 +146,18 @@ pub struct QemuEvents<R> {
     stretch: Vec<u32>,
     /// For each instruction id, its written code's version plus one, or 0 (QE17).
     version: Vec<u32>,
+    /// For each instruction id, its place in its block (0 for the first).
+    position: Vec<u16>,
+    /// The id of the pending instruction.
+    pending_id: Option<usize>,
     /// Code written at run time (QE17).
     written: Written,
     /// Versions run in this batch, with the index in the batch's events where (QE17).
     runs: Vec<(usize, usize)>,
     /// The model's instructions in the batches returned so far.
     model_instructions: u64,
+    /// Whether the traced thread's count came (QE15).
+    thread_ended: bool,
     pending: Option<Insn>,
     /// Signal handlers the program installed, each with the signals it handles (a bit each).
     handlers: HashMap<u64, u64>,
@@ -218,9 +224,12 @@ impl<R: Read> QemuEvents<R> {
             retire: Vec::new(),
             stretch: Vec::new(),
             version: Vec::new(),
+            position: Vec::new(),
+            pending_id: None,
             written: Written::default(),
             runs: Vec::new(),
             model_instructions: 0,
+            thread_ended: false,
             pending: None,
             handlers: HashMap::new(),
             last_syscall: None,
@@ -383,10 +392,36 @@ impl<R: Read> QemuEvents<R> {
                 Kind::Plain | Kind::Undone | Kind::RepString => nx != p.next(),
                 Kind::Conditional => nx != p.next() && nx != p.target,
                 Kind::Jump | Kind::Call => nx != p.target,
+                // A RET or JMP to a handler's first instruction is no program's way there: the
+                // signal came after it.
+                Kind::Return | Kind::IndirectJump => true,
                 _ => false,
             };
         if signal {
             return self.deliver(p, nx, out, at);
+        }
+        // A handler of a fault reached by anything but a SYSCALL that began: the fault may have
+        // stopped the block part-way (QE13, QE16).
+        let noted_syscall = p.kind == Kind::Syscall && self.last_syscall.is_some();
+        if !noted_syscall && self.handlers.get(&nx).is_some_and(|&s| s & FAULT_SIGNALS != 0) {
+            return Err(self.fault_handler(p.ip, nx, at));
+        }
+        // QE13: QEMU gives up a block at a store into the block's own page and runs it again
+        // from the store; a branch that can go anywhere must not be taken for that.
+        if matches!(
+            p.kind,
+            Kind::Return | Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret
+        ) && self.inside_own_block(nx)
+        {
+            return Err(self.error(
+                at,
+                ErrorKind::Inconsistent,
+                format!(
+                    "after the block that ends at {ip:#x} QEMU ran {nx:#x}, an instruction inside that \
+                     block: it gave the block up part-way (code that writes the page it runs from) and \
+                     what ran is not known (QE13)"
+                ),
+            ));
         }
         let unexplained = |this: &Self| {
             this.error(
@@ -447,9 +482,16 @@ impl<R: Read> QemuEvents<R> {
             Kind::Syscall | Kind::SoftwareInterrupt(_) => {
                 // QE16: a system call comes back after itself, at a signal handler (a signal
                 // delivered on its way out), or, for rt_sigreturn, where the context it
-                // restores says.
-                let sigreturn = p.kind == Kind::Syscall && self.last_syscall == Some(SYS_RT_SIGRETURN);
-                let to_handler = nx != p.next() && self.handlers.contains_key(&nx);
+                // restores says. One the plugin did not say began did not run (a fault before
+                // it in its block): it goes nowhere else.
+                let call = if p.kind == Kind::Syscall {
+                    self.last_syscall.take()
+                } else {
+                    None
+                };
+                let began = call.is_some() || p.kind != Kind::Syscall;
+                let sigreturn = call == Some(SYS_RT_SIGRETURN);
+                let to_handler = began && nx != p.next() && self.handlers.contains_key(&nx);
                 if nx != p.next() && !sigreturn && !to_handler {
                     return Err(unexplained(self));
                 }
@@ -496,19 +538,8 @@ impl<R: Read> QemuEvents<R> {
     /// goes, that is known now; after a branch or REP string instruction, it is the address the
     /// handler's rt_sigreturn comes back to, and everything until then waits in `out`.
     fn deliver(&mut self, p: Insn, h: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
-        if let Some(&signals) = self.handlers.get(&h) {
-            if signals & FAULT_SIGNALS != 0 {
-                return Err(self.error(
-                    at,
-                    ErrorKind::Inconsistent,
-                    format!(
-                        "after {:#x} the program ran {h:#x}, the handler of a signal an instruction \
-                         raises (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP or SIGSYS): a fault may \
-                         have stopped the block QEMU ran part-way, so what ran is unknown (QE16)",
-                        p.ip
-                    ),
-                ));
-            }
+        if self.handlers.get(&h).is_some_and(|&s| s & FAULT_SIGNALS != 0) {
+            return Err(self.fault_handler(p.ip, h, at));
         }
         self.counts.signals += 1;
         let went = match p.kind {
@@ -549,6 +580,26 @@ impl<R: Read> QemuEvents<R> {
         Ok(())
     }
 
+    fn fault_handler(&self, ip: u64, h: u64, at: u64) -> SourceError {
+        self.error(
+            at,
+            ErrorKind::Inconsistent,
+            format!(
+                "after {ip:#x} the program ran {h:#x}, the handler of a signal an instruction raises \
+                 (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP or SIGSYS): a fault may have stopped the \
+                 block QEMU ran part-way, so what ran is unknown (QE16)"
+            ),
+        )
+    }
+
+    /// Whether `nx` is an instruction of the block the pending instruction ends, other than its
+    /// first (QE13).
+    fn inside_own_block(&self, nx: u64) -> bool {
+        let Some(id) = self.pending_id else { return false };
+        let first = id - usize::from(self.position[id]);
+        (first + 1..=id).any(|k| self.table[k].ip == nx)
+    }
+
     /// QE16: the handler of the suspended signal returned to `x`: the interrupted instruction's
     /// outcome and the interrupt go in where the handler's events begin.
     fn resume(&mut self, x: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
@@ -579,8 +630,18 @@ impl<R: Read> QemuEvents<R> {
             self.resolve(p, x, &mut head, at)?;
         }
         head.push(interrupted_at(x));
+        self.shift_runs(s.mark, head.len());
         out.splice(s.mark..s.mark, head);
         Ok(())
+    }
+
+    /// `n` events go in at `mark`: the runs of written code after it move with them.
+    fn shift_runs(&mut self, mark: usize, n: usize) {
+        for r in &mut self.runs {
+            if r.1 >= mark {
+                r.1 += n;
+            }
+        }
     }
 
     /// QE7: the last instruction QEMU began, when the stream ends.
@@ -589,6 +650,7 @@ impl<R: Read> QemuEvents<R> {
             // QE16: the handler never returned (it exited, or jumped out with longjmp): the
             // instruction before the signal is traced as interrupted before it, as a stop
             // between blocks is (QE15).
+            self.shift_runs(s.mark, 1);
             out.insert(s.mark, interrupted_at(s.insn.ip));
             self.counts.unreturned += 1;
         }
@@ -660,6 +722,7 @@ impl<R: Read> QemuEvents<R> {
                 Ok(())
             }
             NoteKind::ThreadEnd => {
+                self.thread_ended = true;
                 if value != self.executions {
                     return refuse(
                         self,
@@ -873,6 +936,7 @@ impl<R: Read> QemuEvents<R> {
                         }
                         let version = self.check_bytes(ip, &scratch[off..off + len], at)?;
                         self.version.push(version);
+                        self.position.push(k.min(usize::from(u16::MAX)) as u16);
                         let crosses = (ip ^ (ip + len as u64 - 1)) >> 12 != 0;
                         let undone = k > 0 && k + 1 == starts.len() && crosses;
                         self.table.push(if undone {
@@ -905,6 +969,9 @@ impl<R: Read> QemuEvents<R> {
                     let (mut id, end) = (first as usize, (first + count) as usize);
                     while id < end {
                         self.step(self.table[id], out, at)?;
+                        if self.table[id].kind != Kind::Undone {
+                            self.pending_id = Some(id);
+                        }
                         // The plain instructions after it in its block are each followed by
                         // the next: their events are copied, not worked out one by one.
                         let n = (self.stretch[id] as usize).min(end - id);
@@ -922,6 +989,7 @@ impl<R: Read> QemuEvents<R> {
                             self.instructions += n as u64 - 1;
                             self.executions += n as u64 - 1;
                             self.pending = Some(self.table[id + n - 1]);
+                            self.pending_id = Some(id + n - 1);
                         }
                         id += n.max(1);
                     }
@@ -934,6 +1002,15 @@ impl<R: Read> QemuEvents<R> {
                     side.ended = true;
                     side.executed = Some(executed);
                     drop(side);
+                    if let (Some(tid), false) = (self.mine, self.thread_ended) {
+                        return Err(self.error(
+                            at,
+                            ErrorKind::Inconsistent,
+                            format!(
+                                "the plugin sent no count of thread {tid}'s executions before its end record"
+                            ),
+                        ));
+                    }
                     if self.mine.is_none() && executed != self.executions {
                         return Err(self.error(
                             at,

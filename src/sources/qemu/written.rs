@@ -32,6 +32,9 @@ pub struct Written {
     known: Vec<[u64; (PAGE / 64) as usize]>,
     /// Each page's newest version.
     newest: HashMap<u64, usize>,
+    /// For each version, the versions of the next page its instructions reach into: they run
+    /// when it does.
+    spill: Vec<Vec<usize>>,
 }
 
 impl Written {
@@ -66,7 +69,14 @@ impl Written {
             self.versions[v].bytes[off] = b;
             self.known[v][off / 64] |= 1 << (off % 64);
         }
-        self.newest[&(ip & !(PAGE - 1))]
+        let first = self.newest[&(ip & !(PAGE - 1))];
+        for page in &pages[1..] {
+            let v = self.newest[page];
+            if !self.spill[first].contains(&v) {
+                self.spill[first].push(v);
+            }
+        }
+        first
     }
 
     fn start(&mut self, page: u64) {
@@ -83,6 +93,7 @@ impl Written {
             last: None,
         });
         self.known.push([0; (PAGE / 64) as usize]);
+        self.spill.push(Vec::new());
     }
 
     /// The traced thread ran code of version `v` when it had run `count` instructions.
@@ -91,6 +102,11 @@ impl Written {
         let c = &mut self.versions[v];
         c.first.get_or_insert(count);
         c.last = Some(count);
+        for k in 0..self.spill[v].len() {
+            let c = &mut self.versions[self.spill[v][k]];
+            c.first.get_or_insert(count);
+            c.last = Some(count);
+        }
     }
 
     /// Every version.
@@ -119,5 +135,8 @@ mod tests {
         assert_eq!(w.versions()[v].page, 0x7000);
         assert_eq!(w.versions().last().unwrap().page, 0x8000);
         assert_eq!(w.versions().last().unwrap().bytes[0], 0xc3);
+        // Running the instruction runs both pages' versions.
+        w.ran(v, 7);
+        assert_eq!(w.versions().last().unwrap().first, Some(7));
     }
 }
