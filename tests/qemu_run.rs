@@ -783,11 +783,15 @@ fn check_decoders(case: &Path, perf_data: &Path, tid: u64) {
     );
 }
 
+/// Two threads besides the main one, alive at once (a barrier: QEMU gives a thread that starts
+/// after another ended that one's vCPU index, and QEMU's log tells threads by vCPU).
 const THREADS_C: &str = "#include <pthread.h>\n#include <stdio.h>\n\
+static pthread_barrier_t b;\n\
 static long work(long n) { long s = 0; for (long i = 0; i < n; i++) s += i * (i & 7); return s; }\n\
-static void *f(void *a) { return (void *)work((long)a); }\n\
-int main(void) { pthread_t t[2]; void *r[2];\n\
+static void *f(void *a) { pthread_barrier_wait(&b); return (void *)work((long)a); }\n\
+int main(void) { pthread_t t[2]; void *r[2]; pthread_barrier_init(&b, 0, 3);\n\
   for (int i = 0; i < 2; i++) pthread_create(&t[i], 0, f, (void *)(long)(10000 * (i + 1)));\n\
+  pthread_barrier_wait(&b);\n\
   long m = work(5000);\n\
   for (int i = 0; i < 2; i++) pthread_join(t[i], &r[i]);\n\
   printf(\"%ld %ld %ld\\n\", m, (long)r[0], (long)r[1]); return 0; }\n";

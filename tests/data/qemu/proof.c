@@ -14,7 +14,7 @@
 #include <sys/mman.h>
 #include <ucontext.h>
 
-static volatile long delivered, stop, spin;
+static volatile long delivered, stop, spin, computing;
 static unsigned long interrupted[16];
 
 static void on_usr1(int sig, siginfo_t *si, void *ctx)
@@ -30,6 +30,7 @@ static void on_usr1(int sig, siginfo_t *si, void *ctx)
 static void *worker(void *arg)
 {
     long s = 0;
+    computing = 1;
     while (!stop)
         s += spin++ & 7;
     return (void *)s + (long)arg;
@@ -74,6 +75,10 @@ int main(int argc, char **argv)
     memcpy(page, three, sizeof three);
     long c = run(f, 100);
 
+    /* The signals come while the worker computes, not while it is still starting in a
+     * system call (a signal delivered as a system call returns is traced otherwise). */
+    while (!computing)
+        sched_yield();
     for (int i = 0; i < 3; i++) {
         long before = delivered;
         pthread_kill(t, SIGUSR1);

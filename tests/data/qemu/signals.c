@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <ucontext.h>
 
-static volatile long delivered, stop, spin;
+static volatile long delivered, stop, spin, computing;
 static unsigned long interrupted[16];
 
 static void on_usr1(int sig, siginfo_t *si, void *ctx)
@@ -27,6 +27,7 @@ static void on_usr1(int sig, siginfo_t *si, void *ctx)
 static void *worker(void *arg)
 {
     long s = 0;
+    computing = 1;
     while (!stop)
         s += spin++ & 7;
     return (void *)s + (long)arg;
@@ -41,6 +42,10 @@ int main(int argc, char **argv)
     raise(SIGUSR1);
     pthread_t t;
     pthread_create(&t, 0, worker, 0);
+    /* The signals come while the worker computes, not while it is still starting in a
+     * system call (a signal delivered as a system call returns is traced otherwise). */
+    while (!computing)
+        sched_yield();
     for (int i = 0; i < 3; i++) {
         long before = delivered;
         pthread_kill(t, SIGUSR1);
