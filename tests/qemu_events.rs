@@ -459,6 +459,31 @@ fn qe16_a_signal_is_an_interrupt_where_the_thread_was_and_the_handler_is_traced(
         ],
         "{ev:?}"
     );
+    // After an indirect JMP, a signal only once the handler returns to its restorer (0x25):
+    // a JMP into the handler's function (a PLT stub) looks the same until then.
+    let jmp = [
+        (10, None),
+        (7, None),
+        (3, None),
+        (7, None),
+        (11, Some(15)),
+        (4, None),
+    ];
+    let (ev, ..) = with_handler(dir.path(), &format!("10 {:#x}", a(0x25)), &jmp).unwrap();
+    assert_eq!(
+        ev[2..5],
+        [
+            Event::IndirectJump {
+                ip: a(0x0a),
+                target: a(0x10)
+            },
+            interrupt_at(a(0x10)),
+            enter
+        ],
+        "{ev:?}"
+    );
+    let e = with_handler(dir.path(), "10", &jmp).unwrap_err();
+    assert!(e.contains("indirect JMP") && e.contains("QE16"), "{e}");
     // A direct CALL to the handler's address is the CALL.
     let (ev, ..) = with_handler(
         dir.path(),

@@ -180,6 +180,8 @@ impl Shared {
         unsafe { libc::close(self.fd) };
         self.fd = fd;
         FD.store(fd, Ordering::Relaxed);
+        // Its count is its own: the parent's ended threads are not its.
+        self.executed = 0;
         let mut magic = Writer::new();
         let mut ok = true;
         magic.take(&mut |b| ok = ok && send_all(fd, b));
@@ -454,32 +456,29 @@ unsafe extern "C" fn on_syscall(
     }
     sh.send(Some(&mut *t));
     let ours = sh.fd as u64;
-    drop(guard);
+    // Everything below writes the thread's records with the lock held (see above).
+    let fail = |t: &mut Thread, sh: &mut Shared, value: u64, why: &str| {
+        t.writer.note(NoteKind::Failure, value, why);
+        sh.send(Some(t));
+        OFF.store(true, Ordering::Relaxed);
+    };
     match num {
-        SYS_CLOSE if a1 == ours => t.note(
-            NoteKind::Failure,
-            a1,
-            "the program closed the plugin's socket",
-            true,
-        ),
-        SYS_DUP2 | SYS_DUP3 if a2 == ours => t.note(
-            NoteKind::Failure,
-            a2,
-            "the program put another file on the plugin's socket",
-            true,
-        ),
-        SYS_CLOSE_RANGE if a1 <= ours && ours <= a2 => t.note(
-            NoteKind::Failure,
+        SYS_CLOSE if a1 == ours => fail(t, sh, a1, "the program closed the plugin's socket"),
+        SYS_DUP2 | SYS_DUP3 if a2 == ours => {
+            fail(t, sh, a2, "the program put another file on the plugin's socket")
+        }
+        SYS_CLOSE_RANGE if a1 <= ours && ours <= a2 => fail(
+            t,
+            sh,
             a1,
             "the program closed the descriptors the plugin's socket is among",
-            true,
         ),
         SYS_CLONE | SYS_CLONE3 => {
             // clone3's flags are the first field of its clone_args.
             let flags = if num == SYS_CLONE {
                 Some(a1)
             } else {
-                shared().as_ref().and_then(|sh| sh.maps.read_u64(a1))
+                sh.maps.read_u64(a1)
             };
             // QEMU runs a vfork as a fork; CLONE_VM alone is a thread (QE15).
             t.forking = flags.is_some_and(|f| f & CLONE_VM == 0 || f & CLONE_VFORK != 0);
@@ -487,18 +486,19 @@ unsafe extern "C" fn on_syscall(
         // Everything was sent above: the child has nothing of the parent's left to send.
         SYS_FORK | SYS_VFORK => t.forking = true,
         SYS_EXECVE | SYS_EXECVEAT => {
-            let path = shared()
-                .as_ref()
-                .and_then(|sh| sh.maps.read_str(if num == SYS_EXECVE { a1 } else { a2 }));
-            t.note(NoteKind::Exec, 0, &path.unwrap_or_default(), false);
+            let path = sh.maps.read_str(if num == SYS_EXECVE { a1 } else { a2 });
+            t.writer.note(NoteKind::Exec, 0, &path.unwrap_or_default());
+            sh.send(Some(t));
         }
         SYS_RT_SIGACTION if a2 != 0 => {
-            // The new action's handler is its first field; 0 and 1 are SIG_DFL and SIG_IGN.
-            if let Some(sh) = shared().as_mut() {
-                if let Some(h) = sh.maps.read_u64(a2).filter(|&h| h > 1) {
-                    // The text is the signal's number (QE16: a fault's handler is refused).
-                    sh.writer.note(NoteKind::Handler, h, &a1.to_string());
-                }
+            // The new action's handler is its first field (0 and 1 are SIG_DFL and SIG_IGN),
+            // its restorer the third: a signal's handler returns there (QE16).
+            if let Some(h) = sh.maps.read_u64(a2).filter(|&h| h > 1) {
+                let restorer = sh.maps.read_u64(a2 + 16).unwrap_or(0);
+                // The text: the signal's number (a fault's handler is refused) and the
+                // restorer.
+                sh.writer
+                    .note(NoteKind::Handler, h, &format!("{a1} {restorer:#x}"));
             }
         }
         _ => {}
@@ -554,10 +554,10 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
     if forked && ret > 0 {
         t.writer.note(NoteKind::Fork, ret as u64, "");
     }
-    drop(guard);
     // QE7: said (and sent) when the next block runs: a stream that ends without it ended
     // inside the system call (a signal the call sent kills the program as it returns).
     t.returned = Some(num as u64);
+    drop(guard);
 }
 
 unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {

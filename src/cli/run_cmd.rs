@@ -178,7 +178,9 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let traced = finish_process(&a.run, &opts, &name, &side, &mut done)?;
     let (forks, pid) = {
         let s = side.lock().expect("not poisoned");
-        (s.forks.clone(), s.tid)
+        let mut forks = s.forks.clone();
+        forks.extend(traced.iter().flat_map(|t| t.forks.iter().copied()));
+        (forks, s.tid)
     };
     let processes = trace_children(&a.run, &opts, &name, &children, pid, forks, &mut done.staged);
     children.stop();
@@ -322,7 +324,7 @@ struct Children {
     listener: std::os::unix::net::UnixListener,
     streams: Arc<Mutex<Vec<ChildStream>>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
-    accepting: Mutex<Option<std::thread::JoinHandle<()>>>,
+    accepting: Mutex<Option<std::thread::JoinHandle<Vec<std::thread::JoinHandle<()>>>>>,
 }
 
 /// One child's stream, as spooled.
@@ -360,6 +362,7 @@ impl Children {
         };
         let (streams, stop, dir) = (self.streams.clone(), self.stop.clone(), dir.to_path_buf());
         let handle = std::thread::spawn(move || {
+            let mut copiers = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let mut conn = match listener.accept() {
                     Ok((c, _)) => c,
@@ -381,13 +384,14 @@ impl Children {
                     v.len() - 1
                 };
                 let (streams, path) = (streams.clone(), dir.join(format!("process-{k}.stream")));
-                std::thread::spawn(move || {
+                copiers.push(std::thread::spawn(move || {
                     if let Ok(mut f) = std::fs::File::create(&path) {
                         let _ = std::io::copy(&mut conn, &mut std::io::BufWriter::new(&mut f));
                     }
                     streams.lock().expect("not poisoned")[k].done = true;
-                });
+                }));
             }
+            copiers
         });
         *self.accepting.lock().expect("not poisoned") = Some(handle);
     }
@@ -417,11 +421,21 @@ impl Children {
         self.streams.lock().expect("not poisoned").len()
     }
 
+    /// Accepts no more children; waits for the streams accepted to end (each ends with its
+    /// process), so that nothing writes into the staging directory after this.
     fn stop(&self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(h) = self.accepting.lock().expect("not poisoned").take() {
-            let _ = h.join();
+            for c in h.join().unwrap_or_default() {
+                let _ = c.join();
+            }
         }
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -436,7 +450,10 @@ struct ProcessCase {
 /// What the children came to: those traced, and the forks no stream came for.
 struct Processes {
     traced: Vec<ProcessCase>,
+    /// Every fork not traced (those that failed included).
     missing: Vec<u64>,
+    /// The children whose streams could not be traced, and why.
+    failed: Vec<(u64, String)>,
 }
 
 /// QE18: every forked child (and theirs), once each has ended, traced from its stream as a
@@ -453,11 +470,28 @@ fn trace_children(
 ) -> Result<Processes, Failure> {
     let mut expected: Vec<(u64, Option<u64>)> = forks.into_iter().map(|p| (p, pid)).collect();
     let mut traced: Vec<ProcessCase> = Vec::new();
+    let mut failed: Vec<(u64, String)> = Vec::new();
     loop {
         for stream in children.ended() {
-            if let Some(case) = trace_child(run, opts, name, &stream, staged.staging(), &expected)? {
-                expected.extend(case.1.iter().map(|&p| (p, Some(case.0.pid))));
-                traced.push(case.0);
+            match trace_child(run, opts, name, &stream, staged.staging(), &expected) {
+                Ok(Some(case)) => {
+                    expected.extend(case.1.iter().map(|&p| (p, Some(case.0.pid))));
+                    traced.push(case.0);
+                }
+                Ok(None) => {}
+                // One child that cannot be traced does not cost the program its trace: it is
+                // listed as not traced, with why (QE18).
+                Err(f) => {
+                    let pid = stream_pid(&stream);
+                    eprintln!(
+                        "ptemu: warning: forked child {}: not traced: {}",
+                        pid.map_or("?".into(), |p| p.to_string()),
+                        f.message()
+                    );
+                    if let Some(p) = pid {
+                        failed.push((p, f.message().to_owned()));
+                    }
+                }
             }
             let _ = std::fs::remove_file(&stream);
         }
@@ -465,7 +499,7 @@ fn trace_children(
             expected
                 .iter()
                 .map(|e| e.0)
-                .filter(|p| !t.iter().any(|c| c.pid == *p))
+                .filter(|p| !t.iter().any(|c| c.pid == *p) && !failed.iter().any(|f| f.0 == *p))
                 .collect::<Vec<_>>()
         };
         if missing(&traced).is_empty() {
@@ -489,7 +523,11 @@ fn trace_children(
         .map(|e| e.0)
         .filter(|p| !traced.iter().any(|c| c.pid == *p))
         .collect();
-    Ok(Processes { traced, missing })
+    Ok(Processes {
+        traced,
+        missing,
+        failed,
+    })
 }
 
 /// The first thread a child's stream names: the child's pid (its one thread's tid).
@@ -575,7 +613,8 @@ fn trace_child(
     let threads = finish_process(&args, opts, &child_name, &side, &mut done)?;
     let instructions = done.outcome.source.count("instructions");
     done.staged.commit(&args.out)?;
-    let forks = side.lock().expect("not poisoned").forks.clone();
+    let mut forks = side.lock().expect("not poisoned").forks.clone();
+    forks.extend(threads.iter().flat_map(|t| t.forks.iter().copied()));
     Ok(Some((
         ProcessCase {
             pid,
@@ -608,6 +647,12 @@ fn note_processes(staging: &Path, p: &Processes) -> Result<(), Failure> {
             .collect(),
     );
     report["program"]["forks_not_traced"] = serde_json::json!(p.missing);
+    report["program"]["forks_refused"] = serde_json::Value::Array(
+        p.failed
+            .iter()
+            .map(|(pid, why)| serde_json::json!({ "pid": pid, "why": why }))
+            .collect(),
+    );
     ptemu::report::write_atomic(&path, |w| {
         serde_json::to_writer_pretty(&mut *w, &report)?;
         std::io::Write::write_all(w, b"\n")
@@ -637,17 +682,22 @@ fn process_lines(o: &mut String, out: &Path, p: &Processes) {
             );
         }
     }
-    if !p.missing.is_empty() {
+    for (pid, why) in &p.failed {
+        outln!(o, "  not traced: forked child {pid}: {why}");
+    }
+    let never: Vec<String> = p
+        .missing
+        .iter()
+        .filter(|m| !p.failed.iter().any(|f| f.0 == **m))
+        .map(u64::to_string)
+        .collect();
+    if !never.is_empty() {
         outln!(
             o,
             "  not traced: {} forked child process(es) that never ran under the plugin (pids {}): \
-             killed or exec'd before their first block",
-            p.missing.len(),
-            p.missing
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+             killed or exec'd before their first block, or forked while another thread was sending",
+            never.len(),
+            never.join(", ")
         );
     }
 }
@@ -667,6 +717,8 @@ struct ThreadCase {
     code: Vec<Mapping>,
     /// The pages of written code with several versions that it ran code of.
     rewritten_run: Vec<u64>,
+    /// The children it forked (QE18).
+    forks: Vec<u64>,
 }
 
 /// QE15: each thread but the main one, read from the records the main pass put aside and
@@ -729,7 +781,7 @@ fn trace_threads(
                         "parent": t.parent,
                         "maps": maps_json(&s),
                         "code": code_json(&code),
-                        "forks_not_traced": s.forks,
+                        "forks": s.forks,
                         "execs": s.execs,
                     })),
                 )
@@ -748,6 +800,7 @@ fn trace_threads(
                 .map(|c| c.mapping)
                 .collect(),
             rewritten_run: rewritten_run(&s),
+            forks: s.forks.clone(),
         });
         drop(s);
         done.staged.commit(&args.out)?;

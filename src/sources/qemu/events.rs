@@ -9,7 +9,7 @@ use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::{EventSource, SourceStats, StartState};
 use crate::tracer::{Event, ExecMode, FarKind};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
@@ -130,6 +130,9 @@ struct Suspended {
     depth: u32,
     /// Where in the caller's events the handler's begin.
     mark: usize,
+    /// Whether a handler returned to its restorer since: a signal for sure. Needed after an
+    /// indirect JMP, which may also be a jump into the handler's function (a PLT stub).
+    confirmed: bool,
 }
 
 /// The most events a suspended signal's handler may make before it returns (QE16).
@@ -159,8 +162,11 @@ pub struct QemuEvents<R> {
     /// Whether the traced thread's count came (QE15).
     thread_ended: bool,
     pending: Option<Insn>,
-    /// Signal handlers the program installed, each with the signals it handles (a bit each).
-    handlers: HashMap<u64, u64>,
+    /// Signal handlers the program installed, each with the signals it handles (a bit each):
+    /// a few, looked up on the way out of every RET and indirect branch, so a list, not a hash.
+    handlers: Vec<(u64, u64)>,
+    /// Where handlers return to (their `sa_restorer`, which makes the rt_sigreturn call).
+    restorers: Vec<u64>,
     /// The system call the last SYSCALL made (the plugin's note).
     last_syscall: Option<u64>,
     /// A signal delivered after a branch, until its handler returns (QE16).
@@ -231,7 +237,8 @@ impl<R: Read> QemuEvents<R> {
             model_instructions: 0,
             thread_ended: false,
             pending: None,
-            handlers: HashMap::new(),
+            handlers: Vec::new(),
+            restorers: Vec::new(),
             last_syscall: None,
             suspended: None,
 
@@ -387,23 +394,30 @@ impl<R: Read> QemuEvents<R> {
         // QE16: a transfer to a signal handler that the instruction does not make is the signal
         // delivered after it. A branch that can go anywhere and goes to a handler is taken as
         // the branch (a call through a pointer): a signal there cannot be told from it.
-        let signal = self.handlers.contains_key(&nx)
-            && match p.kind {
-                Kind::Plain | Kind::Undone | Kind::RepString => nx != p.next(),
-                Kind::Conditional => nx != p.next() && nx != p.target,
-                Kind::Jump | Kind::Call => nx != p.target,
-                // A RET or JMP to a handler's first instruction is no program's way there: the
-                // signal came after it.
-                Kind::Return | Kind::IndirectJump => true,
-                _ => false,
-            };
-        if signal {
+        // Where the instruction could not have gone by itself (the cheap test first: most
+        // instructions go where they must).
+        let unusual = match p.kind {
+            Kind::Plain | Kind::Undone | Kind::RepString => nx != p.next(),
+            Kind::Conditional => nx != p.next() && nx != p.target,
+            Kind::Jump | Kind::Call => nx != p.target,
+            Kind::Syscall | Kind::SoftwareInterrupt(_) => nx != p.next(),
+            Kind::Return | Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => true,
+        };
+        let handler = if unusual { self.handler(nx) } else { None };
+        // A RET or JMP to a handler's first instruction is no program's way there: the signal
+        // came after it.
+        if handler.is_some()
+            && !matches!(
+                p.kind,
+                Kind::Syscall | Kind::SoftwareInterrupt(_) | Kind::IndirectCall | Kind::Far | Kind::Iret
+            )
+        {
             return self.deliver(p, nx, out, at);
         }
         // A handler of a fault reached by anything but a SYSCALL that began: the fault may have
         // stopped the block part-way (QE13, QE16).
         let noted_syscall = p.kind == Kind::Syscall && self.last_syscall.is_some();
-        if !noted_syscall && self.handlers.get(&nx).is_some_and(|&s| s & FAULT_SIGNALS != 0) {
+        if !noted_syscall && handler.is_some_and(|s| s & FAULT_SIGNALS != 0) {
             return Err(self.fault_handler(p.ip, nx, at));
         }
         // QE13: QEMU gives up a block at a store into the block's own page and runs it again
@@ -477,6 +491,9 @@ impl<R: Read> QemuEvents<R> {
             }
             Kind::Return => {
                 self.counts.returns += 1;
+                if let Some(s) = self.suspended.as_mut() {
+                    s.confirmed |= self.restorers.contains(&nx);
+                }
                 out.push(Event::Return { ip, target: nx });
             }
             Kind::Syscall | Kind::SoftwareInterrupt(_) => {
@@ -491,7 +508,7 @@ impl<R: Read> QemuEvents<R> {
                 };
                 let began = call.is_some() || p.kind != Kind::Syscall;
                 let sigreturn = call == Some(SYS_RT_SIGRETURN);
-                let to_handler = began && nx != p.next() && self.handlers.contains_key(&nx);
+                let to_handler = began && nx != p.next() && handler.is_some();
                 if nx != p.next() && !sigreturn && !to_handler {
                     return Err(unexplained(self));
                 }
@@ -538,7 +555,7 @@ impl<R: Read> QemuEvents<R> {
     /// goes, that is known now; after a branch or REP string instruction, it is the address the
     /// handler's rt_sigreturn comes back to, and everything until then waits in `out`.
     fn deliver(&mut self, p: Insn, h: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
-        if self.handlers.get(&h).is_some_and(|&s| s & FAULT_SIGNALS != 0) {
+        if self.handler(h).is_some_and(|s| s & FAULT_SIGNALS != 0) {
             return Err(self.fault_handler(p.ip, h, at));
         }
         self.counts.signals += 1;
@@ -572,12 +589,19 @@ impl<R: Read> QemuEvents<R> {
                     handler: h,
                     depth: 1,
                     mark: out.len(),
+                    confirmed: p.kind != Kind::IndirectJump,
                 });
             }
         }
         // The kernel enters the handler: tracing comes back there.
         out.push(Event::far(FarKind::Iret, SYSRET_FROM, h, 3, ExecMode::Bits64));
         Ok(())
+    }
+
+    /// The signals the handler at `ip` handles, if one is there.
+    #[inline]
+    fn handler(&self, ip: u64) -> Option<u64> {
+        self.handlers.iter().find(|h| h.0 == ip).map(|h| h.1)
     }
 
     fn fault_handler(&self, ip: u64, h: u64, at: u64) -> SourceError {
@@ -597,6 +621,10 @@ impl<R: Read> QemuEvents<R> {
     fn inside_own_block(&self, nx: u64) -> bool {
         let Some(id) = self.pending_id else { return false };
         let first = id - usize::from(self.position[id]);
+        // A block's instructions lie one after another: outside its range, nx is not one.
+        if first == id || nx <= self.table[first].ip || nx > self.table[id].ip {
+            return false;
+        }
         (first + 1..=id).any(|k| self.table[k].ip == nx)
     }
 
@@ -605,6 +633,9 @@ impl<R: Read> QemuEvents<R> {
     fn resume(&mut self, x: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
         let s = self.suspended.take().expect("suspended");
         let p = s.insn;
+        if !s.confirmed {
+            return Err(self.unconfirmed(&s, at));
+        }
         let mut head = Vec::new();
         if p.kind == Kind::RepString && x == p.ip {
             // Interrupted between iterations: the REP instruction has not retired; it goes on
@@ -633,6 +664,55 @@ impl<R: Read> QemuEvents<R> {
         self.shift_runs(s.mark, head.len());
         out.splice(s.mark..s.mark, head);
         Ok(())
+    }
+
+    /// The instructions `first..first + count` ran, one after another.
+    #[inline]
+    fn run_ids(&mut self, first: u64, count: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+        self.entered = false;
+        let (mut id, end) = (first as usize, (first + count) as usize);
+        while id < end {
+            self.step(self.table[id], out, at)?;
+            if self.table[id].kind != Kind::Undone {
+                self.pending_id = Some(id);
+            }
+            // The plain instructions after it in its block are each followed by the next: their
+            // events are copied, not worked out one by one.
+            let n = (self.stretch[id] as usize).min(end - id);
+            if self.version[id] != 0 {
+                for k in id..id + n.max(1) {
+                    if let Some(v) = self.version[k].checked_sub(1) {
+                        if self.runs.last().is_none_or(|r| r.0 != v as usize) {
+                            self.runs.push((v as usize, out.len()));
+                        }
+                    }
+                }
+            }
+            if n > 1 {
+                out.extend_from_slice(&self.retire[id..id + n - 1]);
+                self.instructions += n as u64 - 1;
+                self.executions += n as u64 - 1;
+                self.pending = Some(self.table[id + n - 1]);
+                self.pending_id = Some(id + n - 1);
+            }
+            id += n.max(1);
+        }
+        Ok(())
+    }
+
+    /// QE16: an indirect JMP to a handler's entry that no return to a restorer showed to be a
+    /// signal: a jump into the handler's function (a PLT stub) looks the same.
+    fn unconfirmed(&self, s: &Suspended, at: u64) -> SourceError {
+        self.error(
+            at,
+            ErrorKind::Inconsistent,
+            format!(
+                "after the indirect JMP at {:#x} the program ran {:#x}, a signal handler's first \
+                 instruction, and nothing showed whether a signal came or the JMP went there (a \
+                 jump into the handler's function): not traced (QE16)",
+                s.insn.ip, s.handler
+            ),
+        )
     }
 
     /// `n` events go in at `mark`: the runs of written code after it move with them.
@@ -752,13 +832,26 @@ impl<R: Read> QemuEvents<R> {
                 Ok(())
             }
             NoteKind::Handler => {
-                // The text is the signal's number (a plugin before QE16 sent none).
-                let bit = text
-                    .parse::<u32>()
-                    .ok()
+                // The text: the signal's number and the handler's restorer.
+                let mut words = text.split_whitespace();
+                let bit = words
+                    .next()
+                    .and_then(|n| n.parse::<u32>().ok())
                     .filter(|&n| n < 64)
                     .map_or(0, |n| 1u64 << n);
-                *self.handlers.entry(value).or_default() |= bit;
+                if let Some(r) = words
+                    .next()
+                    .and_then(|r| u64::from_str_radix(r.trim_start_matches("0x"), 16).ok())
+                    .filter(|&r| r != 0)
+                {
+                    if !self.restorers.contains(&r) {
+                        self.restorers.push(r);
+                    }
+                }
+                match self.handlers.iter_mut().find(|h| h.0 == value) {
+                    Some(h) => h.1 |= bit,
+                    None => self.handlers.push((value, bit)),
+                }
                 Ok(())
             }
             NoteKind::Fork => {
@@ -832,6 +925,12 @@ impl<R: Read> QemuEvents<R> {
                 Err(e) => return Err(self.wire_error(e)),
             };
             let mine = self.mine.is_none_or(|m| m == self.current);
+            // The common record first: the traced thread's blocks ran.
+            if let (true, Some(Record::Exec { first, count })) = (mine, &rec) {
+                let (first, count) = (*first, *count);
+                self.run_ids(first, count, out, at)?;
+                continue;
+            }
             if let (Some(sp), Some(r)) = (self.spool.as_mut(), rec.as_ref()) {
                 let process = matches!(r, Record::Block { .. } | Record::Map(_) | Record::End { .. });
                 if process || !mine {
@@ -879,6 +978,9 @@ impl<R: Read> QemuEvents<R> {
                              is written (a program killed inside a system call, or that exits or \
                              execs, is traced to its end)",
                         ));
+                    }
+                    if let Some(s) = self.suspended.as_ref().filter(|s| !s.confirmed) {
+                        return Err(self.unconfirmed(s, at));
                     }
                     self.finish(out);
                     self.done = true;
@@ -964,36 +1066,7 @@ impl<R: Read> QemuEvents<R> {
                     self.scratch = scratch;
                     self.starts = starts;
                 }
-                Some(Record::Exec { first, count }) => {
-                    self.entered = false;
-                    let (mut id, end) = (first as usize, (first + count) as usize);
-                    while id < end {
-                        self.step(self.table[id], out, at)?;
-                        if self.table[id].kind != Kind::Undone {
-                            self.pending_id = Some(id);
-                        }
-                        // The plain instructions after it in its block are each followed by
-                        // the next: their events are copied, not worked out one by one.
-                        let n = (self.stretch[id] as usize).min(end - id);
-                        if self.version[id] != 0 {
-                            for k in id..id + n.max(1) {
-                                if let Some(v) = self.version[k].checked_sub(1) {
-                                    if self.runs.last().is_none_or(|r| r.0 != v as usize) {
-                                        self.runs.push((v as usize, out.len()));
-                                    }
-                                }
-                            }
-                        }
-                        if n > 1 {
-                            out.extend_from_slice(&self.retire[id..id + n - 1]);
-                            self.instructions += n as u64 - 1;
-                            self.executions += n as u64 - 1;
-                            self.pending = Some(self.table[id + n - 1]);
-                            self.pending_id = Some(id + n - 1);
-                        }
-                        id += n.max(1);
-                    }
-                }
+                Some(Record::Exec { first, count }) => self.run_ids(first, count, out, at)?,
                 Some(Record::Thread { .. }) => unreachable!("taken above"),
                 Some(Record::Map(m)) => self.add_map(m, at)?,
                 Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,
