@@ -137,7 +137,32 @@ pub fn decode_case_timed(case: &Path, show_time: bool) -> String {
         }
     }
     let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_sections_timed(&trace, &sections, t, show_time)
+    decode_with(&trace, &sections, t, show_time, case_cpu(case))
+}
+
+/// [`decode_case`] told the CPU `cpu` instead of the case's (`None`: not told any).
+pub fn decode_case_as(case: &Path, cpu: Option<(u16, u8, u8)>) -> String {
+    let clock = ptemu::TracerConfig::default().clock;
+    let t = Timing {
+        mtc_freq: 3,
+        nom_freq: clock.nominal_ratio,
+        cpuid_0x15_eax: 1,
+        cpuid_0x15_ebx: clock.tsc_per_art,
+    };
+    let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
+    decode_with(&trace, &case_sections(case), t, false, cpu)
+}
+
+/// The part a case was traced on (`case.json`'s `run.cpu_signature`, or `report.json`'s
+/// `cpu_signature`): family, model, stepping; none for a profile of no real part.
+pub fn case_cpu(case: &Path) -> Option<(u16, u8, u8)> {
+    let sig = if case.join("case.json").is_file() {
+        json(&case.join("case.json"))["run"]["cpu_signature"].clone()
+    } else {
+        json(&case.join("report.json"))["cpu_signature"].clone()
+    };
+    let n = |k: &str| sig[k].as_u64();
+    Some((n("family")? as u16, n("model")? as u8, n("stepping")? as u8))
 }
 
 /// The PSB whose PSB+ (up to its PSBEND) holds offset `at` in `buf`, if any.
@@ -185,6 +210,21 @@ pub fn decode_sections(trace: &[u8], sections: &[Section], t: Timing) -> String 
 /// [`decode_sections`]; with `show_time`, libipt's time on each instruction line
 /// ([`decode_case_timed`]).
 pub fn decode_sections_timed(trace: &[u8], sections: &[Section], t: Timing, show_time: bool) -> String {
+    decode_with(trace, sections, t, show_time, None)
+}
+
+/// [`decode_sections_timed`], told the CPU (family, model, stepping) as ptxed's `--cpu` tells
+/// it: `pt_config.cpu` set and libipt's workarounds for that part's errata on
+/// (`pt_cpu_errata`). `PTEMU_LIBIPT_NO_CPU=1` in the environment leaves them off, to show what
+/// a decoder that is not told the CPU makes of the trace.
+pub fn decode_with(
+    trace: &[u8],
+    sections: &[Section],
+    t: Timing,
+    show_time: bool,
+    cpu: Option<(u16, u8, u8)>,
+) -> String {
+    let cpu = cpu.filter(|_| std::env::var_os("PTEMU_LIBIPT_NO_CPU").is_none());
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
     let mut out = String::new();
@@ -204,6 +244,14 @@ pub fn decode_sections_timed(trace: &[u8], sections: &[Section], t: Timing, show
         c.nom_freq = t.nom_freq;
         c.cpuid_0x15_eax = t.cpuid_0x15_eax;
         c.cpuid_0x15_ebx = t.cpuid_0x15_ebx;
+        if let Some((family, model, stepping)) = cpu {
+            c.cpu.vendor = pt_cpu_vendor_pcv_intel;
+            c.cpu.family = family;
+            c.cpu.model = model;
+            c.cpu.stepping = stepping;
+            let rc = pt_cpu_errata(&mut c.errata, &c.cpu);
+            assert!(rc >= 0, "pt_cpu_errata: {}", error_text(rc));
+        }
         let dec = pt_insn_alloc_decoder(&c);
         assert!(!dec.is_null(), "pt_insn_alloc_decoder");
         let add = |s: &Section, name: &CString| {

@@ -61,6 +61,8 @@ impl Options {
             "input": input,
             "format": self.format.to_string(),
             "cpu": self.layout.cpu.name,
+            // CP1: the part, for a decoder's errata workarounds.
+            "cpu_signature": self.layout.cpu.signature,
             "ctl": format!("{:#x}", self.ctl.bits()),
             "ctl_fields": CtlDisplay(self.ctl).to_string(),
             "msrs": self.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),

@@ -29,6 +29,9 @@ pub struct SimReport {
     pub input: SourceSummary,
     /// The CPU profile.
     pub cpu: String,
+    /// The profile's part (family, model, stepping): what a decoder is told for its errata
+    /// workarounds (spec/cpu-profiles.md CP1).
+    pub cpu_signature: Option<crate::regs::CpuSignature>,
     /// How packets were laid out (spec/hardware.md HW1-HW5): the profile's, or the override.
     pub packing: crate::packing::Packing,
     /// Which packets were chosen (spec/hardware.md HW6-HW11): the profile's, or the override.
@@ -190,6 +193,7 @@ impl SimReport {
                 approximations: outcome.source.approximations.clone(),
             },
             cpu: opts.layout.cpu.name.clone(),
+            cpu_signature: opts.layout.cpu.signature,
             packing: opts.tracer.packing_on(&opts.layout.cpu),
             style: opts.tracer.style_on(&opts.layout.cpu),
             ctl: CtlSummary {

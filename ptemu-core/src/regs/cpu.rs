@@ -82,6 +82,19 @@ pub struct CpuidRegs {
     pub edx: u32,
 }
 
+/// The CPU's identity as CPUID leaf 1 gives it (display family and model): what decoders are
+/// told to apply their errata workarounds (libipt's `pt_config.cpu`, ptxed `--cpu f/m/s`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct CpuSignature {
+    /// Family (6 for every Core and Atom part here).
+    pub family: u16,
+    /// Model, extended bits included (0x5E for a Skylake desktop part).
+    pub model: u8,
+    /// Stepping.
+    pub stepping: u8,
+}
+
 /// What a logical processor reports about Intel PT output, and the errata it has.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -108,6 +121,9 @@ pub struct CpuProfile {
     pub packing: Packing,
     /// Which packets this CPU chooses where the SDM leaves a choice (spec/hardware.md HW6-HW10).
     pub style: PacketStyle,
+    /// The part the profile's values were read from (spec/cpu-profiles.md); none for
+    /// `generic-max`, which is no real part.
+    pub signature: Option<CpuSignature>,
 }
 
 /// The packet choices of a CPU family where the SDM allows several (spec/hardware.md).
@@ -214,6 +230,23 @@ impl CpuProfile {
                 })
             }
         };
+        // spec/cpu-profiles.md: the CPUID signature of the part each profile was read from.
+        let signature = |model: u8, stepping: u8| {
+            Some(CpuSignature {
+                family: 6,
+                model,
+                stepping,
+            })
+        };
+        let signature = match name {
+            "broadwell" => signature(0x3d, 4),
+            "skylake" => signature(0x5e, 3),
+            "goldmont" => signature(0x5c, 9),
+            "icelake" => signature(0x7e, 5),
+            "alderlake" => signature(0x97, 2),
+            "sapphirerapids" => signature(0x8f, 8),
+            _ => None,
+        };
         // spec/hardware.md: the cores measured on (Skylake) or after them (Ice Lake and later).
         let style = match name {
             "skylake" => PacketStyle::Skylake,
@@ -231,6 +264,7 @@ impl CpuProfile {
             early_pmi_margin: DEFAULT_EARLY_PMI_MARGIN,
             packing: style.packing(),
             style,
+            signature,
         })
     }
 
