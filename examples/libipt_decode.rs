@@ -116,7 +116,25 @@ pub fn decode_case(case: &Path) -> String {
 /// [`decode_case`]; with `show_time`, each instruction line also has libipt's time for it
 /// (`pt_insn_time`) as `tsc: HEX`, what `ptemu verify --time` reads (TR13).
 pub fn decode_case_timed(case: &Path, show_time: bool) -> String {
-    let sections = case_sections(case);
+    let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
+    decode_with(
+        &trace,
+        &case_sections(case),
+        case_timing(case),
+        show_time,
+        case_cpu(case),
+    )
+}
+
+/// [`decode_case`] told the CPU `cpu` instead of the case's (`None`: not told any).
+pub fn decode_case_as(case: &Path, cpu: Option<(u16, u8, u8)>) -> String {
+    let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
+    decode_with(&trace, &case_sections(case), case_timing(case), false, cpu)
+}
+
+/// The timing a case was traced with: `case.json`'s, or the default that `ptemu simulate`'s
+/// report implies.
+fn case_timing(case: &Path) -> Timing {
     let clock = ptemu::TracerConfig::default().clock;
     let mut t = Timing {
         mtc_freq: 3,
@@ -136,21 +154,7 @@ pub fn decode_case_timed(case: &Path, show_time: bool) -> String {
             };
         }
     }
-    let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_with(&trace, &sections, t, show_time, case_cpu(case))
-}
-
-/// [`decode_case`] told the CPU `cpu` instead of the case's (`None`: not told any).
-pub fn decode_case_as(case: &Path, cpu: Option<(u16, u8, u8)>) -> String {
-    let clock = ptemu::TracerConfig::default().clock;
-    let t = Timing {
-        mtc_freq: 3,
-        nom_freq: clock.nominal_ratio,
-        cpuid_0x15_eax: 1,
-        cpuid_0x15_ebx: clock.tsc_per_art,
-    };
-    let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_with(&trace, &case_sections(case), t, false, cpu)
+    t
 }
 
 /// The part a case was traced on (`case.json`'s `run.cpu_signature`, or `report.json`'s

@@ -461,15 +461,21 @@ fn qe11_a_missing_program_qemu_or_plugin_says_what_to_do() {
 fn c_program(dir: &Path, name: &str, source: &str) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
-    let exe = dir.join(name);
+    gcc(&src, &dir.join(name), &[])
+}
+
+/// `gcc -O1 -pthread EXTRA -o EXE SRC`.
+fn gcc(src: &Path, exe: &Path, extra: &[&str]) -> PathBuf {
     let o = Command::new("gcc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
+        .args(["-O1", "-pthread"])
+        .args(extra)
+        .arg("-o")
+        .arg(exe)
+        .arg(src)
         .output()
         .expect("gcc");
     assert!(o.status.success(), "{}", text(&o.stderr));
-    exe
+    exe.to_path_buf()
 }
 
 #[test]
@@ -746,6 +752,31 @@ fn thread_cases(out: &Path) -> Vec<PathBuf> {
     cases
 }
 
+/// The tid of each of [`thread_cases`], in the same order.
+fn case_tids(out: &Path) -> Vec<u64> {
+    let r = report(out);
+    let threads = r["program"]["threads"].as_array().unwrap();
+    std::iter::once(&r["program"])
+        .chain(threads)
+        .map(|t| t["tid"].as_u64().unwrap())
+        .collect()
+}
+
+/// Each vCPU QEMU ran is exactly one case's truth, and there is a case for each.
+fn assert_each_vcpu_is_a_case(cpus: &BlockLog, cases: &[PathBuf]) {
+    let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
+    assert_eq!(cpus.len(), truths.len(), "vCPUs and cases");
+    for (cpu, blocks) in cpus.iter().enumerate() {
+        let ran = instructions(blocks);
+        assert!(
+            truths.contains(&ran),
+            "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
+            ran.len(),
+            truths.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+    }
+}
+
 /// QE15 for one case: perf (with the case's own perf.data, or `perf_data` holding every
 /// thread's, filtered to the case's tid) and libipt decode it with no error, and `ptemu verify`
 /// accepts both.
@@ -806,33 +837,11 @@ fn qe15_pd7_every_thread_is_a_case_that_holds_exactly_what_it_ran() {
     assert_eq!(text(&o.stdout), text(&native(&[s(&exe)], b"").stdout));
     let cases = thread_cases(&out);
     assert_eq!(cases.len(), 3, "the main thread and two more");
-    // Each vCPU QEMU ran is exactly one case's truth, and each case is one vCPU's.
-    let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
-    assert_eq!(cpus.len(), truths.len());
-    for (cpu, blocks) in cpus.iter().enumerate() {
-        let ran = instructions(blocks);
-        let k = truths.iter().position(|t| *t == ran);
-        assert!(
-            k.is_some(),
-            "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
-            ran.len(),
-            truths.iter().map(Vec::len).collect::<Vec<_>>()
-        );
-    }
-    let r = report(&out);
-    let main_tid = r["program"]["tid"].as_u64().unwrap();
-    for (case, t) in cases.iter().zip(
-        std::iter::once(main_tid).chain(
-            r["program"]["threads"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t["tid"].as_u64().unwrap()),
-        ),
-    ) {
-        assert_eq!(report(case)["program"]["tid"].as_u64(), Some(t));
+    assert_each_vcpu_is_a_case(&cpus, &cases);
+    for (case, tid) in cases.iter().zip(case_tids(&out)) {
+        assert_eq!(report(case)["program"]["tid"].as_u64(), Some(tid));
         // One perf.data holds every thread (PD7).
-        check_decoders(case, &out.join("perf.data"), t);
+        check_decoders(case, &out.join("perf.data"), tid);
     }
 }
 
@@ -850,74 +859,7 @@ fn symbol(exe: &Path, symbol: &str) -> u64 {
 /// Compiles tests/data/qemu/NAME.c with gcc, linked where it runs (-no-pie).
 fn test_program(dir: &Path, name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/qemu/{name}.c"));
-    let exe = dir.join(name);
-    let o = Command::new("gcc")
-        .args(["-O1", "-no-pie", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    exe
-}
-
-#[test]
-fn qe16_signals_are_interrupts_and_their_handlers_are_traced() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = test_program(dir.path(), "signals");
-    let handler = symbol(&exe, "on_usr1");
-    let out = dir.path().join("o");
-    let ips = dir.path().join("interrupted.txt");
-    let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe), s(&ips)]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(text(&o.stdout), text(&native(&[s(&exe)], b"").stdout));
-    assert_eq!(text(&o.stdout), "signals delivered: 4\n");
-    let interrupted: Vec<u64> = std::fs::read_to_string(&ips)
-        .unwrap()
-        .lines()
-        .map(|l| u64::from_str_radix(l, 16).unwrap())
-        .collect();
-    assert_eq!(interrupted.len(), 4);
-    let cases = thread_cases(&out);
-    assert_eq!(cases.len(), 2);
-    let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
-    for (cpu, blocks) in cpus.iter().enumerate() {
-        let ran = instructions(blocks);
-        assert!(
-            truths.contains(&ran),
-            "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
-            ran.len(),
-            truths.iter().map(Vec::len).collect::<Vec<_>>()
-        );
-    }
-    // QEMU ran the handler once for each signal (the worker's vCPU: three).
-    let entered = |cpu: usize| instructions(&cpus[cpu]).iter().filter(|&&a| a == handler).count();
-    assert_eq!((entered(0), entered(1)), (1, 3));
-    // The main thread's signal came as its tgkill returned; the worker's three while it
-    // computed: each an interrupt at the address the program saw, and each handler returned.
-    let counts = |case: &Path| report(case)["input"]["counts"].clone();
-    let (main, worker) = (counts(&cases[0]), counts(&cases[1]));
-    assert_eq!(main["signals_delivered"], 1, "{main}");
-    assert_eq!(worker["signals_delivered"], 3, "{worker}");
-    assert_eq!(worker["sigreturns"], 3, "{worker}");
-    let truth = common::cli::truth_jsonl(&cases[1]);
-    for x in &interrupted[1..] {
-        assert!(
-            truth.contains(&format!("\"k\":\"async\",\"from\":\"{x:#x}\"")),
-            "no interrupt at {x:#x} in the worker's truth"
-        );
-    }
-    let r = report(&out);
-    let tids = std::iter::once(r["program"]["tid"].as_u64().unwrap()).chain(
-        r["program"]["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["tid"].as_u64().unwrap()),
-    );
-    for (case, tid) in cases.iter().zip(tids) {
-        check_decoders(case, &out.join("perf.data"), tid);
-    }
+    gcc(&src, &dir.join(name), &["-no-pie"])
 }
 
 /// Issue 41's proof: a program of two threads, a signal handler, and code it writes and
@@ -949,22 +891,19 @@ fn qe15_qe16_qe17_pd8_threads_signals_and_written_code_are_traced_exactly() {
         .collect();
     let cases = thread_cases(&out);
     assert_eq!(cases.len(), 2);
-    let truths: Vec<Vec<u64>> = cases.iter().map(|c| truth_ips(c)).collect();
-    assert_eq!(cpus.len(), 2);
-    for (cpu, blocks) in cpus.iter().enumerate() {
-        let ran = instructions(blocks);
-        assert!(
-            truths.contains(&ran),
-            "vCPU {cpu}: QEMU ran {} instructions, no case's truth holds them ({:?})",
-            ran.len(),
-            truths.iter().map(Vec::len).collect::<Vec<_>>()
-        );
-    }
-    // The worker's three signals: QEMU ran its handler three times, and each is an interrupt
-    // where the program says it was.
-    let entered = instructions(&cpus[1]).iter().filter(|&&a| a == handler).count();
-    assert_eq!(entered, 3);
+    assert_each_vcpu_is_a_case(&cpus, &cases);
+    // QE16: the main thread's signal came as its tgkill returned, the worker's three while it
+    // computed. QEMU ran the handler once for each; each of the worker's is an interrupt where
+    // the program's own signal frame says, and each handler returned.
+    let entered = |cpu: usize| instructions(&cpus[cpu]).iter().filter(|&&a| a == handler).count();
+    assert_eq!((entered(0), entered(1)), (1, 3));
+    let counts = |case: &Path| report(case)["input"]["counts"].clone();
+    let (main, worker) = (counts(&cases[0]), counts(&cases[1]));
+    assert_eq!(main["signals_delivered"], 1, "{main}");
+    assert_eq!(worker["signals_delivered"], 3, "{worker}");
+    assert_eq!(worker["sigreturns"], 3, "{worker}");
     let worker = common::cli::truth_jsonl(&cases[1]);
+    assert_eq!(interrupted.len(), 4);
     for x in &interrupted[1..] {
         assert!(
             worker.contains(&format!("\"k\":\"async\",\"from\":\"{x:#x}\"")),
@@ -979,14 +918,7 @@ fn qe15_qe16_qe17_pd8_threads_signals_and_written_code_are_traced_exactly() {
     for c in code {
         assert!(Path::new(c["path"].as_str().unwrap()).is_file(), "{c}");
     }
-    let tids = std::iter::once(r["program"]["tid"].as_u64().unwrap()).chain(
-        r["program"]["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["tid"].as_u64().unwrap()),
-    );
-    for (case, tid) in cases.iter().zip(tids) {
+    for (case, tid) in cases.iter().zip(case_tids(&out)) {
         check_decoders(case, &out.join("perf.data"), tid);
     }
 }

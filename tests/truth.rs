@@ -37,6 +37,13 @@ fn verify_time(case: &Path, lines: &str, tolerance: u64) -> (bool, String) {
     verify_with(case, lines, &["--time", &tolerance.to_string()])
 }
 
+/// How many lines `verify --time` says it checked the time of ("... line(s) (N ...").
+fn timed_lines(msg: &str) -> u64 {
+    let n = msg.split("line(s) (").nth(1).and_then(|r| r.split(' ').next());
+    n.and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of timed lines in: {msg}"))
+}
+
 fn verify_with(case: &Path, lines: &str, options: &[&str]) -> (bool, String) {
     let o = ptemu_stdin(
         &[&["verify", s(case), "--ips", "-"], options].concat(),
@@ -423,15 +430,7 @@ fn tr13_libipt_times_pass_verify_time_and_a_moved_time_fails() {
         let lines = libipt_decode::decode_case_timed(&case, true);
         let (ok, msg) = verify_time(&case, &lines, tolerance);
         assert!(ok, "{name}: {msg}");
-        let checked: u64 = msg
-            .split("line(s) (")
-            .nth(1)
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let checked = timed_lines(&msg);
         assert!(checked > 1000, "{name}: {msg}");
         if tolerance > 0 {
             assert!(
@@ -504,15 +503,7 @@ fn tr13_pd5_perf_times_pass_verify_time() {
         let lines = text(&o.stdout);
         let (ok, msg) = verify_time(&case, &lines, 5);
         assert!(ok, "{name}: {msg}");
-        let checked: u64 = msg
-            .split("line(s) (")
-            .nth(1)
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let checked = timed_lines(&msg);
         assert!(checked > 1000, "{name}: {msg}");
         let all: Vec<&str> = lines.lines().collect();
         let k = all.len() / 2;

@@ -242,7 +242,7 @@ fn code_versions(out: &Path, s: &Sideband, opts: &simulate::Options) -> Vec<Writ
         let before = s.code[..k].iter().rev().find(|p| p.page == c.page);
         let path = out.join("code").join(format!("{:x}.{}.elf", c.page, c.version));
         let path = std::path::absolute(&path).unwrap_or(path).display().to_string();
-        let (_, pgoff) = ptemu::perf_data::elf::image(&c.bytes, c.page);
+        let pgoff = ptemu::perf_data::elf::code_offset(c.page);
         let mut m = Mapping::new(path, c.page, c.bytes.len() as u64, pgoff);
         if let (Some(b), Some(first)) = (before, c.first) {
             let last = b.last.unwrap_or(0).min(first);

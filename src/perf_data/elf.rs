@@ -9,8 +9,14 @@ use object::Endianness;
 /// Alignment of the code in the file (and of the load segment).
 pub const PAGE: u64 = 4096;
 
+/// The file offset of the code in [`image`]'s file for code loaded at `base`: the page after the
+/// headers, plus `base`'s offset in its page (file offset and address agree modulo the page).
+pub fn code_offset(base: u64) -> u64 {
+    PAGE + base % PAGE
+}
+
 /// An ELF image of `code` loaded at `base`, and the file offset of the code (the MMAP2 record's
-/// `pgoff`).
+/// `pgoff`, [`code_offset`]).
 pub fn image(code: &[u8], base: u64) -> (Vec<u8>, u64) {
     let mut buf = Vec::new();
     let mut w = Writer::new(Endianness::Little, true, &mut buf);
@@ -24,6 +30,7 @@ pub fn image(code: &[u8], base: u64) -> (Vec<u8>, u64) {
     let page_start = w.reserve(0, PAGE as usize);
     w.reserve_until(page_start + (base % PAGE) as usize);
     let text_offset = w.reserve(code.len(), 1) as u64;
+    debug_assert_eq!(text_offset, code_offset(base));
     w.reserve_shstrtab();
     w.reserve_section_headers();
     let len = code.len() as u64;

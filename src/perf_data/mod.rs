@@ -181,7 +181,12 @@ const TIME_SHIFT: u64 = 32;
 
 /// The perf time of the TSC when tracing started (`(tsc * mult) >> shift`, TIME_ZERO 0).
 fn perf_time(spec: &Spec) -> u64 {
-    ((u128::from(spec.start_tsc) * u128::from(time_mult(spec.max_nonturbo_ratio))) >> TIME_SHIFT) as u64
+    tsc_time(spec, spec.start_tsc)
+}
+
+/// The perf time of TSC `tsc`.
+fn tsc_time(spec: &Spec, tsc: u64) -> u64 {
+    ((u128::from(tsc) * u128::from(time_mult(spec.max_nonturbo_ratio))) >> TIME_SHIFT) as u64
 }
 
 fn time_mult(nominal_ratio: u8) -> u64 {
@@ -275,11 +280,16 @@ fn sample_id(r: &mut Vec<u8>, spec: &Spec) {
 
 /// [`sample_id`] for thread `tid`.
 fn sample_id_of(r: &mut Vec<u8>, spec: &Spec, tid: u32) {
+    sample_id_at(r, spec, tid, spec.start_tsc);
+}
+
+/// [`sample_id_of`] at the time of TSC `tsc`.
+fn sample_id_at(r: &mut Vec<u8>, spec: &Spec, tid: u32, tsc: u64) {
     for v in [spec.pid, tid] {
         r.write_u32::<LE>(v).expect("to memory");
     }
     if timed(spec) {
-        r.write_u64::<LE>(perf_time(spec)).expect("to memory");
+        r.write_u64::<LE>(tsc_time(spec, tsc)).expect("to memory");
     }
     r.write_u64::<LE>(0).expect("to memory"); // cpu, res
     r.write_u64::<LE>(EVENT_ID).expect("to memory");
@@ -351,13 +361,7 @@ fn mmap2(r: &mut Vec<u8>, spec: &Spec, m: &Mapping) -> io::Result<()> {
     r.write_u32::<LE>(5).expect("to memory"); // PROT_READ | PROT_EXEC
     r.write_u32::<LE>(2).expect("to memory"); // MAP_PRIVATE
     r.extend_from_slice(&name);
-    let start = r.len();
-    sample_id(r, spec);
-    if let (Some(tsc), true) = (m.tsc, timed(spec)) {
-        // The TIME field follows TID in the trailer.
-        let t = ((u128::from(tsc) * u128::from(time_mult(spec.max_nonturbo_ratio))) >> TIME_SHIFT) as u64;
-        r[start + 8..start + 16].copy_from_slice(&t.to_le_bytes());
-    }
+    sample_id_at(r, spec, spec.pid, m.tsc.unwrap_or(spec.start_tsc));
     Ok(())
 }
 

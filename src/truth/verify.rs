@@ -202,15 +202,21 @@ pub fn token_bytes(line: &[u8]) -> Option<Token> {
     token_after_time(line, true)
 }
 
+/// A line's first word (up to whitespace), if it has one.
+fn first_word(line: &[u8]) -> Option<&[u8]> {
+    let rest = line.trim_ascii_start();
+    let end = rest
+        .iter()
+        .position(u8::is_ascii_whitespace)
+        .unwrap_or(rest.len());
+    (end > 0).then(|| &rest[..end])
+}
+
 /// [`token_bytes`]; `time`: a perf time column may come first (skipped once, not again).
 fn token_after_time(line: &[u8], time: bool) -> Option<Token> {
     let contains = |needle: &[u8]| line.windows(needle.len()).any(|w| w == needle);
-    let start = line.iter().position(|b| !b.is_ascii_whitespace())?;
-    let rest = &line[start..];
-    let first = &rest[..rest
-        .iter()
-        .position(u8::is_ascii_whitespace)
-        .unwrap_or(rest.len())];
+    let rest = line.trim_ascii_start();
+    let first = first_word(rest)?;
     if first.eq_ignore_ascii_case(b"error") || first.eq_ignore_ascii_case(b"error:") {
         return Some(Token::Error);
     }
@@ -235,16 +241,11 @@ fn token_after_time(line: &[u8], time: bool) -> Option<Token> {
     // a synthesized event of a mark (`ptwrite:`, `pwre:`, …, TR11).
     if let Some(name) = perf_event_name(first) {
         if name == "instructions" {
-            let after = rest[first.len()..].trim_ascii_start();
-            let word = &after[..after
-                .iter()
-                .position(u8::is_ascii_whitespace)
-                .unwrap_or(after.len())];
-            return hex_word(word).map(Token::Ip);
+            return first_word(&rest[first.len()..]).and_then(hex_word).map(Token::Ip);
         }
         return perf_mark(rest).map(|_| Token::Mark);
     }
-    ip_word(&line[..start], first).map(Token::Ip)
+    ip_word(&line[..line.len() - rest.len()], first).map(Token::Ip)
 }
 
 /// The name of a perf script event field (`instructions:u:` is `instructions`), if `word` is
@@ -1175,13 +1176,7 @@ fn any_line_time(line: &[u8], tsc_hz: Option<u64>) -> Option<u64> {
     if let Some(t) = line_time(line) {
         return Some(t);
     }
-    let start = line.iter().position(|b| !b.is_ascii_whitespace())?;
-    let rest = &line[start..];
-    let first = &rest[..rest
-        .iter()
-        .position(u8::is_ascii_whitespace)
-        .unwrap_or(rest.len())];
-    let ns = perf_time_ns(first)?;
+    let ns = perf_time_ns(first_word(line)?)?;
     u64::try_from(ns.checked_mul(u128::from(tsc_hz?))? / 1_000_000_000).ok()
 }
 

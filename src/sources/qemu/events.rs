@@ -1066,7 +1066,8 @@ impl<R: Read> QemuEvents<R> {
                     self.scratch = scratch;
                     self.starts = starts;
                 }
-                Some(Record::Exec { first, count }) => self.run_ids(first, count, out, at)?,
+                // The traced thread's are taken first, the others' passed over above.
+                Some(Record::Exec { .. }) => unreachable!("taken above"),
                 Some(Record::Thread { .. }) => unreachable!("taken above"),
                 Some(Record::Map(m)) => self.add_map(m, at)?,
                 Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,

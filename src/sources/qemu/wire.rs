@@ -179,15 +179,7 @@ impl Writer {
     /// The instruction `id` executed.
     #[inline]
     pub fn exec(&mut self, id: u64) {
-        self.executed += 1;
-        if self.last_exec != u64::MAX && id == self.last_exec + 1 {
-            self.run += 1;
-        } else {
-            self.close_run();
-            self.buf.push(TAG_EXEC);
-            put(&mut self.buf, id);
-        }
-        self.last_exec = id;
+        self.exec_block(id, 1);
     }
 
     /// The `count` instructions from id `first` on executed, one after another (a block).
