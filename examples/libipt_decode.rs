@@ -117,19 +117,27 @@ pub fn decode_case(case: &Path) -> String {
 /// (`pt_insn_time`) as `tsc: HEX`, what `ptemu verify --time` reads (TR13).
 pub fn decode_case_timed(case: &Path, show_time: bool) -> String {
     let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_with(
+    decode_filtered(
         &trace,
         &case_sections(case),
         case_timing(case),
         show_time,
         case_cpu(case),
+        case_filter(case),
     )
 }
 
 /// [`decode_case`] told the CPU `cpu` instead of the case's (`None`: not told any).
 pub fn decode_case_as(case: &Path, cpu: Option<(u16, u8, u8)>) -> String {
     let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_with(&trace, &case_sections(case), case_timing(case), false, cpu)
+    decode_filtered(
+        &trace,
+        &case_sections(case),
+        case_timing(case),
+        false,
+        cpu,
+        case_filter(case),
+    )
 }
 
 /// The timing a case was traced with: `case.json`'s, or the default that `ptemu simulate`'s
@@ -167,6 +175,40 @@ pub fn case_cpu(case: &Path) -> Option<(u16, u8, u8)> {
     };
     let n = |k: &str| sig[k].as_u64();
     Some((n("family")? as u16, n("model")? as u8, n("stepping")? as u8))
+}
+
+/// The address-filter configuration a case was traced with, as libipt's `pt_config.addr_filter`
+/// holds it: CTL\[47:32\] (ADDRn_CFG) and the ADDRn_A/B MSRs (0x580..0x587). A decoder needs it
+/// for its SKL014 workaround (spec/cpu-profiles.md CP4), as ptxed takes `--filter:addrN_*`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddrFilter {
+    /// CTL\[47:32\]: four 4-bit ADDRn_CFG fields.
+    pub cfg: u64,
+    /// ADDR0_A, ADDR0_B, ... ADDR3_B.
+    pub addr: [u64; 8],
+}
+
+/// The address filter of a case (`case.json`'s `run.ctl` and `run.msrs`, or `report.json`'s
+/// `ctl.value` and `msrs`).
+pub fn case_filter(case: &Path) -> AddrFilter {
+    let (ctl, msrs) = if case.join("case.json").is_file() {
+        let run = json(&case.join("case.json"))["run"].clone();
+        (hex_field(&run["ctl"], "run.ctl"), run["msrs"].clone())
+    } else {
+        let r = json(&case.join("report.json"));
+        (hex_field(&r["ctl"]["value"], "ctl.value"), r["msrs"].clone())
+    };
+    let mut f = AddrFilter {
+        cfg: (ctl >> 32) & 0xffff,
+        addr: [0; 8],
+    };
+    for m in msrs.as_array().into_iter().flatten() {
+        let msr = hex_field(&m["msr"], "msr");
+        if (0x580..0x588).contains(&msr) {
+            f.addr[(msr - 0x580) as usize] = hex_field(&m["value"], "value");
+        }
+    }
+    f
 }
 
 /// The PSB whose PSB+ (up to its PSBEND) holds offset `at` in `buf`, if any.
@@ -228,6 +270,18 @@ pub fn decode_with(
     show_time: bool,
     cpu: Option<(u16, u8, u8)>,
 ) -> String {
+    decode_filtered(trace, sections, t, show_time, cpu, AddrFilter::default())
+}
+
+/// [`decode_with`], told the address filter the trace was made with ([`case_filter`]).
+pub fn decode_filtered(
+    trace: &[u8],
+    sections: &[Section],
+    t: Timing,
+    show_time: bool,
+    cpu: Option<(u16, u8, u8)>,
+    filter: AddrFilter,
+) -> String {
     let cpu = cpu.filter(|_| std::env::var_os("PTEMU_LIBIPT_NO_CPU").is_none());
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
@@ -248,6 +302,17 @@ pub fn decode_with(
         c.nom_freq = t.nom_freq;
         c.cpuid_0x15_eax = t.cpuid_0x15_eax;
         c.cpuid_0x15_ebx = t.cpuid_0x15_ebx;
+        c.addr_filter.config.addr_cfg = filter.cfg;
+        [
+            c.addr_filter.addr0_a,
+            c.addr_filter.addr0_b,
+            c.addr_filter.addr1_a,
+            c.addr_filter.addr1_b,
+            c.addr_filter.addr2_a,
+            c.addr_filter.addr2_b,
+            c.addr_filter.addr3_a,
+            c.addr_filter.addr3_b,
+        ] = filter.addr;
         if let Some((family, model, stepping)) = cpu {
             c.cpu.vendor = pt_cpu_vendor_pcv_intel;
             c.cpu.family = family;

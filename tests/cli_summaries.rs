@@ -269,19 +269,19 @@ fn sim17_the_main_job_shows_pmis_and_laps() {
     // The numbers the README quotes for the main job.
     assert_eq!(
         (&r["stats"]["pmis"], &r["stats"]["laps"]),
-        (&Value::from(13), &Value::from(3))
+        (&Value::from(14), &Value::from(3))
     );
-    assert!(stdout.contains("output events: 13 PMI"), "{stdout}");
+    assert!(stdout.contains("output events: 14 PMI"), "{stdout}");
     assert!(
         stdout.contains(
-            "the regions hold 16384 bytes of the stream; 40608 older bytes were overwritten (3 laps)"
+            "the regions hold 16384 bytes of the stream; 41104 older bytes were overwritten (3 laps)"
         ),
         "{stdout}"
     );
     let readme = fs::read_to_string(root().join("README.md"))
         .unwrap()
         .replace('\n', " ");
-    assert!(readme.contains("the 13 PMIs") && readme.contains("40608 older bytes were overwritten (3 laps)"));
+    assert!(readme.contains("the 14 PMIs") && readme.contains("41104 older bytes were overwritten (3 laps)"));
     let xtask = fs::read_to_string(root().join("xtask/src/main.rs")).unwrap();
     assert!(
         xtask.contains("MAIN_JOB_RECORDS: &str = \"600000\""),

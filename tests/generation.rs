@@ -78,15 +78,26 @@ fn all_events(r: &TraceRig) -> Vec<QEvent> {
 #[test]
 fn psb1_tim1_hw9_psb_plus_holds_what_ctl_enables() {
     let cases: [(&str, RtitCtl, &[&str]); 4] = [
-        // HW9: Skylake and Ice Lake order MODE.TSX, [MODE.Exec, FUP], PIP, VMCS, CBR.
-        ("skylake", user(), &["psb", "mode.tsx", "cbr", "psbend"]),
+        // HW9: Skylake and Ice Lake order MODE.TSX, [MODE.Exec, FUP], PIP, VMCS, CBR; with
+        // BDM70 (CP3) the enable's PSB+ holds MODE.Exec and FUP.
+        ("skylake -BDM70", user(), &["psb", "mode.tsx", "cbr", "psbend"]),
         (
             "skylake",
             user().with_tsc_en(true).with_mtc_en(true).with_os(true),
-            &["psb", "tsc", "tma", "mode.tsx", "pip", "cbr", "psbend"],
+            &[
+                "psb",
+                "tsc",
+                "tma",
+                "mode.tsx",
+                "mode.exec",
+                "fup",
+                "pip",
+                "cbr",
+                "psbend",
+            ],
         ),
         (
-            "icelake",
+            "icelake -BDM70",
             user().with_tsc_en(true),
             &["psb", "tsc", "mode.tsx", "cbr", "psbend"],
         ),
@@ -1075,11 +1086,12 @@ fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
     let sky = run("skylake");
     assert_eq!(forms(&sky, "tip.pge"), [Sext48]);
     assert_eq!(forms(&sky, "tip"), [Update16, Update16, Sext48, Update16]);
-    assert_eq!(forms(&sky, "fup"), [Sext48, Sext48]);
+    // The enable's PSB+ FUP (BDM70, CP3), the interrupt's FUP, the disable's FUP.
+    assert_eq!(forms(&sky, "fup"), [Sext48, Sext48, Sext48]);
     let ice = run("icelake");
     assert_eq!(forms(&ice, "tip.pge"), [Full]);
     assert_eq!(forms(&ice, "tip"), [Update16, Update16, Sext48, Update16]);
-    assert_eq!(forms(&ice, "fup"), [Full, Full]);
+    assert_eq!(forms(&ice, "fup"), [Full, Full, Full]);
     // The first TIP after a PSB+ with FUP is sent whole (165 of 165), the others compressed.
     let p = jumping("skylake", 3000, 0x10).packets();
     let mut after_psb = None;
@@ -1088,6 +1100,8 @@ fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
         match p {
             Packet::Psb => after_psb = Some(false),
             Packet::Fup(_) if after_psb == Some(false) => after_psb = Some(true),
+            // The enable's PSB+ (BDM70) is followed by TIP.PGE: the TIP after it is compressed.
+            Packet::TipPge(_) => after_psb = None,
             Packet::Tip(ip) => {
                 if after_psb.take() == Some(true) {
                     assert_eq!(ip.ipc, Sext48, "the first TIP after a PSB+ with FUP");
@@ -1103,18 +1117,26 @@ fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
     assert!(whole >= 2 && compressed > 1000, "{whole} {compressed}");
 }
 
-/// HW8: with `enable_with_fup` the enable's PSB+ holds MODE.Exec and FUP(IP), then TIP.PGE(IP)
-/// follows without another MODE.Exec, as Skylake sends it; by default the PSB+ has no FUP and
+/// HW8, CP3: with BDM70 (the skylake profile's default, or `enable_with_fup` on a profile
+/// without it) the enable's PSB+ holds MODE.Exec and FUP(IP), then TIP.PGE(IP) follows without
+/// another MODE.Exec, as Skylake sends it; without the erratum the PSB+ has no FUP and
 /// MODE.Exec, TIP.PGE follow it.
 #[test]
-fn hw8_the_enable_shape_with_and_without_fup_in_psb_plus() {
-    let shape = |enable_with_fup: bool| {
+fn hw8_cp3_the_enable_shape_with_and_without_bdm70() {
+    let shape = |bdm70: bool| {
         let mut r = rig_on(
-            "skylake",
-            TracerConfig::default().with_enable_with_fup(enable_with_fup),
+            if bdm70 { "skylake" } else { "skylake -BDM70" },
+            TracerConfig::default(),
         );
         r.stop_at(START);
-        r.names()
+        let names = r.names();
+        let mut forced = rig_on(
+            "skylake -BDM70",
+            TracerConfig::default().with_enable_with_fup(bdm70),
+        );
+        forced.stop_at(START);
+        assert_eq!(forced.names(), names, "enable_with_fup is the same shape");
+        names
     };
     assert_eq!(
         shape(true)[..6],

@@ -9,7 +9,7 @@ use common::trace::{TraceRig, CTL, MASK_PTRS, OUTPUT_BASE, SIZE, WRMSR_LEN};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 use proptest::prelude::*;
 use ptemu::image::encode::{self, Shape};
-use ptemu::image::{CodeImage, ImageBuilder, ImageError, PtxedTiming, GAP_BYTE};
+use ptemu::image::{CodeImage, ImageBuilder, ImageError, PtxedConfig, PtxedTiming, GAP_BYTE};
 use ptemu::packet::Packet;
 use ptemu::sources::penn::{self, BranchKind, MacroOp, PennEvents};
 use ptemu::sources::{EventSource, Input, ReadOptions};
@@ -365,7 +365,7 @@ fn the_ptxed_command_loads_the_image_at_its_base() {
         bytes: vec![0xc3],
     };
     assert_eq!(
-        img.ptxed_command("trace.pt", "image.bin", None),
+        img.ptxed_command("trace.pt", "image.bin", &PtxedConfig::default()),
         "ptxed --insn-decoder --pt trace.pt --raw image.bin:0x401000"
     );
     let t = PtxedTiming {
@@ -374,10 +374,30 @@ fn the_ptxed_command_loads_the_image_at_its_base() {
         cpuid_0x15_eax: 1,
         cpuid_0x15_ebx: 2,
     };
+    let config = PtxedConfig {
+        timing: Some(t),
+        ..PtxedConfig::default()
+    };
     assert_eq!(
-        img.ptxed_command("my trace.pt", "image.bin", Some(t)),
+        img.ptxed_command("my trace.pt", "image.bin", &config),
         "ptxed --insn-decoder --mtc-freq 3 --nom-freq 40 --cpuid-0x15.eax 1 --cpuid-0x15.ebx 2 \
          --pt 'my trace.pt' --raw image.bin:0x401000"
+    );
+    // CP1, CP4: the CPU (for its errata workarounds) and the address filter (SKL014).
+    let config = PtxedConfig {
+        cpu: Some(ptemu::regs::CpuSignature {
+            family: 6,
+            model: 0x5e,
+            stepping: 3,
+        }),
+        filter_cfg: 0x1,
+        filter_addr: [0x40_1000, 0x40_1fff, 0, 0, 0, 0, 0, 0],
+        ..PtxedConfig::default()
+    };
+    assert_eq!(
+        img.ptxed_command("trace.pt", "image.bin", &config),
+        "ptxed --insn-decoder --cpu 6/94/3 --filter:addr0_cfg 1 --filter:addr0_a 0x401000 \
+         --filter:addr0_b 0x401fff --pt trace.pt --raw image.bin:0x401000"
     );
 }
 

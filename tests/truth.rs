@@ -406,7 +406,12 @@ fn tr12_perf_going_on_after_a_corrupt_packet_passes_where_its_instructions_are_t
             failed.push(name);
         }
     }
-    assert!(passed.len() >= 4, "passed {passed:?}, failed {failed:?}");
+    // Measured: 4 of 6 before the profiles had their errata, 3 of 6 since (BDM70 moves the
+    // corruption sites); both outcomes must occur.
+    assert!(
+        passed.len() >= 3 && !failed.is_empty(),
+        "passed {passed:?}, failed {failed:?}"
+    );
 }
 
 /// TR13: libipt's time for each instruction (`pt_insn_time`, printed by the harness with

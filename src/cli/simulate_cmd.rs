@@ -60,6 +60,12 @@ pub struct RunArgs {
     /// sapphirerapids, generic-max.
     #[arg(long)]
     pub(super) cpu: Option<String>,
+    /// The profile's errata, edited (CP2): comma-separated, `NAME` adds one, `-NAME` removes
+    /// one, `none` removes all, e.g. `--errata -BDM70` or `--errata none,SKL014`. Applied after
+    /// the layout's `errata` list. Known: BDM106, TGL052, BDM70, BDM64, SKD007, SKD010, SKD022,
+    /// SKL014, APL11, APL12, SKL168, SKZ84.
+    #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
+    pub(super) errata: Option<String>,
     /// IA32_RTIT_CTL field by its SDM name (any case), e.g. DisRETC=1, PSBFreq=1, MTCEn=1;
     /// raw=0x... sets the whole MSR. Repeatable, applied in order on top of the default TraceEn
     /// BranchEn User TSCEn (+ ToPA for a ToPA layout, + OS for CPL-0 BYU traces).
@@ -317,6 +323,15 @@ pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failur
         // SIM5: --cpu replaces the layout's profile (and its maxphyaddr/errata overrides).
         layout.cpu = CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
     }
+    if let Some(list) = &r.errata {
+        for entry in list.split(',').filter(|e| !e.trim().is_empty()) {
+            layout.cpu.errata = layout
+                .cpu
+                .errata
+                .edit(entry)
+                .map_err(|e| Failure::input(format!("--errata: {e}")))?;
+        }
+    }
     if let Some(p) = &r.layout {
         // The picture of the run checks `opts.layout` again at the end (a static check, cheap).
         let _ = warn_layout(p, &layout);
@@ -434,7 +449,7 @@ fn finish(
             Some(img.ptxed_command(
                 &dir.final_path("trace.pt").display().to_string(),
                 &dir.final_path("image.bin").display().to_string(),
-                opts.ptxed_timing(),
+                &opts.ptxed_config(),
             ))
         }
         // No stale image from an earlier run next to a trace it does not belong to.

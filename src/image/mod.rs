@@ -14,7 +14,7 @@ mod ptxed;
 
 pub use encode::{Shape, ShapeError};
 pub use error::{ImageError, ImageErrors};
-pub use ptxed::{quote, PtxedTiming};
+pub use ptxed::{quote, PtxedConfig, PtxedTiming};
 
 use rustc_hash::FxHashMap;
 

@@ -20,6 +20,20 @@ pub struct PtxedTiming {
     pub cpuid_0x15_ebx: u32,
 }
 
+/// What ptxed is told about the run beyond the files: the timing parameters, the CPU (its errata
+/// workarounds, CP1) and the address filter (its SKL014 workaround, CP4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PtxedConfig {
+    /// Timing parameters, when the trace has MTC or CYC.
+    pub timing: Option<PtxedTiming>,
+    /// The part (`--cpu f/m/s`): none for a profile of no real part.
+    pub cpu: Option<crate::regs::CpuSignature>,
+    /// CTL\[47:32\]: the ADDRn_CFG fields (`--filter:addrN_cfg`); 0: no filter.
+    pub filter_cfg: u64,
+    /// ADDR0_A ... ADDR3_B (`--filter:addrN_a`, `--filter:addrN_b`).
+    pub filter_addr: [u64; 8],
+}
+
 /// `arg` quoted for a POSIX shell when it holds anything but `[A-Za-z0-9_./:=@%+,-]`.
 pub fn quote(arg: &str) -> String {
     let plain = !arg.is_empty()
@@ -35,12 +49,31 @@ pub fn quote(arg: &str) -> String {
 
 impl CodeImage {
     /// The arguments (after the program name) of the `ptxed` run that decodes the trace file `pt`
-    /// over this image written to the file `image`: libipt's instruction-flow decoder, no CPU
-    /// errata (`--cpu` left at `none`: the trace is architectural), the timing parameters when
-    /// given.
-    pub fn ptxed_args(&self, pt: &str, image: &str, timing: Option<PtxedTiming>) -> Vec<String> {
+    /// over this image written to the file `image`: libipt's instruction-flow decoder, the CPU
+    /// (so ptxed applies that part's errata workarounds), the address filter in use, the timing
+    /// parameters when given.
+    pub fn ptxed_args(&self, pt: &str, image: &str, config: &PtxedConfig) -> Vec<String> {
         let mut v = vec!["--insn-decoder".to_string()];
-        if let Some(t) = timing {
+        if let Some(c) = config.cpu {
+            v.extend([
+                "--cpu".to_string(),
+                format!("{}/{}/{}", c.family, c.model, c.stepping),
+            ]);
+        }
+        for n in 0..4 {
+            let cfg = (config.filter_cfg >> (4 * n)) & 0xf;
+            if cfg != 0 {
+                v.extend([
+                    format!("--filter:addr{n}_cfg"),
+                    cfg.to_string(),
+                    format!("--filter:addr{n}_a"),
+                    format!("{:#x}", config.filter_addr[2 * n]),
+                    format!("--filter:addr{n}_b"),
+                    format!("{:#x}", config.filter_addr[2 * n + 1]),
+                ]);
+            }
+        }
+        if let Some(t) = config.timing {
             v.extend([
                 "--mtc-freq".to_string(),
                 t.mtc_freq.to_string(),
@@ -62,9 +95,9 @@ impl CodeImage {
     }
 
     /// [`CodeImage::ptxed_args`] as one shell command line, starting with `ptxed`.
-    pub fn ptxed_command(&self, pt: &str, image: &str, timing: Option<PtxedTiming>) -> String {
+    pub fn ptxed_command(&self, pt: &str, image: &str, config: &PtxedConfig) -> String {
         let mut s = String::from("ptxed");
-        for a in self.ptxed_args(pt, image, timing) {
+        for a in self.ptxed_args(pt, image, config) {
             s.push(' ');
             s.push_str(&quote(&a));
         }

@@ -2,7 +2,7 @@
 
 use super::{Layout, LAST_INDEX};
 use crate::output::TopaEntry;
-use crate::regs::{CpuProfile, Errata};
+use crate::regs::CpuProfile;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -296,13 +296,11 @@ impl Layout {
             cpu.maxphyaddr = v;
         }
         for e in &raw.errata {
-            let flag = Errata::from_id(e.get_ref()).ok_or_else(|| {
-                err(
-                    Some(line_of(src, e.span())),
-                    format!("unknown erratum `{}` (known: BDM106, TGL052)", e.get_ref()),
-                )
-            })?;
-            cpu.errata |= flag;
+            // CP2: `NAME` adds, `-NAME` removes, `none` clears the profile's errata.
+            cpu.errata = cpu
+                .errata
+                .edit(e.get_ref())
+                .map_err(|x| err(Some(line_of(src, e.span())), x.to_string()))?;
         }
         let mut tables = Vec::new();
         let mut seen: BTreeMap<u64, usize> = BTreeMap::new();

@@ -703,7 +703,9 @@ pub fn write_case_to(
     json["tracer"] = serde_json::to_value(&opts.tracer).map_err(|e| SimError::Truth(e.into()))?;
     json["packing"] = serde_json::json!(opts.tracer.packing_on(&opts.layout.cpu));
     json["timing"] = serde_json::json!(timing);
-    json["ptxed"] = img.ptxed_command("trace.pt", "image.bin", timing).into();
+    json["ptxed"] = img
+        .ptxed_command("trace.pt", "image.bin", &opts.ptxed_config())
+        .into();
     if let Some(final_dir) = perf_data {
         crate::perf_data::write_run(dir, final_dir, &opts, &outcome, &plan, &name, vec![])
             .map_err(SimError::Truth)?;

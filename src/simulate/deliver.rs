@@ -63,6 +63,8 @@ impl Options {
             "cpu": self.layout.cpu.name,
             // CP1: the part, for a decoder's errata workarounds.
             "cpu_signature": self.layout.cpu.signature,
+            // CP2: the errata the stream shows.
+            "errata": self.layout.cpu.errata.ids(),
             "ctl": format!("{:#x}", self.ctl.bits()),
             "ctl_fields": CtlDisplay(self.ctl).to_string(),
             "msrs": self.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),

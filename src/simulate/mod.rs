@@ -120,6 +120,22 @@ impl Options {
             .map_err(|e| SimError::Config(e.to_string()))
     }
 
+    /// What ptxed is told to decode this run's trace: the timing, the CPU, the address filter.
+    pub fn ptxed_config(&self) -> crate::image::PtxedConfig {
+        let mut filter_addr = [0; 8];
+        for &(msr, value) in &self.msrs {
+            if (0x580..0x588).contains(&msr) {
+                filter_addr[(msr - 0x580) as usize] = value;
+            }
+        }
+        crate::image::PtxedConfig {
+            timing: self.ptxed_timing(),
+            cpu: self.layout.cpu.signature,
+            filter_cfg: (self.ctl.bits() >> 32) & 0xffff,
+            filter_addr,
+        }
+    }
+
     /// The `ptxed` timing options a decoder needs for this CTL: with MTC or CYC on.
     pub fn ptxed_timing(&self) -> Option<PtxedTiming> {
         (self.ctl.mtc_en() || self.ctl.cyc_en()).then(|| PtxedTiming {

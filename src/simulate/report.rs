@@ -32,12 +32,17 @@ pub struct SimReport {
     /// The profile's part (family, model, stepping): what a decoder is told for its errata
     /// workarounds (spec/cpu-profiles.md CP1).
     pub cpu_signature: Option<crate::regs::CpuSignature>,
+    /// The errata the run reproduced (spec/cpu-profiles.md CP2): the profile's, as edited.
+    pub errata: Vec<&'static str>,
     /// How packets were laid out (spec/hardware.md HW1-HW5): the profile's, or the override.
     pub packing: crate::packing::Packing,
     /// Which packets were chosen (spec/hardware.md HW6-HW11): the profile's, or the override.
     pub style: crate::regs::PacketStyle,
     /// IA32_RTIT_CTL as the enabling WRMSR wrote it, and as fields.
     pub ctl: CtlSummary,
+    /// The other MSRs written before CTL (ADDRn, CR3_MATCH), as `case.json`'s `run.msrs`: what a
+    /// decoder's address-filter configuration comes from (CP4, SKL014).
+    pub msrs: Vec<serde_json::Value>,
     /// The code image (Penn input): base and size.
     pub image: Option<ImageSummary>,
     /// The `ptxed` command that replays `trace.pt` over `image.bin`.
@@ -194,8 +199,14 @@ impl SimReport {
             },
             cpu: opts.layout.cpu.name.clone(),
             cpu_signature: opts.layout.cpu.signature,
+            errata: opts.layout.cpu.errata.ids(),
             packing: opts.tracer.packing_on(&opts.layout.cpu),
             style: opts.tracer.style_on(&opts.layout.cpu),
+            msrs: opts
+                .msrs
+                .iter()
+                .map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")}))
+                .collect(),
             ctl: CtlSummary {
                 value: opts.ctl.bits(),
                 fields: CtlDisplay(opts.ctl).to_string(),

@@ -66,9 +66,15 @@ fn event(ev: &pt_event) -> IEvent {
 /// Decodes `trace` with the instruction-flow decoder over the raw image file `image` loaded at
 /// `base`, from the first PSB to the end.
 pub fn decode(trace: &[u8], image: &Path, base: u64, t: Timing) -> Flow {
+    decode_on(trace, image, base, t, None)
+}
+
+/// [`decode`], told the part the trace was made on (its errata workarounds on, CP1).
+pub fn decode_on(trace: &[u8], image: &Path, base: u64, t: Timing, cpu: Option<(u16, u8, u8)>) -> Flow {
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
     let mut c = super::libipt::config_for(&mut buf);
+    super::libipt::tell_cpu(&mut c, cpu);
     c.mtc_freq = t.mtc_freq;
     c.nom_freq = t.nom_freq;
     c.cpuid_0x15_eax = t.art_eax;

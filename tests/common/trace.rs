@@ -33,8 +33,14 @@ impl TraceRig {
         Self::with_cpu("generic-max", cfg)
     }
 
+    /// `cpu`: a profile name, then any erratum edits (CP2), e.g. `"skylake -BDM70"`.
     pub fn with_cpu(cpu: &str, cfg: TracerConfig) -> Self {
-        let unit = OutputUnit::new(CpuProfile::named(cpu).unwrap());
+        let mut words = cpu.split_whitespace();
+        let mut profile = CpuProfile::named(words.next().unwrap()).unwrap();
+        for edit in words {
+            profile.errata = profile.errata.edit(edit).unwrap();
+        }
+        let unit = OutputUnit::new(profile);
         let mut tracer = Tracer::new(unit, cfg);
         tracer.set_state(WRMSR_IP, 3, 0x1000, ExecMode::Bits64);
         TraceRig {

@@ -351,6 +351,11 @@ impl PacketEncoder {
         self.last_ip
     }
 
+    /// Forgets the last IP, as an OVF or PSB does: the next IP packet cannot be compressed.
+    pub fn forget_last_ip(&mut self) {
+        self.last_ip.reset();
+    }
+
     /// The payload for `ip` (None: suppressed) against the current last IP.
     #[inline]
     pub fn compress(&self, ip: Option<u64>) -> IpPayload {

@@ -56,7 +56,35 @@ bitflags! {
         const BDM106 = 1 << 0;
         /// TGL052 (= ADL037, RPL017): single-range output larger than 4 KiB writes wrong data.
         const TGL052 = 1 << 1;
+        /// BDM70 (= SKD024, SKL021, KBL021): the PSB+ before a TIP.PGE holds FUP and MODE.Exec.
+        const BDM70 = 1 << 2;
+        /// BDM64: a wrong branch packet may precede a transactional abort's (TSX; not modeled).
+        const BDM64 = 1 << 3;
+        /// SKD007: an OVF may be sent after the first byte of a multi-byte CYC.
+        const SKD007 = 1 << 4;
+        /// SKD010: a FUP may be dropped after OVF.
+        const SKD010 = 1 << 5;
+        /// SKD022: a VM entry that clears TraceEn sends a FUP before TIP.PGD (VMX; not modeled).
+        const SKD022 = 1 << 6;
+        /// SKL014: the TIP.PGD of a direct unconditional branch that leaves the filter has no IP.
+        const SKL014 = 1 << 7;
+        /// APL11: an OVF may be followed by a TIP.PGD.
+        const APL11 = 1 << 8;
+        /// APL12: an OVF that resolves while PacketEn=0 may be followed by a FUP.
+        const APL12 = 1 << 9;
+        /// SKL168: a CYC (and its MTC) just before a PSB may be dropped.
+        const SKL168 = 1 << 10;
+        /// SKZ84: TMA may be corrupt in a guest with TSC scaling or offsetting (VMX; not modeled).
+        const SKZ84 = 1 << 11;
     }
+}
+
+/// An erratum list entry that names no known erratum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown erratum `{id}` (known: {})", Errata::known_ids())]
+pub struct UnknownErratum {
+    /// The entry as given.
+    pub id: String,
 }
 
 impl Errata {
@@ -66,6 +94,76 @@ impl Errata {
             .iter_names()
             .find(|(name, _)| name.eq_ignore_ascii_case(id))
             .map(|(_, flag)| flag)
+    }
+
+    /// The IDs of the errata in `self`, in flag order.
+    pub fn ids(&self) -> Vec<&'static str> {
+        self.iter_names().map(|(name, _)| name).collect()
+    }
+
+    /// Every erratum's ID, comma-separated, for messages.
+    pub fn known_ids() -> String {
+        Errata::all()
+            .iter_names()
+            .map(|(name, _)| name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Errata whose shape ptemu's tracer and output unit produce; the others are carried by
+    /// the profile (so decoders are told) but change nothing (spec/cpu-profiles.md says why).
+    pub const MODELED: Errata = Errata::BDM106
+        .union(Errata::TGL052)
+        .union(Errata::BDM70)
+        .union(Errata::SKD007)
+        .union(Errata::SKD010)
+        .union(Errata::SKL014)
+        .union(Errata::APL11)
+        .union(Errata::APL12)
+        .union(Errata::SKL168);
+
+    /// Applies one entry of an erratum list (`errata = [...]`, `--errata`) to `self`: `NAME`
+    /// adds that erratum, `-NAME` removes it, `none` removes them all (CP2).
+    pub fn edit(self, entry: &str) -> Result<Errata, UnknownErratum> {
+        let entry = entry.trim();
+        if entry.eq_ignore_ascii_case("none") {
+            return Ok(Errata::empty());
+        }
+        let (remove, id) = match entry.strip_prefix('-') {
+            Some(id) => (true, id),
+            None => (false, entry.strip_prefix('+').unwrap_or(entry)),
+        };
+        let flag = Errata::from_id(id).ok_or_else(|| UnknownErratum {
+            id: entry.to_string(),
+        })?;
+        Ok(if remove { self - flag } else { self | flag })
+    }
+
+    /// The errata Intel lists for a part (family, model), as decoders apply their workarounds
+    /// (CP2: libipt's `pt_cpu_errata` and the `cpu` lines of libipt's erratum tests), plus
+    /// BDM106 for the Broadwell models Linux names.
+    pub fn of_part(family: u16, model: u8) -> Errata {
+        if family != 6 {
+            return Errata::empty();
+        }
+        match model {
+            0x3d | 0x47 | 0x4f | 0x56 => Errata::BDM70 | Errata::BDM64 | Errata::BDM106,
+            0x4e | 0x5e | 0x8e | 0x9e | 0xa5 | 0xa6 => {
+                Errata::BDM70
+                    | Errata::SKD007
+                    | Errata::SKD010
+                    | Errata::SKD022
+                    | Errata::SKL014
+                    | Errata::SKL168
+            }
+            0x55 | 0x6a | 0x6c => Errata::BDM70 | Errata::SKL014 | Errata::SKD022 | Errata::SKZ84,
+            0x8f | 0xcf | 0xad | 0xae => Errata::BDM70 | Errata::SKD022 | Errata::SKZ84,
+            0x66 | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 | 0xa8 => Errata::BDM70 | Errata::SKL014 | Errata::SKD022,
+            0x97 | 0x9a | 0xba | 0xb7 | 0xbf => Errata::BDM70 | Errata::SKD022 | Errata::APL11,
+            0x5c | 0x5f => Errata::APL11 | Errata::APL12,
+            0x7a | 0x86 | 0x96 | 0x9c => Errata::APL11,
+            _ => Errata::empty(),
+        }
     }
 }
 
@@ -181,7 +279,7 @@ impl CpuProfile {
     pub fn named(name: &str) -> Result<Self, UnknownProfile> {
         let (l0, l1, maxphyaddr, la, errata) = match name {
             // Sources for every value: spec/cpu-profiles.md.
-            "broadwell" => (regs(0, 0x1, 0x1, 0), regs(0, 0, 0, 0), 39, 48, Errata::BDM106),
+            "broadwell" => (regs(0, 0x1, 0x1, 0), regs(0, 0, 0, 0), 39, 48, Errata::empty()),
             "skylake" => (
                 regs(1, 0xf, 0x7, 0),
                 regs(0x0249_0002, 0x003f_3fff, 0, 0),
@@ -253,6 +351,8 @@ impl CpuProfile {
             "icelake" | "alderlake" | "sapphirerapids" => PacketStyle::IceLake,
             _ => PacketStyle::Sdm,
         };
+        // CP2: the errata of the part, on by default; TGL052 stays opt-in (spec/cpu-profiles.md).
+        let errata = errata | signature.map_or(Errata::empty(), |s| Errata::of_part(s.family, s.model));
         Ok(CpuProfile {
             name: name.to_string(),
             pt_supported: true,

@@ -10,7 +10,9 @@ pub mod output;
 pub mod perf;
 pub mod status;
 
-pub use cpu::{CpuProfile, CpuSignature, CpuidRegs, Errata, Leaf14Ebx, Leaf14Ecx, PacketStyle};
+pub use cpu::{
+    CpuProfile, CpuSignature, CpuidRegs, Errata, Leaf14Ebx, Leaf14Ecx, PacketStyle, UnknownErratum,
+};
 pub use ctl::RtitCtl;
 pub use fault::{GpFault, GpReason};
 pub use msr::Msr;

@@ -67,9 +67,10 @@ pub struct TracerConfig {
     /// Which packets the tracer chooses where the SDM allows several (spec/hardware.md HW6-HW11):
     /// `sdm`, `skylake` or `icelake`; `None` (the default): the CPU profile's.
     pub style: Option<PacketStyle>,
-    /// Enable as measured on Skylake (HW8): the enable's PSB+ holds MODE.Exec and FUP(IP), then
-    /// TIP.PGE(IP). Off by default: libipt's instruction decoder (2.1.2) refuses a TIP.PGE while
-    /// the PSB+ FUP has already enabled it (-pte_bad_context).
+    /// Enable as measured on Skylake (HW8, erratum BDM70) on any profile: the enable's PSB+ holds
+    /// MODE.Exec and FUP(IP), then TIP.PGE(IP). A profile with [`crate::regs::Errata::BDM70`]
+    /// sends it anyway; a decoder takes it only with its BDM70 workaround (spec/cpu-profiles.md
+    /// CP3).
     pub enable_with_fup: bool,
 }
 

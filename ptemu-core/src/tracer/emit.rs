@@ -18,6 +18,14 @@ impl Tracer {
         self.put_noted(p, None);
     }
 
+    /// A packet an erratum adds and a decoder's workaround drops (APL11, APL12): in the stream,
+    /// but not in the truth's events.
+    pub(super) fn put_unrecorded(&mut self, p: Packet) {
+        let probe = self.probe.take();
+        self.put_noted(p, None);
+        self.probe = probe;
+    }
+
     /// [`Tracer::put`]; `ip`: the whole IP an IP packet stands for, for the truth recorder.
     #[inline]
     pub(super) fn put_noted(&mut self, p: Packet, ip: Option<u64>) {

@@ -25,6 +25,12 @@ impl Tracer {
                 p.cleared(self.hot.tnt_bits, Loss::Overflow);
             }
             self.put(Packet::Ovf);
+            if self.packet_en && self.unit.cpu().has(Errata::APL11) {
+                // APL11 (CP5): the OVF of an overflow that ends as TraceEn is cleared is
+                // followed by a TIP.PGD. A decoder's workaround drops it, so the truth does not
+                // list it as a disable.
+                self.put_unrecorded(Packet::TipPgd(IpPayload::SUPPRESSED));
+            }
             if let Some(o) = self.overflow.as_mut() {
                 o.finish(self.hot.events + 1);
             }
@@ -71,10 +77,12 @@ impl Tracer {
         self.clock.last_mtc = self.clock.art() >> self.ctl.mtc_freq();
         let enabled_at_ip = self.packet_en_at(self.hot.ip);
         if self.unit.psb_due_on_enable() {
-            // HW8: Skylake sends the enable's PSB+ with MODE.Exec and FUP(IP) in it, then
-            // TIP.PGE(IP), which libipt's instruction decoder refuses (-pte_bad_context): only
-            // with `enable_with_fup`; else the PSB+ first, then MODE.Exec and TIP.PGE.
-            self.psb_plus(enabled_at_ip && self.cfg.enable_with_fup);
+            // HW8, BDM70 (CP3): Skylake sends the enable's PSB+ with MODE.Exec and FUP(IP) in
+            // it, then TIP.PGE(IP), which a decoder takes only with its BDM70 workaround: with
+            // the erratum in the profile (or `enable_with_fup`); else the PSB+ first, then
+            // MODE.Exec and TIP.PGE.
+            let bdm70 = self.cfg.enable_with_fup || self.unit.cpu().has(Errata::BDM70);
+            self.psb_plus(enabled_at_ip && bdm70);
         } else {
             self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
             if self.ctl.tsc_en() {

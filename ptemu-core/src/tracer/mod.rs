@@ -41,7 +41,7 @@ use crate::packet::opcode::{
 use crate::packet::{IpPayload, Packet, PacketEncoder, Tnt};
 use crate::packing::Repacker;
 use crate::regs::check::check_write;
-use crate::regs::{Msr, PacketStyle, RtitCtl};
+use crate::regs::{Errata, Msr, PacketStyle, RtitCtl};
 use arch::ArchState;
 use fast::{Hot, IpKind};
 use overflow::Overflow;

@@ -4,7 +4,7 @@ use super::config::Backpressure;
 use super::fast::IpKind;
 use super::{Loss, Tracer};
 use crate::packet::{Packet, Tnt};
-use crate::regs::PacketStyle;
+use crate::regs::{Errata, PacketStyle};
 
 /// Events lost to one overflow: `lost_from..resumed_at` (event indices, counting from 1 as
 /// [`super::TracerStats::events`] does). The OVF is sent while handling event `resumed_at`.
@@ -145,6 +145,13 @@ impl Tracer {
             }
         } else if self.packet_en {
             self.put_ip(IpKind::Fup, self.hot.ip);
+        } else if self.unit.cpu().has(Errata::APL12) {
+            // APL12 (CP6): the FUP comes even when the overflow resolves with PacketEn=0. Policy:
+            // it does not count as a last IP (the next IP packet is sent whole), as in Intel's
+            // own apl12 tests, since a decoder's workaround drops it.
+            let payload = self.hot.ip_payload(IpKind::Fup, self.hot.ip);
+            self.put_unrecorded(IpKind::Fup.packet(payload));
+            self.hot.enc.forget_last_ip();
         }
     }
 

@@ -106,6 +106,13 @@ impl Tracer {
                         self.tnt_bit(true);
                         with_ip = false;
                     }
+                    // SKL014 (CP4): a direct JMP/CALL out of the filter ranges sends its TIP.PGD
+                    // without the target.
+                    Cofi::Direct { .. }
+                        if !stop && !self.filter_ranges.is_empty() && self.unit.cpu().has(Errata::SKL014) =>
+                    {
+                        with_ip = false;
+                    }
                     _ => {}
                 }
                 self.flush_tnt();
