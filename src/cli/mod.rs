@@ -17,6 +17,7 @@ mod corpus_cmd;
 mod layout_cmd;
 mod output;
 mod packet_cmd;
+mod pttc_cmd;
 mod repack_cmd;
 mod run_cmd;
 mod run_dir;
@@ -100,6 +101,10 @@ enum Command {
     Repack(repack_cmd::Args),
     /// Write a synthetic trace in one of the input formats (same seed, same bytes).
     Gen(source_cmd::GenArgs),
+    /// Compile a libipt .ptt test (yasm assembly with `@pt`/`@sb` directives and `.exp`
+    /// sections) into the files libipt's pttc writes: FILE.bin, FILE.pt, FILE-<tool>.exp and
+    /// the sideband .sb files (spec/pttc.md). Exits 2 with the file and line on bad input.
+    Pttc(pttc_cmd::Args),
     /// Read a trace through its mapping to PT events and print the counts (records, branches by
     /// kind, loads, stores, ...). Exits 2 with the file and position on bad input.
     Stats {
@@ -269,6 +274,7 @@ pub fn run() -> ExitCode {
         Command::Truth { command } => truth_cmd::run(&command),
         Command::Corpus(args) => corpus_cmd::run(&args),
         Command::Gen(args) => source_cmd::gen(&args),
+        Command::Pttc(args) => pttc_cmd::run(&args),
         Command::Stats {
             input,
             format,

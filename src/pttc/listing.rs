@@ -1,0 +1,331 @@
+//! The labels pttc knows, found as pttc finds them: not from the assembler's symbol table but by
+//! reading yasm's listing (`yasm -L nasm`). This module rebuilds the listing lines from
+//! [`super::image`] and applies pttc's reading to them, quirks included:
+//!
+//! - a label counts only as the first word of a line's text and only when it ends in `:`
+//!   (`l5:hlt` or `label hlt` are labels to yasm but not to pttc);
+//! - a label alone on its line takes the address of the next listing line that has one, and the
+//!   lines skipped on the way (that one included) are not read for labels or section switches;
+//!   and its name is not its own: pttc reads the name from its line buffer after the buffer
+//!   was refilled with that next line, so the label is named by that line's text from the
+//!   label's column on (`l1:` over `nop` defines a label `nop`, not `l1`);
+//! - addresses are section offsets plus `org`, or plus the section's `vstart` after a
+//!   `[section ...]` line, whose `start=`/`vstart=` values are read as hex digits;
+//! - `section_<name>_length` sums, over the listing lines after the section directive, the
+//!   significant bytes of each line's hex column when that column is a hex number as a whole
+//!   (so `times` lines, marked `<rept>`, and the first lines of wrapped long ones add nothing);
+//! - `org`, `section_<name>_start` and `section_<name>_vstart` are labels too; every name must
+//!   be unique.
+
+use super::ctext::{scan_hex, to_u64, Strtok};
+use super::image::{LineError, ListingLine};
+
+/// Longest label name pttc accepts, plus one.
+pub const LABEL_MAX: usize = 256;
+
+/// One line of the rebuilt listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct LstLine {
+    /// The source line it comes from (1-based), for messages.
+    source: usize,
+    /// The line's words: its number, then address and hex column when it has bytes, then its text.
+    tokens: Vec<String>,
+    /// The text column (from the listing's fixed text column on).
+    text: String,
+}
+
+impl LstLine {
+    fn joined(&self) -> String {
+        self.tokens.join(" ")
+    }
+}
+
+/// The listing bytes yasm puts on one line, and its marks.
+const BYTES_PER_LINE: usize = 9;
+
+/// Rebuilds the listing: a line per source line (none for a vanished one) plus a continuation
+/// line per further 9 bytes. Returns the lines and how many listing lines there are in all,
+/// counting yasm's leading `%line` line.
+fn rebuild(lines: &[ListingLine]) -> (Vec<LstLine>, usize) {
+    let mut out = Vec::with_capacity(lines.len());
+    let mut number = 1usize;
+    for (i, l) in lines.iter().enumerate() {
+        if l.vanished {
+            continue;
+        }
+        let text: Vec<String> = l
+            .text
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect();
+        let Some(offset) = l.offset else {
+            number += 1;
+            let mut tokens = vec![number.to_string()];
+            tokens.extend(text);
+            out.push(LstLine {
+                source: i + 1,
+                tokens,
+                text: l.text.clone(),
+            });
+            continue;
+        };
+        let chunks: Vec<&[u8]> = l.shown.chunks(BYTES_PER_LINE).collect();
+        for (c, chunk) in chunks.iter().enumerate() {
+            number += 1;
+            let mut hex: String = chunk.iter().map(|b| format!("{b:02X}")).collect();
+            let last = c + 1 == chunks.len();
+            if !last {
+                hex.push('-');
+            } else if l.repeated {
+                hex.push_str("<rept>");
+            }
+            let mut tokens = vec![number.to_string(), format!("{offset:08X}"), hex];
+            if c == 0 {
+                tokens.extend(text.iter().cloned());
+            }
+            out.push(LstLine {
+                source: i + 1,
+                tokens,
+                text: if c == 0 { l.text.clone() } else { String::new() },
+            });
+        }
+    }
+    (out, number)
+}
+
+/// The labels pttc reads from the listing, in the order it adds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Labels {
+    entries: Vec<(String, u64)>,
+}
+
+impl Labels {
+    /// A label's address.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.entries.iter().find(|(n, _)| n == name).map(|&(_, a)| a)
+    }
+
+    /// Every label and its address.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.entries.iter().map(|(n, a)| (n.as_str(), *a))
+    }
+
+    /// Adds a label; names are unique and shorter than [`LABEL_MAX`].
+    pub fn add(&mut self, name: &str, addr: u64) -> Result<(), String> {
+        if name.len() >= LABEL_MAX {
+            return Err(format!("label name '{name}' is too long"));
+        }
+        if self.get(name).is_some() {
+            return Err(format!("label '{name}' is not unique"));
+        }
+        self.entries.push((name.to_string(), addr));
+        Ok(())
+    }
+
+    fn set(&mut self, name: &str, addr: u64) {
+        if let Some(e) = self.entries.iter_mut().find(|(n, _)| n == name) {
+            e.1 = addr;
+        }
+    }
+}
+
+/// The labels of an assembled file and how many of its source lines pttc goes through (yasm's
+/// listing decides: a `times 0` line is missing from it, a long line takes several).
+#[derive(Clone, Debug)]
+pub struct Reading {
+    /// The labels.
+    pub labels: Labels,
+    /// pttc reads source lines 1 to this one.
+    pub lines_read: usize,
+}
+
+fn section_label(name: &str, attribute: &str) -> String {
+    format!("section_{name}_{attribute}")
+}
+
+/// Reads the labels as pttc does.
+pub fn read(lines: &[ListingLine]) -> Result<Reading, LineError> {
+    let (lst, count) = rebuild(lines);
+    let mut labels = Labels::default();
+    let mut org: Option<u64> = None;
+    let mut length: Option<String> = None;
+
+    // Pass 1: org, the section labels and their lengths.
+    for l in &lst {
+        let err = |m: String| LineError::new(l.source, m);
+        let line = l.joined();
+        if let Some(at) = line.find("[section") {
+            let mut t = Strtok::new(&line[at + "[section".len()..]);
+            let name = t
+                .next(" ")
+                .ok_or_else(|| err("section without a name".into()))?
+                .to_string();
+            let len_label = section_label(&name, "length");
+            labels.add(&len_label, 0).map_err(err)?;
+            length = Some(len_label);
+            while let Some(attr) = t.next(" =]") {
+                if attr != "start" && attr != "vstart" {
+                    return Err(err(format!("section {name}: unknown attribute '{attr}'")));
+                }
+                let value = t
+                    .next(" ]")
+                    .ok_or_else(|| err(format!("section {name}: {attr} has no value")))?;
+                let v =
+                    scan_hex(value).ok_or_else(|| err(format!("section {name}: bad {attr} '{value}'")))?;
+                labels.add(&section_label(&name, attr), v).map_err(err)?;
+            }
+            continue;
+        }
+        if let Some(at) = line.find("[org") {
+            let rest = &line[at + "[org".len()..];
+            let end = rest.find(']').ok_or_else(|| err("no org directive".into()))?;
+            let v = to_u64(&rest[..end], 0).map_err(|e| err(format!("org: {e}")))?;
+            labels.add("org", v).map_err(err)?;
+            org = Some(v);
+            continue;
+        }
+        if let Some(name) = &length {
+            let (Some(number), Some(addr), Some(hex)) = (l.tokens.first(), l.tokens.get(1), l.tokens.get(2))
+            else {
+                continue;
+            };
+            if to_u64(number, 10).is_err() || to_u64(addr, 16).is_err() {
+                continue;
+            }
+            let Ok(mut v) = to_u64(hex, 16) else { continue };
+            let mut size = 0;
+            while v != 0 {
+                size += 1;
+                v >>= 8;
+            }
+            let total = labels.get(name).unwrap_or(0) + size;
+            labels.set(name, total);
+        }
+    }
+    let Some(mut base) = org else {
+        return Err(LineError::new(0, "no org directive"));
+    };
+
+    // Pass 2: the labels.
+    let mut i = 0;
+    while i < lst.len() {
+        let l = &lst[i];
+        let err = |m: String| LineError::new(l.source, m);
+        let line = l.joined();
+        if let Some(at) = line.find("[section") {
+            let mut t = Strtok::new(&line[at + "[section".len()..]);
+            let name = t.next(" ").unwrap_or("");
+            base = labels
+                .get(&section_label(name, "vstart"))
+                .ok_or_else(|| err(format!("section {name} has no vstart")))?;
+            i += 1;
+            continue;
+        }
+        let Some(second) = l.tokens.get(1) else {
+            i += 1;
+            continue;
+        };
+        if let Some(label) = second.strip_suffix(':') {
+            // A label alone: the next line with an address gives it.
+            let mut j = i + 1;
+            let mut found = None;
+            while j < lst.len() {
+                if let Some(a) = lst[j].tokens.get(1).and_then(|t| scan_hex(t)) {
+                    found = Some(a);
+                    break;
+                }
+                j += 1;
+            }
+            let addr = found.ok_or_else(|| err(format!("label '{label}' has no address")))?;
+            let laddr = addr
+                .checked_add(base)
+                .ok_or_else(|| err(format!("label '{label}': address overflows")))?;
+            // The name as pttc ends up with it: the found line's text from the label's column.
+            let column = l.text.len() - l.text.trim_start_matches(' ').len();
+            let name = lst[j].text.get(column..).unwrap_or("");
+            labels.add(name, laddr).map_err(|m| err(format!("{m} (label '{label}' alone on its line takes the name '{name}' from the next line with an address, as in pttc)")))?;
+            i = j + 1;
+            continue;
+        }
+        i += 1;
+        let Some(addr) = scan_hex(second) else { continue };
+        let Some(label) = l.tokens.get(3).and_then(|t| t.strip_suffix(':')) else {
+            continue;
+        };
+        if l.tokens.get(2).is_none() {
+            continue;
+        }
+        let laddr = addr
+            .checked_add(base)
+            .ok_or_else(|| err(format!("label '{label}': address overflows")))?;
+        labels.add(label, laddr).map_err(err)?;
+    }
+
+    Ok(Reading {
+        labels,
+        lines_read: (count - 1).min(lines.len()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{image, parse};
+    use super::*;
+
+    fn reading(src: &str) -> Result<Reading, LineError> {
+        let img = image::assemble(&parse::split_lines(src)).unwrap();
+        read(&img.lines)
+    }
+
+    #[test]
+    fn labels_with_org_and_sections() {
+        let r = reading(
+            "org 0x1000\nbits 64\nl0: nop\nl1:\n\n  hlt\nsection text vstart=0xa000 start=0x1010\nl2: jmp rax\nl3: hlt\n",
+        )
+        .unwrap();
+        let l = &r.labels;
+        assert_eq!(l.get("org"), Some(0x1000));
+        assert_eq!(l.get("l0"), Some(0x1000));
+        assert_eq!(l.get("l1"), None);
+        assert_eq!(l.get(" hlt"), Some(0x1001));
+        assert_eq!(l.get("l2"), Some(0xa000));
+        assert_eq!(l.get("l3"), Some(0xa002));
+        assert_eq!(l.get("section_text_start"), Some(0x1010));
+        assert_eq!(l.get("section_text_vstart"), Some(0xa000));
+        assert_eq!(l.get("section_text_length"), Some(3));
+        assert_eq!(r.lines_read, 9);
+    }
+
+    #[test]
+    fn pttc_quirks() {
+        // A lone label is named by the next line with an address, whose own label is not read;
+        // `l5:hlt` is no label to pttc.
+        let r = reading("org 0\nbits 64\nl1:\nl2: nop\nl5:hlt\nl6: hlt\n").unwrap();
+        assert_eq!(r.labels.get("l1"), None);
+        assert_eq!(r.labels.get("l2: nop"), Some(0));
+        assert_eq!(r.labels.get("l2"), None);
+        assert_eq!(r.labels.get("l5"), None);
+        assert_eq!(r.labels.get("l6"), Some(2));
+        // A long line takes two listing lines; a `times 0` line none.
+        let r = reading("org 0\nbits 64\ndb 1,2,3,4,5,6,7,8,9,10\ntimes 0 nop\n; x\n; y\n").unwrap();
+        assert_eq!(r.lines_read, 6);
+        let r = reading("org 0\nbits 64\ntimes 0 nop\n; x\n").unwrap();
+        assert_eq!(r.lines_read, 3);
+        // Two lone labels over the same text: not unique, as pttc finds.
+        assert!(reading("org 0\nl1:\nnop\nl2:\nnop\n").is_err());
+        // No org: an error.
+        assert!(reading("bits 64\nnop\n").is_err());
+    }
+
+    #[test]
+    fn section_length_counts_what_pttc_counts() {
+        // `times` lines (<rept>) count nothing; the tail of a wrapped line counts; leading zero
+        // bytes of a hex column count nothing.
+        let r = reading(
+            "org 0\nbits 64\nsection s vstart=0 start=0\ntimes 3 nop\ndb 1,2,3,4,5,6,7,8,9,10,11\ndb 0,1\nhlt\n",
+        )
+        .unwrap();
+        assert_eq!(r.labels.get("section_s_length"), Some(2 + 1 + 1));
+    }
+}

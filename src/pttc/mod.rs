@@ -1,0 +1,320 @@
+//! `ptemu pttc`: libipt's test compiler. A `.ptt` file is yasm assembly whose comments carry
+//! `@pt` directives (trace packets), `@sb` directives (sideband records) and `.exp` sections (the
+//! output a decoder must give). [`run`] turns one into the files libipt's `pttc` writes, with the
+//! same names and bytes: `<root>.bin` (what `yasm -f bin` writes), `<root>.pt`, one
+//! `<root>-<tool>[-cpu_<f>_<m>[_<s>]].exp` per `.exp(tool)` section and the `.sb` files. It is
+//! pure: no files are read or written here (spec/pttc.md).
+//!
+//! The parts: [`parse`] (lines, directives, yasm statements), [`asm`] (the instruction subset,
+//! encoded with iced-x86), [`image`] (sections, layout, the flat binary), [`listing`] (the labels
+//! as pttc reads them from yasm's listing), [`directive`] (`@pt` to packet bytes), [`sideband`]
+//! (`@sb`), [`exp`] (`.exp` text), [`ctext`] (the C library's number and token rules pttc
+//! inherits).
+
+pub mod asm;
+pub mod ctext;
+pub mod directive;
+pub mod exp;
+pub mod image;
+pub mod listing;
+pub mod parse;
+pub mod sideband;
+
+use listing::Labels;
+use parse::Marker;
+use std::fmt;
+
+/// A CPU given with `--cpu f/m[/s]`: it only changes the .exp file names, as in pttc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cpu {
+    /// Family.
+    pub family: u16,
+    /// Model.
+    pub model: u8,
+    /// Stepping; 0 leaves it out of the names.
+    pub stepping: u8,
+}
+
+impl Cpu {
+    /// Reads `f/m[/s]` (decimal, or hex with `0x`).
+    pub fn parse(s: &str) -> Result<Cpu, String> {
+        let bad = || format!("cpu must be given as f/m[/s], not '{s}'");
+        let parts: Vec<&str> = s.split('/').collect();
+        if !(2..=3).contains(&parts.len()) {
+            return Err(bad());
+        }
+        let n = |p: &str, bits: u32| ctext::to_uint(p, bits).map_err(|_| bad());
+        Ok(Cpu {
+            family: n(parts[0], 16)? as u16,
+            model: n(parts[1], 8)? as u8,
+            stepping: match parts.get(2) {
+                Some(p) => n(p, 8)? as u8,
+                None => 0,
+            },
+        })
+    }
+
+    /// The `-cpu_<f>_<m>[_<s>]` part of an .exp file name.
+    pub fn suffix(&self) -> String {
+        if self.stepping != 0 {
+            format!("-cpu_{}_{}_{}", self.family, self.model, self.stepping)
+        } else {
+            format!("-cpu_{}_{}", self.family, self.model)
+        }
+    }
+}
+
+/// How to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// The CPU for the .exp file names (`None`: pttc's default, no suffix).
+    pub cpu: Option<Cpu>,
+}
+
+/// One output file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputFile {
+    /// Its name (no directory).
+    pub name: String,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// What went wrong, and on which line of the .ptt file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PttcError {
+    /// 1-based line number; 0 for the file as a whole.
+    pub line: usize,
+    /// The message.
+    pub message: String,
+}
+
+impl fmt::Display for PttcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line > 0 {
+            write!(f, "{}: {}", self.line, self.message)
+        } else {
+            f.write_str(&self.message)
+        }
+    }
+}
+
+impl std::error::Error for PttcError {}
+
+impl From<image::LineError> for PttcError {
+    fn from(e: image::LineError) -> Self {
+        PttcError {
+            line: e.line,
+            message: e.message,
+        }
+    }
+}
+
+fn at(line: usize) -> impl Fn(String) -> PttcError {
+    move |message| PttcError { line, message }
+}
+
+/// The root of the output names as pttc derives it from the path it is given: the path up to
+/// its last `.`, then what follows the last `/` of that.
+pub fn file_root(path: &str) -> &str {
+    let stem = match path.rfind('.') {
+        Some(dot) => &path[..dot],
+        None => path,
+    };
+    match stem.rfind('/') {
+        Some(slash) => &stem[slash + 1..],
+        None => stem,
+    }
+}
+
+/// The .exp file name for a `.exp(extra)` section.
+pub fn exp_name(root: &str, extra: &str, cpu: Option<Cpu>) -> String {
+    let cpu = cpu.map(|c| c.suffix()).unwrap_or_default();
+    if extra.is_empty() {
+        format!("{root}-{cpu}.exp")
+    } else {
+        format!("{root}-{extra}{cpu}.exp")
+    }
+}
+
+/// Compiles the .ptt text `source`, read from `path`, into pttc's output files: the .bin, the
+/// .pt, the .exp files in the order their sections first appear, then the .sb files.
+pub fn run(path: &str, source: &str, options: &Options) -> Result<Vec<OutputFile>, PttcError> {
+    let root = file_root(path);
+    let lines = parse::split_lines(source);
+    let image = image::assemble(&lines)?;
+    let reading = listing::read(&image.lines)?;
+    let yasm = &reading.labels;
+    let mut directive_labels = Labels::default();
+    let mut pt = Vec::new();
+    let mut sb = sideband::Sideband::default();
+    let mut exp_start = None;
+
+    for (i, line) in lines.iter().enumerate().take(reading.lines_read) {
+        let n = i + 1;
+        let err = at(n);
+        let Some(d) = parse::find_directive(line).map_err(&err)? else {
+            continue;
+        };
+        if d.name.is_empty() {
+            return Err(err("invalid syntax: no directive".into()));
+        }
+        if d.marker == Marker::Pt && d.name == ".exp" {
+            directive_labels.add("eos", pt.len() as u64).map_err(&err)?;
+            exp_start = Some((i, d.payload));
+            break;
+        }
+        let mut name = d.name.as_str();
+        if let Some(colon) = name.find(':') {
+            let label = &name[..colon];
+            name = name[colon + 1..].trim_start_matches(|c: char| c.is_ascii() && ctext::is_c_space(c as u8));
+            if name.is_empty() {
+                return Err(err("invalid syntax: a label without a directive".into()));
+            }
+            if yasm.get(label).is_some() {
+                return Err(err(format!(
+                    "label '{label}' is not unique: it is a yasm label too"
+                )));
+            }
+            let offset = match d.marker {
+                Marker::Pt => pt.len() as u64,
+                Marker::Sb => sb.offset().map_err(&err)?,
+            };
+            directive_labels.add(label, offset).map_err(&err)?;
+        }
+        match d.marker {
+            Marker::Pt => {
+                let emit =
+                    directive::packet(name, &d.payload, yasm).map_err(|m| err(format!("{name}: {m}")))?;
+                pt.extend(emit.bytes().map_err(|m| err(format!("{name}: {m}")))?);
+            }
+            Marker::Sb => {
+                let ctx = sideband::Context { root, labels: yasm };
+                sb.process(&ctx, name, &d.payload)
+                    .map_err(|m| err(format!("{name}: {m}")))?;
+            }
+        }
+    }
+
+    // The .exp files: every line after the first .exp directive, a new file at each further one.
+    let mut exps: Vec<OutputFile> = Vec::new();
+    if let Some((first, extra)) = exp_start {
+        let mut current = exp_name(root, &extra, options.cpu);
+        let mut text = String::new();
+        let flush = |name: &str, text: &mut String, exps: &mut Vec<OutputFile>| {
+            let bytes = std::mem::take(text).into_bytes();
+            // Opening a name again starts it over, as fopen("w") does.
+            match exps.iter_mut().find(|f| f.name == name) {
+                Some(f) => f.bytes = bytes,
+                None => exps.push(OutputFile {
+                    name: name.to_string(),
+                    bytes,
+                }),
+            }
+        };
+        for (i, line) in lines.iter().enumerate().take(reading.lines_read).skip(first + 1) {
+            let err = at(i + 1);
+            if let Some(d) = parse::find_directive(line).map_err(&err)? {
+                if d.name == ".exp" {
+                    flush(&current, &mut text, &mut exps);
+                    current = exp_name(root, &d.payload, options.cpu);
+                    continue;
+                }
+            }
+            if let Some(l) =
+                exp::render_line(line, yasm, &directive_labels).map_err(|m| err(format!("{current}: {m}")))?
+            {
+                text.push_str(&l);
+                text.push('\n');
+            }
+        }
+        flush(&current, &mut text, &mut exps);
+    }
+
+    let mut files = vec![
+        OutputFile {
+            name: format!("{root}.bin"),
+            bytes: image.bin,
+        },
+        OutputFile {
+            name: format!("{root}.pt"),
+            bytes: pt,
+        },
+    ];
+    files.extend(exps);
+    files.extend(
+        sb.into_files()
+            .into_iter()
+            .map(|(name, bytes)| OutputFile { name, bytes }),
+    );
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = "org 0x1000\nbits 64\n; @pt p1: psb()\n; @pt p2: fup(3: %l1)\n; @pt psbend()\nl1: nop\nl2: hlt\n; @pt p3: tip.pgd(0: 0)\n; @pt .exp(ptdump)\n;%0p1 psb\n;%0p2 fup 3: %0l1\n;%0p3 tip.pgd # off\n;eos %eos\n; @pt .exp()\n;%?l2.2\n";
+
+    #[test]
+    fn names() {
+        assert_eq!(file_root("dir/sub/a-b.ptt"), "a-b");
+        assert_eq!(file_root("a.b/c"), "a");
+        assert_eq!(exp_name("t", "ptxed", None), "t-ptxed.exp");
+        assert_eq!(exp_name("t", "", None), "t-.exp");
+        let cpu = Cpu::parse("6/142").unwrap();
+        assert_eq!(exp_name("t", "ptxed", Some(cpu)), "t-ptxed-cpu_6_142.exp");
+        assert_eq!(
+            exp_name("t", "", Some(Cpu::parse("6/142/9").unwrap())),
+            "t--cpu_6_142_9.exp"
+        );
+        assert!(Cpu::parse("6").is_err());
+    }
+
+    #[test]
+    fn a_whole_file() {
+        let files = run("x/small.ptt", SMALL, &Options::default()).unwrap();
+        let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["small.bin", "small.pt", "small-ptdump.exp", "small-.exp"]);
+        assert_eq!(files[0].bytes, [0x90, 0xf4]);
+        let mut pt = [2u8, 0x82].repeat(8);
+        pt.extend([0x7d, 0x00, 0x10, 0, 0, 0, 0, 0x02, 0x23, 0x01]);
+        assert_eq!(files[1].bytes, pt);
+        assert_eq!(
+            String::from_utf8(files[2].bytes.clone()).unwrap(),
+            "0000000000000000 psb\n0000000000000010 fup 3: 0000000000001000\n0000000000000019 tip.pgd\neos 1a\n"
+        );
+        assert_eq!(
+            String::from_utf8(files[3].bytes.clone()).unwrap(),
+            "????????????1001\n"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = run("t.ptt", "org 0\nbits 64\n; @pt frob()\n", &Options::default()).unwrap_err();
+        assert_eq!(e.line, 3);
+        let e = run(
+            "t.ptt",
+            "org 0\nbits 64\n; @pt fup(3: %nowhere)\n",
+            &Options::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.message.contains("nowhere"));
+        let e = run(
+            "t.ptt",
+            "org 0\nbits 64\nl1: nop\n; @pt l1: psb()\n",
+            &Options::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 4);
+        let e = run(
+            "t.ptt",
+            "org 0\nbits 64\n; @pt .exp(x)\n; %nowhere\n",
+            &Options::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 4);
+    }
+}

@@ -1,0 +1,302 @@
+//! `ptemu pttc`: libipt's .ptt test files compiled as libipt's pttc compiles them.
+//!
+//! - every .ptt of libipt's tests (read from `../shared/reference/libipt-tests`; skipped, saying
+//!   so, where that folder is absent) is written by the `ptemu pttc` binary, and its .bin is
+//!   compared byte for byte with `yasm -f bin` of the same file where yasm is installed;
+//! - the .pt bytes are compared with the packets libipt's pttc wrote for the same tests
+//!   (tests/data/libipt-golden-packets.txt);
+//! - the command line on small files of our own (tests/data/pttc/, see SOURCE.md there).
+
+mod common;
+
+use common::cli::ptemu;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const GOLDEN: &str = include_str!("data/libipt-golden-packets.txt");
+
+fn reference_dir() -> Option<PathBuf> {
+    let dir = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/reference/libipt-tests"
+    ));
+    if dir.is_dir() {
+        Some(dir.to_path_buf())
+    } else {
+        eprintln!(
+            "skipping: {} is absent (libipt's .ptt tests live outside the repository)",
+            dir.display()
+        );
+        None
+    }
+}
+
+fn ptt_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ptt"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The two files libipt's own pttc rejects (its tests of its error paths), and the message.
+fn pttc_rejects(stem: &str) -> Option<&'static str> {
+    match stem {
+        // `l2:` is the last line: no address follows it.
+        "test_label_addr" => Some("has no address"),
+        // Two lone labels over `nop` lines both take the name `nop` (see src/pttc/listing.rs).
+        "test_exp_labels" => Some("is not unique"),
+        _ => None,
+    }
+}
+
+fn yasm_available() -> bool {
+    Command::new("yasm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn libipt_tests_compile_and_their_bin_is_yasms() {
+    let Some(dir) = reference_dir() else { return };
+    let files = ptt_files(&dir);
+    assert!(
+        files.len() >= 200,
+        "expected libipt's tests in {}, found {}",
+        dir.display(),
+        files.len()
+    );
+    let yasm = yasm_available();
+    if !yasm {
+        eprintln!("yasm is not on PATH: the .bin files are not compared (apt-get install yasm)");
+    }
+    let work = tempfile::tempdir().unwrap();
+    let (mut written, mut compared, mut rejected) = (0, 0, 0);
+    let mut mismatched = Vec::new();
+    for ptt in &files {
+        let stem = ptt.file_stem().unwrap().to_str().unwrap().to_string();
+        let out = work.path().join(&stem);
+        let o = ptemu(&["pttc", ptt.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        if let Some(message) = pttc_rejects(&stem) {
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{stem}: pttc rejects this file; ptemu must too"
+            );
+            assert!(
+                stderr.contains(message) && stderr.contains(&format!("{stem}.ptt:")),
+                "{stem}: {stderr}"
+            );
+            rejected += 1;
+            continue;
+        }
+        assert!(o.status.success(), "{stem}: {stderr}");
+        for name in [format!("{stem}.bin"), format!("{stem}.pt")] {
+            assert!(out.join(&name).is_file(), "{stem}: {name} not written");
+        }
+        let listed = String::from_utf8_lossy(&o.stdout);
+        let source = std::fs::read_to_string(ptt).unwrap();
+        for tool in source.lines().filter_map(|l| l.split("@pt .exp(").nth(1)) {
+            let tool = tool.split(')').next().unwrap();
+            let name = if tool.is_empty() {
+                format!("{stem}-.exp")
+            } else {
+                format!("{stem}-{tool}.exp")
+            };
+            assert!(
+                out.join(&name).is_file() && listed.contains(&name),
+                "{stem}: {name} not written"
+            );
+        }
+        written += 1;
+        if yasm {
+            let theirs = work.path().join(format!("{stem}.yasm.bin"));
+            let y = Command::new("yasm")
+                .arg(ptt)
+                .args(["-f", "bin", "-o"])
+                .arg(&theirs)
+                .output()
+                .unwrap();
+            assert!(
+                y.status.success(),
+                "{stem}: yasm failed: {}",
+                String::from_utf8_lossy(&y.stderr)
+            );
+            compared += 1;
+            if std::fs::read(&theirs).unwrap() != std::fs::read(out.join(format!("{stem}.bin"))).unwrap() {
+                mismatched.push(stem);
+            }
+        }
+    }
+    println!(
+        "pttc: {written} of {} files written, {rejected} rejected as libipt's pttc rejects them",
+        files.len()
+    );
+    if yasm {
+        println!(
+            "pttc: {} of {compared} .bin files equal yasm's",
+            compared - mismatched.len()
+        );
+    }
+    assert!(mismatched.is_empty(), ".bin differs from yasm's: {mismatched:?}");
+}
+
+/// The golden corpus per test: its packets' bytes, and whether the listing stops at a decode
+/// error (then only that prefix is known).
+fn golden_packets() -> Vec<(String, Vec<(Vec<u8>, String)>, bool)> {
+    let mut tests: Vec<(String, Vec<(Vec<u8>, String)>, bool)> = Vec::new();
+    for line in GOLDEN.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+        let (file, rest) = line.split_once(".pt: ").unwrap();
+        if tests.last().is_none_or(|t| t.0 != file) {
+            tests.push((file.to_string(), Vec::new(), false));
+        }
+        let t = tests.last_mut().unwrap();
+        if t.2 {
+            continue;
+        }
+        if rest.starts_with('[') {
+            t.2 = true;
+            continue;
+        }
+        let (hex, decode) = rest.split_once(' ').unwrap();
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        t.1.push((bytes, decode.trim().to_string()));
+    }
+    tests
+}
+
+#[test]
+fn pt_bytes_are_the_packets_libipt_wrote() {
+    let Some(dir) = reference_dir() else { return };
+    let mut checked = 0;
+    for (name, packets, truncated) in golden_packets() {
+        let ptt = dir.join(format!("{name}.ptt"));
+        let Ok(source) = std::fs::read_to_string(&ptt) else {
+            continue;
+        };
+        let files = ptemu::pttc::run(ptt.to_str().unwrap(), &source, &Default::default()).unwrap();
+        let pt = &files
+            .iter()
+            .find(|f| f.name == format!("{name}.pt"))
+            .unwrap()
+            .bytes;
+        // The corpus leaves PADs out; a PAD (00) is the only packet that starts with a zero byte.
+        let mut at = 0;
+        for (bytes, decode) in &packets {
+            while pt.get(at) == Some(&0) {
+                at += 1;
+            }
+            let got = pt
+                .get(at..at + bytes.len())
+                .unwrap_or_else(|| panic!("{name}: .pt ends before {decode}"));
+            // pttc leaves the vector of a CFE of an unknown type without one unset; ptemu writes 0.
+            let n = if decode.starts_with("cfe") && decode.ends_with("type unknown") {
+                3
+            } else {
+                bytes.len()
+            };
+            assert_eq!(
+                &got[..n],
+                &bytes[..n],
+                "{name}: packet {decode} at offset {at:#x}"
+            );
+            at += bytes.len();
+        }
+        if !truncated {
+            while pt.get(at) == Some(&0) {
+                at += 1;
+            }
+            assert_eq!(at, pt.len(), "{name}: bytes after the last packet");
+        }
+        checked += 1;
+    }
+    println!("pttc: .pt bytes of {checked} tests equal libipt's golden packets");
+    assert!(checked >= 200, "only {checked} tests compared");
+}
+
+fn data(name: &str) -> String {
+    format!("{}/tests/data/pttc/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn cli_good_file() {
+    let out = tempfile::tempdir().unwrap();
+    let o = ptemu(&["pttc", &data("good.ptt"), "-o", out.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |n: &str| std::fs::read(out.path().join(n)).unwrap();
+    // nop; jnz start (short, back 3); call done (near); ret.
+    assert_eq!(read("good.bin"), [0x90, 0x75, 0xfd, 0xe8, 0, 0, 0, 0, 0xc3]);
+    let mut pt = [0x02, 0x82].repeat(8);
+    pt.extend([
+        0x99, 0x01, 0x7d, 0x00, 0x20, 0, 0, 0, 0, 0x02, 0x23, 0x06, 0x2d, 0x08, 0x20, 0x01,
+    ]);
+    assert_eq!(read("good.pt"), pt);
+    assert_eq!(
+        String::from_utf8(read("good-ptdump.exp")).unwrap(),
+        "0000000000000000 psb\n0000000000000012 fup 3: 0000000000002000\n000000000000001c tip 1: ????????????2008\nend 20\n"
+    );
+    assert_eq!(String::from_utf8(read("good-.exp")).unwrap(), "2000 1\n");
+    // No temporary files are left behind.
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 4);
+    // --cpu adds pttc's suffix to the .exp names.
+    let o = ptemu(&[
+        "pttc",
+        &data("good.ptt"),
+        "-o",
+        out.path().to_str().unwrap(),
+        "--cpu",
+        "6/142",
+    ]);
+    assert!(o.status.success());
+    assert!(out.path().join("good-ptdump-cpu_6_142.exp").is_file());
+    assert!(out.path().join("good--cpu_6_142.exp").is_file());
+}
+
+fn fails_at(file: &str, line: usize, words: &str) {
+    let out = tempfile::tempdir().unwrap();
+    let o = ptemu(&["pttc", &data(file), "-o", out.path().to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{file}: {stderr}");
+    assert!(stderr.contains(&format!("{file}:{line}: ")), "{file}: {stderr}");
+    assert!(stderr.contains(words), "{file}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        0,
+        "{file}: files written after an error"
+    );
+}
+
+#[test]
+fn cli_unknown_directive() {
+    fails_at("unknown_directive.ptt", 5, "unknown directive 'frobnicate'");
+}
+
+#[test]
+fn cli_missing_label() {
+    fails_at("missing_label.ptt", 6, "undefined label 'nowhere'");
+}
+
+#[test]
+fn cli_instruction_outside_the_subset() {
+    fails_at("bad_insn.ptt", 4, "outside the supported subset");
+}
+
+#[test]
+fn cli_bad_exp_reference() {
+    fails_at("bad_exp.ptt", 8, "undefined label 'l2'");
+}
+
+#[test]
+fn cli_missing_file() {
+    let o = ptemu(&["pttc", "/nonexistent/x.ptt"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/x.ptt"));
+}
