@@ -145,10 +145,13 @@ fn libipt_tests_compile_and_their_bin_is_yasms() {
     assert!(mismatched.is_empty(), ".bin differs from yasm's: {mismatched:?}");
 }
 
-/// The golden corpus per test: its packets' bytes, and whether the listing stops at a decode
-/// error (then only that prefix is known).
-fn golden_packets() -> Vec<(String, Vec<(Vec<u8>, String)>, bool)> {
-    let mut tests: Vec<(String, Vec<(Vec<u8>, String)>, bool)> = Vec::new();
+/// One test of the golden corpus: its name, its packets (bytes and ptdump's decode), and whether
+/// the listing stops at a decode error (then only that prefix is known).
+type GoldenTest = (String, Vec<(Vec<u8>, String)>, bool);
+
+/// The golden corpus per test.
+fn golden_packets() -> Vec<GoldenTest> {
+    let mut tests: Vec<GoldenTest> = Vec::new();
     for line in GOLDEN.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
         let (file, rest) = line.split_once(".pt: ").unwrap();
         if tests.last().is_none_or(|t| t.0 != file) {

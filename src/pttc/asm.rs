@@ -503,9 +503,7 @@ pub fn encode_fixed(insn: &Insn, bits: u32) -> Result<Vec<u8>, String> {
                     "immediate {imm:#x} does not fit a sign-extended 32-bit field"
                 ));
             }
-            if fits_i8(imm) {
-                Instruction::with2(code, reg, imm as i64 as i32).map_err(err)?
-            } else if wide(reg) {
+            if fits_i8(imm) || wide(reg) {
                 Instruction::with2(code, reg, imm as i64 as i32).map_err(err)?
             } else {
                 Instruction::with2(code, reg, imm as u32).map_err(err)?

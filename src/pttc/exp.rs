@@ -69,7 +69,7 @@ pub fn render_line(line: &str, yasm: &Labels, directives: &Labels) -> Result<Opt
             let (bytes, used, _) =
                 strtoull(r, 0).ok_or_else(|| format!("%{name}: bad byte count after '.'"))?;
             let after = r.as_bytes().get(used).copied();
-            if !matches!(after, None) && !after.is_some_and(|c| is_c_space(c) || c.is_ascii_punctuation()) {
+            if after.is_some() && !after.is_some_and(|c| is_c_space(c) || c.is_ascii_punctuation()) {
                 return Err(format!("%{name}: bad byte count after '.'"));
             }
             if bytes > 8 {

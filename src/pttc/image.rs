@@ -151,7 +151,7 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                     let start = start
                         .ok_or_else(|| LineError::new(n, format!("section {name}: start= is required")))?;
                     let vstart = vstart.unwrap_or(start);
-                    if vstart % SECTION_ALIGN != 0 {
+                    if !vstart.is_multiple_of(SECTION_ALIGN) {
                         return Err(LineError::new(
                             n,
                             format!("section {name}: vstart {vstart:#x} is not 4-byte aligned"),
@@ -261,10 +261,9 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
             }
             s.size = off;
         }
-        let mut changed = false;
-        for si in 0..sects.len() {
-            for pi in 0..sects[si].pieces.len() {
-                let p = &sects[si].pieces[pi];
+        let mut grow = Vec::new();
+        for (si, s) in sects.iter().enumerate() {
+            for (pi, p) in s.pieces.iter().enumerate() {
                 let PieceKind::Branch {
                     target: Target::Label(name),
                     long: false,
@@ -277,16 +276,19 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                     .get(name)
                     .ok_or_else(|| LineError::new(p.line, format!("undefined label '{name}'")))?;
                 let reach = place.section == si && {
-                    let to = offset_of(&sects[si], place.piece) as i64;
+                    let to = offset_of(s, place.piece) as i64;
                     let disp = to - (p.offset as i64 + 2);
                     (-128..=127).contains(&disp)
                 };
                 if !reach {
-                    if let PieceKind::Branch { long, .. } = &mut sects[si].pieces[pi].kind {
-                        *long = true;
-                    }
-                    changed = true;
+                    grow.push((si, pi));
                 }
+            }
+        }
+        let changed = !grow.is_empty();
+        for (si, pi) in grow {
+            if let PieceKind::Branch { long, .. } = &mut sects[si].pieces[pi].kind {
+                *long = true;
             }
         }
         if !changed {

@@ -62,7 +62,7 @@ fn num(token: Option<&str>, bits: u32, what: &str) -> Result<u64, String> {
 fn padded_string(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
     out.push(0);
-    while out.len() % 8 != 0 {
+    while !out.len().is_multiple_of(8) {
         out.push(0);
     }
 }

@@ -15,12 +15,15 @@ struct SystemPackage {
 /// System packages the test suite needs beyond the Rust toolchain: the libipt oracle (`libipt-sys`)
 /// builds libipt with cmake and runs bindgen, which loads libclang; the perf oracle is Debian's
 /// `linux-perf` (`perf script` on ptemu's perf.data, tests/perf_data.rs); `ptemu run` needs
-/// Debian's `qemu-user` (tests/qemu_run.rs).
+/// Debian's `qemu-user` (tests/qemu_run.rs); `ptemu pttc`'s .bin files are compared with `yasm`'s
+/// (tests/pttc.rs).
 const TEST_PACKAGES: &[SystemPackage] = &[
     SystemPackage { package: "cmake", probe: "command -v cmake" },
     SystemPackage { package: "linux-perf", probe: "perf --version" },
     // `ptemu run` runs real programs under QEMU's user-mode emulator (tests/qemu_run.rs).
     SystemPackage { package: "qemu-user", probe: "command -v qemu-x86_64" },
+    // `ptemu pttc` writes what `yasm -f bin` writes (tests/pttc.rs compares them).
+    SystemPackage { package: "yasm", probe: "command -v yasm" },
     SystemPackage {
         package: "libclang-dev",
         // The package, or libclang.so itself (what it adds); not any libclang-*.so*, which also
