@@ -142,7 +142,7 @@ pub fn decode_case_as(case: &Path, cpu: Option<(u16, u8, u8)>) -> String {
 
 /// The timing a case was traced with: `case.json`'s, or the default that `ptemu simulate`'s
 /// report implies.
-fn case_timing(case: &Path) -> Timing {
+pub fn case_timing(case: &Path) -> Timing {
     let clock = ptemu::TracerConfig::default().clock;
     let mut t = Timing {
         mtc_freq: 3,
@@ -178,7 +178,7 @@ pub fn case_cpu(case: &Path) -> Option<(u16, u8, u8)> {
 }
 
 /// The address-filter configuration a case was traced with, as libipt's `pt_config.addr_filter`
-/// holds it: CTL\[47:32\] (ADDRn_CFG) and the ADDRn_A/B MSRs (0x580..0x587). A decoder needs it
+/// holds it: CTL\[47:32\] (ADDRn_CFG) and the ADDRn_A/B MSRs. A decoder needs it
 /// for its SKL014 workaround (spec/cpu-profiles.md CP4), as ptxed takes `--filter:addrN_*`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AddrFilter {
@@ -198,17 +198,45 @@ pub fn case_filter(case: &Path) -> AddrFilter {
         let r = json(&case.join("report.json"));
         (hex_field(&r["ctl"]["value"], "ctl.value"), r["msrs"].clone())
     };
-    let mut f = AddrFilter {
-        cfg: (ctl >> 32) & 0xffff,
-        addr: [0; 8],
-    };
-    for m in msrs.as_array().into_iter().flatten() {
+    let writes = msrs.as_array().into_iter().flatten().map(|m| {
         let msr = hex_field(&m["msr"], "msr");
-        if (0x580..0x588).contains(&msr) {
-            f.addr[(msr - 0x580) as usize] = hex_field(&m["value"], "value");
-        }
+        (u32::try_from(msr).unwrap_or(0), hex_field(&m["value"], "value"))
+    });
+    AddrFilter {
+        cfg: (ctl >> 32) & 0xffff,
+        addr: ptemu::regs::Msr::addr_values(writes),
     }
-    f
+}
+
+/// Tells libipt the part a trace was made on (family, model, stepping) and turns on its errata
+/// workarounds for it, as ptxed's `--cpu` does (spec/cpu-profiles.md CP1); `None` tells nothing.
+pub fn tell_cpu(c: &mut pt_config, cpu: Option<(u16, u8, u8)>) {
+    let Some((family, model, stepping)) = cpu else {
+        return;
+    };
+    c.cpu.vendor = pt_cpu_vendor_pcv_intel;
+    c.cpu.family = family;
+    c.cpu.model = model;
+    c.cpu.stepping = stepping;
+    // SAFETY: both pointers are to fields of the live `c`.
+    let rc = unsafe { pt_cpu_errata(&mut c.errata, &c.cpu) };
+    assert!(rc >= 0, "pt_cpu_errata: {}", error_text(rc));
+}
+
+/// Tells libipt the address filter the trace was made with (for its SKL014 workaround, CP4),
+/// as ptxed's `--filter:addrN_*` do.
+pub fn tell_filter(c: &mut pt_config, filter: AddrFilter) {
+    c.addr_filter.config.addr_cfg = filter.cfg;
+    [
+        c.addr_filter.addr0_a,
+        c.addr_filter.addr0_b,
+        c.addr_filter.addr1_a,
+        c.addr_filter.addr1_b,
+        c.addr_filter.addr2_a,
+        c.addr_filter.addr2_b,
+        c.addr_filter.addr3_a,
+        c.addr_filter.addr3_b,
+    ] = filter.addr;
 }
 
 /// The PSB whose PSB+ (up to its PSBEND) holds offset `at` in `buf`, if any.
@@ -261,8 +289,7 @@ pub fn decode_sections_timed(trace: &[u8], sections: &[Section], t: Timing, show
 
 /// [`decode_sections_timed`], told the CPU (family, model, stepping) as ptxed's `--cpu` tells
 /// it: `pt_config.cpu` set and libipt's workarounds for that part's errata on
-/// (`pt_cpu_errata`). `PTEMU_LIBIPT_NO_CPU=1` in the environment leaves them off, to show what
-/// a decoder that is not told the CPU makes of the trace.
+/// (`pt_cpu_errata`); `None`: a decoder that is not told the CPU.
 pub fn decode_with(
     trace: &[u8],
     sections: &[Section],
@@ -282,7 +309,6 @@ pub fn decode_filtered(
     cpu: Option<(u16, u8, u8)>,
     filter: AddrFilter,
 ) -> String {
-    let cpu = cpu.filter(|_| std::env::var_os("PTEMU_LIBIPT_NO_CPU").is_none());
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
     let mut out = String::new();
@@ -302,25 +328,8 @@ pub fn decode_filtered(
         c.nom_freq = t.nom_freq;
         c.cpuid_0x15_eax = t.cpuid_0x15_eax;
         c.cpuid_0x15_ebx = t.cpuid_0x15_ebx;
-        c.addr_filter.config.addr_cfg = filter.cfg;
-        [
-            c.addr_filter.addr0_a,
-            c.addr_filter.addr0_b,
-            c.addr_filter.addr1_a,
-            c.addr_filter.addr1_b,
-            c.addr_filter.addr2_a,
-            c.addr_filter.addr2_b,
-            c.addr_filter.addr3_a,
-            c.addr_filter.addr3_b,
-        ] = filter.addr;
-        if let Some((family, model, stepping)) = cpu {
-            c.cpu.vendor = pt_cpu_vendor_pcv_intel;
-            c.cpu.family = family;
-            c.cpu.model = model;
-            c.cpu.stepping = stepping;
-            let rc = pt_cpu_errata(&mut c.errata, &c.cpu);
-            assert!(rc >= 0, "pt_cpu_errata: {}", error_text(rc));
-        }
+        tell_filter(&mut c, filter);
+        tell_cpu(&mut c, cpu);
         let dec = pt_insn_alloc_decoder(&c);
         assert!(!dec.is_null(), "pt_insn_alloc_decoder");
         let add = |s: &Section, name: &CString| {
@@ -566,13 +575,17 @@ fn event_line(out: &mut String, ev: &pt_event) {
 fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let show_time = args.iter().any(|a| a == "--time");
-    let Some(case) = args.iter().find(|a| *a != "--time") else {
-        eprintln!("usage: libipt_decode CASE_DIR [--time]  (a ptemu corpus case or simulate --out directory; --time: libipt's time on each instruction line, `tsc: HEX`)");
+    let no_cpu = args.iter().any(|a| a == "--no-cpu");
+    let Some(case) = args.iter().find(|a| *a != "--time" && *a != "--no-cpu") else {
+        eprintln!("usage: libipt_decode CASE_DIR [--time] [--no-cpu]  (a ptemu corpus case or simulate --out directory; --time: libipt's time on each instruction line, `tsc: HEX`; --no-cpu: do not tell libipt the part, so no errata workarounds)");
         std::process::exit(2);
+    };
+    let case = Path::new(&case);
+    let lines = match no_cpu {
+        true => decode_case_as(case, None),
+        false => decode_case_timed(case, show_time),
     };
     use std::io::Write as _;
     // A reader that stops early (`| head`) ends the run quietly.
-    let _ = std::io::stdout()
-        .lock()
-        .write_all(decode_case_timed(Path::new(&case), show_time).as_bytes());
+    let _ = std::io::stdout().lock().write_all(lines.as_bytes());
 }

@@ -10,10 +10,7 @@ use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The decoder harness of examples/libipt_decode.rs.
-#[path = "../examples/libipt_decode.rs"]
-#[allow(dead_code)]
-mod libipt_decode;
+use common::harness as libipt_decode;
 
 /// `ptemu verify CASE --ips -` over `lines`: passed, and what it said.
 fn verify(case: &Path, lines: &str) -> (bool, String) {
@@ -71,6 +68,30 @@ const FILTER: [&str; 6] = [
     "--msr",
     "ADDR0_B=0x403fff",
 ];
+
+/// CP1: a run says the part its CPU profile was read from (`report.json`'s `cpu_signature`,
+/// which the libipt harness reads), and its ptxed command tells ptxed (`--cpu f/m/s`); a
+/// profile of no real part says none. (CP3 shows what telling libipt changes.)
+#[test]
+fn cp1_a_run_names_its_part_and_decoders_are_told_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = gen_penn(dir.path(), 2000, 1);
+    let out = simulate(dir.path(), "skylake", &input, &["--cpu", "skylake"]);
+    let r = report(&out);
+    assert_eq!(
+        r["cpu_signature"],
+        serde_json::json!({"family": 6, "model": 0x5e, "stepping": 3})
+    );
+    assert_eq!(libipt_decode::case_cpu(&out), Some((6, 0x5e, 3)));
+    assert!(
+        r["ptxed"].as_str().unwrap().contains(" --cpu 6/94/3 "),
+        "{}",
+        r["ptxed"]
+    );
+    let out = simulate(dir.path(), "generic", &input, &["--cpu", "generic-max"]);
+    assert_eq!(libipt_decode::case_cpu(&out), None);
+    assert!(!report(&out)["ptxed"].as_str().unwrap().contains("--cpu"));
+}
 
 /// CP2: each profile carries its part's errata (libipt's `pt_cpu_errata` list), BDM106 and
 /// TGL052 as before; `errata = [...]` and `--errata` edit them; a wrong name is an error that
@@ -151,21 +172,27 @@ fn cp2_errata_are_the_parts_and_edits_switch_them() {
 fn cp3_bdm70_libipt_needs_its_workaround() {
     let dir = tempfile::tempdir().unwrap();
     let input = gen_penn(dir.path(), 4000, 2);
-    let out = simulate(dir.path(), "bdm70", &input, &["--cpu", "skylake"]);
-    let p = packets(&out);
-    let pge = p.iter().position(|p| p.starts_with("tip.pge")).unwrap();
-    let psb = p[..pge].iter().rposition(|p| p == "psb").unwrap();
-    let plus = &p[psb..pge];
-    assert!(
-        plus.iter().any(|p| p.starts_with("fup")) && plus.iter().any(|p| p.starts_with("mode.exec")),
-        "{plus:?}"
-    );
-    let untold = needs_the_workaround(&out);
-    assert!(
-        untold.starts_with("error"),
-        "{}",
-        &untold[..untold.len().min(200)]
-    );
+    // Every profile whose part has BDM70, in each packet style (broadwell's is the SDM's).
+    for cpu in CpuProfile::NAMES {
+        if !CpuProfile::named(cpu).unwrap().has(Errata::BDM70) {
+            continue;
+        }
+        let out = simulate(dir.path(), cpu, &input, &["--cpu", cpu]);
+        let p = packets(&out);
+        let pge = p.iter().position(|p| p.starts_with("tip.pge")).unwrap();
+        let psb = p[..pge].iter().rposition(|p| p == "psb").unwrap();
+        let plus = &p[psb..pge];
+        assert!(
+            plus.iter().any(|p| p.starts_with("fup")) && plus.iter().any(|p| p.starts_with("mode.exec")),
+            "{cpu}: {plus:?}"
+        );
+        let untold = needs_the_workaround(&out);
+        assert!(
+            untold.starts_with("error"),
+            "{cpu}: {}",
+            &untold[..untold.len().min(200)]
+        );
+    }
     let off = simulate(
         dir.path(),
         "off",
@@ -201,7 +228,7 @@ fn cp4_skl014_tip_pgd_without_ip_needs_the_workaround() {
     let no_filter = libipt_decode::decode_with(
         &trace,
         &libipt_decode::case_sections(&out),
-        timing(),
+        libipt_decode::case_timing(&out),
         false,
         libipt_decode::case_cpu(&out),
     );
@@ -210,14 +237,10 @@ fn cp4_skl014_tip_pgd_without_ip_needs_the_workaround() {
     assert!(verify(&without, &libipt_decode::decode_case_as(&without, None)).0);
 }
 
-fn timing() -> libipt_decode::Timing {
-    let clock = ptemu::TracerConfig::default().clock;
-    libipt_decode::Timing {
-        mtc_freq: 3,
-        nom_freq: clock.nominal_ratio,
-        cpuid_0x15_eax: 1,
-        cpuid_0x15_ebx: clock.tsc_per_art,
-    }
+/// A goldmont run of `input` with the tracer settings `cfg`, its errata edited by `errata`.
+fn goldmont(dir: &Path, name: &str, input: &Path, cfg: &Path, errata: &str, extra: &[&str]) -> PathBuf {
+    let args = ["--cpu", "goldmont", "--tracer-config", s(cfg), "--errata", errata];
+    simulate(dir, name, input, &[extra, &args].concat())
 }
 
 /// CP5: on the goldmont profile (APL11) an overflow still on when TraceEn is cleared ends with
@@ -233,17 +256,7 @@ fn cp5_apl11_ovf_then_tip_pgd_at_the_disable() {
         "[overflow]\nbuffer_bytes = 256\ndrain_bytes = 1\nper_cycles = 64\n",
     )
     .unwrap();
-    let run = |name: &str, errata: &str| {
-        let args = [
-            "--cpu",
-            "goldmont",
-            "--tracer-config",
-            s(&cfg),
-            "--errata",
-            errata,
-        ];
-        simulate(dir.path(), name, &input, &args)
-    };
+    let run = |name: &str, errata: &str| goldmont(dir.path(), name, &input, &cfg, errata, &[]);
     let out = run("apl11", "none,APL11");
     let p = packets(&out);
     assert_eq!(p[p.len() - 2..], ["ovf", "tip.pgd 0"]);
@@ -255,8 +268,8 @@ fn cp5_apl11_ovf_then_tip_pgd_at_the_disable() {
 
 /// CP6: on the goldmont profile (APL12) an overflow that resolves outside the filter range
 /// (PacketEn=0) is followed by a FUP; libipt told the part skips it, not told it takes the FUP as
-/// where tracing went on and leaves the flow. The FUP leaves no last IP: the TIP.PGE after it is
-/// sent whole, as in Intel's own apl12 tests.
+/// where tracing went on and leaves the flow. The FUP leaves no last IP (libipt's workaround
+/// skips it without taking its IP): told the part, libipt reads the TIP.PGE after it right.
 #[test]
 fn cp6_apl12_fup_after_ovf_outside_the_filter_needs_the_workaround() {
     let dir = tempfile::tempdir().unwrap();
@@ -264,45 +277,16 @@ fn cp6_apl12_fup_after_ovf_outside_the_filter_needs_the_workaround() {
     let cfg = dir.path().join("ovf.toml");
     let at: Vec<String> = (300..13000).step_by(437).map(|i| i.to_string()).collect();
     fs::write(&cfg, format!("overflow_at = [{}]\n", at.join(", "))).unwrap();
-    let run = |name: &str, errata: &str| {
-        let args = [
-            &FILTER[..],
-            &[
-                "--cpu",
-                "goldmont",
-                "--tracer-config",
-                s(&cfg),
-                "--errata",
-                errata,
-            ],
-        ]
-        .concat();
-        simulate(dir.path(), name, &input, &args)
-    };
+    let run = |name: &str, errata: &str| goldmont(dir.path(), name, &input, &cfg, errata, &FILTER);
     let out = run("apl12", "none,APL12");
     let p = packets(&out);
-    let spurious: Vec<usize> = (1..p.len())
-        .filter(|&i| {
-            p[i - 1] == "ovf"
-                && p[i].starts_with("fup")
-                && p[i + 1..]
-                    .iter()
-                    .find(|q| q.starts_with("tip"))
-                    .is_some_and(|q| q.starts_with("tip.pge"))
-        })
-        .collect();
-    assert!(
-        spurious.len() >= 5,
-        "{} FUPs after OVF outside the filter",
-        spurious.len()
-    );
-    for &i in &spurious {
-        let next_ip = p[i + 1..].iter().find(|q| q.starts_with("tip")).unwrap();
-        assert!(
-            !next_ip.starts_with("tip.pge 1:"),
-            "a compressed TIP.PGE after the FUP: {next_ip}"
-        );
-    }
+    // The FUPs right after an OVF whose next TIP-class packet is a TIP.PGE: tracing was off.
+    let spurious = (1..p.len())
+        .filter(|&i| p[i - 1] == "ovf" && p[i].starts_with("fup"))
+        .filter_map(|i| p[i + 1..].iter().find(|q| q.starts_with("tip")))
+        .filter(|q| q.starts_with("tip.pge"))
+        .count();
+    assert!(spurious >= 5, "{spurious} FUPs after OVF outside the filter");
     let untold = needs_the_workaround(&out);
     assert!(!verify(&out, &untold).0);
     let plain = run("plain", "none");
@@ -314,17 +298,19 @@ fn cp6_apl12_fup_after_ovf_outside_the_filter_needs_the_workaround() {
 fn cp7_carried_errata_change_no_byte() {
     let dir = tempfile::tempdir().unwrap();
     let input = gen_penn(dir.path(), 4000, 4);
-    for (cpu, carried) in [
-        ("skylake", "-SKD007,-SKL168,-SKD010,-SKD022"),
-        ("broadwell", "-BDM64"),
-        ("sapphirerapids", "-SKZ84,-SKD022"),
-    ] {
+    for cpu in CpuProfile::NAMES {
+        let carried = CpuProfile::named(cpu).unwrap().errata - Errata::MODELED;
+        if carried.is_empty() {
+            continue;
+        }
+        let carried: Vec<String> = carried.ids().iter().map(|id| format!("-{id}")).collect();
+        let carried = carried.join(",");
         let with = simulate(dir.path(), &format!("{cpu}-with"), &input, &["--cpu", cpu]);
         let without = simulate(
             dir.path(),
             &format!("{cpu}-without"),
             &input,
-            &["--cpu", cpu, "--errata", carried],
+            &["--cpu", cpu, "--errata", &carried],
         );
         assert_eq!(
             fs::read(with.join("trace.pt")).unwrap(),

@@ -7,10 +7,7 @@ use common::cli::{ptemu, s, text};
 use ptemu::simulate::fault::{Fault, Plan};
 use std::path::{Path, PathBuf};
 
-/// libipt's instruction decoder over a case directory (examples/libipt_decode.rs).
-#[path = "../examples/libipt_decode.rs"]
-#[allow(dead_code)]
-mod libipt_decode;
+use common::harness as libipt_decode;
 
 /// A Kaplan trace of `records` records: about 49 bytes of trace a record (page images go out
 /// as PTWRITEs and TIPs), so megabytes come fast.

@@ -1117,36 +1117,35 @@ fn hw6_hw7_ip_forms_are_the_ones_each_cpu_chooses() {
     assert!(whole >= 2 && compressed > 1000, "{whole} {compressed}");
 }
 
-/// HW8, CP3: with BDM70 (the skylake profile's default, or `enable_with_fup` on a profile
-/// without it) the enable's PSB+ holds MODE.Exec and FUP(IP), then TIP.PGE(IP) follows without
-/// another MODE.Exec, as Skylake sends it; without the erratum the PSB+ has no FUP and
-/// MODE.Exec, TIP.PGE follow it.
+/// HW8, CP3: with BDM70 (the skylake profile's default, or `--errata BDM70` on any profile)
+/// the enable's PSB+ holds MODE.Exec and FUP(IP), then TIP.PGE(IP) follows without another
+/// MODE.Exec, as Skylake sends it; without the erratum the PSB+ has no FUP and MODE.Exec,
+/// TIP.PGE follow it. The PSB+ FUP leaves no last IP: the SDM style (generic-max with BDM70)
+/// compresses the TIP.PGE against none, as after a PSB.
 #[test]
 fn hw8_cp3_the_enable_shape_with_and_without_bdm70() {
-    let shape = |bdm70: bool| {
-        let mut r = rig_on(
-            if bdm70 { "skylake" } else { "skylake -BDM70" },
-            TracerConfig::default(),
-        );
+    let shape = |cpu: &str| {
+        let mut r = rig_on(cpu, TracerConfig::default());
         r.stop_at(START);
-        let names = r.names();
-        let mut forced = rig_on(
-            "skylake -BDM70",
-            TracerConfig::default().with_enable_with_fup(bdm70),
-        );
-        forced.stop_at(START);
-        assert_eq!(forced.names(), names, "enable_with_fup is the same shape");
-        names
+        r.names()
     };
     assert_eq!(
-        shape(true)[..6],
-        ["psb", "mode.tsx", "mode.exec", "fup", "cbr", "psbend"]
+        shape("skylake")[..7],
+        ["psb", "mode.tsx", "mode.exec", "fup", "cbr", "psbend", "tip.pge"]
     );
-    assert_eq!(shape(true)[6], "tip.pge");
     assert_eq!(
-        shape(false)[..6],
+        shape("skylake -BDM70")[..6],
         ["psb", "mode.tsx", "cbr", "psbend", "mode.exec", "tip.pge"]
     );
+    let mut r = rig_on("generic-max BDM70", TracerConfig::default());
+    r.stop_at(START);
+    let p = r.packets();
+    let pge = p.iter().find_map(|p| match p {
+        Packet::TipPge(ip) => Some(*ip),
+        _ => None,
+    });
+    let fresh = ptemu::packet::PacketEncoder::new().compress(Some(START));
+    assert_eq!(pge, Some(fresh), "{p:?}");
 }
 
 /// HW10: after an overflow Skylake sends OVF, a PSB+ without FUP, then MODE.Exec and

@@ -177,12 +177,12 @@ fn libipt_branches(dir: &Path) -> Vec<(u64, u64)> {
         art_eax: 1,
         art_ebx: clock.tsc_per_art,
     };
-    let flow = insn::decode_on(
+    let flow = insn::decode_case(
         &fs::read(dir.join("trace.pt")).unwrap(),
         &dir.join("image.bin"),
         base,
         t,
-        common::libipt::report_cpu(dir),
+        dir,
     );
     assert_eq!(flow.error, None);
     flow.ips

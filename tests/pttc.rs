@@ -13,8 +13,6 @@ use common::cli::ptemu;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const GOLDEN: &str = include_str!("data/libipt-golden-packets.txt");
-
 fn reference_dir() -> Option<PathBuf> {
     let dir = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -147,30 +145,24 @@ fn libipt_tests_compile_and_their_bin_is_yasms() {
 
 /// One test of the golden corpus: its name, its packets (bytes and ptdump's decode), and whether
 /// the listing stops at a decode error (then only that prefix is known).
-type GoldenTest = (String, Vec<(Vec<u8>, String)>, bool);
+type GoldenTest = (&'static str, Vec<(Vec<u8>, &'static str)>, bool);
 
 /// The golden corpus per test.
 fn golden_packets() -> Vec<GoldenTest> {
     let mut tests: Vec<GoldenTest> = Vec::new();
-    for line in GOLDEN.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let (file, rest) = line.split_once(".pt: ").unwrap();
-        if tests.last().is_none_or(|t| t.0 != file) {
-            tests.push((file.to_string(), Vec::new(), false));
+    for l in common::golden::lines() {
+        if tests.last().is_none_or(|t| t.0 != l.test) {
+            tests.push((l.test, Vec::new(), false));
         }
         let t = tests.last_mut().unwrap();
         if t.2 {
             continue;
         }
-        if rest.starts_with('[') {
+        if l.error {
             t.2 = true;
             continue;
         }
-        let (hex, decode) = rest.split_once(' ').unwrap();
-        let bytes = (0..hex.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
-            .collect();
-        t.1.push((bytes, decode.trim().to_string()));
+        t.1.push((l.bytes, l.decode));
     }
     tests
 }

@@ -11,10 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// libipt's instruction decoder over a case directory (examples/libipt_decode.rs).
-#[path = "../examples/libipt_decode.rs"]
-#[allow(dead_code)]
-mod libipt_decode;
+use common::harness as libipt_decode;
 
 const PATH: &str = "/usr/bin:/bin";
 

@@ -74,13 +74,7 @@ fn replays(run: &Run, penn_text: &[u8]) -> usize {
     let json: Value = serde_json::from_slice(&fs::read(run.out.join("image.json")).unwrap()).unwrap();
     let base = hex(&json["base"]);
     assert_eq!(hex(&run.report["image"]["base"]), base);
-    let flow = insn::decode_on(
-        &run.trace,
-        &run.out.join("image.bin"),
-        base,
-        timing(),
-        common::libipt::report_cpu(&run.out),
-    );
+    let flow = insn::decode_case(&run.trace, &run.out.join("image.bin"), base, timing(), &run.out);
     let want = expected_pcs(&macro_ops(penn_text));
     if let Some(n) = (0..want.len().min(flow.ips.len())).find(|&n| want[n] != flow.ips[n]) {
         panic!(
@@ -108,7 +102,7 @@ fn replays(run: &Run, penn_text: &[u8]) -> usize {
     );
     assert!(run.stdout.contains(ptxed), "{}", run.stdout);
     // CP1: ptxed is told the part, so it applies that part's errata workarounds.
-    if let Some((f, m, st)) = common::libipt::report_cpu(&run.out) {
+    if let Some((f, m, st)) = common::harness::case_cpu(&run.out) {
         assert!(ptxed.contains(&format!("--cpu {f}/{m}/{st} ")), "{ptxed}");
     }
     flow.ips.len()

@@ -8,11 +8,7 @@ use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The decoder harness of examples/libipt_decode.rs (libipt's instruction decoder, going on at
-/// the next PSB after an error or a PSB+ that contradicts it).
-#[path = "../examples/libipt_decode.rs"]
-#[allow(dead_code)]
-mod libipt_decode;
+use common::harness as libipt_decode;
 
 /// libipt's output over a case directory, as `ptemu verify` reads it.
 fn libipt_lines(case: &Path) -> String {
@@ -1547,48 +1543,4 @@ fn tr9_truth_bin_is_truth_jsonl_in_at_most_two_bytes_an_instruction() {
             assert!(text(&o.stderr).contains("byte "), "{}", text(&o.stderr));
         }
     }
-}
-
-/// CP1, HW8: a run says the part its CPU profile was read from (`report.json`'s and the
-/// truth's `cpu_signature`), and libipt told it (`pt_config.cpu`, `pt_cpu_errata`: what ptxed
-/// `--cpu` does) replays a Skylake stream whose enables have BDM70's shape (the PSB+ holds
-/// FUP and MODE.Exec before the TIP.PGE); not told it, libipt fails at the first enable.
-#[test]
-fn cp1_hw8_libipt_told_the_cpu_takes_the_bdm70_enable_and_not_told_it_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("tracer.toml");
-    fs::write(&cfg, "enable_with_fup = true\n").unwrap();
-    let out = dir.path().join("o");
-    let o = ptemu(&[
-        "simulate",
-        "-q",
-        "--cpu",
-        "skylake",
-        "--tracer-config",
-        s(&cfg),
-        "--out",
-        s(&out),
-    ]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let report: Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!(
-        report["cpu_signature"],
-        serde_json::json!({"family": 6, "model": 0x5e, "stepping": 3})
-    );
-    assert_eq!(libipt_decode::case_cpu(&out), Some((6, 0x5e, 3)));
-    let told = libipt_lines(&out);
-    let (ok, said) = verify(&out, &told);
-    assert!(ok, "{said}");
-    let untold = libipt_decode::decode_case_as(&out, None);
-    let (ok, said) = verify(&out, &untold);
-    assert!(
-        !ok && untold.starts_with("error"),
-        "{said}\n{}",
-        &untold[..untold.len().min(300)]
-    );
-    // A profile of no real part says none.
-    let out = dir.path().join("g");
-    let o = ptemu(&["simulate", "-q", "--cpu", "generic-max", "--out", s(&out)]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(libipt_decode::case_cpu(&out), None);
 }

@@ -1,11 +1,12 @@
 //! `ptemu pttc FILE.ptt [-o DIR] [--cpu f/m[/s]|none]`: libipt's test compiler (spec/pttc.md).
 //! Writes `<root>.bin`, `<root>.pt`, the `.exp` and the `.sb` files into DIR (default: the
-//! current directory, as pttc), each through a temporary name and a rename, and lists them.
+//! current directory, as pttc), all or none (staged, then renamed into place), and lists them.
 
-use super::output::print;
+use super::output::{print, write_failure};
+use super::run_dir::RunDir;
 use super::Failure;
 use ptemu::pttc::{self, Cpu, Options};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The arguments.
 #[derive(clap::Args)]
@@ -15,7 +16,7 @@ pub struct Args {
     /// Where to write the files (default: the current directory, as pttc).
     #[arg(short, long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// The CPU as family/model[/stepping] (decimal), or `none`: adds `-cpu_<f>_<m>[_<s>]` to the
+    /// The CPU as family/model[/stepping] (numbers as C reads them: decimal, 0x hex, 0 octal), or `none`: adds `-cpu_<f>_<m>[_<s>]` to the
     /// .exp file names, as pttc's --cpu does.
     #[arg(long, value_name = "f/m[/s]|none")]
     cpu: Option<String>,
@@ -38,28 +39,21 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         Failure::input(format!("{shown}:{line}: not UTF-8 text"))
     })?;
     let path = args.file.to_string_lossy();
-    let files = pttc::run(&path, &text, &Options { cpu }).map_err(|e| {
-        if e.line > 0 {
-            Failure::input(format!("{shown}:{}: {}", e.line, e.message))
-        } else {
-            Failure::input(format!("{shown}: {}", e.message))
-        }
-    })?;
-    let dir = args.out.clone().unwrap_or_else(|| PathBuf::from("."));
-    if !dir.is_dir() {
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Failure::input(format!("{}: cannot create: {e}", dir.display())))?;
+    let files = pttc::run(&path, &text, &Options { cpu }).map_err(|e| Failure::input(e.located(&shown)))?;
+    // All files or none: staged in DIR, renamed into place together.
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("."));
+    let shown_out = out.display().to_string();
+    let dir = RunDir::create(&out).map_err(|e| write_failure(&shown_out, e))?;
+    for f in &files {
+        std::fs::write(dir.staged(&f.name), &f.bytes)
+            .map_err(|e| write_failure(&format!("{shown_out}/{}", f.name), e))?;
     }
+    let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    dir.commit(&names, &[])
+        .map_err(|e| write_failure(&shown_out, e))?;
     let mut listing = String::new();
     for f in &files {
-        let to = dir.join(&f.name);
-        write(&to, &f.bytes)?;
-        outln!(listing, "{}", to.display());
+        outln!(listing, "{}", out.join(&f.name).display());
     }
     print(&listing)
-}
-
-fn write(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    ptemu::report::write_atomic(path, |w| w.write_all(bytes))
-        .map_err(|e| Failure::input(format!("{}: cannot write: {e}", path.display())))
 }

@@ -62,8 +62,8 @@ pub struct RunArgs {
     pub(super) cpu: Option<String>,
     /// The profile's errata, edited (CP2): comma-separated, `NAME` adds one, `-NAME` removes
     /// one, `none` removes all, e.g. `--errata -BDM70` or `--errata none,SKL014`. Applied after
-    /// the layout's `errata` list. Known: BDM106, TGL052, BDM70, BDM64, SKD007, SKD010, SKD022,
-    /// SKL014, APL11, APL12, SKL168, SKZ84.
+    /// the layout's `errata` list. The names and what each does: spec/cpu-profiles.md; a wrong
+    /// name is refused with the list.
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub(super) errata: Option<String>,
     /// IA32_RTIT_CTL field by its SDM name (any case), e.g. DisRETC=1, PSBFreq=1, MTCEn=1;

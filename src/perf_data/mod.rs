@@ -6,6 +6,7 @@
 //! `PERF_RECORD_*` records) and `tools/perf/util/intel-pt.h` (the `AUXTRACE_INFO` private
 //! fields). Everything is little-endian, as perf writes it on x86.
 
+pub mod abi;
 pub mod elf;
 
 use crate::regs::RtitCtl;
@@ -13,6 +14,7 @@ use crate::report::write_atomic;
 use crate::simulate::fault::Plan;
 use crate::simulate::{Options, Outcome};
 use crate::sources::Format;
+use abi::*;
 use byteorder::{WriteBytesExt, LE};
 use std::fs;
 use std::io::{self, Read, Write};
@@ -30,22 +32,6 @@ pub const ATTR_SIZE: usize = 128;
 const FILE_HEADER_SIZE: u64 = 104;
 /// The id of the intel_pt event.
 const EVENT_ID: u64 = 1;
-
-const PERF_RECORD_COMM: u32 = 3;
-const PERF_RECORD_FORK: u32 = 7;
-const PERF_RECORD_MMAP2: u32 = 10;
-const PERF_RECORD_ITRACE_START: u32 = 12;
-const PERF_RECORD_AUXTRACE_INFO: u32 = 70;
-const PERF_RECORD_AUXTRACE: u32 = 71;
-const PERF_RECORD_FINISHED_ROUND: u32 = 68;
-const PERF_RECORD_MISC_USER: u16 = 2;
-const PERF_AUXTRACE_INTEL_PT: u32 = 1;
-
-const PERF_SAMPLE_IP: u64 = 1 << 0;
-const PERF_SAMPLE_TID: u64 = 1 << 1;
-const PERF_SAMPLE_TIME: u64 = 1 << 2;
-const PERF_SAMPLE_CPU: u64 = 1 << 7;
-const PERF_SAMPLE_IDENTIFIER: u64 = 1 << 16;
 
 /// The IA32_RTIT_CTL fields perf's intel_pt event carries in `attr.config`, at the same bit
 /// positions (the PMU's `format/` directory: cyc 1, pwr_evt 4, fup_on_ptw 5, mtc 9, tsc 10,
@@ -128,30 +114,6 @@ impl Mapping {
         self.tsc = Some(tsc);
         self
     }
-}
-
-/// A record header; a size past its u16 field (a path or filter that long) is an error, never
-/// a wrapped size that would make the file unreadable.
-fn header(w: &mut Vec<u8>, kind: u32, misc: u16, size: usize) -> io::Result<()> {
-    let size = u16::try_from(size).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "a perf.data record would pass 64 KiB (a path or filter too long)",
-        )
-    })?;
-    w.write_u32::<LE>(kind)?;
-    w.write_u16::<LE>(misc)?;
-    w.write_u16::<LE>(size)
-}
-
-/// A NUL-terminated string padded with NULs to a multiple of 8 bytes.
-fn padded_str(s: &str) -> Vec<u8> {
-    let mut v = s.as_bytes().to_vec();
-    v.push(0);
-    while !v.len().is_multiple_of(8) {
-        v.push(0);
-    }
-    v
 }
 
 /// The `perf_event_attr` of the intel_pt event (`ATTR_SIZE` bytes).
@@ -237,7 +199,7 @@ fn auxtrace_info(spec: &Spec) -> io::Result<Vec<u8>> {
 /// offsets of the mapped file (`image`), each range cut to the part of the image it covers.
 pub fn filter_string(ctl: RtitCtl, msrs: &[(u32, u64)], image: &Mapping) -> String {
     let mut parts = Vec::new();
-    let value = |msr: u32| msrs.iter().rev().find(|m| m.0 == msr).map_or(0, |m| m.1);
+    let addr = crate::regs::Msr::addr_values(msrs.iter().copied());
     let last = image.addr + image.len.max(1) - 1;
     for n in 0..4u32 {
         let kind = match ctl.addr_cfg(n as usize) {
@@ -246,8 +208,8 @@ pub fn filter_string(ctl: RtitCtl, msrs: &[(u32, u64)], image: &Mapping) -> Stri
             _ => continue,
         };
         let (a, b) = (
-            value(0x580 + 2 * n).max(image.addr),
-            value(0x581 + 2 * n).min(last),
+            addr[2 * n as usize].max(image.addr),
+            addr[2 * n as usize + 1].min(last),
         );
         if a <= b {
             let start = image.pgoff + (a - image.addr);

@@ -242,17 +242,10 @@ pub fn parse_insn(text: &str) -> Result<Insn, String> {
             if let Some(reg) = gpr(op) {
                 return Ok(Insn::Indirect { call, reg });
             }
-            let op = lower
-                .strip_prefix("near")
-                .or(lower.strip_prefix("short"))
-                .map_or(*op, |_| op);
             let kind = if call { BranchKind::Call } else { BranchKind::Jmp };
             Ok(Insn::Branch(kind, target(op)?))
         }
-        (m, [op]) if cond(m).is_some() => Ok(Insn::Branch(
-            BranchKind::Jcc(cond(m).unwrap_or(Cond::E)),
-            target(op)?,
-        )),
+        (m, [op]) if let Some(c) = cond(m) => Ok(Insn::Branch(BranchKind::Jcc(c), target(op)?)),
         ("mov", [dst, src]) => {
             if let Some(cr) = control_register(dst) {
                 return gpr(src).map(|r| Insn::MovCr(cr, r)).ok_or_else(unsupported);
@@ -325,29 +318,14 @@ pub fn encode_branch(
         return Err("branches in 16-bit code are outside the supported subset".into());
     }
     let b64 = bits == 64;
-    let code = match (kind, short) {
-        (BranchKind::Jmp, true) => {
-            if b64 {
-                Code::Jmp_rel8_64
-            } else {
-                Code::Jmp_rel8_32
-            }
-        }
-        (BranchKind::Jmp, false) => {
-            if b64 {
-                Code::Jmp_rel32_64
-            } else {
-                Code::Jmp_rel32_32
-            }
-        }
-        (BranchKind::Call, _) => {
-            if b64 {
-                Code::Call_rel32_64
-            } else {
-                Code::Call_rel32_32
-            }
-        }
-        (BranchKind::Jcc(c), s) => jcc_code(c, s, bits),
+    let code = match (kind, short, b64) {
+        (BranchKind::Jmp, true, true) => Code::Jmp_rel8_64,
+        (BranchKind::Jmp, true, false) => Code::Jmp_rel8_32,
+        (BranchKind::Jmp, false, true) => Code::Jmp_rel32_64,
+        (BranchKind::Jmp, false, false) => Code::Jmp_rel32_32,
+        (BranchKind::Call, _, true) => Code::Call_rel32_64,
+        (BranchKind::Call, _, false) => Code::Call_rel32_32,
+        (BranchKind::Jcc(c), s, _) => jcc_code(c, s, bits),
     };
     let target = if b64 { target } else { target & 0xffff_ffff };
     let ins = Instruction::with_branch(code, target).map_err(|e| e.to_string())?;
@@ -366,6 +344,15 @@ fn fits_i8(v: u64) -> bool {
 
 fn fits_i32(v: u64) -> bool {
     (v as i64) >= i64::from(i32::MIN) && (v as i64) <= i64::from(i32::MAX)
+}
+
+/// A 32-bit register's immediate: an unsigned 32-bit value, or a negative one sign-extended
+/// from 32 bits; anything wider is refused, never cut.
+fn imm32(imm: u64, what: &str) -> Result<u32, String> {
+    u32::try_from(imm)
+        .ok()
+        .or_else(|| fits_i32(imm).then_some(imm as u32))
+        .ok_or_else(|| format!("{what}: immediate {imm:#x} does not fit 32 bits"))
 }
 
 /// Encodes an instruction other than a branch to a label or address (those depend on where they
@@ -456,11 +443,7 @@ pub fn encode_fixed(insn: &Insn, bits: u32) -> Result<Vec<u8>, String> {
                     Instruction::with2(Code::Mov_r64_imm64, reg, imm).map_err(err)?
                 }
             } else {
-                let v = u32::try_from(imm)
-                    .ok()
-                    .or_else(|| fits_i32(imm).then_some(imm as u32))
-                    .ok_or_else(|| format!("mov: immediate {imm:#x} does not fit 32 bits"))?;
-                Instruction::with2(Code::Mov_r32_imm32, reg, v).map_err(err)?
+                Instruction::with2(Code::Mov_r32_imm32, reg, imm32(imm, "mov")?).map_err(err)?
             }
         }
         Insn::MovLoad(reg, base) => {
@@ -506,7 +489,7 @@ pub fn encode_fixed(insn: &Insn, bits: u32) -> Result<Vec<u8>, String> {
             if fits_i8(imm) || wide(reg) {
                 Instruction::with2(code, reg, imm as i64 as i32).map_err(err)?
             } else {
-                Instruction::with2(code, reg, imm as u32).map_err(err)?
+                Instruction::with2(code, reg, imm32(imm, "add/cmp")?).map_err(err)?
             }
         }
         Insn::TestMem(base, reg) => {

@@ -104,6 +104,30 @@ pub fn to_uint(s: &str, bits: u32) -> Result<u64, NumError> {
     Ok(v)
 }
 
+/// `token` as a number of at most `bits` bits; `what` names it in the error.
+pub fn num(token: Option<&str>, bits: u32, what: &str) -> Result<u64, String> {
+    let t = token.ok_or_else(|| format!("missing {what}"))?;
+    to_uint(t, bits).map_err(|e| format!("bad {what} '{t}': {e}"))
+}
+
+/// `parse_uint64` and friends: the first token of " ," as a number; the rest is not looked at.
+pub fn first_number(payload: &str, bits: u32, what: &str) -> Result<u64, String> {
+    num(Strtok::new(payload).next(" ,"), bits, what)
+}
+
+/// The `raw-8`, `raw-16`, `raw-32` and `raw-64` directives (of `@pt` and `@sb` alike): the
+/// payload's first number, little-endian, in that many bits; `None` for another name.
+pub fn raw_le(name: &str, payload: &str) -> Option<Result<Vec<u8>, String>> {
+    let bits = match name {
+        "raw-8" => 8,
+        "raw-16" => 16,
+        "raw-32" => 32,
+        "raw-64" => 64,
+        _ => return None,
+    };
+    Some(first_number(payload, bits, "value").map(|v| v.to_le_bytes()[..bits as usize / 8].to_vec()))
+}
+
 /// `sscanf(s, "%x")`: a hex number at the start of `s` after white space, with an optional `0x`.
 pub fn scan_hex(s: &str) -> Option<u64> {
     strtoull(s, 16).map(|(v, _, _)| v)

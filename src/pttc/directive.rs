@@ -3,9 +3,13 @@
 //! `raw-N`, and the few encodings ptemu's [`Packet`] cannot hold (an empty TNT, and PWRE with the
 //! hardware bit, which libipt sets at bit 3 of byte 2 where ptemu, after the SDM, uses bit 7).
 
-use super::ctext::{strtoull, to_u64, to_uint, Strtok};
+use super::ctext::{self, first_number, num, strtoull, to_u64, to_uint, Strtok};
 use super::listing::Labels;
-use crate::packet::opcode::{PIP_CR3_MASK, TSC_MASK, VMCS_BASE_MASK};
+use crate::packet::opcode::{EXT, EXT_TNT64, PIP_CR3_MASK, TSC_MASK, VMCS_BASE_MASK};
+
+/// Where libipt puts PWRE's hardware bit: bit 3 of byte 2 (spec/packets.md: the SDM and ptemu
+/// use bit 7).
+const LIBIPT_PWRE_HW: u8 = 1 << 3;
 use crate::packet::{IpPayload, Ipc, Packet, PtwSize, Tnt};
 
 /// What a directive writes to the .pt file.
@@ -30,16 +34,6 @@ impl Emit {
             Emit::Raw(b) => Ok(b.clone()),
         }
     }
-}
-
-fn num(token: Option<&str>, bits: u32, what: &str) -> Result<u64, String> {
-    let t = token.ok_or_else(|| format!("missing {what}"))?;
-    to_uint(t, bits).map_err(|e| format!("bad {what} '{t}': {e}"))
-}
-
-/// `parse_uint64` and friends: the first token of " ," as a number; the rest is not looked at.
-fn first_number(payload: &str, bits: u32, what: &str) -> Result<u64, String> {
-    num(Strtok::new(payload).next(" ,"), bits, what)
 }
 
 /// A no-argument packet's payload must be empty.
@@ -73,6 +67,18 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// `, word` or nothing: whether `word` follows a comma; a comma with anything else after it
+    /// is an error.
+    fn flag(&mut self, word: &str) -> Result<bool, String> {
+        if !self.token(",") {
+            return Ok(false);
+        }
+        match self.token(word) {
+            true => Ok(true),
+            false => Err(format!("bad argument, expected \"{word}\"")),
+        }
+    }
+
     /// An unsigned number prefix (`strtoull` base 0), at most `bits` wide.
     fn uint(&mut self, bits: u32, what: &str) -> Result<u64, String> {
         let (v, n, overflow) =
@@ -82,6 +88,15 @@ impl<'a> Cursor<'a> {
         }
         self.rest = &self.rest[n..];
         Ok(v)
+    }
+}
+
+/// An optional last argument that can only be `word`: whether it is there.
+fn optional_word(token: Option<&str>, word: &str) -> Result<bool, String> {
+    match token {
+        None => Ok(false),
+        Some(t) if t == word => Ok(true),
+        Some(other) => Err(format!("unexpected argument '{other}', expected \"{word}\"")),
     }
 }
 
@@ -176,9 +191,10 @@ pub fn packet(name: &str, payload: &str, labels: &Labels) -> Result<Emit, String
             if count == 0 {
                 // Only the stop bit: libipt writes it; ptemu's Tnt has no empty form.
                 return Ok(Emit::Raw(if long {
-                    vec![0x02, 0xa3, 1, 0, 0, 0, 0, 0]
+                    vec![EXT, EXT_TNT64, 1, 0, 0, 0, 0, 0]
                 } else {
-                    vec![0x02]
+                    // A TNT-8 byte: bit 0 clear, the stop bit (bit 1) and no bits below it.
+                    vec![0b10]
                 }));
             }
             let t = Tnt {
@@ -206,14 +222,7 @@ pub fn packet(name: &str, payload: &str, labels: &Labels) -> Result<Emit, String
             } else {
                 return Err("bad argument, expected \"16bit\", \"32bit\" or \"64bit\"".into());
             };
-            let if_ = if c.token(",") {
-                if !c.token("if") {
-                    return Err("bad argument, expected \"if\"".into());
-                }
-                true
-            } else {
-                false
-            };
+            let if_ = c.flag("if")?;
             Packet::ModeExec { csl, csd, if_ }
         }
         "mode.tsx" => {
@@ -228,11 +237,7 @@ pub fn packet(name: &str, payload: &str, labels: &Labels) -> Result<Emit, String
         "pip" => {
             let mut t = Strtok::new(payload);
             let cr3 = num(t.next(" ,"), 64, "cr3")?;
-            let nr = match t.next(" ,") {
-                None => false,
-                Some("nr") => true,
-                Some(other) => return Err(format!("unexpected argument '{other}', expected \"nr\"")),
-            };
+            let nr = optional_word(t.next(" ,"), "nr")?;
             Packet::Pip {
                 cr3: cr3 & PIP_CR3_MASK,
                 nr,
@@ -302,15 +307,19 @@ pub fn packet(name: &str, payload: &str, labels: &Labels) -> Result<Emit, String
         "pwre" => {
             let mut t = Strtok::new(payload);
             let (state, sub_state) = c_state(t.next(" , "), true)?;
-            let hw = match t.next(" ,") {
-                None => false,
-                Some("hw") => true,
-                Some(other) => return Err(format!("unexpected argument '{other}', expected \"hw\"")),
-            };
+            let hw = optional_word(t.next(" ,"), "hw")?;
+            let pwre = Emit::Packet(Packet::Pwre {
+                state,
+                sub_state,
+                hw: false,
+            });
             if hw {
-                return Ok(Emit::Raw(vec![0x02, 0x22, 0x08, state << 4 | sub_state]));
+                // libipt's hardware bit, where ptemu (after the SDM) writes bit 7.
+                let mut v = pwre.bytes()?;
+                v[2] |= LIBIPT_PWRE_HW;
+                return Ok(Emit::Raw(v));
             }
-            Packet::Pwre { state, sub_state, hw }
+            return Ok(pwre);
         }
         "pwrx" => {
             let mut t = Strtok::new(payload);
@@ -329,11 +338,7 @@ pub fn packet(name: &str, payload: &str, labels: &Labels) -> Result<Emit, String
             let mut t = Strtok::new(payload);
             let plc = num(t.next(":"), 8, "payload size")?;
             let value = num(t.next(", "), 64, "payload")?;
-            let ip = match t.next(" ") {
-                None => false,
-                Some("ip") => true,
-                Some(other) => return Err(format!("unexpected argument '{other}', expected \"ip\"")),
-            };
+            let ip = optional_word(t.next(" "), "ip")?;
             let (size, payload) = match plc {
                 0 => (PtwSize::Four, value & 0xffff_ffff),
                 1 => (PtwSize::Eight, value),
@@ -354,14 +359,7 @@ pub fn packet(name: &str, payload: &str, labels: &Labels) -> Result<Emit, String
                     _ => 0,
                 }
             };
-            let ip = if c.token(",") {
-                if !c.token("ip") {
-                    return Err("bad argument, expected 'ip'".into());
-                }
-                true
-            } else {
-                false
-            };
+            let ip = c.flag("ip")?;
             Packet::Cfe {
                 ty: ty & 0x1f,
                 vector,
@@ -398,27 +396,10 @@ pub fn packet(name: &str, payload: &str, labels: &Labels) -> Result<Emit, String
             }
             Packet::Trig { trbv, ip, mult, icnt }
         }
-        "raw-8" => return Ok(Emit::Raw(vec![first_number(payload, 8, "value")? as u8])),
-        "raw-16" => {
-            return Ok(Emit::Raw(
-                (first_number(payload, 16, "value")? as u16)
-                    .to_le_bytes()
-                    .to_vec(),
-            ))
-        }
-        "raw-32" => {
-            return Ok(Emit::Raw(
-                (first_number(payload, 32, "value")? as u32)
-                    .to_le_bytes()
-                    .to_vec(),
-            ))
-        }
-        "raw-64" => {
-            return Ok(Emit::Raw(
-                first_number(payload, 64, "value")?.to_le_bytes().to_vec(),
-            ))
-        }
-        _ => return Err(format!("unknown directive '{name}'")),
+        _ => match ctext::raw_le(name, payload) {
+            Some(raw) => return raw.map(Emit::Raw),
+            None => return Err(format!("unknown directive '{name}'")),
+        },
     };
     Ok(Emit::Packet(p))
 }

@@ -6,7 +6,7 @@
 //!   bytes as `??` and the kept ones as two hex digits each (16 characters in all);
 //! - a name that is not a yasm label is looked up among the `@pt`/`@sb` directive labels (byte
 //!   offsets in the .pt or .sb file, and `eos`, the .pt file's length): printed in hex, padded to
-//!   16 digits with `0` or `?`, and a `.n` after it is left as text;
+//!   16 digits with `0` after `%0` and `%?` alike, and a `.n` after it is left as text;
 //! - a line's text starts after its first `;`, ends before its first `#`, and loses its trailing
 //!   white space; a line without `;` is left out.
 

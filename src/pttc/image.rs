@@ -6,29 +6,16 @@
 
 use super::asm::{self, BranchKind, Insn, Target};
 use super::parse::{self, Item, StmtKind};
+use super::PttcError;
 use std::collections::HashMap;
 
 /// yasm's default alignment of a bin section.
 const SECTION_ALIGN: u64 = 4;
-
-/// An error on one line of the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LineError {
-    /// 1-based line number; 0 when the error belongs to the whole file.
-    pub line: usize,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl LineError {
-    /// An error on `line` (1-based).
-    pub fn new(line: usize, message: impl Into<String>) -> Self {
-        LineError {
-            line,
-            message: message.into(),
-        }
-    }
-}
+/// The largest section (and flat binary) written: 256 MiB (libipt's largest test writes
+/// 100,000 bytes), so that no input makes ptemu allocate more.
+const MAX_SIZE: u64 = 1 << 28;
+/// The most repeats of a branch (`times N jmp l`): each is laid out on its own.
+const MAX_BRANCH_REPEATS: u64 = 1 << 16;
 
 /// What yasm's listing shows for one source line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -45,17 +32,15 @@ pub struct ListingLine {
     pub vanished: bool,
 }
 
-/// A section of the output.
+/// A section of the output, encoded.
 #[derive(Clone, Debug)]
-pub struct Section {
+struct Section {
     /// Its name (`.text` for the default section).
-    pub name: String,
-    /// Where its labels are (virtual address).
-    pub vstart: u64,
+    name: String,
     /// Where it is loaded (the file offset plus org).
-    pub start: u64,
+    start: u64,
     /// Its bytes.
-    pub bytes: Vec<u8>,
+    bytes: Vec<u8>,
 }
 
 /// The assembled file.
@@ -65,10 +50,6 @@ pub struct Image {
     pub bin: Vec<u8>,
     /// The listing, one entry per source line.
     pub lines: Vec<ListingLine>,
-    /// The sections, the default one first.
-    pub sections: Vec<Section>,
-    /// Every label yasm knows, with its address.
-    pub labels: HashMap<String, u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -112,7 +93,7 @@ struct Place {
 }
 
 /// Assembles the lines of a .ptt file.
-pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
+pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
     let mut sects = vec![Sect {
         name: ".text".into(),
         vstart: None,
@@ -123,14 +104,17 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
     let mut current = 0usize;
     let mut bits = 16u32;
     let mut org: Option<u64> = None;
+    let mut org_line = 0;
+    // Each label a branch names, with its line: checked to exist before layout.
+    let mut labels_used: Vec<(String, usize)> = Vec::new();
     let mut places: HashMap<String, (Place, usize)> = HashMap::new();
     let mut listing = Vec::with_capacity(lines.len());
     // Per line: the section and first piece it emitted, to fill in the listing after layout.
-    let mut emitted: Vec<Option<(usize, usize, usize)>> = Vec::with_capacity(lines.len());
+    let mut emitted: Vec<Option<(usize, usize)>> = Vec::with_capacity(lines.len());
 
     for (i, text) in lines.iter().enumerate() {
         let n = i + 1;
-        let stmt = parse::parse_stmt(text).map_err(|m| LineError::new(n, m))?;
+        let stmt = parse::parse_stmt(text).map_err(|m| PttcError::new(n, m))?;
         let mut entry = ListingLine {
             text: stmt.listing.clone(),
             ..ListingLine::default()
@@ -140,7 +124,7 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
             current = match sects.iter().position(|s| &s.name == name) {
                 Some(at) => {
                     if vstart.is_some() || start.is_some() {
-                        return Err(LineError::new(
+                        return Err(PttcError::new(
                             n,
                             format!("section {name}: attributes given twice"),
                         ));
@@ -149,16 +133,18 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                 }
                 None => {
                     let start = start
-                        .ok_or_else(|| LineError::new(n, format!("section {name}: start= is required")))?;
+                        .ok_or_else(|| PttcError::new(n, format!("section {name}: start= is required")))?;
                     let vstart = vstart.unwrap_or(start);
                     if !vstart.is_multiple_of(SECTION_ALIGN) {
-                        return Err(LineError::new(
+                        return Err(PttcError::new(
                             n,
                             format!("section {name}: vstart {vstart:#x} is not 4-byte aligned"),
                         ));
                     }
                     // yasm warns and rounds an unaligned start up.
-                    let start = start.next_multiple_of(SECTION_ALIGN);
+                    let start = aligned_address(start).ok_or_else(|| {
+                        PttcError::new(n, format!("section {name}: start {start:#x} is past 2^64"))
+                    })?;
                     sects.push(Sect {
                         name: name.clone(),
                         vstart: Some(vstart),
@@ -176,7 +162,7 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                 piece: sects[current].pieces.len(),
             };
             if let Some((_, first)) = places.insert(label.clone(), (place, n)) {
-                return Err(LineError::new(
+                return Err(PttcError::new(
                     n,
                     format!("label '{label}' already defined on line {first}"),
                 ));
@@ -187,9 +173,10 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
             StmtKind::Empty | StmtKind::Section { .. } => {}
             StmtKind::Org(v) => {
                 if org.is_some() {
-                    return Err(LineError::new(n, "org given twice"));
+                    return Err(PttcError::new(n, "org given twice"));
                 }
                 org = Some(v);
+                org_line = n;
             }
             StmtKind::Bits(b) => bits = b,
             StmtKind::Align(a) => sects[current].pieces.push(Piece {
@@ -204,6 +191,15 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                 let pieces = &mut sects[current].pieces;
                 match item {
                     Item::Data { size, values } => {
+                        if (size as u64 * values.len() as u64)
+                            .checked_mul(count)
+                            .is_none_or(|n| n > MAX_SIZE)
+                        {
+                            return Err(PttcError::new(
+                                n,
+                                format!("times {count}: over {MAX_SIZE:#x} bytes"),
+                            ));
+                        }
                         let data = values
                             .iter()
                             .flat_map(|v| v.to_le_bytes()[..size as usize].to_vec())
@@ -215,6 +211,15 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                         });
                     }
                     Item::Insn(Insn::Branch(kind, target)) => {
+                        if count > MAX_BRANCH_REPEATS {
+                            return Err(PttcError::new(
+                                n,
+                                format!("times {count}: a branch repeats at most {MAX_BRANCH_REPEATS} times"),
+                            ));
+                        }
+                        if let Target::Label(name) = &target {
+                            labels_used.push((name.clone(), n));
+                        }
                         let long = kind == BranchKind::Call || matches!(target, Target::Abs(_));
                         for _ in 0..count {
                             pieces.push(Piece {
@@ -230,7 +235,16 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                         }
                     }
                     Item::Insn(insn) => {
-                        let data = asm::encode_fixed(&insn, bits).map_err(|m| LineError::new(n, m))?;
+                        let data = asm::encode_fixed(&insn, bits).map_err(|m| PttcError::new(n, m))?;
+                        if (data.len() as u64)
+                            .checked_mul(count)
+                            .is_none_or(|n| n > MAX_SIZE)
+                        {
+                            return Err(PttcError::new(
+                                n,
+                                format!("times {count}: over {MAX_SIZE:#x} bytes"),
+                            ));
+                        }
                         pieces.push(Piece {
                             line: n,
                             kind: PieceKind::Bytes { data, count },
@@ -241,13 +255,19 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
             }
         }
         let added = sects[current].pieces.len() - first_piece;
-        emitted.push((added > 0).then_some((current, first_piece, added)));
+        emitted.push((added > 0).then_some((current, first_piece)));
         listing.push(entry);
+    }
+
+    // Every branch target is a label defined somewhere (checked once, before layout).
+    if let Some((name, line)) = labels_used.iter().find(|(name, _)| !places.contains_key(name)) {
+        return Err(PttcError::new(*line, format!("undefined label '{name}'")));
     }
 
     // yasm aligns every bin section to 4 bytes: the default one starts at org rounded up.
     let org_addr = org.unwrap_or(0);
-    let text_start = org_addr.next_multiple_of(SECTION_ALIGN);
+    let text_start = aligned_address(org_addr)
+        .ok_or_else(|| PttcError::new(org_line, format!("org {org_addr:#x} is past 2^64")))?;
     sects[0].vstart = Some(text_start);
     sects[0].start = Some(text_start);
 
@@ -258,6 +278,12 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
             for p in &mut s.pieces {
                 p.offset = off;
                 off += piece_size(&p.kind, off);
+                if off > MAX_SIZE {
+                    return Err(PttcError::new(
+                        p.line,
+                        format!("section {} is over {MAX_SIZE:#x} bytes", s.name),
+                    ));
+                }
             }
             s.size = off;
         }
@@ -272,9 +298,7 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                 else {
                     continue;
                 };
-                let (place, _) = places
-                    .get(name)
-                    .ok_or_else(|| LineError::new(p.line, format!("undefined label '{name}'")))?;
+                let (place, _) = places[name];
                 let reach = place.section == si && {
                     let to = offset_of(s, place.piece) as i64;
                     let disp = to - (p.offset as i64 + 2);
@@ -332,7 +356,7 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                     };
                     let ip = vstart.wrapping_add(p.offset);
                     let b = asm::encode_branch(*kind, !long, ip, to, *bits)
-                        .map_err(|m| LineError::new(p.line, m))?;
+                        .map_err(|m| PttcError::new(p.line, m))?;
                     bytes.extend_from_slice(&b);
                     b
                 }
@@ -345,7 +369,7 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
             firsts.push(one);
         }
         if bytes.len() as u64 != s.size {
-            return Err(LineError::new(
+            return Err(PttcError::new(
                 0,
                 format!(
                     "internal: section {} laid out as {} bytes, encoded as {}",
@@ -358,14 +382,13 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
         piece_bytes.push(firsts);
         sections.push(Section {
             name: s.name.clone(),
-            vstart,
             start: s.start.unwrap_or(0),
             bytes,
         });
     }
 
     for (entry, e) in listing.iter_mut().zip(&emitted) {
-        let Some((si, first, _added)) = *e else { continue };
+        let Some((si, first)) = *e else { continue };
         let p = &sects[si].pieces[first];
         if matches!(p.kind, PieceKind::Align { .. }) {
             continue;
@@ -386,7 +409,7 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
         }
         let line = sect.pieces.first().map_or(0, |p| p.line);
         let at = s.start.checked_sub(org_addr).ok_or_else(|| {
-            LineError::new(
+            PttcError::new(
                 line,
                 format!(
                     "section {} starts at {:#x}, below org {org_addr:#x}",
@@ -394,16 +417,16 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
                 ),
             )
         })?;
-        let end = at + s.bytes.len() as u64;
+        let end = at.saturating_add(s.bytes.len() as u64);
         if let Some(&(_, _, other)) = taken.iter().find(|&&(b, e, _)| at < e && b < end) {
-            return Err(LineError::new(
+            return Err(PttcError::new(
                 line,
                 format!("section {} overlaps section {other}", s.name),
             ));
         }
         taken.push((at, end, &s.name));
-        if end > (1 << 32) {
-            return Err(LineError::new(
+        if end > MAX_SIZE {
+            return Err(PttcError::new(
                 line,
                 format!("section {} ends {end:#x} bytes into the file", s.name),
             ));
@@ -414,12 +437,12 @@ pub fn assemble(lines: &[&str]) -> Result<Image, LineError> {
         bin[at as usize..end as usize].copy_from_slice(&s.bytes);
     }
 
-    Ok(Image {
-        bin,
-        lines: listing,
-        sections,
-        labels,
-    })
+    Ok(Image { bin, lines: listing })
+}
+
+/// `addr` rounded up to a section's alignment; none past 2^64.
+fn aligned_address(addr: u64) -> Option<u64> {
+    addr.checked_next_multiple_of(SECTION_ALIGN)
 }
 
 fn align_pad(off: u64, n: u64) -> u64 {
@@ -475,8 +498,9 @@ mod tests {
         .unwrap();
         assert_eq!(img.bin.len(), 0x15);
         assert_eq!(img.bin[0], 0x90);
-        assert_eq!(img.labels["l0"], 0x5000);
-        assert_eq!(img.labels["l1"], 0x9000);
+        // The call at l1 (0x9000) reaches l0 (0x5000): both labels at their section's vstart.
+        let rel = (0x5000i64 - 0x9005) as i32;
+        assert_eq!(img.bin[0x10..], [&[0xe8][..], &rel.to_le_bytes()].concat());
         assert_eq!(img.lines[5].offset, Some(0));
     }
 

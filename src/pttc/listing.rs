@@ -18,7 +18,8 @@
 //!   be unique.
 
 use super::ctext::{scan_hex, to_u64, Strtok};
-use super::image::{LineError, ListingLine};
+use super::image::ListingLine;
+use super::PttcError;
 
 /// Longest label name pttc accepts, plus one.
 pub const LABEL_MAX: usize = 256;
@@ -106,11 +107,6 @@ impl Labels {
         self.entries.iter().find(|(n, _)| n == name).map(|&(_, a)| a)
     }
 
-    /// Every label and its address.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.entries.iter().map(|(n, a)| (n.as_str(), *a))
-    }
-
     /// Adds a label; names are unique and shorter than [`LABEL_MAX`].
     pub fn add(&mut self, name: &str, addr: u64) -> Result<(), String> {
         if name.len() >= LABEL_MAX {
@@ -145,7 +141,7 @@ fn section_label(name: &str, attribute: &str) -> String {
 }
 
 /// Reads the labels as pttc does.
-pub fn read(lines: &[ListingLine]) -> Result<Reading, LineError> {
+pub fn read(lines: &[ListingLine]) -> Result<Reading, PttcError> {
     let (lst, count) = rebuild(lines);
     let mut labels = Labels::default();
     let mut org: Option<u64> = None;
@@ -153,7 +149,7 @@ pub fn read(lines: &[ListingLine]) -> Result<Reading, LineError> {
 
     // Pass 1: org, the section labels and their lengths.
     for l in &lst {
-        let err = |m: String| LineError::new(l.source, m);
+        let err = |m: String| PttcError::new(l.source, m);
         let line = l.joined();
         if let Some(at) = line.find("[section") {
             let mut t = Strtok::new(&line[at + "[section".len()..]);
@@ -204,14 +200,14 @@ pub fn read(lines: &[ListingLine]) -> Result<Reading, LineError> {
         }
     }
     let Some(mut base) = org else {
-        return Err(LineError::new(0, "no org directive"));
+        return Err(PttcError::new(0, "no org directive"));
     };
 
     // Pass 2: the labels.
     let mut i = 0;
     while i < lst.len() {
         let l = &lst[i];
-        let err = |m: String| LineError::new(l.source, m);
+        let err = |m: String| PttcError::new(l.source, m);
         let line = l.joined();
         if let Some(at) = line.find("[section") {
             let mut t = Strtok::new(&line[at + "[section".len()..]);
@@ -273,7 +269,7 @@ mod tests {
     use super::super::{image, parse};
     use super::*;
 
-    fn reading(src: &str) -> Result<Reading, LineError> {
+    fn reading(src: &str) -> Result<Reading, PttcError> {
         let img = image::assemble(&parse::split_lines(src)).unwrap();
         read(&img.lines)
     }

@@ -5,20 +5,20 @@
 //! `<root>-<tool>[-cpu_<f>_<m>[_<s>]].exp` per `.exp(tool)` section and the `.sb` files. It is
 //! pure: no files are read or written here (spec/pttc.md).
 //!
-//! The parts: [`parse`] (lines, directives, yasm statements), [`asm`] (the instruction subset,
-//! encoded with iced-x86), [`image`] (sections, layout, the flat binary), [`listing`] (the labels
-//! as pttc reads them from yasm's listing), [`directive`] (`@pt` to packet bytes), [`sideband`]
-//! (`@sb`), [`exp`] (`.exp` text), [`ctext`] (the C library's number and token rules pttc
+//! The parts: `parse` (lines, directives, yasm statements), `asm` (the instruction subset,
+//! encoded with iced-x86), `image` (sections, layout, the flat binary), `listing` (the labels
+//! as pttc reads them from yasm's listing), `directive` (`@pt` to packet bytes), `sideband`
+//! (`@sb`), `exp` (`.exp` text), `ctext` (the C library's number and token rules pttc
 //! inherits).
 
-pub mod asm;
-pub mod ctext;
-pub mod directive;
-pub mod exp;
-pub mod image;
-pub mod listing;
-pub mod parse;
-pub mod sideband;
+mod asm;
+mod ctext;
+mod directive;
+mod exp;
+mod image;
+mod listing;
+mod parse;
+mod sideband;
 
 use listing::Labels;
 use parse::Marker;
@@ -36,7 +36,8 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    /// Reads `f/m[/s]` (decimal, or hex with `0x`).
+    /// Reads `f/m[/s]`, each number as C's `strtoull` with base 0 reads it (decimal, `0x` hex,
+    /// `0` octal), as pttc does.
     pub fn parse(s: &str) -> Result<Cpu, String> {
         let bad = || format!("cpu must be given as f/m[/s], not '{s}'");
         let parts: Vec<&str> = s.split('/').collect();
@@ -89,29 +90,49 @@ pub struct PttcError {
     pub message: String,
 }
 
+impl PttcError {
+    /// An error on `line` (1-based; 0: the whole file).
+    pub fn new(line: usize, message: impl Into<String>) -> Self {
+        PttcError {
+            line,
+            message: message.into(),
+        }
+    }
+
+    /// The error as `FILE:LINE: message` (`FILE: message` for the whole file).
+    pub fn located(&self, file: &str) -> String {
+        match self.line {
+            0 => format!("{file}: {}", self.message),
+            n => format!("{file}:{n}: {}", self.message),
+        }
+    }
+}
+
 impl fmt::Display for PttcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.line > 0 {
-            write!(f, "{}: {}", self.line, self.message)
-        } else {
-            f.write_str(&self.message)
+        match self.line {
+            0 => f.write_str(&self.message),
+            n => write!(f, "line {n}: {}", self.message),
         }
     }
 }
 
 impl std::error::Error for PttcError {}
 
-impl From<image::LineError> for PttcError {
-    fn from(e: image::LineError) -> Self {
-        PttcError {
-            line: e.line,
-            message: e.message,
-        }
-    }
+fn at(line: usize) -> impl Fn(String) -> PttcError {
+    move |message| PttcError::new(line, message)
 }
 
-fn at(line: usize) -> impl Fn(String) -> PttcError {
-    move |message| PttcError { line, message }
+/// An output name taken from the file (`.exp(NAME)`, `@sb primary(FORMAT SRC)`) must name a file
+/// in the output directory: no `/`, no NUL.
+fn plain_name(name: String, line: usize) -> Result<String, PttcError> {
+    match name.contains(['/', '\0']) {
+        true => Err(PttcError::new(
+            line,
+            format!("output name '{name}' is not a plain file name"),
+        )),
+        false => Ok(name),
+    }
 }
 
 /// The root of the output names as pttc derives it from the path it is given: the path up to
@@ -148,6 +169,7 @@ pub fn run(path: &str, source: &str, options: &Options) -> Result<Vec<OutputFile
     let mut directive_labels = Labels::default();
     let mut pt = Vec::new();
     let mut sb = sideband::Sideband::default();
+    let sb_context = sideband::Context { root, labels: yasm };
     let mut exp_start = None;
 
     for (i, line) in lines.iter().enumerate().take(reading.lines_read) {
@@ -189,8 +211,7 @@ pub fn run(path: &str, source: &str, options: &Options) -> Result<Vec<OutputFile
                 pt.extend(emit.bytes().map_err(|m| err(format!("{name}: {m}")))?);
             }
             Marker::Sb => {
-                let ctx = sideband::Context { root, labels: yasm };
-                sb.process(&ctx, name, &d.payload)
+                sb.process(&sb_context, name, &d.payload)
                     .map_err(|m| err(format!("{name}: {m}")))?;
             }
         }
@@ -199,7 +220,7 @@ pub fn run(path: &str, source: &str, options: &Options) -> Result<Vec<OutputFile
     // The .exp files: every line after the first .exp directive, a new file at each further one.
     let mut exps: Vec<OutputFile> = Vec::new();
     if let Some((first, extra)) = exp_start {
-        let mut current = exp_name(root, &extra, options.cpu);
+        let mut current = plain_name(exp_name(root, &extra, options.cpu), first + 1)?;
         let mut text = String::new();
         let flush = |name: &str, text: &mut String, exps: &mut Vec<OutputFile>| {
             let bytes = std::mem::take(text).into_bytes();
@@ -217,7 +238,7 @@ pub fn run(path: &str, source: &str, options: &Options) -> Result<Vec<OutputFile
             if let Some(d) = parse::find_directive(line).map_err(&err)? {
                 if d.name == ".exp" {
                     flush(&current, &mut text, &mut exps);
-                    current = exp_name(root, &d.payload, options.cpu);
+                    current = plain_name(exp_name(root, &d.payload, options.cpu), i + 1)?;
                     continue;
                 }
             }
@@ -290,31 +311,42 @@ mod tests {
         );
     }
 
+    /// The error `run` gives for `src`: its line and message.
+    fn error(src: &str) -> (usize, String) {
+        let e = run("t.ptt", src, &Options::default()).unwrap_err();
+        (e.line, e.message)
+    }
+
     #[test]
     fn errors_name_the_line() {
-        let e = run("t.ptt", "org 0\nbits 64\n; @pt frob()\n", &Options::default()).unwrap_err();
-        assert_eq!(e.line, 3);
-        let e = run(
-            "t.ptt",
-            "org 0\nbits 64\n; @pt fup(3: %nowhere)\n",
-            &Options::default(),
-        )
-        .unwrap_err();
-        assert_eq!(e.line, 3);
-        assert!(e.message.contains("nowhere"));
-        let e = run(
-            "t.ptt",
-            "org 0\nbits 64\nl1: nop\n; @pt l1: psb()\n",
-            &Options::default(),
-        )
-        .unwrap_err();
-        assert_eq!(e.line, 4);
-        let e = run(
-            "t.ptt",
-            "org 0\nbits 64\n; @pt .exp(x)\n; %nowhere\n",
-            &Options::default(),
-        )
-        .unwrap_err();
-        assert_eq!(e.line, 4);
+        assert_eq!(error("org 0\nbits 64\n; @pt frob()\n").0, 3);
+        let (line, msg) = error("org 0\nbits 64\n; @pt fup(3: %nowhere)\n");
+        assert!(line == 3 && msg.contains("nowhere"), "{line} {msg}");
+        assert_eq!(error("org 0\nbits 64\nl1: nop\n; @pt l1: psb()\n").0, 4);
+        assert_eq!(error("org 0\nbits 64\n; @pt .exp(x)\n; %nowhere\n").0, 4);
+    }
+
+    /// Input that used to panic, take forever or write outside the output directory is an
+    /// error on its line.
+    #[test]
+    fn hostile_input_is_an_error_on_its_line() {
+        for (src, line, words) in [
+            ("org 0\nbits 64\ncall nowhere\n", 3, "undefined label 'nowhere'"),
+            (
+                "org 0\nbits 64\nl1: jmp l1\n times 20000000 jmp l1\n",
+                4,
+                "at most",
+            ),
+            ("org 0\nbits 64\ntimes 0xffffffffffffffff nop\n", 3, "bytes"),
+            ("org 0\nbits 64\ntimes 0x200000000 db 0\n", 3, "bytes"),
+            ("org 0\nbits 64\nALIGN 0x8000000000000000\n", 3, "ALIGN"),
+            ("org 0xffffffffffffffff\nbits 64\nnop\n", 1, "past 2^64"),
+            ("org 0\nbits 64\ndb --1\n", 3, ""),
+            ("org 0\nbits 64\n; @pt .exp(a/../x)\n", 3, "plain file name"),
+            ("org 0\nbits 64\n; @sb primary(raw ../x)\n", 3, "plain file name"),
+        ] {
+            let (l, msg) = error(src);
+            assert!(l == line && msg.contains(words), "{src:?}: line {l}: {msg}");
+        }
     }
 }

@@ -5,6 +5,9 @@
 use super::asm::{self, Insn};
 use super::ctext::is_c_space;
 
+/// The largest `ALIGN` taken (a page of 64 KiB; yasm's own tests go no higher).
+const MAX_ALIGN: u64 = 0x1_0000;
+
 /// The lines of a file as pttc splits them: at `\n` or `\r\n`; a final line ending ends the last
 /// line rather than starting an empty one.
 pub fn split_lines(text: &str) -> Vec<&str> {
@@ -137,8 +140,12 @@ pub fn is_identifier(s: &str) -> bool {
 /// A yasm number: `0x1F`, `1Fh`, `0b101`, `42`, optionally negated.
 pub fn parse_number(s: &str) -> Option<u64> {
     let s = s.trim();
+    // One leading minus (a second one is no number): the value negated modulo 2^64, as yasm's.
     if let Some(rest) = s.strip_prefix('-') {
-        return parse_number(rest).map(u64::wrapping_neg);
+        return match rest.trim_start().starts_with('-') {
+            true => None,
+            false => parse_number(rest).map(u64::wrapping_neg),
+        };
     }
     let lower = s.to_ascii_lowercase();
     let (digits, radix) = if let Some(h) = lower.strip_prefix("0x") {
@@ -237,6 +244,9 @@ pub fn parse_stmt(line: &str) -> Result<Stmt, String> {
             let v = parse_number(args).ok_or_else(|| format!("ALIGN: bad alignment '{args}'"))?;
             if v == 0 || !v.is_power_of_two() {
                 return Err(format!("ALIGN: {args} is not a power of two"));
+            }
+            if v > MAX_ALIGN {
+                return Err(format!("ALIGN: {args} is over {MAX_ALIGN:#x}"));
             }
             stmt.kind = StmtKind::Align(v);
             stmt.listing = bracketed("align");

@@ -9,30 +9,16 @@
 //! in decimal after the `0x`, as pttc prints them). ptemu's configuration is pttc's fixed one:
 //! time-zero 0, time-shift 0, time-mult 1, so a sample's time is the TSC given.
 
-use super::ctext::{to_uint, Strtok};
+use super::ctext::{self, num, Strtok};
 use super::listing::Labels;
+use crate::perf_data::abi::*;
 
-const PERF_RECORD_MMAP: u32 = 1;
-const PERF_RECORD_LOST: u32 = 2;
-const PERF_RECORD_COMM: u32 = 3;
-const PERF_RECORD_EXIT: u32 = 4;
-const PERF_RECORD_FORK: u32 = 7;
-const PERF_RECORD_AUX: u32 = 11;
-const PERF_RECORD_ITRACE_START: u32 = 12;
-const PERF_RECORD_LOST_SAMPLES: u32 = 13;
-const PERF_RECORD_SWITCH: u32 = 14;
-const PERF_RECORD_SWITCH_CPU_WIDE: u32 = 15;
-/// `PERF_RECORD_MISC_COMM_EXEC` and `PERF_RECORD_MISC_SWITCH_OUT` share this bit.
-const MISC_BIT_13: u16 = 1 << 13;
-
-const SAMPLE_TID: u64 = 1 << 1;
-const SAMPLE_TIME: u64 = 1 << 2;
-const SAMPLE_ID: u64 = 1 << 6;
-const SAMPLE_CPU: u64 = 1 << 7;
-const SAMPLE_STREAM_ID: u64 = 1 << 9;
-const SAMPLE_IDENTIFIER: u64 = 1 << 16;
-const SAMPLES_KNOWN: u64 =
-    SAMPLE_TID | SAMPLE_TIME | SAMPLE_ID | SAMPLE_CPU | SAMPLE_STREAM_ID | SAMPLE_IDENTIFIER;
+const SAMPLES_KNOWN: u64 = PERF_SAMPLE_TID
+    | PERF_SAMPLE_TIME
+    | PERF_SAMPLE_ID
+    | PERF_SAMPLE_CPU
+    | PERF_SAMPLE_STREAM_ID
+    | PERF_SAMPLE_IDENTIFIER;
 
 #[derive(Clone, Debug)]
 enum Format {
@@ -54,19 +40,6 @@ pub struct Sideband {
     current: Option<usize>,
 }
 
-fn num(token: Option<&str>, bits: u32, what: &str) -> Result<u64, String> {
-    let t = token.ok_or_else(|| format!("{what} missing"))?;
-    to_uint(t, bits).map_err(|e| format!("bad {what} '{t}': {e}"))
-}
-
-fn padded_string(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(s.as_bytes());
-    out.push(0);
-    while !out.len().is_multiple_of(8) {
-        out.push(0);
-    }
-}
-
 /// What a file's name and a section's labels need.
 #[derive(Debug)]
 pub struct Context<'a> {
@@ -79,17 +52,17 @@ pub struct Context<'a> {
 impl Sideband {
     /// Bytes written so far to the current file (the value of an `@sb` label).
     pub fn offset(&self) -> Result<u64, String> {
-        let i = self
-            .current
-            .ok_or("no sideband file (use @sb primary(...) or secondary(...) first)")?;
-        Ok(self.files[i].bytes.len() as u64)
+        Ok(self.files[self.current_index()?].bytes.len() as u64)
     }
 
     fn current(&mut self) -> Result<&mut SbFile, String> {
-        let i = self
-            .current
-            .ok_or("no sideband file (use @sb primary(...) or secondary(...) first)")?;
+        let i = self.current_index()?;
         Ok(&mut self.files[i])
+    }
+
+    fn current_index(&self) -> Result<usize, String> {
+        self.current
+            .ok_or_else(|| "no sideband file (use @sb primary(...) or secondary(...) first)".into())
     }
 
     fn open(&mut self, ctx: &Context, payload: &str, prio: &str) -> Result<(), String> {
@@ -99,6 +72,9 @@ impl Sideband {
             Some(src) => format!("{}-{src}-{format}-{prio}.sb", ctx.root),
             None => format!("{}-{format}-{prio}.sb", ctx.root),
         };
+        if name.contains(['/', '\0']) {
+            return Err(format!("sideband file name '{name}' is not a plain file name"));
+        }
         let i = match self.files.iter().position(|f| f.name == name) {
             Some(i) => i,
             None => {
@@ -141,35 +117,32 @@ impl Sideband {
     fn record(&mut self, ty: u32, misc: u16, body: &[u8], t: &mut Strtok) -> Result<(), String> {
         let (sample_type, is_final, bytes) = self.pevent()?;
         let st = *sample_type;
-        let mut samples = Vec::new();
-        if st & SAMPLE_TID != 0 {
-            let pid = num(t.next(" ,"), 32, "pid")? as u32;
-            let tid = num(t.next(" ,"), 32, "tid")? as u32;
-            samples.push((SAMPLE_TID, [pid.to_le_bytes(), tid.to_le_bytes()].concat()));
+        // Read in pttc's order (tid, time, id, cpu, stream, identifier), written in perf's:
+        // the stream id before the cpu.
+        let mut tail = Vec::new();
+        let mut cpu = None;
+        if st & PERF_SAMPLE_TID != 0 {
+            tail.extend(pid_tid(t)?);
         }
-        if st & SAMPLE_TIME != 0 {
+        if st & PERF_SAMPLE_TIME != 0 {
             // time = time-zero + tsc scaled by time-mult >> time-shift: the TSC itself here.
-            let tsc = num(t.next(" ,"), 64, "tsc")?;
-            samples.push((SAMPLE_TIME, tsc.to_le_bytes().to_vec()));
+            tail.extend(num(t.next(" ,"), 64, "tsc")?.to_le_bytes());
         }
-        if st & SAMPLE_ID != 0 {
-            samples.push((SAMPLE_ID, num(t.next(" ,"), 64, "id")?.to_le_bytes().to_vec()));
+        if st & PERF_SAMPLE_ID != 0 {
+            tail.extend(num(t.next(" ,"), 64, "id")?.to_le_bytes());
         }
-        if st & SAMPLE_CPU != 0 {
-            let cpu = num(t.next(" ,"), 32, "cpu")? as u32;
-            samples.push((SAMPLE_CPU, [cpu.to_le_bytes(), [0; 4]].concat()));
+        if st & PERF_SAMPLE_CPU != 0 {
+            cpu = Some(num(t.next(" ,"), 32, "cpu")? as u32);
         }
-        if st & SAMPLE_STREAM_ID != 0 {
-            samples.push((
-                SAMPLE_STREAM_ID,
-                num(t.next(" ,"), 64, "stream")?.to_le_bytes().to_vec(),
-            ));
+        if st & PERF_SAMPLE_STREAM_ID != 0 {
+            tail.extend(num(t.next(" ,"), 64, "stream")?.to_le_bytes());
         }
-        if st & SAMPLE_IDENTIFIER != 0 {
-            samples.push((
-                SAMPLE_IDENTIFIER,
-                num(t.next(" ,"), 64, "identifier")?.to_le_bytes().to_vec(),
-            ));
+        if let Some(cpu) = cpu {
+            tail.extend(cpu.to_le_bytes());
+            tail.extend([0; 4]);
+        }
+        if st & PERF_SAMPLE_IDENTIFIER != 0 {
+            tail.extend(num(t.next(" ,"), 64, "identifier")?.to_le_bytes());
         }
         if let Some(extra) = t.next(" ,") {
             return Err(format!("unexpected sample '{extra}'"));
@@ -177,26 +150,7 @@ impl Sideband {
         if st & !SAMPLES_KNOWN != 0 {
             return Err(format!("sample type {st:#x} has bits libipt cannot write"));
         }
-        // Written in perf's order: stream id before cpu.
-        let order = [
-            SAMPLE_TID,
-            SAMPLE_TIME,
-            SAMPLE_ID,
-            SAMPLE_STREAM_ID,
-            SAMPLE_CPU,
-            SAMPLE_IDENTIFIER,
-        ];
-        let mut tail = Vec::new();
-        for bit in order {
-            if let Some((_, b)) = samples.iter().find(|(k, _)| *k == bit) {
-                tail.extend_from_slice(b);
-            }
-        }
-        let size = 8 + body.len() + tail.len();
-        let size = u16::try_from(size).map_err(|_| format!("record of {size} bytes is too big"))?;
-        bytes.extend_from_slice(&ty.to_le_bytes());
-        bytes.extend_from_slice(&misc.to_le_bytes());
-        bytes.extend_from_slice(&size.to_le_bytes());
+        header(bytes, ty, misc, 8 + body.len() + tail.len()).map_err(|e| e.to_string())?;
         bytes.extend_from_slice(body);
         bytes.extend_from_slice(&tail);
         *is_final = true;
@@ -206,35 +160,20 @@ impl Sideband {
     /// Runs one `@sb` directive.
     pub fn process(&mut self, ctx: &Context, name: &str, payload: &str) -> Result<(), String> {
         let mut t = Strtok::new(payload);
-        let first = |what: &str| num(Strtok::new(payload).next(" ,"), 64, what);
         match name {
             "primary" => self.open(ctx, payload, "primary"),
             "secondary" => self.open(ctx, payload, "secondary"),
-            "raw-8" => {
-                self.raw(&[first("value").and_then(|v| u8::try_from(v).map_err(|_| "value too big".into()))?])
-            }
-            "raw-16" => {
-                let v = first("value")?;
-                let v = u16::try_from(v).map_err(|_| "value too big".to_string())?;
-                self.raw(&v.to_le_bytes())
-            }
-            "raw-32" => {
-                let v = first("value")?;
-                let v = u32::try_from(v).map_err(|_| "value too big".to_string())?;
-                self.raw(&v.to_le_bytes())
-            }
-            "raw-64" => self.raw(&first("value")?.to_le_bytes()),
             "pevent-sample_type" => {
                 let mut st = 0u64;
                 let mut index = 0;
                 while let Some(tok) = t.next(" ,") {
                     st |= match tok {
-                        "tid" => SAMPLE_TID,
-                        "time" => SAMPLE_TIME,
-                        "id" => SAMPLE_ID,
-                        "stream" => SAMPLE_STREAM_ID,
-                        "cpu" => SAMPLE_CPU,
-                        "identifier" => SAMPLE_IDENTIFIER,
+                        "tid" => PERF_SAMPLE_TID,
+                        "time" => PERF_SAMPLE_TIME,
+                        "id" => PERF_SAMPLE_ID,
+                        "stream" => PERF_SAMPLE_STREAM_ID,
+                        "cpu" => PERF_SAMPLE_CPU,
+                        "identifier" => PERF_SAMPLE_IDENTIFIER,
                         // pttc reads a number from the first argument only.
                         _ if index == 0 => num(Some(tok), 64, "sample type")?,
                         _ => {
@@ -254,8 +193,7 @@ impl Sideband {
             }
             "pevent-mmap-section" => {
                 let section = t.next(" ,").ok_or("section missing")?;
-                let pid = num(t.next(" ,"), 32, "pid")? as u32;
-                let tid = num(t.next(" ,"), 32, "tid")? as u32;
+                let ids = pid_tid(&mut t)?;
                 let label = |attr: &str| {
                     ctx.labels
                         .get(&format!("section_{section}_{attr}"))
@@ -266,17 +204,16 @@ impl Sideband {
                 let pgoff = start
                     .checked_sub(org)
                     .ok_or("corrupt section labels: start below org")?;
-                let body = mmap_body(pid, tid, vstart, len, pgoff, &format!("{}.bin", ctx.root));
+                let body = mmap_body(&ids, vstart, len, pgoff, &format!("{}.bin", ctx.root));
                 self.record(PERF_RECORD_MMAP, 0, &body, &mut t)
             }
             "pevent-mmap" => {
-                let pid = num(t.next(" ,"), 32, "pid")? as u32;
-                let tid = num(t.next(" ,"), 32, "tid")? as u32;
+                let ids = pid_tid(&mut t)?;
                 let addr = num(t.next(" ,"), 64, "addr")?;
                 let len = num(t.next(" ,"), 64, "len")?;
                 let pgoff = num(t.next(" ,"), 64, "pgoff")?;
                 let file = t.next(" ,").ok_or("filename missing")?;
-                let body = mmap_body(pid, tid, addr, len, pgoff, file);
+                let body = mmap_body(&ids, addr, len, pgoff, file);
                 self.record(PERF_RECORD_MMAP, 0, &body, &mut t)
             }
             "pevent-lost" => {
@@ -286,11 +223,9 @@ impl Sideband {
                 self.record(PERF_RECORD_LOST, 0, &body, &mut t)
             }
             "pevent-comm" | "pevent-comm.exec" => {
-                let pid = num(t.next(" ,"), 32, "pid")? as u32;
-                let tid = num(t.next(" ,"), 32, "tid")? as u32;
+                let mut body = pid_tid(&mut t)?;
                 let comm = t.next(" ,").ok_or("comm missing")?;
-                let mut body = [pid.to_le_bytes(), tid.to_le_bytes()].concat();
-                padded_string(&mut body, comm);
+                body.extend(padded_str(comm));
                 let misc = if name == "pevent-comm.exec" {
                     MISC_BIT_13
                 } else {
@@ -319,9 +254,7 @@ impl Sideband {
                 self.record(PERF_RECORD_AUX, 0, &body, &mut t)
             }
             "pevent-itrace-start" => {
-                let pid = num(t.next(" ,"), 32, "pid")? as u32;
-                let tid = num(t.next(" ,"), 32, "tid")? as u32;
-                let body = [pid.to_le_bytes(), tid.to_le_bytes()].concat();
+                let body = pid_tid(&mut t)?;
                 self.record(PERF_RECORD_ITRACE_START, 0, &body, &mut t)
             }
             "pevent-lost-samples" => {
@@ -331,13 +264,14 @@ impl Sideband {
             "pevent-switch.in" => self.record(PERF_RECORD_SWITCH, 0, &[], &mut t),
             "pevent-switch.out" => self.record(PERF_RECORD_SWITCH, MISC_BIT_13, &[], &mut t),
             "pevent-switch-cpu-wide.in" | "pevent-switch-cpu-wide.out" => {
-                let pid = num(t.next(" ,"), 32, "pid")? as u32;
-                let tid = num(t.next(" ,"), 32, "tid")? as u32;
-                let body = [pid.to_le_bytes(), tid.to_le_bytes()].concat();
+                let body = pid_tid(&mut t)?;
                 let misc = if name.ends_with(".out") { MISC_BIT_13 } else { 0 };
                 self.record(PERF_RECORD_SWITCH_CPU_WIDE, misc, &body, &mut t)
             }
-            _ => Err(format!("unknown sideband directive '{name}'")),
+            _ => match ctext::raw_le(name, payload) {
+                Some(raw) => self.raw(&raw?),
+                None => Err(format!("unknown sideband directive '{name}'")),
+            },
         }
     }
 
@@ -359,12 +293,19 @@ impl Sideband {
     }
 }
 
-fn mmap_body(pid: u32, tid: u32, addr: u64, len: u64, pgoff: u64, file: &str) -> Vec<u8> {
-    let mut body = [pid.to_le_bytes(), tid.to_le_bytes()].concat();
+/// A pid and a tid read from `t`, as the 8 bytes a record holds them in.
+fn pid_tid(t: &mut Strtok) -> Result<Vec<u8>, String> {
+    let pid = num(t.next(" ,"), 32, "pid")? as u32;
+    let tid = num(t.next(" ,"), 32, "tid")? as u32;
+    Ok([pid.to_le_bytes(), tid.to_le_bytes()].concat())
+}
+
+fn mmap_body(ids: &[u8], addr: u64, len: u64, pgoff: u64, file: &str) -> Vec<u8> {
+    let mut body = ids.to_vec();
     for v in [addr, len, pgoff] {
         body.extend_from_slice(&v.to_le_bytes());
     }
-    padded_string(&mut body, file);
+    body.extend(padded_str(file));
     body
 }
 

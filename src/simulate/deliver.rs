@@ -67,7 +67,7 @@ impl Options {
             "errata": self.layout.cpu.errata.ids(),
             "ctl": format!("{:#x}", self.ctl.bits()),
             "ctl_fields": CtlDisplay(self.ctl).to_string(),
-            "msrs": self.msrs.iter().map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")})).collect::<Vec<_>>(),
+            "msrs": self.msrs_json(),
             "faults": plan.faults.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
             "seed": plan.seed,
             // The TSC's frequency: a decoder's perf time converts back to TSC with it (TR13).

@@ -120,19 +120,22 @@ impl Options {
             .map_err(|e| SimError::Config(e.to_string()))
     }
 
+    /// The MSRs written before CTL, as `report.json`'s `msrs` and `case.json`'s `run.msrs` list
+    /// them: `{"msr": "0x580", "value": "0x..."}` each.
+    pub fn msrs_json(&self) -> Vec<serde_json::Value> {
+        self.msrs
+            .iter()
+            .map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")}))
+            .collect()
+    }
+
     /// What ptxed is told to decode this run's trace: the timing, the CPU, the address filter.
     pub fn ptxed_config(&self) -> crate::image::PtxedConfig {
-        let mut filter_addr = [0; 8];
-        for &(msr, value) in &self.msrs {
-            if (0x580..0x588).contains(&msr) {
-                filter_addr[(msr - 0x580) as usize] = value;
-            }
-        }
         crate::image::PtxedConfig {
             timing: self.ptxed_timing(),
             cpu: self.layout.cpu.signature,
             filter_cfg: (self.ctl.bits() >> 32) & 0xffff,
-            filter_addr,
+            filter_addr: crate::regs::Msr::addr_values(self.msrs.iter().copied()),
         }
     }
 

@@ -32,7 +32,7 @@ pub struct SimReport {
     /// The profile's part (family, model, stepping): what a decoder is told for its errata
     /// workarounds (spec/cpu-profiles.md CP1).
     pub cpu_signature: Option<crate::regs::CpuSignature>,
-    /// The errata the run reproduced (spec/cpu-profiles.md CP2): the profile's, as edited.
+    /// The run's errata (spec/cpu-profiles.md CP2): the profile's, as edited.
     pub errata: Vec<&'static str>,
     /// How packets were laid out (spec/hardware.md HW1-HW5): the profile's, or the override.
     pub packing: crate::packing::Packing,
@@ -202,11 +202,7 @@ impl SimReport {
             errata: opts.layout.cpu.errata.ids(),
             packing: opts.tracer.packing_on(&opts.layout.cpu),
             style: opts.tracer.style_on(&opts.layout.cpu),
-            msrs: opts
-                .msrs
-                .iter()
-                .map(|(m, v)| serde_json::json!({"msr": format!("{m:#x}"), "value": format!("{v:#x}")}))
-                .collect(),
+            msrs: opts.msrs_json(),
             ctl: CtlSummary {
                 value: opts.ctl.bits(),
                 fields: CtlDisplay(opts.ctl).to_string(),

@@ -66,15 +66,35 @@ fn event(ev: &pt_event) -> IEvent {
 /// Decodes `trace` with the instruction-flow decoder over the raw image file `image` loaded at
 /// `base`, from the first PSB to the end.
 pub fn decode(trace: &[u8], image: &Path, base: u64, t: Timing) -> Flow {
-    decode_on(trace, image, base, t, None)
+    decode_with(trace, image, base, t, None, super::harness::AddrFilter::default())
 }
 
-/// [`decode`], told the part the trace was made on (its errata workarounds on, CP1).
-pub fn decode_on(trace: &[u8], image: &Path, base: u64, t: Timing, cpu: Option<(u16, u8, u8)>) -> Flow {
+/// [`decode`] of a simulate run's `trace`, told the part and the address filter in its
+/// `case` directory (the errata workarounds on, CP1, CP4).
+pub fn decode_case(trace: &[u8], image: &Path, base: u64, t: Timing, case: &Path) -> Flow {
+    decode_with(
+        trace,
+        image,
+        base,
+        t,
+        super::harness::case_cpu(case),
+        super::harness::case_filter(case),
+    )
+}
+
+fn decode_with(
+    trace: &[u8],
+    image: &Path,
+    base: u64,
+    t: Timing,
+    cpu: Option<(u16, u8, u8)>,
+    filter: super::harness::AddrFilter,
+) -> Flow {
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
     let mut c = super::libipt::config_for(&mut buf);
-    super::libipt::tell_cpu(&mut c, cpu);
+    super::harness::tell_filter(&mut c, filter);
+    super::harness::tell_cpu(&mut c, cpu);
     c.mtc_freq = t.mtc_freq;
     c.nom_freq = t.nom_freq;
     c.cpuid_0x15_eax = t.art_eax;

@@ -27,32 +27,6 @@ pub fn config_for(buf: &mut [u8]) -> pt_config {
     }
 }
 
-/// Tells libipt the part a trace was made on (family, model, stepping) and turns on its errata
-/// workarounds for it, as ptxed's `--cpu` does (spec/cpu-profiles.md CP1).
-pub fn tell_cpu(config: &mut pt_config, cpu: Option<(u16, u8, u8)>) {
-    let Some((family, model, stepping)) = cpu else {
-        return;
-    };
-    config.cpu.vendor = pt_cpu_vendor_pcv_intel;
-    config.cpu.family = family;
-    config.cpu.model = model;
-    config.cpu.stepping = stepping;
-    // SAFETY: both pointers are to live locals of the right types.
-    let rc = unsafe { pt_cpu_errata(&mut config.errata, &config.cpu) };
-    assert!(rc >= 0, "pt_cpu_errata: {rc}");
-}
-
-/// The part in a simulate run's `report.json` (`cpu_signature`), if any.
-pub fn report_cpu(dir: &std::path::Path) -> Option<(u16, u8, u8)> {
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).ok()?).ok()?;
-    let s = &r["cpu_signature"];
-    Some((
-        s["family"].as_u64()? as u16,
-        s["model"].as_u64()? as u8,
-        s["stepping"].as_u64()? as u8,
-    ))
-}
-
 /// Decodes `bytes` from offset 0 with `pt_pkt_next`; returns (packet, size) pairs.
 pub fn decode(bytes: &[u8]) -> Result<Vec<(Packet, usize)>, LibiptError> {
     let mut buf = bytes.to_vec();

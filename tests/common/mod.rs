@@ -2,6 +2,11 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod golden;
+/// The libipt decoder harness of examples/libipt_decode.rs (libipt's instruction decoder over a
+/// case directory, told the part and the filter as ptxed is).
+#[path = "../../examples/libipt_decode.rs"]
+pub mod harness;
 pub mod insn;
 pub mod layouts;
 pub mod libipt;

@@ -420,8 +420,8 @@ struct FuzzTarget {
 }
 
 /// The fuzz targets: one per reader, the packet decoder, the output unit, the layout parser, the
-/// tracer config, the `asm` text, `verify`'s truth and decoder-output readers, the C API and the
-/// QEMU plugin's stream.
+/// tracer config, the `asm` text, `verify`'s truth and decoder-output readers, the C API, the
+/// QEMU plugin's stream and `pttc`'s .ptt files.
 const FUZZ_TARGETS: &[FuzzTarget] = &[
     FuzzTarget {
         name: "penn",
@@ -492,6 +492,15 @@ const FUZZ_TARGETS: &[FuzzTarget] = &[
     FuzzTarget {
         name: "qemu",
         seeds: &[],
+        mode_byte: false,
+    },
+    FuzzTarget {
+        name: "pttc",
+        seeds: &[
+            "tests/data/pttc/good.ptt",
+            "tests/data/pttc/unknown_directive.ptt",
+            "tests/data/pttc/missing_label.ptt",
+        ],
         mode_byte: false,
     },
 ];

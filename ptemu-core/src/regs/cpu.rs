@@ -1,4 +1,4 @@
-//! CPU profiles: CPUID leaf 14H, MAXPHYADDR and the output-relevant errata of named parts.
+//! CPU profiles: CPUID leaf 14H, MAXPHYADDR and the errata of named parts.
 //!
 //! The values and their sources are listed in `spec/cpu-profiles.md`.
 
@@ -49,7 +49,8 @@ bitflags! {
 }
 
 bitflags! {
-    /// Output-relevant errata a profile reproduces.
+    /// Errata of a part: the trace-output ones a profile carries (CP2), of which ptemu produces
+    /// the [`Errata::MODELED`] ones.
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
     pub struct Errata: u32 {
         /// BDM106: a WRMSR that sets TraceEn with BranchEn=0 #GPs.
@@ -111,16 +112,14 @@ impl Errata {
     }
 
     /// Errata whose shape ptemu's tracer and output unit produce; the others are carried by
-    /// the profile (so decoders are told) but change nothing (spec/cpu-profiles.md says why).
+    /// the profile (so decoders are told) but change no byte (CP7; spec/cpu-profiles.md says
+    /// why each).
     pub const MODELED: Errata = Errata::BDM106
         .union(Errata::TGL052)
         .union(Errata::BDM70)
-        .union(Errata::SKD007)
-        .union(Errata::SKD010)
         .union(Errata::SKL014)
         .union(Errata::APL11)
-        .union(Errata::APL12)
-        .union(Errata::SKL168);
+        .union(Errata::APL12);
 
     /// Applies one entry of an erratum list (`errata = [...]`, `--errata`) to `self`: `NAME`
     /// adds that erratum, `-NAME` removes it, `none` removes them all (CP2).
@@ -139,13 +138,17 @@ impl Errata {
         Ok(if remove { self - flag } else { self | flag })
     }
 
-    /// The errata Intel lists for a part (family, model), as decoders apply their workarounds
-    /// (CP2: libipt's `pt_cpu_errata` and the `cpu` lines of libipt's erratum tests), plus
-    /// BDM106 for the Broadwell models Linux names.
-    pub fn of_part(family: u16, model: u8) -> Errata {
-        if family != 6 {
-            return Errata::empty();
+    /// The errata Intel lists for a part, as decoders apply their workarounds (CP2: the models
+    /// of libipt 2.1.2's `pt_cpu_errata`), plus BDM106 for the Broadwell models Linux names.
+    pub fn of_part(part: CpuSignature) -> Errata {
+        match (part.family, part.model) {
+            (6, model) => Errata::of_family_6(model),
+            (0x13, 0x01) => Errata::BDM70 | Errata::SKD022 | Errata::SKZ84,
+            _ => Errata::empty(),
         }
+    }
+
+    fn of_family_6(model: u8) -> Errata {
         match model {
             0x3d | 0x47 | 0x4f | 0x56 => Errata::BDM70 | Errata::BDM64 | Errata::BDM106,
             0x4e | 0x5e | 0x8e | 0x9e | 0xa5 | 0xa6 => {
@@ -159,9 +162,11 @@ impl Errata {
             0x55 | 0x6a | 0x6c => Errata::BDM70 | Errata::SKL014 | Errata::SKD022 | Errata::SKZ84,
             0x8f | 0xcf | 0xad | 0xae => Errata::BDM70 | Errata::SKD022 | Errata::SKZ84,
             0x66 | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 | 0xa8 => Errata::BDM70 | Errata::SKL014 | Errata::SKD022,
-            0x97 | 0x9a | 0xba | 0xb7 | 0xbf => Errata::BDM70 | Errata::SKD022 | Errata::APL11,
+            0x97 | 0x9a | 0xba | 0xb7 | 0xbf | 0xc5 | 0xc6 | 0xb5 | 0xaa | 0xac | 0xbd | 0xcc => {
+                Errata::BDM70 | Errata::SKD022 | Errata::APL11
+            }
             0x5c | 0x5f => Errata::APL11 | Errata::APL12,
-            0x7a | 0x86 | 0x96 | 0x9c => Errata::APL11,
+            0x7a | 0x86 | 0x96 | 0x9c | 0xb6 | 0xaf | 0xdd => Errata::APL11,
             _ => Errata::empty(),
         }
     }
@@ -209,7 +214,8 @@ pub struct CpuProfile {
     pub maxphyaddr: u8,
     /// Linear-address width for canonical checks of ADDRn (48, or 57 with 5-level paging).
     pub linear_address_bits: u8,
-    /// Errata reproduced by this profile.
+    /// The part's errata (CP2): what decoders are told to work around; the
+    /// [`Errata::MODELED`] ones also shape the output.
     pub errata: Errata,
     /// Single-entry ToPA (MENTRY=0) only: the PMI of an INT region fires when at most this many
     /// bytes of the region remain (P4). ptemu's default is 512, Linux's `TOPA_PMI_MARGIN`.
@@ -277,50 +283,34 @@ impl CpuProfile {
 
     /// The built-in profile named `name`.
     pub fn named(name: &str) -> Result<Self, UnknownProfile> {
-        let (l0, l1, maxphyaddr, la, errata) = match name {
+        let (l0, l1, maxphyaddr, la) = match name {
             // Sources for every value: spec/cpu-profiles.md.
-            "broadwell" => (regs(0, 0x1, 0x1, 0), regs(0, 0, 0, 0), 39, 48, Errata::empty()),
-            "skylake" => (
-                regs(1, 0xf, 0x7, 0),
-                regs(0x0249_0002, 0x003f_3fff, 0, 0),
-                39,
-                48,
-                Errata::empty(),
-            ),
+            "broadwell" => (regs(0, 0x1, 0x1, 0), regs(0, 0, 0, 0), 39, 48),
+            "skylake" => (regs(1, 0xf, 0x7, 0), regs(0x0249_0002, 0x003f_3fff, 0, 0), 39, 48),
             "goldmont" => (
                 regs(1, 0xf, 0x8000_0007, 0),
                 regs(0x0249_0002, 0x003f_ffff, 0, 0),
                 39,
                 48,
-                Errata::empty(),
             ),
-            "icelake" => (
-                regs(1, 0xf, 0x7, 0),
-                regs(0x0249_0002, 0x003f_1fff, 0, 0),
-                39,
-                48,
-                Errata::empty(),
-            ),
+            "icelake" => (regs(1, 0xf, 0x7, 0), regs(0x0249_0002, 0x003f_1fff, 0, 0), 39, 48),
             "alderlake" => (
                 regs(1, 0x5f, 0x7, 0),
                 regs(0x0249_0002, 0x003f_003f, 0, 0),
                 46,
                 48,
-                Errata::empty(),
             ),
             "sapphirerapids" => (
                 regs(1, 0x5f, 0x7, 0),
                 regs(0x0249_0002, 0x003f_003f, 0, 0),
                 52,
                 57,
-                Errata::empty(),
             ),
             "generic-max" => (
                 regs(1, 0x1ff, 0xf, 0),
                 regs(0xffff_0004, 0xffff_ffff, 0, 0),
                 52,
                 57,
-                Errata::empty(),
             ),
             _ => {
                 return Err(UnknownProfile {
@@ -352,7 +342,7 @@ impl CpuProfile {
             _ => PacketStyle::Sdm,
         };
         // CP2: the errata of the part, on by default; TGL052 stays opt-in (spec/cpu-profiles.md).
-        let errata = errata | signature.map_or(Errata::empty(), |s| Errata::of_part(s.family, s.model));
+        let errata = signature.map_or(Errata::empty(), Errata::of_part);
         Ok(CpuProfile {
             name: name.to_string(),
             pt_supported: true,
@@ -403,7 +393,7 @@ impl CpuProfile {
         !self.ecx().contains(Leaf14Ecx::TOPA_MULTI)
     }
 
-    /// Whether the profile reproduces `erratum`.
+    /// Whether the profile has `erratum`.
     pub fn has(&self, erratum: Errata) -> bool {
         self.errata.contains(erratum)
     }

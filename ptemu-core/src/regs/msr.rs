@@ -50,6 +50,18 @@ pub enum Msr {
 }
 
 impl Msr {
+    /// The ADDR0_A, ADDR0_B, ... ADDR3_B values a sequence of MSR writes (address, value) leaves:
+    /// the last write of each wins, an unwritten one is 0. Other MSRs are passed over.
+    pub fn addr_values(writes: impl IntoIterator<Item = (u32, u64)>) -> [u64; 8] {
+        let mut v = [0; 8];
+        for (addr, value) in writes {
+            if let Some(Msr::Addr { n, b }) = Msr::from_address(addr) {
+                v[2 * n + usize::from(b)] = value;
+            }
+        }
+        v
+    }
+
     /// Decodes an MSR address; `None` for MSRs outside the model.
     pub fn from_address(addr: u32) -> Option<Self> {
         Some(match addr {

@@ -67,11 +67,6 @@ pub struct TracerConfig {
     /// Which packets the tracer chooses where the SDM allows several (spec/hardware.md HW6-HW11):
     /// `sdm`, `skylake` or `icelake`; `None` (the default): the CPU profile's.
     pub style: Option<PacketStyle>,
-    /// Enable as measured on Skylake (HW8, erratum BDM70) on any profile: the enable's PSB+ holds
-    /// MODE.Exec and FUP(IP), then TIP.PGE(IP). A profile with [`crate::regs::Errata::BDM70`]
-    /// sends it anyway; a decoder takes it only with its BDM70 workaround (spec/cpu-profiles.md
-    /// CP3).
-    pub enable_with_fup: bool,
 }
 
 impl TracerConfig {
@@ -99,7 +94,6 @@ impl Default for TracerConfig {
             flush_bytes: 1024,
             packing: None,
             style: None,
-            enable_with_fup: false,
         }
     }
 }
@@ -121,7 +115,6 @@ crate::with_setters!(TracerConfig {
     with_flush_bytes => flush_bytes: usize,
     with_packing => packing: Option<Packing>,
     with_style => style: Option<PacketStyle>,
-    with_enable_with_fup => enable_with_fup: bool,
 });
 
 /// A tracer setting outside its range (spec/generation.md, "Tracer settings").

@@ -21,9 +21,16 @@ impl Tracer {
     /// A packet an erratum adds and a decoder's workaround drops (APL11, APL12): in the stream,
     /// but not in the truth's events.
     pub(super) fn put_unrecorded(&mut self, p: Packet) {
-        let probe = self.probe.take();
-        self.put_noted(p, None);
-        self.probe = probe;
+        if self.hot.emit(&p, &mut self.buf).is_some() {
+            self.count_kind(&p);
+        }
+    }
+
+    /// CP3, CP6 (policy): an erratum's IP packet that decoders' workarounds skip without taking
+    /// its IP (libipt's BDM70 and APL12 handling) leaves no last IP, as an OVF or PSB does, so
+    /// the next IP packet is not compressed against an IP the decoder never saw.
+    pub(super) fn skipped_by_workarounds(&mut self) {
+        self.hot.enc.forget_last_ip();
     }
 
     /// [`Tracer::put`]; `ip`: the whole IP an IP packet stands for, for the truth recorder.
@@ -52,6 +59,12 @@ impl Tracer {
                 probe.time(tsc, kind, ticks, end - len as u64);
             }
         }
+        self.count_kind(&p);
+    }
+
+    /// Counts `p` by kind: at once, or with its event under back-pressure (OVF1).
+    #[inline]
+    fn count_kind(&mut self, p: &Packet) {
         match self.kinds.get_mut(self.nkinds) {
             Some(k) if self.overflow.is_some() => {
                 *k = p.kind_index() as u8;

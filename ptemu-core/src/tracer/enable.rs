@@ -78,11 +78,13 @@ impl Tracer {
         let enabled_at_ip = self.packet_en_at(self.hot.ip);
         if self.unit.psb_due_on_enable() {
             // HW8, BDM70 (CP3): Skylake sends the enable's PSB+ with MODE.Exec and FUP(IP) in
-            // it, then TIP.PGE(IP), which a decoder takes only with its BDM70 workaround: with
-            // the erratum in the profile (or `enable_with_fup`); else the PSB+ first, then
-            // MODE.Exec and TIP.PGE.
-            let bdm70 = self.cfg.enable_with_fup || self.unit.cpu().has(Errata::BDM70);
-            self.psb_plus(enabled_at_ip && bdm70);
+            // it, then TIP.PGE(IP), which a decoder takes only with its BDM70 workaround; without
+            // the erratum the PSB+ comes first, then MODE.Exec and TIP.PGE.
+            let bdm70 = enabled_at_ip && self.unit.cpu().has(Errata::BDM70);
+            self.psb_plus(bdm70);
+            if bdm70 {
+                self.skipped_by_workarounds();
+            }
         } else {
             self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
             if self.ctl.tsc_en() {

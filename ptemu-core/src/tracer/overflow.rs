@@ -146,12 +146,12 @@ impl Tracer {
         } else if self.packet_en {
             self.put_ip(IpKind::Fup, self.hot.ip);
         } else if self.unit.cpu().has(Errata::APL12) {
-            // APL12 (CP6): the FUP comes even when the overflow resolves with PacketEn=0. Policy:
-            // it does not count as a last IP (the next IP packet is sent whole), as in Intel's
-            // own apl12 tests, since a decoder's workaround drops it.
+            // APL12 (CP6): the FUP comes even when the overflow resolves with PacketEn=0 (in the
+            // SDM's OVF form: the Skylake form, HW10, sends no FUP after OVF). A decoder's
+            // workaround drops it: not in the truth, and no last IP.
             let payload = self.hot.ip_payload(IpKind::Fup, self.hot.ip);
             self.put_unrecorded(IpKind::Fup.packet(payload));
-            self.hot.enc.forget_last_ip();
+            self.skipped_by_workarounds();
         }
     }
 
