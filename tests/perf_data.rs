@@ -282,6 +282,44 @@ fn pd3_perf_reads_the_file_without_warnings() {
     );
 }
 
+/// PD9, CP8: the file names the profile's CPU as perf's `HEADER_CPUID` feature, which perf reads
+/// (`perf report --header-only`) and chooses its per-model workarounds by.
+#[test]
+fn pd9_cp8_perf_reads_the_profiles_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    for (cpu, id) in [
+        ("goldmont", "GenuineIntel,6,92,9"),
+        ("skylake", "GenuineIntel,6,94,3"),
+    ] {
+        let out = simulate(dir.path(), cpu, SJENG, &["--cpu", cpu]);
+        let r: Value = serde_json::from_slice(&fs::read(out.join("report.json")).unwrap()).unwrap();
+        let sig = &r["cpu_signature"];
+        assert_eq!(
+            format!(
+                "GenuineIntel,{},{},{}",
+                sig["family"], sig["model"], sig["stepping"]
+            ),
+            id,
+            "{cpu}"
+        );
+        let o = Command::new("perf")
+            .args(["report", "--header-only", "-i"])
+            .arg(out.join("perf.data"))
+            .output()
+            .unwrap();
+        let header = text(&o.stdout);
+        assert!(
+            header.lines().any(|l| l == format!("# cpuid : {id}")),
+            "{cpu}: {header}"
+        );
+        assert!(
+            !text(&o.stderr).to_lowercase().contains("warning"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+}
+
 /// PD4: on wrapped and STOPped runs perf's output (its errors included) passes `ptemu verify`:
 /// it gives the recoverable part of the truth and nothing else.
 #[test]

@@ -9,7 +9,7 @@
 pub mod abi;
 pub mod elf;
 
-use crate::regs::RtitCtl;
+use crate::regs::{CpuSignature, RtitCtl};
 use crate::report::write_atomic;
 use crate::simulate::fault::Plan;
 use crate::simulate::{Options, Outcome};
@@ -30,6 +30,8 @@ pub const PMU_TYPE: u32 = 8;
 pub const ATTR_SIZE: usize = 128;
 /// `sizeof(struct perf_file_header)`.
 const FILE_HEADER_SIZE: u64 = 104;
+/// The header feature bit of the CPU's identity string (perf's `HEADER_CPUID`).
+const HEADER_CPUID: u32 = 9;
 /// The id of the intel_pt event.
 const EVENT_ID: u64 = 1;
 
@@ -74,6 +76,9 @@ pub struct Spec {
     /// The address filters, in the form `perf record --filter` takes (`filter A/SIZE@FILE`,
     /// `tracestop A/SIZE@FILE`, comma-separated), or empty.
     pub filter: String,
+    /// The traced CPU's signature, written as the `HEADER_CPUID` feature (PD9): perf chooses
+    /// its per-model decoder workarounds by it.
+    pub cpu: Option<CpuSignature>,
 }
 
 /// A file mapped into the traced process (an MMAP2 record).
@@ -418,6 +423,7 @@ pub fn write_threads<W: Write + ?Sized>(
     let ids_offset = attrs_offset + attr_size;
     let data_offset = ids_offset + 8;
     let data_size = records.len() as u64 + aux_bytes + later.len() as u64;
+    let features = features(spec);
     let mut h = Vec::with_capacity(data_offset as usize);
     for v in [
         MAGIC,
@@ -432,7 +438,13 @@ pub fn write_threads<W: Write + ?Sized>(
     ] {
         h.write_u64::<LE>(v)?;
     }
-    h.extend_from_slice(&[0; 32]); // adds_features: none
+    let mut bits = [0u64; 4];
+    for (bit, _) in &features {
+        bits[(bit / 64) as usize] |= 1 << (bit % 64);
+    }
+    for b in bits {
+        h.write_u64::<LE>(b)?;
+    }
     h.extend_from_slice(&attr(spec));
     h.write_u64::<LE>(ids_offset)?;
     h.write_u64::<LE>(8)?;
@@ -468,7 +480,42 @@ pub fn write_threads<W: Write + ?Sized>(
         }
     }
     out.write_all(&later)?;
+    // The feature sections follow the data: one (offset, size) pair per feature bit set, in
+    // bit order, then their contents.
+    let mut at = data_offset + data_size + 16 * features.len() as u64;
+    let mut index = Vec::with_capacity(16 * features.len());
+    for (_, body) in &features {
+        index.write_u64::<LE>(at)?;
+        index.write_u64::<LE>(body.len() as u64)?;
+        at += body.len() as u64;
+    }
+    out.write_all(&index)?;
+    for (_, body) in &features {
+        out.write_all(body)?;
+    }
     out.flush()
+}
+
+/// The header features written, each its bit and its section's bytes, in bit order (PD9).
+fn features(spec: &Spec) -> Vec<(u32, Vec<u8>)> {
+    let mut f = Vec::new();
+    if let Some(cpu) = spec.cpu {
+        // What perf's x86 get_cpuid() gives: vendor, family, model, stepping, in decimal.
+        let id = format!("GenuineIntel,{},{},{}", cpu.family, cpu.model, cpu.stepping);
+        f.push((HEADER_CPUID, header_string(&id)));
+    }
+    f
+}
+
+/// A string as perf's header features hold one: its length (the string, its NUL and the
+/// padding to a multiple of 64 bytes) as a u32, then those bytes.
+fn header_string(s: &str) -> Vec<u8> {
+    let len = (s.len() + 1).div_ceil(64) * 64;
+    let mut v = Vec::with_capacity(4 + len);
+    v.extend_from_slice(&(len as u32).to_le_bytes());
+    v.extend_from_slice(s.as_bytes());
+    v.resize(4 + len, 0);
+    v
 }
 
 /// Writes `staged/image.elf` (when the run has a code image) and `staged/perf.data` for the run
@@ -565,6 +612,7 @@ fn process_spec(opts: &Options, name: &str, maps: Vec<Mapping>, pid: u32, thread
             .file_name()
             .map_or("ptemu".into(), |n| n.to_string_lossy().chars().take(15).collect()),
         image: None,
+        cpu: opts.layout.cpu.signature,
     }
 }
 
@@ -640,6 +688,11 @@ mod tests {
             image: Some(Mapping::new(path.into(), 0x400000, 0x2000, 0x1000)),
             maps: Vec::new(),
             filter: String::new(),
+            cpu: Some(CpuSignature {
+                family: 6,
+                model: 92,
+                stepping: 9,
+            }),
         }
     }
 
@@ -660,11 +713,20 @@ mod tests {
         assert_eq!(u64_at(0), MAGIC);
         assert_eq!((u64_at(8), u64_at(16)), (104, 144));
         let (data, size) = (u64_at(40) as usize, u64_at(48) as usize);
-        assert_eq!(data + size, out.len());
+        let end = data + size;
+        // PD9: one feature, HEADER_CPUID, its section after the data.
+        assert_eq!(
+            [u64_at(72), u64_at(80), u64_at(88), u64_at(96)],
+            [1 << 9, 0, 0, 0]
+        );
+        let (at, len) = (u64_at(end) as usize, u64_at(end + 8) as usize);
+        assert_eq!((at, at + len), (end + 16, out.len()));
+        assert_eq!(u32::from_le_bytes(out[at..at + 4].try_into().unwrap()), 64);
+        assert_eq!(&out[at + 4..at + 24], b"GenuineIntel,6,92,9\0");
         // Every record is a multiple of 8 and the AUXTRACE data follows its header.
         let mut at = data;
         let mut kinds = vec![];
-        while at < out.len() {
+        while at < end {
             let kind = u32::from_le_bytes(out[at..at + 4].try_into().unwrap());
             let len = usize::from(u16::from_le_bytes([out[at + 6], out[at + 7]]));
             assert_eq!(len % 8, 0, "record {kind} at {at}");
@@ -674,7 +736,7 @@ mod tests {
                 at += u64_at(at - 40) as usize;
             }
         }
-        assert_eq!(at, out.len());
+        assert_eq!(at, end);
         assert_eq!(kinds, [70, 3, 10, 12, 68, 71, 71]);
     }
 

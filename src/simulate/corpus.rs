@@ -14,7 +14,7 @@ use crate::packet::{Packet, PacketDecoder};
 use crate::regs::ctl_text::{apply_assignment, config_msr};
 use crate::regs::CpuProfile;
 use crate::sources::{Format, Input, ReadOptions};
-use crate::tracer::TracerConfig;
+use crate::tracer::{Backpressure, TracerConfig};
 use crate::truth::Cause;
 use std::collections::BTreeMap;
 use std::fs;
@@ -104,6 +104,8 @@ pub struct CaseSpec {
     /// Run on the first this many micro-op lines of the generated Penn trace (cut at an
     /// instruction boundary) instead of all [`RECORDS`]: the cases that need no long stream.
     pub records: Option<u64>,
+    /// Edits to the profile's errata, as `--errata` takes them (CP2); empty: the profile's.
+    pub errata: &'static str,
 }
 
 impl CaseSpec {
@@ -121,6 +123,7 @@ impl CaseSpec {
             tracer: TracerConfig::default(),
             addr0_at_late_ip: false,
             records: None,
+            errata: "",
         }
     }
 }
@@ -390,7 +393,62 @@ pub fn cases(seed: u64) -> Vec<CaseSpec> {
             vec![fault(Cause::Ovf, Some(500 + rng.below(5_000)))],
         )
     });
+    v.extend(erratum_cases());
     v
+}
+
+/// One case per erratum ptemu produces (spec/cpu-profiles.md, CP3-CP6), each on a profile
+/// that has it and with only that erratum on, so its shape is the only one in the stream: a
+/// decoder told the part (`case.json`'s `cpu`, `cpu_signature`, `errata`) must pass them.
+fn erratum_cases() -> Vec<CaseSpec> {
+    let filter = |spec: CaseSpec| CaseSpec {
+        ctl: vec!["ADDR0_CFG=1"],
+        msrs: vec!["ADDR0_A=0x400000", "ADDR0_B=0x403fff"],
+        ..spec
+    };
+    let erratum = |name: &str, about, cpu, errata| CaseSpec {
+        cpu,
+        errata,
+        records: Some(SHORT),
+        ..CaseSpec::new(name, about)
+    };
+    // Forced overflows every 437 instructions, most resolving while the flow is outside ADDR0.
+    let overflows: Vec<u64> = (300..13_000).step_by(437).collect();
+    vec![
+        erratum(
+            "erratum-bdm70",
+            "BDM70 on Broadwell: each enable's PSB+ holds MODE.Exec and a FUP, which leaves no last IP (libipt and perf skip it)",
+            "broadwell",
+            "none,BDM70",
+        ),
+        filter(erratum(
+            "erratum-skl014",
+            "SKL014 on Skylake: a direct JMP or CALL that leaves the ADDR0 filter sends TIP.PGD without an IP",
+            "skylake",
+            "none,SKL014",
+        )),
+        CaseSpec {
+            // Never overflows by itself; forced full late, it drains too slowly to recover.
+            tracer: TracerConfig::default()
+                .with_overflow(Some(Backpressure::new(4096, 1, 16)))
+                .with_overflow_at(vec![20_000]),
+            ..erratum(
+                "erratum-apl11",
+                "APL11 on Goldmont: an overflow still on when tracing stops ends with OVF, then TIP.PGD (perf 6.1 has no workaround)",
+                "goldmont",
+                "none,APL11",
+            )
+        },
+        CaseSpec {
+            tracer: TracerConfig::default().with_overflow_at(overflows),
+            ..filter(erratum(
+                "erratum-apl12",
+                "APL12 on Goldmont: an overflow that resolves outside the ADDR0 filter is followed by a FUP (perf 6.1 has no workaround)",
+                "goldmont",
+                "none,APL12",
+            ))
+        },
+    ]
 }
 
 /// The command that decodes a case's perf.data, run in the case directory (`case.json`'s
@@ -402,7 +460,8 @@ pub const PERF_COMMAND: &str = "perf script -i perf.data --itrace=i0nse -F ip";
 pub struct CaseSummary {
     /// Directory name.
     pub name: String,
-    /// `clean`, or the fault kind (the first one's, for several).
+    /// `clean`, `erratum` (a clean run whose CPU erratum is the point), or the fault kind (the first
+    /// one's, for several).
     pub fault: String,
     /// Every fault with its position.
     pub faults: Vec<String>,
@@ -541,6 +600,9 @@ fn setup(spec: &CaseSpec, format: Format) -> Result<Options, String> {
         super::default_layout()
     };
     layout.cpu = CpuProfile::named(spec.cpu).map_err(|e| e.to_string())?;
+    for entry in spec.errata.split(',').filter(|e| !e.trim().is_empty()) {
+        layout.cpu.errata = layout.cpu.errata.edit(entry).map_err(|e| e.to_string())?;
+    }
     let mut opts = Options::new(format, layout).with_tracer(spec.tracer.clone());
     for a in &spec.ctl {
         opts.ctl = apply_assignment(opts.ctl, a).map_err(|e| e.to_string())?;
@@ -725,7 +787,9 @@ pub fn write_case_to(
 }
 
 fn fault_name(spec: &CaseSpec) -> String {
-    spec.faults
-        .first()
-        .map_or("clean".into(), |f| f.kind.name().to_string())
+    match spec.faults.first() {
+        Some(f) => f.kind.name().to_string(),
+        None if !spec.errata.is_empty() => "erratum".into(),
+        None => "clean".into(),
+    }
 }
