@@ -76,6 +76,7 @@ pub mod image;
 pub mod layout;
 pub mod perf_data;
 pub mod picture;
+pub mod ptdump;
 pub mod pttc;
 pub mod report;
 pub mod simulate;

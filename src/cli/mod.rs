@@ -74,19 +74,8 @@ enum Command {
     },
     /// Print the packets of a trace, one per line: offset, name, fields. Exits 1 if bytes fail to
     /// decode (each error is shown with its offset, then decoding resyncs at the next PSB).
-    Dump {
-        /// Trace file ("-" for stdin).
-        file: PathBuf,
-        /// JSON lines instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Show the IP each TIP/FUP/TIP.PGE/TIP.PGD stands for (last-IP reconstruction).
-        #[arg(long)]
-        lastip: bool,
-        /// Decode from byte 0 instead of from the first PSB.
-        #[arg(long)]
-        no_sync: bool,
-    },
+    /// `--format ptdump` prints what libipt's ptdump prints, with ptdump's options.
+    Dump(packet_cmd::DumpArgs),
     /// Assemble the text form back into bytes.
     Asm {
         /// Text file (as `ptemu dump` writes it; "-" for stdin).
@@ -262,12 +251,7 @@ pub fn run() -> ExitCode {
         Command::Layout {
             command: LayoutCommand::Draw { layout, output },
         } => layout_cmd::draw(&layout, &output),
-        Command::Dump {
-            file,
-            json,
-            lastip,
-            no_sync,
-        } => packet_cmd::dump(&file, json, lastip, no_sync),
+        Command::Dump(args) => packet_cmd::dump_command(&args),
         Command::Asm { file, output } => packet_cmd::asm(&file, &output),
         Command::Repack(args) => repack_cmd::run(&args),
         Command::Verify(args) => verify_cmd::run(&args),

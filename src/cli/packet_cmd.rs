@@ -4,9 +4,11 @@ use super::output::{is_std, stdout_is_open, write_failure, write_output};
 use super::Failure;
 use ptemu::packet::text::{parse_line, push_hex16, push_text, ParseState};
 use ptemu::packet::PacketDecoder;
+use ptemu::ptdump::{self, time::TimeConfig};
+use ptemu::pttc::Cpu;
 use ptemu::sources::input::WholeFile;
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The bytes of `path` (`-` = stdin): see [`WholeFile`].
 pub(super) fn open(path: &Path) -> Result<WholeFile, Failure> {
@@ -27,6 +29,198 @@ pub(super) fn unchanged(input: &WholeFile, path: &Path) -> Result<(), Failure> {
 
 /// Text `dump` gathers before writing it out.
 const TEXT_FLUSH: usize = 64 << 10;
+
+/// The text `ptemu dump` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DumpFormat {
+    /// ptemu's text form (what `ptemu asm` reads back).
+    Text,
+    /// JSON lines (as `--json`).
+    Json,
+    /// What libipt's ptdump prints (spec/pttc.md, "ptdump's text").
+    Ptdump,
+}
+
+/// A number as ptdump reads its option values (C's `strtoull`, base 0: decimal, `0x` hex, `0`
+/// octal).
+fn c_number(s: &str) -> Result<u64, String> {
+    let bad = || format!("not a number: '{s}'");
+    let (digits, radix) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (h, 16)
+    } else if s.len() > 1 && s.starts_with('0') {
+        (&s[1..], 8)
+    } else {
+        (s, 10)
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(bad());
+    }
+    u64::from_str_radix(digits, radix).map_err(|_| format!("value too big: '{s}'"))
+}
+
+fn c_u8(s: &str) -> Result<u8, String> {
+    u8::try_from(c_number(s)?).map_err(|_| format!("value too big: '{s}'"))
+}
+
+fn c_u32(s: &str) -> Result<u32, String> {
+    u32::try_from(c_number(s)?).map_err(|_| format!("value too big: '{s}'"))
+}
+
+/// `ptemu dump`'s arguments.
+#[derive(clap::Args)]
+pub struct DumpArgs {
+    /// Trace file ("-" for stdin).
+    file: PathBuf,
+    /// The output: ptemu's text form (default), JSON lines, or libipt's ptdump text.
+    #[arg(long, value_enum, default_value_t = DumpFormat::Text)]
+    format: DumpFormat,
+    /// JSON lines instead of text (same as --format json).
+    #[arg(long)]
+    json: bool,
+    /// Show the IP each TIP/FUP/TIP.PGE/TIP.PGD stands for (last-IP reconstruction).
+    #[arg(long)]
+    lastip: bool,
+    /// Decode from byte 0 instead of from the first PSB.
+    #[arg(long)]
+    no_sync: bool,
+    /// ptdump: no offset column.
+    #[arg(long, help_heading = "ptdump format")]
+    no_offset: bool,
+    /// ptdump: the packet's bytes in hex.
+    #[arg(long, help_heading = "ptdump format")]
+    raw: bool,
+    /// ptdump: the execution mode at MODE.Exec.
+    #[arg(long, help_heading = "ptdump format")]
+    exec_mode: bool,
+    /// ptdump: the estimated TSC at timing packets.
+    #[arg(long, help_heading = "ptdump format", conflicts_with = "tcal")]
+    time: bool,
+    /// ptdump: the CYC calibration at timing packets.
+    #[arg(long, help_heading = "ptdump format")]
+    tcal: bool,
+    /// ptdump: time and calibration as the change since the last one.
+    #[arg(long, help_heading = "ptdump format")]
+    time_delta: bool,
+    /// ptdump: do not calibrate (CYCs then have no time).
+    #[arg(long, help_heading = "ptdump format")]
+    no_tcal: bool,
+    /// ptdump: no error for time before the first TSC; count from 0.
+    #[arg(long, help_heading = "ptdump format")]
+    no_wall_clock: bool,
+    /// ptdump: keep the calibration across an OVF.
+    #[arg(long, help_heading = "ptdump format")]
+    keep_tcal_on_ovf: bool,
+    /// ptdump: hide PADs.
+    #[arg(long, help_heading = "ptdump format")]
+    no_pad: bool,
+    /// ptdump: hide timing packets.
+    #[arg(long, help_heading = "ptdump format")]
+    no_timing: bool,
+    /// ptdump: hide CYCs and leave them out of time.
+    #[arg(long, help_heading = "ptdump format")]
+    no_cyc: bool,
+    /// ptdump: print the diagnostics only.
+    #[arg(long, help_heading = "ptdump format")]
+    quiet: bool,
+    /// ptdump: the CPU as family/model[/stepping], whose errata libipt applies, or `none`.
+    #[arg(long, value_name = "f/m[/s]|none", help_heading = "ptdump format")]
+    cpu: Option<String>,
+    /// ptdump: IA32_RTIT_CTL.MTCFreq.
+    #[arg(long, value_name = "N", value_parser = c_u8, help_heading = "ptdump format")]
+    mtc_freq: Option<u8>,
+    /// ptdump: the nominal frequency ratio (MSR_PLATFORM_INFO[15:8]).
+    #[arg(long, value_name = "N", value_parser = c_u8, help_heading = "ptdump format")]
+    nom_freq: Option<u8>,
+    /// ptdump: CPUID.15H:EAX.
+    #[arg(long = "cpuid-0x15.eax", value_name = "N", value_parser = c_u32, help_heading = "ptdump format")]
+    cpuid_15_eax: Option<u32>,
+    /// ptdump: CPUID.15H:EBX.
+    #[arg(long = "cpuid-0x15.ebx", value_name = "N", value_parser = c_u32, help_heading = "ptdump format")]
+    cpuid_15_ebx: Option<u32>,
+}
+
+/// `ptemu dump` with its arguments.
+pub fn dump_command(a: &DumpArgs) -> Result<(), Failure> {
+    if a.format != DumpFormat::Ptdump {
+        let ptdump_only = a.no_offset
+            || a.raw
+            || a.exec_mode
+            || a.time
+            || a.tcal
+            || a.time_delta
+            || a.no_tcal
+            || a.no_wall_clock
+            || a.keep_tcal_on_ovf
+            || a.no_pad
+            || a.no_timing
+            || a.no_cyc
+            || a.quiet
+            || a.cpu.is_some()
+            || a.mtc_freq.is_some()
+            || a.nom_freq.is_some()
+            || a.cpuid_15_eax.is_some()
+            || a.cpuid_15_ebx.is_some();
+        if ptdump_only {
+            return Err(Failure::input("this option needs --format ptdump".to_string()));
+        }
+        return dump(
+            &a.file,
+            a.json || a.format == DumpFormat::Json,
+            a.lastip,
+            a.no_sync,
+        );
+    }
+    if a.json {
+        return Err(Failure::input(
+            "--json and --format ptdump exclude each other".to_string(),
+        ));
+    }
+    let cpu = match a.cpu.as_deref() {
+        None | Some("none") => None,
+        Some(c) => Some(Cpu::parse(c).map_err(Failure::input)?),
+    };
+    let o = ptdump::Options {
+        show_offset: !a.no_offset,
+        raw: a.raw,
+        lastip: a.lastip,
+        exec_mode: a.exec_mode,
+        time: a.time,
+        tcal: a.tcal,
+        time_delta: a.time_delta,
+        no_tcal: a.no_tcal,
+        no_wall_clock: a.no_wall_clock,
+        keep_tcal_on_ovf: a.keep_tcal_on_ovf,
+        no_pad: a.no_pad,
+        no_timing: a.no_timing,
+        no_cyc: a.no_cyc,
+        quiet: a.quiet,
+        no_sync: a.no_sync,
+        cpu,
+        timing: TimeConfig {
+            mtc_freq: a.mtc_freq.unwrap_or(0),
+            nom_freq: a.nom_freq.unwrap_or(0),
+            cpuid_15_eax: a.cpuid_15_eax.unwrap_or(0),
+            cpuid_15_ebx: a.cpuid_15_ebx.unwrap_or(0),
+            skl168: false,
+        },
+    };
+    stdout_is_open()?;
+    let input = open(&a.file)?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let summary = ptdump::dump(input.bytes(), &o, &mut out)
+        .and_then(|s| out.flush().map(|()| s))
+        .map_err(|e| write_failure("stdout", e))?;
+    unchanged(&input, &a.file)?;
+    if summary.decode_errors > 0 {
+        return Err(Failure::found(format!(
+            "{}: {} decode error(s)",
+            a.file.display(),
+            summary.decode_errors
+        )));
+    }
+    Ok(())
+}
 
 /// `ptemu dump`.
 pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), Failure> {
