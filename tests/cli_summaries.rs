@@ -451,3 +451,52 @@ fn messages_use_sdm_names_and_list_things_once() {
         "{help}"
     );
 }
+
+/// `ptemu ARGS` with stdout, and stderr too when `stderr_also`, a pipe whose reader is gone
+/// before it starts (`… | true`): its exit code.
+fn exit_into_closed_pipe(args: &[&str], stderr_also: bool) -> Option<i32> {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    cmd.args(args).stdout(writer.try_clone().unwrap());
+    if stderr_also {
+        cmd.stderr(writer);
+    } else {
+        cmd.stderr(std::process::Stdio::null());
+    }
+    cmd.status().unwrap().code()
+}
+
+/// SIM21: no output channel panics (exit 101) and a closed stdout hides no failure. With
+/// stdout and stderr into a pipe whose reader is gone (`2>&1 | true`), each command exits with the
+/// status it earned: 2 for a missing input, 1 for a layout or a write that ends in an operational
+/// error, 0 for a clean one; with stdout alone closed, the same.
+#[test]
+fn sim21_closed_pipes_keep_the_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = layout(dir.path(), "t4.toml", &skylake_topa(T4_SECOND));
+    let good = layout(dir.path(), "ring.toml", &skylake_topa(RING_8K));
+    let st = dir.path().join("s.bin");
+    fs::write(&st, stream(0, 10_000)).unwrap();
+    let out = dir.path().join("out");
+    let nosuch = dir.path().join("nosuch");
+    for stderr_also in [true, false] {
+        let cases: [(Vec<&str>, i32); 5] = [
+            (
+                vec!["simulate", s(&nosuch), "--format", "penn", "--out", s(&out)],
+                2,
+            ),
+            (vec!["layout", "check", s(&bad)], 1),
+            (vec!["layout", "check", s(&good)], 0),
+            (write_args(&bad, s(&st), &out), 1),
+            (write_args(&good, s(&st), &out), 0),
+        ];
+        for (args, want) in cases {
+            assert_eq!(
+                exit_into_closed_pipe(&args, stderr_also),
+                Some(want),
+                "{args:?} (stderr too: {stderr_also})"
+            );
+        }
+    }
+}

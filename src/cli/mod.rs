@@ -222,6 +222,9 @@ fn init_logging(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
+        // A warning that cannot be written (stderr a closed pipe) is dropped: the subscriber's
+        // own report of the failure would go through `eprintln!`, which panics there.
+        .log_internal_errors(false)
         .try_init();
 }
 
@@ -272,7 +275,7 @@ pub fn run() -> ExitCode {
         Err(f) if f.code == 0 => ExitCode::SUCCESS,
         Err(f) if f.message.is_empty() => ExitCode::from(f.code),
         Err(f) => {
-            eprintln!("ptemu: error: {}", f.message);
+            output::eprint_text(&format!("ptemu: error: {}\n", f.message));
             ExitCode::from(f.code)
         }
     }

@@ -75,12 +75,31 @@ pub fn write_failure(what: &str, e: io::Error) -> Failure {
     }
 }
 
-/// Writes a command's console output to stdout; a failed write is a [`write_failure`] (so a closed
-/// pipe ends the command quietly, and a full disk is an error, not a panic as with `println!`).
+/// Set once stdout's reader went away: later console output is dropped.
+static STDOUT_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes a command's console output to stdout. A reader that went away (a closed pipe) has all
+/// it wanted: the text, and any printed later, is dropped and the command goes on to the exit
+/// status it earns (1 for a layout with an operational error, even piped into `true`). Any other
+/// failed write is an error (a full disk), never a panic as with `println!`.
 pub fn print(text: &str) -> Result<(), Failure> {
+    use std::sync::atomic::Ordering;
     stdout_is_open()?;
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return Ok(());
+    }
     let mut out = io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .map_err(|e| write_failure("stdout", e))
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+            STDOUT_GONE.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        r => r.map_err(|e| write_failure("stdout", e)),
+    }
+}
+
+/// Writes `text` to stderr as it is. Never fails and never panics (`eprintln!` panics when stderr
+/// is a closed pipe): a message nobody can read is dropped.
+pub fn eprint_text(text: &str) {
+    let _ = io::stderr().lock().write_all(text.as_bytes());
 }

@@ -1,6 +1,7 @@
 //! `ptemu run`: a real program under `qemu-x86_64` with ptemu's plugin, traced as `simulate`
 //! traces a file (spec/qemu.md).
 
+use super::output::eprint_text;
 use super::simulate_cmd::{execute, run_options, summary, RunArgs, Staged};
 use super::summary::fail_on_operational_error;
 use super::Failure;
@@ -154,7 +155,10 @@ pub fn run(a: Args) -> Result<(), Failure> {
                 Err(e) => {
                     // After the simulation, `after` cannot fail the run: perf.data and libipt
                     // lack the written code, and the summary says why.
-                    eprintln!("ptemu: warning: {}: writing code/: {e}", a.run.out.display());
+                    eprint_text(&format!(
+                        "ptemu: warning: {}: writing code/: {e}\n",
+                        a.run.out.display()
+                    ));
                     Vec::new()
                 }
             };
@@ -202,12 +206,12 @@ pub fn run(a: Args) -> Result<(), Failure> {
         process_lines(&mut text, &a.run.out, &processes);
         // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
         // `ls > list` holds (as `time` and `strace` report on stderr).
-        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
+        eprint_text(&text);
     }
     done.staged.commit(&a.run.out)?;
     if let Err(f) = fail_on_operational_error(&done.outcome.unit) {
         // The exit status is the program's (QE11); the output unit's error is said all the same.
-        eprintln!("ptemu: warning: {}", f.message());
+        eprint_text(&format!("ptemu: warning: {}\n", f.message()));
     }
     match exit_code(exit) {
         0 => Ok(()),
@@ -483,11 +487,11 @@ fn trace_children(
                 // listed as not traced, with why (QE18).
                 Err(f) => {
                     let pid = stream_pid(&stream);
-                    eprintln!(
-                        "ptemu: warning: forked child {}: not traced: {}",
+                    eprint_text(&format!(
+                        "ptemu: warning: forked child {}: not traced: {}\n",
                         pid.map_or("?".into(), |p| p.to_string()),
                         f.message()
-                    );
+                    ));
                     if let Some(p) = pid {
                         failed.push((p, f.message().to_owned()));
                     }

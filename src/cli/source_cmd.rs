@@ -127,7 +127,7 @@ pub fn gen(a: &GenArgs) -> Result<(), Failure> {
         a.seed, counts.bytes
     );
     if is_std(output) {
-        eprint!("{line}");
+        super::output::eprint_text(&line);
         Ok(())
     } else {
         print(&line)
