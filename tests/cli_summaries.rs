@@ -114,6 +114,37 @@ fn sim14_write_reports_laps_and_overwritten_bytes_of_a_circular_topa() {
     );
 }
 
+/// SIM14: `write` lists the first few output events, as `simulate` does, then how many more
+/// `events.jsonl` holds (a 12 KiB ring with INT on each region made 1,000 lines); an END ring's
+/// laps come with no "0 wrap" beside them.
+#[test]
+fn sim14_write_lists_a_few_events_then_counts_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let ring = r#"{ region = 0x100000, size = "4K", int = true }, { region = 0x101000, size = "4K", int = true }, { region = 0x102000, size = "4K", int = true }, { end = 0x10000 }"#;
+    let l = layout(dir.path(), "ring.toml", &skylake_topa(ring));
+    let st = dir.path().join("s.bin");
+    fs::write(&st, stream(0, 400_000)).unwrap();
+    let out = dir.path().join("out");
+    let o = ptemu(&write_args(&l, s(&st), &out));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    let listed = stdout.lines().filter(|l| l.trim_start().starts_with('@')).count();
+    let pmis = report(&out)["event_counts"]["pmi"].as_u64().unwrap();
+    assert_eq!(pmis, 400_000 / 4096);
+    assert_eq!(listed, 8, "{stdout}");
+    assert!(
+        stdout.contains(&format!("... {} more in events.jsonl", pmis - 8)),
+        "{stdout}"
+    );
+    let jsonl = fs::read_to_string(out.join("events.jsonl")).unwrap();
+    assert_eq!(jsonl.lines().count() as u64, pmis);
+    assert!(
+        stdout.contains(&format!("output events: {pmis} PMI, 0 stopped, 0 error\n")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("wrap"), "{stdout}");
+}
+
 /// SIM14: PTWRITE instructions with PTWEn=0 are counted and the summary says how to send them;
 /// with PTWEn=1 there is no such line and the PTW packets are there.
 #[test]

@@ -620,7 +620,7 @@ pub(super) fn summary(
         s.output.bytes_lost,
         halt_note(&run.unit)
     );
-    write_output_state(o, &run.events, 8, &run.unit, &r.msr);
+    write_output_state(o, &run.events, &run.unit, &r.msr);
     let out = &a.out;
     outln!(o, "  files in {}:", out.display());
     outln!(

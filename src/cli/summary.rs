@@ -8,15 +8,25 @@ use ptemu::report::MsrSnapshot;
 use ptemu::OutputUnit;
 use std::path::Path;
 
-/// Appends to `o` the output events by kind and the first `listed` of them, the operational error
-/// if any, and the MSRs after TraceEn=0.
-pub fn write_output_state(o: &mut String, log: &EventLog, listed: usize, unit: &OutputUnit, m: &MsrSnapshot) {
+/// The output events a summary lists one by one, in `write` and `simulate` alike; the rest are
+/// counted, and all are in `events.jsonl`.
+pub const LISTED_EVENTS: usize = 8;
+
+/// Appends to `o` the output events by kind and the first [`LISTED_EVENTS`] of them, the
+/// operational error if any, and the MSRs after TraceEn=0.
+pub fn write_output_state(o: &mut String, log: &EventLog, unit: &OutputUnit, m: &MsrSnapshot) {
     let counts = log.counts();
+    // A wrap event (W5, R3) is named only when there is one, beside the laps: an END ring comes
+    // round without one, and "0 wrap" beside "4 laps" reads as a contradiction.
+    let wraps = match counts.wrap {
+        0 => String::new(),
+        1 => ", 1 wrap-around of the walk (W5, R3)".to_string(),
+        n => format!(", {n} wrap-arounds of the walk (W5, R3)"),
+    };
     outln!(
         o,
-        "  output events: {} PMI, {} wrap, {} stopped, {} error",
+        "  output events: {} PMI, {} stopped, {} error{wraps}",
         counts.pmi,
-        counts.wrap,
         counts.stopped,
         counts.error
     );
@@ -31,7 +41,7 @@ pub fn write_output_state(o: &mut String, log: &EventLog, listed: usize, unit: &
             if stats.laps == 1 { "" } else { "s" }
         );
     }
-    for e in log.first().iter().take(listed) {
+    for e in log.first().iter().take(LISTED_EVENTS) {
         let place = match (e.table, e.index) {
             (Some(t), Some(i)) => format!("table {t:#x} entry {i:#x}"),
             _ => "range".to_string(),
@@ -44,7 +54,7 @@ pub fn write_output_state(o: &mut String, log: &EventLog, listed: usize, unit: &
             format!("{:?}", e.kind).to_lowercase()
         );
     }
-    let shown = log.first().len().min(listed) as u64;
+    let shown = log.first().len().min(LISTED_EVENTS) as u64;
     if counts.total() > shown {
         outln!(o, "    ... {} more in events.jsonl", counts.total() - shown);
     }

@@ -88,7 +88,7 @@ fn summary(layout: &Layout, unit: &OutputUnit, log: &EventLog, r: &Report, out: 
         s.bytes_lost,
         halt_note(unit)
     );
-    write_output_state(o, log, usize::MAX, unit, &r.msr);
+    write_output_state(o, log, unit, &r.msr);
     let regions: Vec<_> = unit.written_regions().collect();
     outln!(
         o,
