@@ -145,6 +145,61 @@ fn sim14_write_lists_a_few_events_then_counts_the_rest() {
     assert!(!stdout.contains("wrap"), "{stdout}");
 }
 
+/// SIM14: under consumer-side faults the summary and report.json describe the files on disk and
+/// the layout the run used: `--fault wrap@4096` runs on a 4 KiB ring and trace.pt holds 4096
+/// bytes; `--fault gap@1` leaves a shorter file; the stored stream's size stands beside, named
+/// as such.
+#[test]
+fn sim14_the_summary_describes_the_files_and_the_layout_under_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    let (trace, _) = generate(dir.path(), "penn", 60_000, 1);
+    let ring = root().join("examples/ring-layout.toml");
+    for (fault, layout, source) in [
+        (
+            "wrap@4096",
+            None,
+            "the --fault layout: ToPA, 1 x 4K region, INT, circular",
+        ),
+        ("gap@1", Some(s(&ring)), "ToPA, 4 x 4K regions, INT, circular"),
+    ] {
+        let out = dir.path().join(fault);
+        let mut args = vec![
+            "simulate",
+            s(&trace),
+            "--format",
+            "penn",
+            "--fault",
+            fault,
+            "--out",
+            s(&out),
+        ];
+        if let Some(l) = layout {
+            args.extend(["--layout", l]);
+        }
+        let o = ptemu(&args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let stdout = text(&o.stdout);
+        let on_disk = fs::metadata(out.join("trace.pt")).unwrap().len();
+        let r = report(&out);
+        assert_eq!(r["stats"]["trace_bytes"], on_disk, "{fault}");
+        let stored = r["stats"]["stored_bytes"].as_u64().unwrap();
+        assert!(stored > on_disk, "{fault}: {stored} stored, {on_disk} on disk");
+        assert!(
+            r["layout"].as_str().unwrap().ends_with(source),
+            "{fault}: {}",
+            r["layout"]
+        );
+        let first = stdout.lines().next().unwrap();
+        assert!(first.ends_with(source), "{fault}: {first}");
+        assert!(
+            stdout.contains(&format!(
+                "trace.pt      {on_disk} bytes (what a reader got of the {stored} bytes the output unit accepted: faults {fault}"
+            )),
+            "{fault}: {stdout}"
+        );
+    }
+}
+
 /// SIM14: PTWRITE instructions with PTWEn=0 are counted and the summary says how to send them;
 /// with PTWEn=1 there is no such line and the PTW packets are there.
 #[test]

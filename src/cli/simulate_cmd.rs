@@ -269,7 +269,7 @@ pub(super) fn execute(
         dir,
         opts,
         &outcome,
-        run_info,
+        (run_info, layout_line(r, opts)),
         truth.as_ref(),
         perf.as_deref(),
         program,
@@ -364,6 +364,17 @@ pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failur
     Ok(opts)
 }
 
+/// The layout the run used, in a line: its file, the default, or the ring a wrap or stop fault
+/// made, and what it is (`Layout::summary`).
+fn layout_line(r: &RunArgs, opts: &Options) -> String {
+    let source = match &r.layout {
+        Some(p) => p.display().to_string(),
+        None if plan(r).makes_layout() => "the --fault layout".to_string(),
+        None => "default layout".to_string(),
+    };
+    format!("{source}: {}", opts.layout.summary())
+}
+
 fn plan(r: &RunArgs) -> Plan {
     Plan {
         faults: r.fault.clone(),
@@ -418,7 +429,7 @@ fn finish(
     dir: RunDir,
     opts: &Options,
     outcome: &Outcome,
-    run_info: RunInfo,
+    (run_info, layout): (RunInfo, String),
     truth: Option<&TruthSummary>,
     perf: Option<&str>,
     program: Option<serde_json::Value>,
@@ -460,6 +471,10 @@ fn finish(
     };
     let mut report = SimReport::new(outcome, opts, ptxed);
     report.run = Some(run_info);
+    report.layout = Some(layout);
+    if let Some(t) = truth {
+        report.stats.trace_bytes = t.delivered;
+    }
     report.truth = truth.map(TruthSummary::to_json);
     report.perf = perf.map(str::to_owned);
     report.program = program;
@@ -561,10 +576,7 @@ pub(super) fn summary(
     let mut text = String::new();
     let o = &mut text;
     let s = &r.stats;
-    let layout = a.layout.as_ref().map_or(
-        "default layout: 4 x 1 MiB ToPA regions, INT, circular".to_string(),
-        |p| p.display().to_string(),
-    );
+    let layout = r.layout.clone().unwrap_or_else(|| layout_line(a, opts));
     outln!(
         o,
         "ptemu {command}: {name} ({}), cpu {}, {layout}",
@@ -623,11 +635,21 @@ pub(super) fn summary(
     write_output_state(o, &run.events, &run.unit, &r.msr);
     let out = &a.out;
     outln!(o, "  files in {}:", out.display());
-    outln!(
-        o,
-        "    trace.pt      {} bytes (every byte the output unit accepted)",
-        s.trace_bytes
-    );
+    match truth.filter(|_| s.trace_bytes != s.stored_bytes) {
+        // A consumer-side fault changed what a reader gets: the file is the delivered stream.
+        Some(t) => outln!(
+            o,
+            "    trace.pt      {} bytes (what a reader got of the {} bytes the output unit accepted: faults {})",
+            s.trace_bytes,
+            s.stored_bytes,
+            t.faults().join(", ")
+        ),
+        None => outln!(
+            o,
+            "    trace.pt      {} bytes (every byte the output unit accepted)",
+            s.trace_bytes
+        ),
+    }
     let regions: Vec<_> = run.unit.written_regions().collect();
     let names: Vec<String> = regions.iter().map(|&(b, _)| region_file_name(b)).collect();
     outln!(

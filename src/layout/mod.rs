@@ -34,6 +34,62 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// The layout in a line: the scheme, the regions the walk visits (ToPA) or the range,
+    /// INT and STOP, and how output ends (circular, a STOP, an operational error).
+    pub fn summary(&self) -> String {
+        let layout = self;
+        use crate::layout::{Scheme, WalkEnd};
+        use crate::output::TopaEntry;
+        use crate::picture::size_text;
+        if layout.scheme == Scheme::SingleRange {
+            let size = (layout.mask_ptrs & 0xffff_ffff | 0x7f) + 1;
+            return format!(
+                "single range of {} at {:#x}, circular (R3)",
+                size_text(size),
+                layout.base
+            );
+        }
+        let report = crate::layout::check(layout);
+        let entries = layout.entries();
+        let (mut sizes, mut int, mut stop) = (Vec::new(), false, false);
+        for &(t, i) in &report.walk {
+            let e = TopaEntry::from(entries.get(&(t + 8 * u64::from(i))).copied().unwrap_or(0));
+            if !e.end() {
+                sizes.push(e.region_size());
+                int |= e.int();
+                stop |= e.stop();
+            }
+        }
+        let regions = match sizes.as_slice() {
+            [] => "no region".to_string(),
+            [one] => format!("1 x {} region", size_text(*one)),
+            [first, ..] if sizes.iter().all(|s| s == first) => {
+                format!("{} x {} regions", sizes.len(), size_text(*first))
+            }
+            _ => format!(
+                "{} regions ({} in all)",
+                sizes.len(),
+                size_text(sizes.iter().sum())
+            ),
+        };
+        let tables = match layout.tables.len() {
+            1 => String::new(),
+            n => format!(" in {n} tables"),
+        };
+        let flags: String = [(int, ", INT"), (stop, ", STOP")]
+            .iter()
+            .filter(|f| f.0)
+            .map(|f| f.1)
+            .collect();
+        let end = match report.route.map(|r| r.end) {
+            Some(WalkEnd::Circular { .. }) => ", circular",
+            Some(WalkEnd::Stop) => ", stops when full",
+            Some(WalkEnd::Error) => ", ends in an operational error",
+            None => "",
+        };
+        format!("ToPA, {regions}{tables}{flags}{end}")
+    }
+
     /// Every listed entry as (physical address, raw value), in address order.
     pub fn entries(&self) -> BTreeMap<u64, u64> {
         let mut m = BTreeMap::new();

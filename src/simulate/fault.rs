@@ -230,11 +230,7 @@ impl Plan {
 
     /// The layout a `wrap` or `stop` fault runs on (FLT3, FLT4), for `cpu`.
     pub fn layout(&self, cpu: &CpuProfile) -> Result<Option<Layout>, FaultError> {
-        let Some(f) = self
-            .faults
-            .iter()
-            .find(|f| matches!(f.kind, Cause::Wrap | Cause::Stop))
-        else {
+        let Some(f) = self.faults.iter().find(|f| f.kind.makes_layout()) else {
             return Ok(None);
         };
         let size = f.at.unwrap_or(MIN_REGION);
@@ -280,6 +276,11 @@ impl Plan {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// Whether a fault (`wrap`, `stop`) replaces the layout with a buffer of its size.
+    pub fn makes_layout(&self) -> bool {
+        self.faults.iter().any(|f| f.kind.makes_layout())
     }
 
     /// Whether the consumer does not get the stream as stored (`wrap`, `gap`, `corrupt*`).

@@ -55,6 +55,12 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Whether this fault, injected with `--fault`, replaces the layout with a buffer of its
+    /// size (`wrap`: a ring; `stop`: a STOP region).
+    pub fn makes_layout(self) -> bool {
+        matches!(self, Cause::Wrap | Cause::Stop)
+    }
+
     /// Every cause, in the order `--fault` lists them.
     pub const ALL: [Cause; 6] = [
         Cause::Ovf,
