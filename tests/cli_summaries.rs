@@ -586,3 +586,28 @@ fn sim21_closed_pipes_keep_the_exit_status() {
         }
     }
 }
+
+/// SIM5: `--ctl TraceEn=0` runs (a user may want the empty case) but warns that nothing is
+/// traced; the default CTL does not warn.
+#[test]
+fn sim5_ctl_traceen_0_warns_that_nothing_is_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let sjeng = root().join(SJENG);
+    for (extra, warns) in [(&["--ctl", "TraceEn=0"][..], true), (&[][..], false)] {
+        let out = dir.path().join(format!("o{warns}"));
+        let args = [
+            &["simulate", s(&sjeng), "--format", "penn", "-q", "--out", s(&out)][..],
+            extra,
+        ]
+        .concat();
+        let o = ptemu(&args);
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        assert_eq!(
+            text(&o.stderr).contains("TraceEn=0: tracing is never enabled"),
+            warns,
+            "{}",
+            text(&o.stderr)
+        );
+        assert_eq!(fs::metadata(out.join("trace.pt")).unwrap().len() == 0, warns);
+    }
+}

@@ -347,6 +347,12 @@ pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failur
         opts.tracer = ptemu::config_file::load_tracer_config(p).map_err(|e| Failure::input(e.to_string()))?;
     }
     opts.tracer.packing = r.packing.or(opts.tracer.packing);
+    if !opts.ctl.trace_en() {
+        tracing::warn!(
+            "IA32_RTIT_CTL.TraceEn=0: tracing is never enabled, so the run traces nothing and \
+             trace.pt stays empty (drop --ctl TraceEn=0 to trace)"
+        );
+    }
     if opts.ctl.topa() != (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
         tracing::warn!(
             "IA32_RTIT_CTL.ToPA={} but the layout's scheme is {}: the output MSRs are read as the \

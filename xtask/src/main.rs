@@ -312,11 +312,12 @@ fn capi() -> Result<(), String> {
 /// trace, so the 16 KiB ring of `examples/ring-layout.toml` fills three times over.
 const MAIN_JOB_RECORDS: &str = "600000";
 
-/// `ptemu simulate ARGS…` (release build); without `--out`, into `target/ptemu-simulate/`.
-/// Relative paths are taken from the directory `cargo xtask` runs in. With no arguments, the main
-/// job: a generated Penn trace (`ptemu gen --format penn --records 600000 --seed 1`, written to
-/// `target/ptemu-simulate-input/`) through the 16 KiB ring of `examples/ring-layout.toml`, so the
-/// summary shows PMIs and laps.
+/// `ptemu simulate ARGS…` (release build); without `--out`, into `target/ptemu-simulate/`, and
+/// without `--layout` (or a `--fault` that makes its own), through the main job's 16 KiB ring of
+/// `examples/ring-layout.toml`, so the summary shows PMIs and laps. Relative paths are taken from
+/// the directory `cargo xtask` runs in. With no arguments, the main job: a generated Penn trace
+/// (`ptemu gen --format penn --records 600000 --seed 1`, written to
+/// `target/ptemu-simulate-input/`) through that ring.
 fn simulate(args: &[String]) -> Result<(), String> {
     let ptemu = |sub: &str| {
         let mut cmd = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
@@ -345,9 +346,19 @@ fn simulate(args: &[String]) -> Result<(), String> {
         std::fs::create_dir_all(input.parent().expect("a file in a directory"))
             .map_err(|e| format!("{}: {e}", input.display()))?;
         run(gen)?;
-        cmd.arg(&input)
-            .args(["--format", "penn", "--layout"])
-            .arg(root().join("examples/ring-layout.toml"));
+        cmd.arg(&input).args(["--format", "penn"]);
+    }
+    // The main job's layout unless the arguments give one, or a wrap or stop fault, which
+    // brings its own buffer and refuses another layout.
+    let makes_layout = |fault: &str| fault.starts_with("wrap") || fault.starts_with("stop");
+    let own_layout = args.iter().enumerate().any(|(i, a)| {
+        a == "--layout"
+            || a.starts_with("--layout=")
+            || a.strip_prefix("--fault=").is_some_and(makes_layout)
+            || (a == "--fault" && args.get(i + 1).is_some_and(|f| makes_layout(f)))
+    });
+    if !own_layout {
+        cmd.arg("--layout").arg(root().join("examples/ring-layout.toml"));
     }
     cmd.args(args);
     if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {
