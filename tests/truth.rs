@@ -390,7 +390,7 @@ fn tr12_perf_going_on_after_a_corrupt_packet_passes_where_its_instructions_are_t
             passed.push(name);
         } else {
             let line: usize = msg
-                .split("at line ")
+                .split("decoder output line ")
                 .nth(1)
                 .unwrap()
                 .split(':')
@@ -976,6 +976,84 @@ fn flt1_bad_faults_exit_2_and_write_nothing() {
         assert!(text(&o.stderr).contains(want), "{args:?}: {}", text(&o.stderr));
         assert!(!out.exists(), "{args:?} wrote {}", out.display());
     }
+}
+
+/// TR8 (issue 43 §7): a divergence says whose line is whose (`decoder output line N`, `truth
+/// instruction M`) and what came just before the instruction the truth expects, where it knows:
+/// the overflow, the span a decoder resumes after, the RET that returns there; output that ends
+/// early says so in a sentence.
+#[test]
+fn tr8_a_divergence_says_whose_line_and_what_came_before() {
+    let root = &corpus_seed_3();
+    // The first instruction line after the line that starts with `after`, changed to 0x1.
+    let change_after = |lines: &str, after: &dyn Fn(&str) -> bool| -> String {
+        let all: Vec<&str> = lines.lines().collect();
+        let from = all.iter().position(|l| after(l)).expect("the line");
+        let k = from + all[from..].iter().position(|l| l.starts_with("0x")).unwrap();
+        all.iter()
+            .enumerate()
+            .map(|(j, l)| {
+                if j == k {
+                    "0x1\n".to_string()
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect()
+    };
+    for (name, after, says) in [
+        ("ovf-1", "[overflow", "the first after the overflow (OVF)"),
+        (
+            "corrupt-1",
+            "error",
+            "where a decoder resumes after the corrupt span (at the next PSB)",
+        ),
+    ] {
+        let case = root.join(name);
+        let changed = change_after(&case_lines(&case), &|l: &str| l.starts_with(after));
+        let (ok, msg) = verify(&case, &changed);
+        assert!(!ok, "{name}");
+        assert!(
+            msg.contains(": decoder output line ")
+                && msg.contains("expected truth instruction")
+                && msg.contains(says),
+            "{name}: {msg}"
+        );
+    }
+    // A RET's return target: the instruction after the first RET of a clean case.
+    let case = root.join("clean-default");
+    let truth = fs::read_to_string(case.join("truth.jsonl")).unwrap();
+    let ret: Value = truth
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["k"] == "insn" && r["branch"] == "ret")
+        .unwrap();
+    let index = ret["i"].as_u64().unwrap() as usize;
+    let lines = case_lines(&case);
+    let mut seen = 0;
+    let changed: String = lines
+        .lines()
+        .map(|l| {
+            let ip = l.starts_with("0x");
+            seen += usize::from(ip);
+            if ip && seen == index + 2 {
+                "0x1\n".to_string()
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let (ok, msg) = verify(&case, &changed);
+    assert!(!ok);
+    let says = format!("where the RET at {} returns", ret["ip"].as_str().unwrap());
+    assert!(msg.contains(&says), "{msg}");
+    // Output cut short: a sentence that says so.
+    let cut: String = lines.lines().take(10).map(|l| format!("{l}\n")).collect();
+    let (ok, msg) = verify(&case, &cut);
+    assert!(
+        !ok && msg.contains("the decoder's output ended before the truth did: expected truth instruction"),
+        "{msg}"
+    );
 }
 
 /// TR8: `verify` reads ptxed-style and plain output, names the first divergence with its

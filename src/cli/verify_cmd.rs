@@ -109,7 +109,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             Ok(())
         }
         Some(d) => Err(Failure::found(format!(
-            "{}: diverges from {name} at {d}",
+            "{}: diverges from {name}: {d}",
             a.ips.display()
         ))),
     }

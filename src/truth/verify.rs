@@ -328,6 +328,39 @@ fn ip_word(indent: &[u8], word: &[u8]) -> Option<u64> {
     is_ip.then_some(value)
 }
 
+/// What came just before an instruction that explains it, for a divergence's message (issue 43
+/// §7): a decoder goes wrong most often right after these.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Before {
+    #[default]
+    Nothing,
+    /// The first instruction a decoder recovers after a span: where it resumes.
+    Span(Cause),
+    /// The first instruction after an overflow (OVF).
+    Overflow,
+    /// The return target of the RET at this IP, the instruction before (a compressed RET's target
+    /// is the decoder's own: its return stack's).
+    Ret(u64),
+}
+
+impl fmt::Display for Before {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Before::Nothing => Ok(()),
+            Before::Span(c) => write!(
+                f,
+                ", where a decoder resumes after the {} span (at the next PSB)",
+                c.name()
+            ),
+            Before::Overflow => f.write_str(", the first after the overflow (OVF)"),
+            Before::Ret(ip) => write!(
+                f,
+                ", where the RET at {ip:#x} returns (a compressed RET's target is the decoder's return stack's)"
+            ),
+        }
+    }
+}
+
 /// A `verify` step over the truth: an instruction a decoder must (or, optional, may) give, a span
 /// (lost or undefined), or the end.
 #[derive(Clone, Copy, Debug)]
@@ -337,6 +370,8 @@ enum Item {
         index: u64,
         off: Option<u64>,
         optional: bool,
+        /// What came just before it.
+        before: Before,
     },
     Gap {
         cause: Cause,
@@ -367,6 +402,8 @@ struct Ctx {
     /// Following the lost instructions of a `corrupt` span, where a decoder that went on after
     /// the damage came back to the flow (TR12): they are items until the span ends.
     follow: bool,
+    /// What the next instruction comes after.
+    before: Before,
 }
 
 /// A case's truth as a pattern for [`check`], read whole first (TR1) and then followed as
@@ -486,6 +523,14 @@ fn event_optional(mut next: Decoder<'_>, truncated: bool) -> io::Result<bool> {
     }
 }
 
+/// What the instruction after one at `ip` that is `branch` comes after.
+fn after_insn(ip: u64, branch: Option<super::record::Branch>) -> Before {
+    match branch {
+        Some(b) if b.kind == super::record::BranchKind::Ret => Before::Ret(ip),
+        _ => Before::Nothing,
+    }
+}
+
 /// The item after `next` (lost and undefined instructions are not items: a span before them
 /// stands for them; nor are events without `--events`, events inside a span, or events whose
 /// packet was not delivered).
@@ -497,8 +542,8 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
                 i,
                 ip,
                 off,
+                branch,
                 class: class @ (Class::Required | Class::Optional),
-                ..
             } => {
                 ctx.count = i + 1;
                 let optional = class == Class::Optional;
@@ -510,10 +555,12 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
                     index: i,
                     off,
                     optional,
+                    before: std::mem::replace(&mut ctx.before, after_insn(ip, branch)),
                 };
                 return Ok(At { pos, item, next, ctx });
             }
             Record::Span { cause, first, .. } => {
+                ctx.before = Before::Span(cause);
                 ctx.span = Some(cause);
                 ctx.follow = false;
                 ctx.after_optional = false;
@@ -531,13 +578,18 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
             Record::Enable { ip, off } => (EventKind::Enabled, Some(ip), None, off),
             Record::Disable { off } => (EventKind::Disabled, None, None, off),
             Record::Async { from, to, off } => (EventKind::Interrupt, Some(from), Some(to), off),
-            Record::Overflow { off } => (EventKind::Overflow, None, None, off),
+            Record::Overflow { off } => {
+                if ctx.span.is_none() || ctx.span == Some(Cause::Ovf) {
+                    ctx.before = Before::Overflow;
+                }
+                (EventKind::Overflow, None, None, off)
+            }
             Record::Insn {
                 i,
                 ip,
                 off,
+                branch,
                 class: Class::Lost(_),
-                ..
             } if ctx.follow => {
                 ctx.count = i + 1;
                 let item = Item::Ip {
@@ -545,6 +597,7 @@ fn next_item(mut next: Decoder<'_>, mut ctx: Ctx) -> io::Result<At<'_>> {
                     index: i,
                     off,
                     optional: false,
+                    before: std::mem::replace(&mut ctx.before, after_insn(ip, branch)),
                 };
                 return Ok(At { pos, item, next, ctx });
             }
@@ -643,6 +696,7 @@ impl<'a> Matcher<'a> {
             span: None,
             after_optional: false,
             follow: false,
+            before: Before::Nothing,
         };
         let first = next_item(Decoder::new(p.bytes.get(), p.start), ctx)?;
         m.add(Way {
@@ -918,10 +972,10 @@ impl fmt::Display for Due {
             self.off.map_or("unknown".into(), |o| o.to_string())
         )?;
         match self.lo {
-            0 => write!(f, "before instruction {}", self.hi),
+            0 => write!(f, "before truth instruction {}", self.hi),
             lo => write!(
                 f,
-                "after instruction {} and before instruction {}",
+                "after truth instruction {} and before truth instruction {}",
                 lo - 1,
                 self.hi
             ),
@@ -1194,18 +1248,27 @@ pub fn line_time(line: &[u8]) -> Option<u64> {
 
 fn expected(at: Option<&At>) -> String {
     match at.map(|a| a.item) {
-        Some(Item::Ip { ip, index, off, .. }) => format!(
-            "instruction {index} at {ip:#x} (stream offset {})",
+        Some(Item::Ip {
+            ip,
+            index,
+            off,
+            before,
+            ..
+        }) => format!(
+            "truth instruction {index} at {ip:#x} (stream offset {}){before}",
             off.map_or("unknown".into(), |o| o.to_string())
         ),
         Some(Item::Gap { cause, first }) => {
             if cause.error_required() {
                 format!(
-                    "an error for the {} damage before instruction {first}",
+                    "an error for the {} damage before truth instruction {first}",
                     cause.name()
                 )
             } else {
-                format!("nothing for the {} span from instruction {first}", cause.name())
+                format!(
+                    "nothing for the {} span from truth instruction {first}",
+                    cause.name()
+                )
             }
         }
         Some(Item::Event {
@@ -1256,7 +1319,7 @@ fn check_time(
     Ok(Some(Divergence {
         line: 0,
         expected: format!(
-            "instruction {lo} at {ip:#x} at a time from {early:#x} to {late} (tolerance {tol})"
+            "truth instruction {lo} at {ip:#x} at a time from {early:#x} to {late} (tolerance {tol})"
         ),
         given: format!("time {given:#x}"),
     }))
@@ -1284,11 +1347,15 @@ pub struct Divergence {
 impl fmt::Display for Divergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.line == 0 {
-            write!(f, "the decoder's output ended; expected {}", self.expected)
+            write!(
+                f,
+                "the decoder's output ended before the truth did: expected {}",
+                self.expected
+            )
         } else {
             write!(
                 f,
-                "line {}: expected {}; the decoder gave {}",
+                "decoder output line {}: expected {}; the decoder gave {}",
                 self.line, self.expected, self.given
             )
         }
@@ -1429,7 +1496,7 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
                     Ok(false) if in_gap => None,
                     Ok(false) => Some(match marks.queue.front() {
                         Some(d) if d.lo <= pmax => d.to_string(),
-                        _ => format!("no event (instruction {pmin} next)"),
+                        _ => format!("no event (truth instruction {pmin} next)"),
                     }),
                     Err(d) => Some(d.to_string()),
                 };
