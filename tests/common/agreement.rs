@@ -17,7 +17,7 @@ use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, Register};
 use ptemu::packet::{text::to_text, IpPayload, LastIp, Packet, PacketDecoder};
 use ptemu::pttc;
 use ptemu::regs::RtitCtl;
-use ptemu::tracer::{Event, ExecMode, FarKind, TracerConfig};
+use ptemu::tracer::{Backpressure, Event, ExecMode, FarKind, TracerConfig};
 use std::fmt;
 use std::path::Path;
 
@@ -116,6 +116,7 @@ fn unrunnable_kind(p: &Packet) -> Option<&'static str> {
         | Packet::TipPge(_)
         | Packet::TipPgd(_)
         | Packet::Pip { .. }
+        | Packet::Ovf
         | Packet::Pad => return None,
         Packet::Tsc { .. }
         | Packet::Tma { .. }
@@ -123,7 +124,6 @@ fn unrunnable_kind(p: &Packet) -> Option<&'static str> {
         | Packet::Cyc { .. }
         | Packet::Cbr { .. } => "timing packets: their values are the author's, not a clock's",
         Packet::ModeTsx { .. } => "TSX: the tracer models no transactions",
-        Packet::Ovf => "OVF: where an overflow happens is the author's choice",
         Packet::TraceStop => "TraceStop without a stop range in the code's flow",
         Packet::Vmcs { .. } => "VMX (VMCS): no VMX transitions in the flow",
         Packet::Ptw { .. } => "PTW: the code has no PTWRITE (outside pttc's subset)",
@@ -170,6 +170,11 @@ pub fn normalise(packets: &[Packet]) -> Vec<String> {
                 psb = Some(Vec::new());
                 continue;
             }
+            // OVF3: last IP restarts.
+            Packet::Ovf => {
+                last.reset();
+                "ovf".to_string()
+            }
             Packet::PsbEnd => {
                 let mut inside = psb.take().unwrap_or_default();
                 inside.sort();
@@ -212,6 +217,7 @@ enum Item {
     Interrupt,
     ExecMode(ExecMode),
     Paging(u64),
+    Overflow,
     EndOfTrace,
 }
 
@@ -234,6 +240,7 @@ fn flow(exp: &str) -> Result<Vec<Item>, Skip> {
             "[exec mode: 32-bit]" => Item::ExecMode(ExecMode::Bits32),
             "[exec mode: 16-bit]" => Item::ExecMode(ExecMode::Bits16),
             "[end of trace]" => Item::EndOfTrace,
+            "[overflow]" => Item::Overflow,
             _ if line.starts_with("[paging, cr3: ") && line.ends_with(']') => {
                 match u64::from_str_radix(&line[14..line.len() - 1], 16) {
                     Ok(cr3) => Item::Paging(cr3),
@@ -521,6 +528,8 @@ struct Plan {
     events: Vec<Event>,
     /// A WRMSR clearing TraceEn at this IP ends the run.
     disable_at: Option<u64>,
+    /// The first event is lost to an overflow.
+    lost: bool,
 }
 
 const CR3: u64 = 0x1000;
@@ -544,7 +553,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
         return skip("a second PSB+ at a place the author chose (the tracer's come by the PSB period)");
     }
     let Some(end_psb) = pk.iter().position(|p| **p == Packet::PsbEnd) else {
-        return skip("PSB+ without PSBEND");
+        return skip("a PSB+ without PSBEND (OVF ends it)");
     };
     let mut last = LastIp::new();
     let mut fup = None;
@@ -580,7 +589,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
     let mut li = LastIp::new();
     let mut resolved = Vec::new();
     for p in &pk {
-        if **p == Packet::Psb {
+        if matches!(p, Packet::Psb | Packet::Ovf) {
             li.reset();
         }
         resolved.push(ip_of(p, &mut li));
@@ -625,6 +634,28 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
 
     let mut events = Vec::new();
     let mut cur = start;
+    // `[overflow]` first: the instruction at the start IP is lost to it (forced with
+    // `TracerConfig::overflow_at`), the flow resumes at the next one.
+    let mut lost = 0;
+    if let Some((Item::Overflow, after)) = items.split_first() {
+        let Some(Item::Insn(next)) = after.first() else {
+            return skip("[overflow] not followed by an instruction");
+        };
+        if !already_on {
+            return skip("[overflow] while tracing is off");
+        }
+        let (insn, k) = code.insn(start)?;
+        if k != Kind::Plain || insn.next_ip() != *next {
+            return skip("the instructions lost to the overflow are not one plain instruction");
+        }
+        events.push(Event::Retire {
+            ip: start,
+            len: insn.len() as u8,
+        });
+        lost = 1;
+        cur = *next;
+        items = after;
+    }
     let mut cpl = 3u8;
     let mut ctl = RtitCtl::new().with_branch_en(true).with_user(true);
     let mut filter = None;
@@ -874,6 +905,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
             End::Wrmsr(x) => Some(x),
             _ => None,
         },
+        lost: lost > 0,
     })
 }
 
@@ -883,7 +915,24 @@ impl Plan {
     /// stream begins at), feeds the events, ends as the test's stream ends. Returns the packets
     /// from the test's starting point on.
     fn trace(&self, cpu: &str) -> Vec<Packet> {
-        let cfg = TracerConfig::default().with_tsx(false);
+        let (packets, spin) = self.trace_with(cpu, None);
+        if !self.lost {
+            return packets;
+        }
+        // The buffer is full at the first event after the spin, and drains within an event:
+        // that event is lost, OVF comes at the next (OVF1, OVF2).
+        self.trace_with(cpu, Some(spin + 1)).0
+    }
+
+    /// [`Plan::trace`], with the internal buffer full at instruction `overflow_at`; also returns
+    /// the instructions the PSB spin took.
+    fn trace_with(&self, cpu: &str, overflow_at: Option<u64>) -> (Vec<Packet>, u64) {
+        let mut cfg = TracerConfig::default().with_tsx(false);
+        if let Some(n) = overflow_at {
+            cfg = cfg
+                .with_overflow(Some(Backpressure::new(256, 256, 1)))
+                .with_overflow_at(vec![n]);
+        }
         let mut rig = TraceRig::with_cpu(cpu, cfg);
         rig.tracer.set_state(self.start, self.cpl, CR3, self.mode);
         if let Some((a, b)) = self.filter {
@@ -909,6 +958,7 @@ impl Plan {
                 rig.ev(spin);
             }
         }
+        let spun = rig.tracer.stats().instructions;
         if self.enter_by_far {
             rig.ev(Event::far(FarKind::Syscall, self.start, self.start, 0, self.mode));
         }
@@ -930,6 +980,6 @@ impl Plan {
                 .expect("the second PSB");
             packets.drain(..second);
         }
-        packets
+        (packets, spun)
     }
 }
