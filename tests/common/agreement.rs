@@ -14,7 +14,7 @@
 
 use super::trace::{TraceRig, ADDR0_A, ADDR0_B, CR3_MATCH, CTL};
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, Register};
-use ptemu::packet::{text::to_text, IpPayload, LastIp, Packet, PacketDecoder};
+use ptemu::packet::{text::to_text, IpPayload, LastIp, Packet, PacketDecoder, PtwSize};
 use ptemu::pttc;
 use ptemu::regs::RtitCtl;
 use ptemu::tracer::{Backpressure, Event, ExecMode, FarKind, TracerConfig};
@@ -117,6 +117,7 @@ fn unrunnable_kind(p: &Packet) -> Option<&'static str> {
         | Packet::TipPgd(_)
         | Packet::Pip { .. }
         | Packet::Ovf
+        | Packet::Ptw { .. }
         | Packet::Pad => return None,
         Packet::Tsc { .. }
         | Packet::Tma { .. }
@@ -126,7 +127,6 @@ fn unrunnable_kind(p: &Packet) -> Option<&'static str> {
         Packet::ModeTsx { .. } => "TSX: the tracer models no transactions",
         Packet::TraceStop => "TraceStop without a stop range in the code's flow",
         Packet::Vmcs { .. } => "VMX (VMCS): no VMX transitions in the flow",
-        Packet::Ptw { .. } => "PTW: the code has no PTWRITE (outside pttc's subset)",
         Packet::Mwait { .. } | Packet::Pwre { .. } | Packet::Pwrx { .. } | Packet::Exstop { .. } => {
             "power events: no C-state entry or exit in the code's flow"
         }
@@ -217,6 +217,7 @@ enum Item {
     Interrupt,
     ExecMode(ExecMode),
     Paging(u64),
+    Ptwrite(u64),
     Overflow,
     EndOfTrace,
 }
@@ -242,6 +243,12 @@ fn flow(exp: &str) -> Result<Vec<Item>, Skip> {
             "[exec mode: 16-bit]" => Item::ExecMode(ExecMode::Bits16),
             "[end of trace]" => Item::EndOfTrace,
             "[overflow]" => Item::Overflow,
+            _ if line.starts_with("[ptwrite: ") && line.ends_with(']') => {
+                match u64::from_str_radix(&line[10..line.len() - 1], 16) {
+                    Ok(v) => Item::Ptwrite(v),
+                    Err(_) => return skip(format!("ptxed reports `{line}`")),
+                }
+            }
             _ if line.starts_with("[paging, cr3: ") && line.ends_with(']') => {
                 match u64::from_str_radix(&line[14..line.len() - 1], 16) {
                     Ok(cr3) => Item::Paging(cr3),
@@ -308,6 +315,7 @@ enum Kind {
     IndCall,
     Far(Far),
     MovCr3,
+    Ptwrite(PtwSize),
 }
 
 /// A far transfer: towards the kernel (CPL 0) or back to user code.
@@ -339,6 +347,12 @@ fn kind(i: &Instruction) -> Result<Kind, Skip> {
         M::Ret => Kind::Ret,
         M::Vmlaunch | M::Vmresume | M::Vmcall => return skip("VMX transitions in the flow"),
         M::Mov if i.op0_register() == Register::CR3 => Kind::MovCr3,
+        M::Ptwrite => Kind::Ptwrite(match (i.op0_register(), i.memory_size().size()) {
+            (Register::None, 8) => PtwSize::Eight,
+            (Register::None, _) => PtwSize::Four,
+            (r, _) if r.size() == 8 => PtwSize::Eight,
+            _ => PtwSize::Four,
+        }),
         _ if i.is_jmp_far() || i.is_jmp_far_indirect() || i.is_call_far() || i.is_call_far_indirect() => {
             Kind::Far(Far::Up(FarKindOf::Branch))
         }
@@ -658,6 +672,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
             _ => {}
         }
     }
+    let fup_on_ptw = pk.iter().any(|p| matches!(p, Packet::Ptw { ip: true, .. }));
     let (mut d, mut e) = (0, 0);
     let mut toggles = Vec::new();
     let last_tnt = pk.iter().rev().find_map(|p| match p {
@@ -785,10 +800,12 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
         let mut j = i + 1;
         let mut new_mode = cur_mode;
         let mut new_cr3 = None;
+        let mut ptw = None;
         loop {
             match items.get(j) {
                 Some(Item::ExecMode(m)) => new_mode = *m,
                 Some(Item::Paging(c)) if k == Kind::MovCr3 => new_cr3 = Some(*c),
+                Some(Item::Ptwrite(v)) if matches!(k, Kind::Ptwrite(_)) => ptw = Some(*v),
                 _ => break,
             }
             j += 1;
@@ -803,7 +820,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
             // An interrupt after the instruction: it went where the code says.
             Some(Item::Interrupt) => match k {
                 Kind::Jump(t) | Kind::Call(t) => Some(t),
-                Kind::Plain | Kind::MovCr3 => Some(fall),
+                Kind::Plain | Kind::MovCr3 | Kind::Ptwrite(_) => Some(fall),
                 _ => return skip("an interrupt right after a branch whose target the flow does not show"),
             },
             Some(other) => return skip(format!("{other:?} in the middle of the flow")),
@@ -814,7 +831,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
                     Kind::Cond(t) => last_tnt.map(|taken| if taken { t } else { fall }),
                     Kind::Jump(t) | Kind::Call(t) => Some(t),
                     Kind::Ret | Kind::IndJump | Kind::IndCall | Kind::Far(_) => last_tip,
-                    Kind::Plain | Kind::MovCr3 => Some(fall),
+                    Kind::Plain | Kind::MovCr3 | Kind::Ptwrite(_) => Some(fall),
                 },
             },
         };
@@ -835,7 +852,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
                     cpl = 0;
                     cr3_filter = true;
                 }
-                Kind::Plain | Kind::MovCr3 | Kind::Far(_) => {
+                Kind::Plain | Kind::MovCr3 | Kind::Ptwrite(_) | Kind::Far(_) => {
                     return skip("TIP.PGD after an instruction that cannot leave the filter range")
                 }
                 _ => filter = Some((0, 0)),
@@ -853,7 +870,7 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
                 Some(&r) => r,
                 None => return skip("a last RET whose call the flow does not show"),
             },
-            (None, Kind::Far(_) | Kind::MovCr3) => fall,
+            (None, Kind::Far(_) | Kind::MovCr3 | Kind::Ptwrite(_)) => fall,
             (None, _) => return skip("the flow does not say where the last branch went"),
         };
         let ev = match k {
@@ -882,6 +899,21 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
             Kind::Jump(t) => Event::Jump { ip, target: t },
             Kind::Call(t) => Event::Call { ip, len, target: t },
             Kind::Ret => Event::Return { ip, target: succ },
+            Kind::Ptwrite(size) => {
+                if succ != fall {
+                    return skip(format!("the flow leaves {ip:#x} (PTWRITE) for {succ:#x}"));
+                }
+                let Some(payload) = ptw else {
+                    return skip("a PTWRITE without [ptwrite: …] after it");
+                };
+                ctl = ctl.with_ptw_en(true);
+                Event::Ptwrite {
+                    ip,
+                    len,
+                    payload,
+                    size,
+                }
+            }
             Kind::IndJump => Event::IndirectJump { ip, target: succ },
             Kind::IndCall => Event::IndirectCall {
                 ip,
@@ -930,6 +962,9 @@ fn plan(theirs: &[Packet], items: &[Item], code: &Code) -> Result<Plan, Skip> {
         cur = succ;
         cur_mode = new_mode;
         i = j;
+    }
+    if ctl.ptw_en() {
+        ctl = ctl.with_fup_on_ptw(fup_on_ptw);
     }
     if d != mid_pgds.len() || e != mid_pges.len() {
         return skip("the flow's [disabled] and [enabled] are not the stream's TIP.PGD and TIP.PGE");
