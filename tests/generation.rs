@@ -206,6 +206,34 @@ fn psb3_enable_sends_psb_only_when_packet_byte_cnt_is_zero() {
     assert_eq!(r.names().iter().filter(|&&p| p == "psb").count(), 2);
 }
 
+/// PSB2, PSB3: an enable while PacketByteCnt holds more than a period sends no PSB+ of its own
+/// and none right after: the next comes a period after the last one.
+#[test]
+fn psb2_psb3_a_later_enable_keeps_the_psb_period() {
+    let mut r = rig(user().with_psb_freq(0));
+    let hop = |i: u64| Event::IndirectJump {
+        ip: START + (i % 2) * 0x40,
+        target: START + ((i + 1) % 2) * 0x40,
+    };
+    let mut i = 0;
+    while r.tracer.stats().psbs < 2 {
+        r.ev(hop(i));
+        i += 1;
+    }
+    let ip = hop(i - 1).next_ip(0);
+    r.stop_at(ip);
+    assert!(r.tracer.rdmsr(STATUS).unwrap() >> 32 & 0x1_ffff >= 2048);
+    r.tracer.wrmsr(&mut r.mem, CTL, r.ctl.bits(), ip, 0).unwrap();
+    for j in 0..10 {
+        r.ev(hop(i + j));
+    }
+    r.stop_at(hop(i + 9).next_ip(0));
+    let n = r.names();
+    let tail = &n[n.len().saturating_sub(30)..];
+    assert_eq!(r.tracer.stats().psbs, 2, "{tail:?}");
+    assert_eq!(n.iter().filter(|&&p| p == "psb").count(), 2, "{tail:?}");
+}
+
 #[test]
 fn psb4_ret3_tnt_flushed_and_ret_stack_cleared_at_psb() {
     let mut r = rig(user().with_psb_freq(0));

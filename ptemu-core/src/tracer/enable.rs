@@ -86,7 +86,12 @@ impl Tracer {
                 self.skipped_by_workarounds();
             }
         } else {
-            self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt());
+            // PSB2: PacketByteCnt counts every byte written (spec/output.md Q10); what counts
+            // toward the next PSB is the part past the last whole period, not the whole count
+            // (which would send a PSB+ right after the enable, however few bytes followed the
+            // last one).
+            let period = 1u64 << (self.ctl.psb_freq() + 11);
+            self.hot.psb_bytes = u64::from(regs.status.packet_byte_cnt()) % period;
             if self.ctl.tsc_en() {
                 self.put_tsc();
             }
