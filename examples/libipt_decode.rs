@@ -661,12 +661,17 @@ fn event_line(out: &mut String, ev: &pt_event, show_ip: bool) {
             pt_event_type_ptev_vmentry => format!("[vmentry{}]", shown("ip", v.vmentry.ip)),
             pt_event_type_ptev_vmexit => {
                 let e = &v.vmexit;
-                format!(
-                    "[vmexit, vmxr: {:x}, vmxq: {:x}{}]",
-                    e.vmxr,
-                    e.vmxq,
-                    shown("ip", e.ip)
-                )
+                let mut words = String::from("vmexit");
+                if e.has_vector() != 0 {
+                    let _ = write!(words, ", intr: {}", e.vector);
+                }
+                if e.has_vmxr() != 0 {
+                    let _ = write!(words, ", vmxr: {:016x}", e.vmxr);
+                }
+                if e.has_vmxq() != 0 {
+                    let _ = write!(words, ", vmxq: {:016x}", e.vmxq);
+                }
+                format!("[{words}{}]", shown("ip", e.ip))
             }
             pt_event_type_ptev_shutdown => format!("[shutdown{}]", shown("ip", v.shutdown.ip)),
             pt_event_type_ptev_uintr => format!("[uintr {}{}]", v.uintr.vector, shown("ip", v.uintr.ip)),

@@ -33,8 +33,6 @@ mod why {
         "TRIG packets: libipt 2.1.2 has no TRIG (an `unknown opcode` error) and no `trig` event";
     /// Power events: the newer ptxed prints PWRE/PWRX C-states as the packet's field plus 1 (mod 16: `pwre c1.0` for field 0, sub-state 15), libipt 2.1.2's harness prints the fields as TR11's words do (`pwre c0.15`); and libipt 2.1.2 reports PWRE in packet order, before the MWAIT and EXSTOP bound to the FUP after it.
     pub const POWER: &str = "power events: the newer ptxed prints PWRE/PWRX C-states as the packet's field plus 1 (mod 16: `pwre c1.0` for field 0, sub-state 15), libipt 2.1.2's harness prints the fields as TR11's words do (`pwre c0.15`); and libipt 2.1.2 reports PWRE in packet order, before the MWAIT and EXSTOP bound to the FUP after it";
-    /// VM exits: the newer ptxed prints `vmexit, intr: N, vmxr: %016x, vmxq: %016x`; libipt 2.1.2's event has no vector, and the harness prints TR11's words (`vmxr: %x, vmxq: %x`).
-    pub const VMEXIT: &str = "VM exits: the newer ptxed prints `vmexit, intr: N, vmxr: %016x, vmxq: %016x`; libipt 2.1.2's event has no vector, and the harness prints TR11's words (`vmxr: %x, vmxq: %x`)";
     /// FRED's ERETU/ERETS and the `swintr` event: newer than libipt 2.1.2, which decodes the flow otherwise.
     pub const NEWER_EVENTS: &str = "FRED's ERETU/ERETS and the `swintr` event: newer than libipt 2.1.2, which decodes the flow otherwise";
     /// APX's JMPABS: libipt 2.1.2 does not know the instruction.
@@ -75,9 +73,7 @@ const DISAGREE: &[(&str, &str, bool)] = &[
     ("tip_pgd-mwait-pwre-exstop_ip-pwre-pwrx", why::POWER, false),
     ("tip_pgd-mwait-pwre-exstop_ip-pwrx", why::POWER, false),
     ("tip_pge-pwre-pwrx-tip_pgd", why::POWER, false),
-    ("ptet", why::VMEXIT, false),
-    ("ptet-vmexit-vmentry-nonroot", why::VMEXIT, false),
-    ("ptet-vmexit-vmentry-root", why::VMEXIT, false),
+    ("ptet", why::NEWER_EVENTS, false),
     ("int-eretu", why::NEWER_EVENTS, false),
     ("int-eretu-cpl_0", why::NEWER_EVENTS, false),
     ("ptet-int-eretu", why::NEWER_EVENTS, false),
