@@ -329,6 +329,37 @@ fn cli_case_needs_an_exp_ptxed_section() {
     assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
 }
 
+/// A bad `; opt:ptxed` option is exit 2 naming the file and line under `--case`, and writes
+/// nothing; without `--case` the line is a comment, as for pttc.
+#[test]
+fn cli_case_bad_ptxed_option() {
+    let out = tempfile::tempdir().unwrap();
+    let ptt = out.path().join("bad.ptt");
+    let text = std::fs::read_to_string(data("case.ptt")).unwrap();
+    std::fs::write(
+        &ptt,
+        text.replace("--filter:addr0_a 0x2000", "--filter:addr0_a zz"),
+    )
+    .unwrap();
+    let dir = out.path().join("o");
+    let o = ptemu(&[
+        "pttc",
+        ptt.to_str().unwrap(),
+        "--case",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.ptt:3: opt:ptxed: --filter:addr0_a needs a number"),
+        "{stderr}"
+    );
+    assert!(!dir.exists() || std::fs::read_dir(&dir).unwrap().count() == 0);
+    let o = ptemu(&["pttc", ptt.to_str().unwrap(), "-o", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 fn fails_at(file: &str, line: usize, words: &str) {
     let out = tempfile::tempdir().unwrap();
     let o = ptemu(&["pttc", &data(file), "-o", out.path().to_str().unwrap()]);

@@ -189,6 +189,7 @@ fn libipt_ptxed_expectations_are_verify_cases() {
     files.sort();
     let work = tempfile::tempdir().unwrap();
     let (mut tests, mut runs, mut exp_ok) = (0, 0, 0);
+    let mut error_runs = Vec::new();
     let mut refused = BTreeMap::new();
     let mut disagree = BTreeMap::new();
     for ptt in &files {
@@ -249,6 +250,12 @@ fn libipt_ptxed_expectations_are_verify_cases() {
                 text(&v.stderr)
             );
             exp_ok += 1;
+            let expects_error = exp
+                .lines()
+                .any(|l| matches!(read_ptxed_line(l), PtxedLine::Error { .. }));
+            if expects_error {
+                error_runs.push(run.clone());
+            }
             let got = harness::decode_case(&out);
             let got_path = out.join("harness.txt");
             std::fs::write(&got_path, &got).unwrap();
@@ -274,6 +281,12 @@ fn libipt_ptxed_expectations_are_verify_cases() {
         tests - tests_disagreeing.len(),
         runs - refused.len(),
         tests - tests_refused.len(),
+    );
+    println!(
+        "pttc suite: {} runs expect a decode error; the harness agrees on {} of them, verify accepts {}",
+        error_runs.len(),
+        error_runs.iter().filter(|r| !disagree.contains_key(*r)).count(),
+        error_runs.iter().filter(|r| !refused.contains_key(*r)).count()
     );
     for (run, why) in &disagree {
         println!("disagrees: {run}: {why}");
