@@ -18,7 +18,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             }
             match case_files("fuzz.ptt", text, &compiled, None) {
                 Ok(files) => {
-                    let truth = files.iter().find(|f| f.name == "truth.jsonl").expect("truth.jsonl");
+                    let truth = files
+                        .iter()
+                        .find(|f| f.name == "truth.jsonl")
+                        .expect("truth.jsonl");
                     let mut sink = ptemu::truth::compact::Encoder::new(Vec::new());
                     ptemu::truth::json::read("truth.jsonl", &truth.bytes[..], &mut sink)
                         .expect("the truth --case writes reads back");
