@@ -117,14 +117,74 @@ pub fn decode_case(case: &Path) -> String {
 /// (`pt_insn_time`) as `tsc: HEX`, what `ptemu verify --time` reads (TR13).
 pub fn decode_case_timed(case: &Path, show_time: bool) -> String {
     let trace = std::fs::read(case.join("trace.pt")).expect("trace.pt");
-    decode_filtered(
+    decode_styled(
         &trace,
         &case_sections(case),
         case_timing(case),
         show_time,
         case_cpu(case),
         case_filter(case),
+        case_style(case),
     )
+}
+
+/// How the harness decodes and prints beyond its defaults: for a `ptemu pttc --case` case,
+/// as libipt's ptxed does with the test's options (spec/pttc.md, "`--case`").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Style {
+    /// ptxed's way: after an error, on at the next PSB (`pt_insn_sync_forward`) only; an error
+    /// as ptxed prints it (`[offset, ip: error: message]`, the IP being the instruction after
+    /// the last one when that one decoded), `[end of trace]`, `? ` before a speculative
+    /// instruction. Otherwise the harness's own way (the module doc).
+    pub ptxed: bool,
+    /// Event lines carry their IPs (ptxed's `--event:ip`).
+    pub event_ip: bool,
+    /// Ask libipt for tick events (`--event:tick`).
+    pub tick: bool,
+    /// Ask libipt for interrupt-flag events (`--event:iflags`).
+    pub iflags: bool,
+    /// Keep the timing calibration over an overflow (`--insn:keep-tcal-on-ovf`).
+    pub keep_tcal: bool,
+    /// Print no instruction or event, only errors (`--quiet`).
+    pub quiet: bool,
+    /// End with the instruction count, `insn: N.` (`--stat`, `--stat:insn`).
+    pub stat_insn: bool,
+}
+
+impl Default for Style {
+    fn default() -> Self {
+        Style {
+            ptxed: false,
+            event_ip: true,
+            tick: false,
+            iflags: false,
+            keep_tcal: false,
+            quiet: false,
+            stat_insn: false,
+        }
+    }
+}
+
+/// The style a case asks for: `case.json`'s `style` (written by `ptemu pttc --case`), else the
+/// default.
+pub fn case_style(case: &Path) -> Style {
+    if !case.join("case.json").is_file() {
+        return Style::default();
+    }
+    let c = &json(&case.join("case.json"))["style"];
+    if c.is_null() {
+        return Style::default();
+    }
+    let flag = |k: &str| c[k].as_bool().unwrap_or_else(|| panic!("case.json: style.{k}"));
+    Style {
+        ptxed: flag("ptxed"),
+        event_ip: flag("event_ip"),
+        tick: flag("tick"),
+        iflags: flag("iflags"),
+        keep_tcal: flag("keep_tcal"),
+        quiet: flag("quiet"),
+        stat_insn: flag("stat_insn"),
+    }
 }
 
 /// [`decode_case`] told the CPU `cpu` instead of the case's (`None`: not told any).
@@ -211,8 +271,16 @@ pub fn case_filter(case: &Path) -> AddrFilter {
 /// Tells libipt the part a trace was made on (family, model, stepping) and turns on its errata
 /// workarounds for it, as ptxed's `--cpu` does (spec/cpu-profiles.md CP1); `None` tells nothing.
 pub fn tell_cpu(c: &mut pt_config, cpu: Option<(u16, u8, u8)>) {
+    if let Err(e) = try_tell_cpu(c, cpu) {
+        panic!("pt_cpu_errata: {e}");
+    }
+}
+
+/// [`tell_cpu`], giving libipt's error for a part it does not know (ptxed prints it as a
+/// `config error` and goes on with the part set and no workarounds).
+pub fn try_tell_cpu(c: &mut pt_config, cpu: Option<(u16, u8, u8)>) -> Result<(), String> {
     let Some((family, model, stepping)) = cpu else {
-        return;
+        return Ok(());
     };
     c.cpu.vendor = pt_cpu_vendor_pcv_intel;
     c.cpu.family = family;
@@ -220,7 +288,10 @@ pub fn tell_cpu(c: &mut pt_config, cpu: Option<(u16, u8, u8)>) {
     c.cpu.stepping = stepping;
     // SAFETY: both pointers are to fields of the live `c`.
     let rc = unsafe { pt_cpu_errata(&mut c.errata, &c.cpu) };
-    assert!(rc >= 0, "pt_cpu_errata: {}", error_text(rc));
+    match rc < 0 {
+        true => Err(error_text(rc)),
+        false => Ok(()),
+    }
 }
 
 /// Tells libipt the address filter the trace was made with (for its SKL014 workaround, CP4),
@@ -309,6 +380,19 @@ pub fn decode_filtered(
     cpu: Option<(u16, u8, u8)>,
     filter: AddrFilter,
 ) -> String {
+    decode_styled(trace, sections, t, show_time, cpu, filter, Style::default())
+}
+
+/// [`decode_filtered`], decoding and printing in `style`.
+pub fn decode_styled(
+    trace: &[u8],
+    sections: &[Section],
+    t: Timing,
+    show_time: bool,
+    cpu: Option<(u16, u8, u8)>,
+    filter: AddrFilter,
+    style: Style,
+) -> String {
     let mut buf = trace.to_vec();
     buf.push(0); // libipt wants a non-empty buffer; a PAD changes nothing
     let mut out = String::new();
@@ -329,7 +413,18 @@ pub fn decode_filtered(
         c.cpuid_0x15_eax = t.cpuid_0x15_eax;
         c.cpuid_0x15_ebx = t.cpuid_0x15_ebx;
         tell_filter(&mut c, filter);
-        tell_cpu(&mut c, cpu);
+        match style.ptxed {
+            true => {
+                if let Err(e) = try_tell_cpu(&mut c, cpu) {
+                    let _ = writeln!(out, "[0, 0: config error: {e}]");
+                }
+            }
+            false => tell_cpu(&mut c, cpu),
+        }
+        // The instruction decoder's flags: bit 0 tick events, bit 1 keep the timing calibration
+        // over an overflow, bit 2 iflags events.
+        let flags = &mut c.flags as *mut pt_conf_flags as *mut u32;
+        *flags |= u32::from(style.tick) | u32::from(style.keep_tcal) << 1 | u32::from(style.iflags) << 2;
         let dec = pt_insn_alloc_decoder(&c);
         assert!(!dec.is_null(), "pt_insn_alloc_decoder");
         let add = |s: &Section, name: &CString| {
@@ -369,6 +464,14 @@ pub fn decode_filtered(
             .collect();
         later.sort();
         let mut later = later.into_iter().peekable();
+        if style.ptxed {
+            let insns = decode_as_ptxed(dec, &mut out, style);
+            pt_insn_free_decoder(dec);
+            if style.stat_insn {
+                let _ = writeln!(out, "insn: {insns}.");
+            }
+            return out;
+        }
         // The PSB decoding last started again at, so an error there moves on.
         let mut restarted: Option<usize> = None;
         let mut status = pt_insn_sync_forward(dec);
@@ -393,7 +496,7 @@ pub fn decode_filtered(
                 let mut ev: pt_event = std::mem::zeroed();
                 status = pt_insn_event(dec, &mut ev, std::mem::size_of::<pt_event>());
                 if status >= 0 {
-                    event_line(&mut out, &ev);
+                    event_line(&mut out, &ev, style.event_ip);
                 }
             }
             if status < 0 {
@@ -435,10 +538,13 @@ pub fn decode_filtered(
 /// transaction]` / `[committed]` / `[aborted]`, `[stopped]`, `[ptwrite: …]`, `[cbr: …]`,
 /// `[mwait …]`, `[pwre c…]`, `[pwrx …]`, `[exstop]`, `[tick]`, `[mnt: …]`, and the Event
 /// Trace events. Status updates are not printed (ptxed leaves them out).
-fn event_line(out: &mut String, ev: &pt_event) {
-    let ip = |name: &str, v: u64| format!(", {name}: {v:016x}");
+fn event_line(out: &mut String, ev: &pt_event, show_ip: bool) {
+    let ip = |name: &str, v: u64| match show_ip {
+        true => format!(", {name}: {v:016x}"),
+        false => String::new(),
+    };
     let shown = |name: &str, v: u64| {
-        if ev.ip_suppressed() != 0 {
+        if ev.ip_suppressed() != 0 || !show_ip {
             String::new()
         } else {
             ip(name, v)
@@ -555,12 +661,17 @@ fn event_line(out: &mut String, ev: &pt_event) {
             pt_event_type_ptev_vmentry => format!("[vmentry{}]", shown("ip", v.vmentry.ip)),
             pt_event_type_ptev_vmexit => {
                 let e = &v.vmexit;
-                format!(
-                    "[vmexit, vmxr: {:x}, vmxq: {:x}{}]",
-                    e.vmxr,
-                    e.vmxq,
-                    shown("ip", e.ip)
-                )
+                let mut words = String::from("vmexit");
+                if e.has_vector() != 0 {
+                    let _ = write!(words, ", intr: {}", e.vector);
+                }
+                if e.has_vmxr() != 0 {
+                    let _ = write!(words, ", vmxr: {:016x}", e.vmxr);
+                }
+                if e.has_vmxq() != 0 {
+                    let _ = write!(words, ", vmxq: {:016x}", e.vmxq);
+                }
+                format!("[{words}{}]", shown("ip", e.ip))
             }
             pt_event_type_ptev_shutdown => format!("[shutdown{}]", shown("ip", v.shutdown.ip)),
             pt_event_type_ptev_uintr => format!("[uintr {}{}]", v.uintr.vector, shown("ip", v.uintr.ip)),
@@ -570,6 +681,117 @@ fn event_line(out: &mut String, ev: &pt_event) {
     };
     out.push_str(&line);
     out.push('\n');
+}
+
+/// The IP ptxed reports an error at after the instruction `insn` (ptxed's `diagnose_insn`):
+/// the next instruction's (after its length, at a direct branch's target) when `insn` decoded
+/// and the error is not about that instruction's own query, else `insn`'s.
+fn error_ip(insn: &pt_insn, status: i32) -> u64 {
+    if status == -(pt_error_code_pte_bad_query as i32) || insn.iclass == pt_insn_class_ptic_unknown {
+        return insn.ip;
+    }
+    let bits = match insn.mode {
+        pt_exec_mode_ptem_16bit => 16,
+        pt_exec_mode_ptem_32bit => 32,
+        _ => 64,
+    };
+    let raw = &insn.raw[..usize::from(insn.size).min(insn.raw.len())];
+    let mut d = iced_x86::Decoder::with_ip(bits, raw, insn.ip, iced_x86::DecoderOptions::NONE);
+    let i = d.decode();
+    if i.is_invalid() {
+        return insn.ip;
+    }
+    match i.op0_kind() {
+        iced_x86::OpKind::NearBranch16 | iced_x86::OpKind::NearBranch32 | iced_x86::OpKind::NearBranch64 => {
+            i.near_branch_target()
+        }
+        _ => insn.ip.wrapping_add(i.len() as u64),
+    }
+}
+
+/// ptxed's loop over the instruction decoder (its `decode_insn` without `--resync-on-error`,
+/// which libipt 2.1.2 has no `pt_insn_resync` for): synchronize forward; events, then
+/// instructions; at an error print it and synchronize forward again; stop at the end of the
+/// trace, or when synchronizing fails twice at the same place. Returns the instructions
+/// decoded (ptxed's `insn` statistic).
+///
+/// # Safety
+///
+/// `dec` is a live instruction decoder.
+unsafe fn decode_as_ptxed(dec: *mut pt_insn_decoder, out: &mut String, style: Style) -> u64 {
+    // SAFETY: the caller's promise; every out-pointer is a local of the size passed.
+    unsafe {
+        let eos = -(pt_error_code_pte_eos as i32);
+        let ignored = -(pt_error_code_pte_event_ignored as i32);
+        let pending = pt_status_flag_pts_event_pending as i32;
+        let offset = || {
+            let mut at = 0u64;
+            pt_insn_get_offset(dec, &mut at);
+            at
+        };
+        let mut sync = 0u64;
+        let mut insns = 0u64;
+        loop {
+            let mut insn: pt_insn = std::mem::zeroed();
+            let mut status = pt_insn_sync_forward(dec);
+            if status < 0 {
+                if status == eos {
+                    return insns;
+                }
+                let at = offset();
+                let _ = writeln!(out, "[{at:x}, 0: sync error: {}]", error_text(status));
+                if at <= sync {
+                    return insns;
+                }
+                sync = at;
+                continue;
+            }
+            loop {
+                while status >= 0 && status & pending != 0 {
+                    let mut ev: pt_event = std::mem::zeroed();
+                    status = pt_insn_event(dec, &mut ev, std::mem::size_of::<pt_event>());
+                    if status >= 0 && !style.quiet {
+                        event_line(out, &ev, style.event_ip);
+                    }
+                }
+                if status < 0 {
+                    break;
+                }
+                if status & pt_status_flag_pts_eos as i32 != 0 {
+                    if status & pt_status_flag_pts_ip_suppressed as i32 == 0 && !style.quiet {
+                        out.push_str("[end of trace]\n");
+                    }
+                    return insns;
+                }
+                status = pt_insn_next(dec, &mut insn, std::mem::size_of::<pt_insn>());
+                if status == ignored {
+                    status = pending;
+                    continue;
+                }
+                if status < 0 && insn.iclass == pt_insn_class_ptic_unknown {
+                    break;
+                }
+                insns += 1;
+                if !style.quiet {
+                    let mark = if insn.speculative() != 0 { "? " } else { "" };
+                    let _ = writeln!(out, "{mark}{:016x}", insn.ip);
+                }
+                if status < 0 {
+                    break;
+                }
+            }
+            if status == eos {
+                return insns;
+            }
+            let _ = writeln!(
+                out,
+                "[{:x}, {:x}: error: {}]",
+                offset(),
+                error_ip(&insn, status),
+                error_text(status)
+            );
+        }
+    }
 }
 
 fn main() {

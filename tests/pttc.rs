@@ -5,7 +5,8 @@
 //!   compared byte for byte with `yasm -f bin` of the same file where yasm is installed;
 //! - the .pt bytes are compared with the packets libipt's pttc wrote for the same tests
 //!   (tests/data/libipt-golden-packets.txt);
-//! - the command line on small files of our own (tests/data/pttc/, see SOURCE.md there).
+//! - the command line on small files of our own (tests/data/pttc/, see SOURCE.md there), and
+//!   `--case` (tests/pttc_suite.rs runs it on libipt's tests).
 
 mod common;
 
@@ -398,6 +399,111 @@ fn cli_good_file() {
     assert!(o.status.success());
     assert!(out.path().join("good-ptdump-cpu_6_142.exp").is_file());
     assert!(out.path().join("good--cpu_6_142.exp").is_file());
+}
+
+/// `--case` adds a case `ptemu verify` and the libipt harness read: the harness, told the CPU
+/// and the filter of the `; cpu` and `; opt:ptxed` lines, prints the .exp(ptxed) text, and
+/// verify accepts it and refuses it with one IP changed.
+#[test]
+fn cli_case_writes_a_verify_case() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().join("case");
+    let o = ptemu(&["pttc", &data("case.ptt"), "--case", "-o", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let listed = String::from_utf8_lossy(&o.stdout);
+    for name in [
+        "case.bin",
+        "case.pt",
+        "case-ptxed.exp",
+        "trace.pt",
+        "image.bin",
+        "image.json",
+        "case.json",
+        "truth.jsonl",
+    ] {
+        assert!(
+            dir.join(name).is_file() && listed.contains(name),
+            "{name} not written"
+        );
+    }
+    assert_eq!(
+        std::fs::read(dir.join("trace.pt")).unwrap(),
+        std::fs::read(dir.join("case.pt")).unwrap()
+    );
+    assert_eq!(common::harness::case_cpu(&dir), Some((6, 142, 0)));
+    let filter = common::harness::case_filter(&dir);
+    assert_eq!((filter.cfg, filter.addr[0], filter.addr[1]), (1, 0x2000, 0x20ff));
+    let got = common::harness::decode_case(&dir);
+    let exp = std::fs::read_to_string(dir.join("case-ptxed.exp")).unwrap();
+    assert_eq!(got, exp, "the harness prints what ptxed must");
+    let verify = |text: &str| {
+        let ips = out.path().join("ips.txt");
+        std::fs::write(&ips, text).unwrap();
+        ptemu(&[
+            "verify",
+            dir.to_str().unwrap(),
+            "--ips",
+            ips.to_str().unwrap(),
+            "--events",
+        ])
+    };
+    let v = verify(&got);
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stderr));
+    let v = verify(&got.replace("0000000000002004", "0000000000002002"));
+    assert_eq!(v.status.code(), Some(1), "a changed IP is refused");
+    let v = verify(&got.replace("[disabled, at: 0000000000002005]\n", ""));
+    assert_eq!(v.status.code(), Some(1), "a missing event is refused");
+}
+
+/// `--case` without an .exp(ptxed) section is exit 2 naming the file, and writes nothing.
+#[test]
+fn cli_case_needs_an_exp_ptxed_section() {
+    let out = tempfile::tempdir().unwrap();
+    let o = ptemu(&[
+        "pttc",
+        &data("good.ptt"),
+        "--case",
+        "-o",
+        out.path().to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("good.ptt: --case: the file has no .exp(ptxed) section"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+}
+
+/// A bad `; opt:ptxed` option is exit 2 naming the file and line under `--case`, and writes
+/// nothing; without `--case` the line is a comment, as for pttc.
+#[test]
+fn cli_case_bad_ptxed_option() {
+    let out = tempfile::tempdir().unwrap();
+    let ptt = out.path().join("bad.ptt");
+    let text = std::fs::read_to_string(data("case.ptt")).unwrap();
+    std::fs::write(
+        &ptt,
+        text.replace("--filter:addr0_a 0x2000", "--filter:addr0_a zz"),
+    )
+    .unwrap();
+    let dir = out.path().join("o");
+    let o = ptemu(&[
+        "pttc",
+        ptt.to_str().unwrap(),
+        "--case",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.ptt:3: opt:ptxed: --filter:addr0_a needs a number"),
+        "{stderr}"
+    );
+    assert!(!dir.exists() || std::fs::read_dir(&dir).unwrap().count() == 0);
+    let o = ptemu(&["pttc", ptt.to_str().unwrap(), "-o", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
 fn fails_at(file: &str, line: usize, words: &str) {

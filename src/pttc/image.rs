@@ -50,6 +50,8 @@ pub struct Image {
     pub bin: Vec<u8>,
     /// The listing, one entry per source line.
     pub lines: Vec<ListingLine>,
+    /// `org`: where the file's first byte is loaded.
+    pub org: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -437,7 +439,11 @@ pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
         bin[at as usize..end as usize].copy_from_slice(&s.bytes);
     }
 
-    Ok(Image { bin, lines: listing })
+    Ok(Image {
+        bin,
+        lines: listing,
+        org: org_addr,
+    })
 }
 
 /// `addr` rounded up to a section's alignment; none past 2^64.

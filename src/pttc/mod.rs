@@ -12,6 +12,7 @@
 //! inherits).
 
 mod asm;
+pub mod case;
 mod ctext;
 mod directive;
 mod exp;
@@ -161,9 +162,24 @@ pub fn exp_name(root: &str, extra: &str, cpu: Option<Cpu>) -> String {
 /// Compiles the .ptt text `source`, read from `path`, into pttc's output files: the .bin, the
 /// .pt, the .exp files in the order their sections first appear, then the .sb files.
 pub fn run(path: &str, source: &str, options: &Options) -> Result<Vec<OutputFile>, PttcError> {
+    compile(path, source, options).map(|c| c.files)
+}
+
+/// What [`compile`] gives: pttc's files and where the .bin is loaded.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The files [`run`] gives.
+    pub files: Vec<OutputFile>,
+    /// `org`: the address of the .bin's first byte.
+    pub org: u64,
+}
+
+/// [`run`], also giving the .bin's load address.
+pub fn compile(path: &str, source: &str, options: &Options) -> Result<Compiled, PttcError> {
     let root = file_root(path);
     let lines = parse::split_lines(source);
     let image = image::assemble(&lines)?;
+    let org = image.org;
     let reading = listing::read(&image.lines)?;
     let yasm = &reading.labels;
     let mut directive_labels = Labels::default();
@@ -268,7 +284,37 @@ pub fn run(path: &str, source: &str, options: &Options) -> Result<Vec<OutputFile
             .into_iter()
             .map(|(name, bytes)| OutputFile { name, bytes }),
     );
-    Ok(files)
+    Ok(Compiled { files, org })
+}
+
+/// The files `--case` adds to `compiled` (spec/pttc.md, "`--case`"): `trace.pt`, `image.bin`,
+/// `image.json`, `case.json` and `truth.jsonl` from the `.exp(ptxed)` section. `cpu` is `--cpu`
+/// (`Some(None)`: `--cpu none`; `None`: not given, so the first `; cpu` line's). A file
+/// without an `.exp(ptxed)` section is an error: there is nothing to check a decoder against.
+pub fn case_files(
+    path: &str,
+    source: &str,
+    compiled: &Compiled,
+    cpu: Option<Option<Cpu>>,
+) -> Result<Vec<OutputFile>, PttcError> {
+    let root = file_root(path);
+    let name = exp_name(root, "ptxed", cpu.flatten());
+    let exp = compiled
+        .files
+        .iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| PttcError::new(0, "--case: the file has no .exp(ptxed) section"))?;
+    let file = |n: String| compiled.files.iter().find(|f| f.name == n).map(|f| &f.bytes[..]);
+    let lines = parse::split_lines(source);
+    case::files(&case::CaseInput {
+        path,
+        lines: &lines,
+        bin: file(format!("{root}.bin")).unwrap_or_default(),
+        org: compiled.org,
+        pt: file(format!("{root}.pt")).unwrap_or_default(),
+        exp: &String::from_utf8_lossy(&exp.bytes),
+        cpu,
+    })
 }
 
 #[cfg(test)]

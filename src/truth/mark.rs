@@ -177,10 +177,10 @@ impl Marker {
                             s += &format!(", intr: {vector}");
                         }
                         if let Some(r) = vmxr {
-                            s += &format!(", vmxr: {r:x}");
+                            s += &format!(", vmxr: {r:016x}");
                         }
                         if let Some(q) = vmxq {
-                            s += &format!(", vmxq: {q:x}");
+                            s += &format!(", vmxq: {q:016x}");
                         }
                         s
                     }
@@ -296,6 +296,23 @@ mod tests {
                 ip: false
             }),
             s("iret")
+        );
+        // A VM exit with its vector and both EVDs, as libipt's ptet test prints it.
+        assert_eq!(t(Packet::Evd { ty: 2, payload: 0 }), None);
+        assert_eq!(
+            t(Packet::Evd {
+                ty: 1,
+                payload: 0xf00baa
+            }),
+            None
+        );
+        assert_eq!(
+            t(Packet::Cfe {
+                ty: 9,
+                vector: 14,
+                ip: false
+            }),
+            s("vmexit, intr: 14, vmxr: 0000000000000000, vmxq: 0000000000f00baa")
         );
         assert_eq!(t(Packet::Psb), None);
     }

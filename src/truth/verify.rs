@@ -225,8 +225,15 @@ fn token_after_time(line: &[u8], time: bool) -> Option<Token> {
     if time && perf_time_ns(first).is_some() {
         return token_after_time(&rest[first.len()..], false);
     }
+    // ptxed's `? ` before a speculative instruction (TSX): the IP follows.
+    if first == b"?" {
+        let rest = &rest[1..];
+        let word = first_word(rest)?;
+        return ip_word(b"", word).map(Token::Ip);
+    }
     if first.starts_with(b"[") {
-        if contains(b": error") {
+        // `[offset, ip: error: …]`, and ptxed's `sync error`, `resync error`, … .
+        if contains(b": error") || contains(b" error: ") {
             return Some(Token::Error);
         }
         return event_line(rest)
@@ -1705,6 +1712,11 @@ mod tests {
         assert_eq!(token("a1"), Some(Token::Ip(0xa1)));
         assert_eq!(token("          abcdef"), Some(Token::Ip(0xabcdef)));
         assert_eq!(token("00000000000000000bad"), None, "more than 16 digits");
+        // ptxed's speculative instructions, and its error lines of every kind.
+        assert_eq!(token("? 0000000000001000"), Some(Token::Ip(0x1000)));
+        assert_eq!(token("? bad"), None);
+        assert_eq!(token("[0, 0: sync error: no sync]"), Some(Token::Error));
+        assert_eq!(token("[1a, 1002: error: no memory mapped]"), Some(Token::Error));
         // Each printer's own format, for addresses with and without a decimal digit.
         for ip in [
             0u64,
