@@ -319,3 +319,81 @@ fn libipt_ptxed_expectations_are_verify_cases() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// `ptemu pttc --case --perf-data` (spec/pttc.md): each test's trace and code as a perf.data that
+/// Linux perf decodes (`perf script --itrace=i0nse -F ip`, run where the case is), its output
+/// checked by `ptemu verify` against the `.exp(ptxed)` truth, for the first CPU each test names.
+/// The tests perf passes are listed in `tests/data/pttc/perf-passes.txt` (what perf 6.1 does with
+/// libipt's tests: a measurement, regenerated with `PTEMU_UPDATE_PERF_PASSES=1`); the test fails
+/// when that set changes either way, and when `--layout` does not give `ptemu write`'s outputs.
+#[test]
+fn pttc_perf_data_perf_decodes_libipts_tests() {
+    let Some(dir) = reference_dir() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ptt"))
+        .collect();
+    files.sort();
+    let work = tempfile::tempdir().unwrap();
+    let mut passes = Vec::new();
+    let mut cases = 0;
+    for ptt in &files {
+        let source = std::fs::read_to_string(ptt).unwrap();
+        let stem = ptt.file_stem().unwrap().to_str().unwrap().to_string();
+        if !source.contains("@pt .exp(ptxed)") || stem == "test_label_addr" || stem == "test_exp_labels" {
+            continue;
+        }
+        let out = work.path().join(&stem);
+        let o = ptemu(&[
+            "pttc",
+            ptt.to_str().unwrap(),
+            "--case",
+            "--perf-data",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{stem}: {}", text(&o.stderr));
+        cases += 1;
+        let perf = std::process::Command::new("perf")
+            .args(["script", "-i", "perf.data", "--itrace=i0nse", "-F", "ip"])
+            .current_dir(&out)
+            .output()
+            .expect("perf (Debian's linux-perf; cargo xtask test installs it)");
+        let lines = text(&perf.stdout);
+        let v = common::cli::ptemu_stdin(
+            &["verify", out.to_str().unwrap(), "--ips", "-", "-q"],
+            lines.as_bytes(),
+        );
+        if v.status.success() {
+            passes.push(stem);
+        }
+    }
+    let listed = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/pttc/perf-passes.txt");
+    let got = passes.join("\n") + "\n";
+    if std::env::var_os("PTEMU_UPDATE_PERF_PASSES").is_some() {
+        std::fs::write(&listed, &got).unwrap();
+    }
+    let want = std::fs::read_to_string(&listed).unwrap();
+    assert_eq!(got, want, "perf passes {} of {cases} cases", passes.len());
+    assert!(passes.len() * 2 > cases, "{} of {cases}", passes.len());
+    // --layout: the test's .pt through a ToPA ring, as `ptemu write` writes it.
+    let ring = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ring-layout.toml");
+    let out = work.path().join("layout");
+    let o = ptemu(&[
+        "pttc",
+        dir.join("loop-tnt.ptt").to_str().unwrap(),
+        "--layout",
+        ring.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let written = out.join("loop-tnt-output");
+    for f in ["regions", "report.json", "events.jsonl", "layout.svg"] {
+        assert!(written.join(f).exists(), "{f}");
+    }
+    let pt = std::fs::read(out.join("loop-tnt.pt")).unwrap();
+    let region = std::fs::read(written.join("regions/0x100000.bin")).unwrap();
+    assert_eq!(region[..pt.len()], pt[..]);
+}

@@ -1,11 +1,13 @@
-//! `ptemu pttc FILE.ptt [-o DIR] [--cpu f/m[/s]|none]`: libipt's test compiler (spec/pttc.md).
+//! `ptemu pttc FILE.ptt [-o DIR] [--cpu f/m[/s]|none] [--case [--perf-data]] [--layout L]`: libipt's test compiler (spec/pttc.md).
 //! Writes `<root>.bin`, `<root>.pt`, the `.exp` and the `.sb` files into DIR (default: the
 //! current directory, as pttc), all or none (staged, then renamed into place), and lists them;
-//! `--case` adds what makes DIR a case for `ptemu verify` (src/pttc/case.rs).
+//! `--case` adds what makes DIR a case for `ptemu verify` (src/pttc/case.rs), `--perf-data` a
+//! perf.data of it, `--layout` the .pt through an output unit as `ptemu write` writes it.
 
 use super::output::{print, write_failure};
 use super::run_dir::RunDir;
 use super::Failure;
+use ptemu::layout::Layout;
 use ptemu::pttc::{self, Cpu, Options};
 use std::path::PathBuf;
 
@@ -25,6 +27,15 @@ pub struct Args {
     /// image.bin, image.json, case.json and truth.jsonl (from the .exp(ptxed) section).
     #[arg(long)]
     case: bool,
+    /// With --case: also write perf.data and image.elf, the test's trace and code as perf
+    /// records them, for `perf script -i DIR/perf.data --itrace=i0nse -F ip`.
+    #[arg(long, requires = "case")]
+    perf_data: bool,
+    /// Also put `<root>.pt` through the output unit programmed from LAYOUT (ToPA or single
+    /// range), as `ptemu write` does, into `DIR/<root>-output/` (regions/, report.json,
+    /// events.jsonl, layout.svg).
+    #[arg(long, value_name = "LAYOUT.toml")]
+    layout: Option<PathBuf>,
 }
 
 /// Runs the command.
@@ -55,6 +66,11 @@ pub fn run(args: &Args) -> Result<(), Failure> {
                 .map_err(|e| Failure::input(e.located(&shown)))?,
         );
     }
+    // A bad layout is refused before anything is written.
+    let layout = match &args.layout {
+        Some(p) => Some(Layout::load(p).map_err(|e| Failure::input(e.to_string()))?),
+        None => None,
+    };
     // All files or none: staged in DIR, renamed into place together.
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("."));
     let shown_out = out.display().to_string();
@@ -63,12 +79,96 @@ pub fn run(args: &Args) -> Result<(), Failure> {
         std::fs::write(dir.staged(&f.name), &f.bytes)
             .map_err(|e| write_failure(&format!("{shown_out}/{}", f.name), e))?;
     }
-    let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    let mut names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    if args.perf_data {
+        perf_data(&dir, &files, &compiled).map_err(|e| write_failure(&shown_out, e))?;
+        names.extend(["perf.data", "image.elf"]);
+    }
     dir.commit(&names, &[])
         .map_err(|e| write_failure(&shown_out, e))?;
     let mut listing = String::new();
-    for f in &files {
-        outln!(listing, "{}", out.join(&f.name).display());
+    for name in &names {
+        outln!(listing, "{}", out.join(name).display());
     }
-    print(&listing)
+    print(&listing)?;
+    match (&args.layout, layout) {
+        (Some(path), Some(layout)) => {
+            let root = pttc::file_root(&path_text(&args.file)).to_string();
+            let output = out.join(format!("{root}-output"));
+            let result =
+                super::write_cmd::write_through(path, &layout, &out.join(format!("{root}.pt")), &output);
+            print(&format!("{}\n", output.display()))?;
+            result
+        }
+        _ => Ok(()),
+    }
+}
+
+fn path_text(p: &std::path::Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// Writes `perf.data` and `image.elf` into the staged `dir` for a `--case` compile: the test's
+/// `.pt` as one AUX buffer, its `.bin` as the ELF perf maps at the `org`, the CPU and the
+/// address filter of `case.json` (spec/pttc.md).
+fn perf_data(dir: &RunDir, files: &[pttc::OutputFile], compiled: &pttc::Compiled) -> std::io::Result<()> {
+    use ptemu::perf_data::{self, elf, Mapping, Spec};
+    use ptemu::regs::{CpuSignature, RtitCtl};
+    let file = |name: &str| files.iter().find(|f| f.name == name).map(|f| &f.bytes[..]);
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let case: serde_json::Value =
+        serde_json::from_slice(file("case.json").ok_or_else(|| bad("no case.json"))?)?;
+    let run = &case["run"];
+    let hex = |v: &serde_json::Value| {
+        v.as_str()
+            .and_then(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok())
+    };
+    let code = file("image.bin").unwrap_or_default();
+    let (elf_bytes, pgoff) = elf::image(code, compiled.org);
+    std::fs::write(dir.staged("image.elf"), elf_bytes)?;
+    let elf_path = std::path::absolute(dir.final_path("image.elf"))?;
+    let image = Mapping::new(
+        elf_path.to_string_lossy().into_owned(),
+        compiled.org,
+        code.len() as u64,
+        pgoff,
+    );
+    let ctl = RtitCtl::from(hex(&run["ctl"]).unwrap_or(0))
+        .with_trace_en(true)
+        .with_branch_en(true)
+        .with_user(true)
+        .with_os(true);
+    let msrs: Vec<(u32, u64)> = run["msrs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| Some((hex(&m["msr"])? as u32, hex(&m["value"])?)))
+        .collect();
+    let cpu = run["cpu_signature"].as_object().map(|c| CpuSignature {
+        family: c["family"].as_u64().unwrap_or(6) as u16,
+        model: c["model"].as_u64().unwrap_or(0) as u8,
+        stepping: c["stepping"].as_u64().unwrap_or(0) as u8,
+    });
+    let spec = Spec {
+        filter: perf_data::filter_string(ctl, &msrs, &image),
+        ctl,
+        tsc_ctc: (1, 1),
+        max_nonturbo_ratio: 1,
+        pid: 1000,
+        threads: Vec::new(),
+        comm: case["name"].as_str().unwrap_or("ptt").chars().take(15).collect(),
+        image: Some(image),
+        maps: Vec::new(),
+        start_tsc: 0,
+        cpu,
+    };
+    let trace = file("trace.pt").unwrap_or_default();
+    let mut w = std::io::BufWriter::new(std::fs::File::create(dir.staged("perf.data"))?);
+    perf_data::write(
+        &spec,
+        &mut &trace[..],
+        &perf_data::chunks(trace.len() as u64, &[]),
+        &mut w,
+    )?;
+    std::io::Write::flush(&mut w)
 }

@@ -19,7 +19,34 @@ const CHUNK: usize = 64 << 10;
 
 pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> Result<(), Failure> {
     let layout = Layout::load(layout_path).map_err(|e| Failure::input(e.to_string()))?;
-    let check = warn_layout(layout_path, &layout);
+    let summary = write_stream(layout_path, &layout, stream_path, out)?;
+    if !quiet {
+        print(&summary.0)?;
+    }
+    summary.1
+}
+
+/// `ptemu write` without its console summary (`ptemu pttc --layout`): `stream_path` through the
+/// output unit programmed from `layout` (read from `layout_path`) into `out`; exit 1 when output
+/// ended in an operational error.
+pub fn write_through(
+    layout_path: &Path,
+    layout: &Layout,
+    stream_path: &Path,
+    out: &Path,
+) -> Result<(), Failure> {
+    write_stream(layout_path, layout, stream_path, out)?.1
+}
+
+/// Writes `out`; gives the console summary and the command's result after it (an operational
+/// error is exit 1 once every output is written).
+fn write_stream(
+    layout_path: &Path,
+    layout: &Layout,
+    stream_path: &Path,
+    out: &Path,
+) -> Result<(String, Result<(), Failure>), Failure> {
+    let check = warn_layout(layout_path, layout);
     let mut input: Box<dyn Read> = if stream_path == Path::new("-") {
         Box::new(io::stdin().lock())
     } else {
@@ -63,15 +90,15 @@ pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> R
         .and_then(|()| log.flush())
         .map_err(out_error)?;
     let report = Report::with_log(&unit, &log);
-    let picture = ptemu::picture::run_svg(&layout, &check, &Run::of(&report));
+    let picture = ptemu::picture::run_svg(layout, &check, &Run::of(&report));
     write_outputs_with(dir.staging(), &unit, &mem, &report)
         .and_then(|()| write_atomic(&dir.staged("layout.svg"), |w| w.write_all(picture.as_bytes())))
         .and_then(|()| dir.commit(&["events.jsonl", "regions", "report.json", "layout.svg"], &[]))
         .map_err(out_error)?;
-    if !quiet {
-        print(&summary(&layout, &unit, &log, &report, out))?;
-    }
-    fail_on_operational_error(&unit)
+    Ok((
+        summary(layout, &unit, &log, &report, out),
+        fail_on_operational_error(&unit),
+    ))
 }
 
 /// The console summary of a `ptemu write` run.
