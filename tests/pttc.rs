@@ -547,3 +547,84 @@ fn cli_missing_file() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/x.ptt"));
 }
+
+/// `ptemu dump --format ptdump` with a sideband file of our own: records print before the timing
+/// packet whose time reaches theirs, the `--pevent:*` values apply to the files named after them,
+/// and bytes that are not records are exit 2 naming the file and the byte offset.
+#[test]
+fn cli_ptdump_sideband() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt = dir.path().join("t.pt");
+    let mut trace = [0x02, 0x82].repeat(8);
+    trace.extend([0x19, 5, 0, 0, 0, 0, 0, 0, 0x02, 0x23]);
+    std::fs::write(&pt, &trace).unwrap();
+    // PERF_RECORD_LOST_SAMPLES (13): lost 7, time sample 3; then PERF_RECORD_SWITCH (14) at 9.
+    let mut sb = vec![13, 0, 0, 0, 0, 0, 24, 0];
+    sb.extend(7u64.to_le_bytes());
+    sb.extend(3u64.to_le_bytes());
+    sb.extend([14, 0, 0, 0, 0, 0x20, 16, 0]);
+    sb.extend(9u64.to_le_bytes());
+    let file = dir.path().join("t.sb");
+    std::fs::write(&file, &sb).unwrap();
+    let (f, p) = (file.to_str().unwrap(), pt.to_str().unwrap());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["dump", "--format", "ptdump"];
+        args.extend(extra);
+        args.push(p);
+        ptemu(&args)
+    };
+    let o = run(&[
+        "--sb:compact",
+        "--sb:offset",
+        "--pevent:sample-type",
+        "4",
+        "--pevent:primary",
+        f,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        "0000000000000000  psb\n\
+         0000000000000000  PERF_RECORD_LOST_SAMPLES  7  { 3 }\n\
+         0000000000000010  tsc        5\n\
+         0000000000000018  psbend\n\
+         0000000000000018  PERF_RECORD_SWITCH.OUT  { 9 }\n"
+    );
+    // --quiet prints no records.
+    let o = run(&[
+        "--quiet",
+        "--sb:compact",
+        "--pevent:sample-type",
+        "4",
+        "--pevent:primary",
+        f,
+    ]);
+    assert!(o.status.success());
+    assert_eq!(o.stdout, b"");
+    // The sample type given after the file does not apply to it: the records are then 8 bytes
+    // longer than their fields.
+    let o = run(&["--sb:compact", "--pevent:primary", f, "--pevent:sample-type", "4"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{f}: byte 0: PERF_RECORD_LOST_SAMPLES")),
+        "{stderr}"
+    );
+    assert_eq!(o.stdout, b"", "nothing printed before the error");
+    // A record cut by the end of the file.
+    std::fs::write(&file, &sb[..sb.len() - 3]).unwrap();
+    let o = run(&["--sb:compact", "--pevent:sample-type", "4", "--pevent:primary", f]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{f}: byte 24: ")) && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // A missing file; a sideband option without --format ptdump.
+    let o = run(&["--pevent:primary", "/nonexistent/x.sb"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/x.sb"));
+    let o = ptemu(&["dump", "--sb:compact", p]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs --format ptdump"));
+}

@@ -21,6 +21,7 @@ mod pttc_cmd;
 mod repack_cmd;
 mod run_cmd;
 mod run_dir;
+mod sideband_args;
 mod simulate_cmd;
 mod source_cmd;
 mod summary;
