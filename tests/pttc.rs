@@ -627,6 +627,18 @@ fn cli_ptdump_sideband() {
          0000000000000018  psbend\n\
          0000000000000018  PERF_RECORD_SWITCH.OUT  { 9 }\n"
     );
+    // The last of --sb:compact and --sb:verbose wins.
+    let o = run(&[
+        "--sb:compact",
+        "--sb:verbose",
+        "--pevent:sample-type",
+        "4",
+        "--pevent:primary",
+        f,
+    ]);
+    assert!(String::from_utf8(o.stdout)
+        .unwrap()
+        .contains("\nPERF_RECORD_LOST_SAMPLES\n  lost: 7\n  time: 3\n0000000000000010  tsc"));
     // --quiet prints no records.
     let o = run(&[
         "--quiet",
