@@ -249,34 +249,41 @@ fn same_as_diff_b(a: &str, b: &str) -> bool {
     a.lines().map(norm).eq(b.lines().map(norm))
 }
 
-/// The libipt tests whose ptdump output ptemu does not reproduce, and why (spec/pttc.md, "ptdump's
-/// text"): all print perf_event sideband records between the packets (`--sb:*`, `--pevent:*`),
-/// which `ptemu dump` does not decode.
-const PTDUMP_DISAGREES: [&str; 12] = [
-    "pevent-comm_exec-mmap-tsc-iret",
-    "pevent-dump",
-    "pevent-dump_verbose",
-    "pevent-fork",
-    "pevent-mmap-tip_cached",
-    "pevent-mmap_secondary-tsc",
-    "pevent-split",
-    "pevent-tip_pgd-comm_exec-mmap-tsc-tip_pge",
-    "pevent-tip_pgd-mmap-tsc-tip_pge",
-    "pevent-tip_pgd-switch-tsc-tip_pge",
-    "pevent-tip_pgd-switch_cpu_wide-tsc-tip_pge",
-    "pevent-warn",
-];
+/// The libipt tests whose ptdump output ptemu does not reproduce (spec/pttc.md, "ptdump's text").
+const PTDUMP_DISAGREES: [&str; 0] = [];
+
+/// The ptdump options test.bash makes of a sideband file pttc wrote, `<root>-<format>-<prio>`
+/// then `,opt=val` pairs, then `.sb`: `--<format>:opt val` for each pair, then
+/// `--<format>:<prio> FILE`.
+fn sideband_options(root: &str, file: &str) -> Vec<String> {
+    let base = file.strip_suffix(".sb").unwrap();
+    let part = base.strip_prefix(&format!("{root}-")).unwrap_or(base);
+    let (prefix, options) = part.split_once(',').unwrap_or((part, ""));
+    let (rest, prio) = prefix.rsplit_once('-').unwrap();
+    let format = rest.rsplit('-').next().unwrap();
+    let mut args = Vec::new();
+    for pair in options.split(',').filter(|p| !p.is_empty()) {
+        let (opt, val) = pair.split_once('=').unwrap_or((pair, ""));
+        args.push(format!("--{format}:{opt}"));
+        if !val.is_empty() {
+            args.push(val.to_string());
+        }
+    }
+    args.push(format!("--{format}:{prio}"));
+    args.push(file.to_string());
+    args
+}
 
 /// libipt's script/test.bash for ptdump, with ptemu on both sides: every .ptt with an
 /// `.exp(ptdump)` section is compiled by `ptemu pttc` (once per `; cpu` line, with `--cpu`), and
-/// `ptemu dump --format ptdump` with the test's `; opt:ptdump` options must print the .exp, as
-/// `diff -ub` compares. The tests that disagree must be exactly [`PTDUMP_DISAGREES`]: a new
+/// `ptemu dump --format ptdump` with the test's `; opt:ptdump` options and the `.sb` sideband
+/// files pttc wrote (as test.bash passes them) must print the .exp, as `diff -ub` compares. The tests that disagree must be exactly [`PTDUMP_DISAGREES`]: a new
 /// failure and a new agreement both fail here.
 #[test]
 fn ptdump_text_of_libipt_tests() {
     let Some(dir) = reference_dir() else { return };
     let work = tempfile::tempdir().unwrap();
-    let (mut tests, mut runs) = (0, 0);
+    let (mut tests, mut runs, mut sideband_tests) = (0, 0, 0);
     let mut disagree = Vec::new();
     for ptt in ptt_files(&dir) {
         let source = std::fs::read_to_string(&ptt).unwrap();
@@ -289,11 +296,7 @@ fn ptdump_text_of_libipt_tests() {
         if cpus.is_empty() {
             cpus.push(None);
         }
-        // Sideband options are not ptemu dump's; the tests that need them are expected to differ.
-        let opts: Vec<String> = directive_words(&source, "opt:ptdump")
-            .into_iter()
-            .filter(|o| !o.starts_with("--sb") && !o.starts_with("--pevent"))
-            .collect();
+        let opts = directive_words(&source, "opt:ptdump");
         let mut agrees = true;
         for cpu in &cpus {
             let out = work.path().join(&stem);
@@ -314,11 +317,19 @@ fn ptdump_text_of_libipt_tests() {
                 .collect();
             assert_eq!(exps.len(), 1, "{stem}: {listed}");
             let pt = out.join(format!("{stem}.pt"));
+            let root = out.join(&stem);
+            let sb: Vec<String> = listed
+                .lines()
+                .filter(|f| f.ends_with(".sb"))
+                .flat_map(|f| sideband_options(root.to_str().unwrap(), f))
+                .collect();
+            sideband_tests += usize::from(!sb.is_empty());
             let mut args = vec!["dump", "--format", "ptdump"];
             if let Some(c) = cpu {
                 args.extend(["--cpu", c]);
             }
             args.extend(opts.iter().map(String::as_str));
+            args.extend(sb.iter().map(String::as_str));
             args.push(pt.to_str().unwrap());
             let o = ptemu(&args);
             let stderr = String::from_utf8_lossy(&o.stderr);
@@ -345,6 +356,10 @@ fn ptdump_text_of_libipt_tests() {
         tests - disagree.len()
     );
     assert!(tests >= 200, "only {tests} tests with .exp(ptdump)");
+    assert!(
+        sideband_tests >= 12,
+        "only {sideband_tests} runs with sideband files"
+    );
     assert_eq!(disagree, PTDUMP_DISAGREES, "the tests that disagree changed");
 }
 
@@ -360,6 +375,28 @@ fn diff_b_comparison_can_fail() {
             "cpu"
         ),
         ["6/92", "6/95"]
+    );
+    assert_eq!(
+        sideband_options(
+            "/d/t",
+            "/d/t-pevent-primary,sample-type=0x4,time-zero=0x0,time-shift=0x0,time-mult=0x1.sb"
+        ),
+        [
+            "--pevent:sample-type",
+            "0x4",
+            "--pevent:time-zero",
+            "0x0",
+            "--pevent:time-shift",
+            "0x0",
+            "--pevent:time-mult",
+            "0x1",
+            "--pevent:primary",
+            "/d/t-pevent-primary,sample-type=0x4,time-zero=0x0,time-shift=0x0,time-mult=0x1.sb"
+        ]
+    );
+    assert_eq!(
+        sideband_options("/d/t", "/d/t-raw-secondary.sb"),
+        ["--raw:secondary", "/d/t-raw-secondary.sb"]
     );
 }
 
@@ -546,4 +583,97 @@ fn cli_missing_file() {
     let o = ptemu(&["pttc", "/nonexistent/x.ptt"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/x.ptt"));
+}
+
+/// `ptemu dump --format ptdump` with a sideband file of our own: records print before the timing
+/// packet whose time reaches theirs, the `--pevent:*` values apply to the files named after them,
+/// and bytes that are not records are exit 2 naming the file and the byte offset.
+#[test]
+fn cli_ptdump_sideband() {
+    let dir = tempfile::tempdir().unwrap();
+    let pt = dir.path().join("t.pt");
+    let mut trace = [0x02, 0x82].repeat(8);
+    trace.extend([0x19, 5, 0, 0, 0, 0, 0, 0, 0x02, 0x23]);
+    std::fs::write(&pt, &trace).unwrap();
+    // PERF_RECORD_LOST_SAMPLES (13): lost 7, time sample 3; then PERF_RECORD_SWITCH (14) at 9.
+    let mut sb = vec![13, 0, 0, 0, 0, 0, 24, 0];
+    sb.extend(7u64.to_le_bytes());
+    sb.extend(3u64.to_le_bytes());
+    sb.extend([14, 0, 0, 0, 0, 0x20, 16, 0]);
+    sb.extend(9u64.to_le_bytes());
+    let file = dir.path().join("t.sb");
+    std::fs::write(&file, &sb).unwrap();
+    let (f, p) = (file.to_str().unwrap(), pt.to_str().unwrap());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["dump", "--format", "ptdump"];
+        args.extend(extra);
+        args.push(p);
+        ptemu(&args)
+    };
+    let o = run(&[
+        "--sb:compact",
+        "--sb:offset",
+        "--pevent:sample-type",
+        "4",
+        "--pevent:primary",
+        f,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap(),
+        "0000000000000000  psb\n\
+         0000000000000000  PERF_RECORD_LOST_SAMPLES  7  { 3 }\n\
+         0000000000000010  tsc        5\n\
+         0000000000000018  psbend\n\
+         0000000000000018  PERF_RECORD_SWITCH.OUT  { 9 }\n"
+    );
+    // The last of --sb:compact and --sb:verbose wins.
+    let o = run(&[
+        "--sb:compact",
+        "--sb:verbose",
+        "--pevent:sample-type",
+        "4",
+        "--pevent:primary",
+        f,
+    ]);
+    assert!(String::from_utf8(o.stdout)
+        .unwrap()
+        .contains("\nPERF_RECORD_LOST_SAMPLES\n  lost: 7\n  time: 3\n0000000000000010  tsc"));
+    // --quiet prints no records.
+    let o = run(&[
+        "--quiet",
+        "--sb:compact",
+        "--pevent:sample-type",
+        "4",
+        "--pevent:primary",
+        f,
+    ]);
+    assert!(o.status.success());
+    assert_eq!(o.stdout, b"");
+    // The sample type given after the file does not apply to it: the records are then 8 bytes
+    // longer than their fields.
+    let o = run(&["--sb:compact", "--pevent:primary", f, "--pevent:sample-type", "4"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{f}: byte 0: PERF_RECORD_LOST_SAMPLES")),
+        "{stderr}"
+    );
+    assert_eq!(o.stdout, b"", "nothing printed before the error");
+    // A record cut by the end of the file.
+    std::fs::write(&file, &sb[..sb.len() - 3]).unwrap();
+    let o = run(&["--sb:compact", "--pevent:sample-type", "4", "--pevent:primary", f]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{f}: byte 24: ")) && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // A missing file; a sideband option without --format ptdump.
+    let o = run(&["--pevent:primary", "/nonexistent/x.sb"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent/x.sb"));
+    let o = ptemu(&["dump", "--sb:compact", p]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs --format ptdump"));
 }

@@ -21,6 +21,7 @@ mod pttc_cmd;
 mod repack_cmd;
 mod run_cmd;
 mod run_dir;
+mod sideband_args;
 mod simulate_cmd;
 mod source_cmd;
 mod summary;
@@ -74,7 +75,8 @@ enum Command {
     },
     /// Print the packets of a trace, one per line: offset, name, fields. Exits 1 if bytes fail to
     /// decode (each error is shown with its offset, then decoding resyncs at the next PSB).
-    /// `--format ptdump` prints what libipt's ptdump prints, with ptdump's options.
+    /// `--format ptdump` prints what libipt's ptdump prints, with ptdump's options, perf_event
+    /// sideband (`--pevent:*`, `--sb:*`) included.
     Dump(packet_cmd::DumpArgs),
     /// Assemble the text form back into bytes.
     Asm {

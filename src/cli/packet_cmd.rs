@@ -1,9 +1,11 @@
 //! `ptemu dump` and `ptemu asm`.
 
 use super::output::{is_std, stdout_is_open, write_failure, write_output};
+use super::sideband_args::SidebandArgs;
 use super::Failure;
 use ptemu::packet::text::{parse_line, push_hex16, push_text, ParseState};
 use ptemu::packet::PacketDecoder;
+use ptemu::ptdump::sideband::{Pevent, PrintFlags, Session};
 use ptemu::ptdump::{self, time::TimeConfig};
 use ptemu::pttc::Cpu;
 use ptemu::sources::input::WholeFile;
@@ -43,7 +45,7 @@ pub enum DumpFormat {
 
 /// A number as ptdump reads its option values (C's `strtoull`, base 0: decimal, `0x` hex, `0`
 /// octal).
-fn c_number(s: &str) -> Result<u64, String> {
+pub(super) fn c_number(s: &str) -> Result<u64, String> {
     let bad = || format!("not a number: '{s}'");
     let (digits, radix) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         (h, 16)
@@ -137,6 +139,9 @@ pub struct DumpArgs {
     /// ptdump: CPUID.15H:EBX.
     #[arg(long = "cpuid-0x15.ebx", value_name = "N", value_parser = c_u32, help_heading = "ptdump format")]
     cpuid_15_ebx: Option<u32>,
+    /// ptdump's sideband options (`--pevent:*`, `--sb:*`).
+    #[command(flatten)]
+    sb: SidebandArgs,
 }
 
 /// `ptemu dump` with its arguments.
@@ -159,7 +164,8 @@ pub fn dump_command(a: &DumpArgs) -> Result<(), Failure> {
             || a.mtc_freq.is_some()
             || a.nom_freq.is_some()
             || a.cpuid_15_eax.is_some()
-            || a.cpuid_15_ebx.is_some();
+            || a.cpuid_15_ebx.is_some()
+            || a.sb.any;
         if ptdump_only {
             return Err(Failure::input("this option needs --format ptdump".to_string()));
         }
@@ -204,11 +210,12 @@ pub fn dump_command(a: &DumpArgs) -> Result<(), Failure> {
             skl168: false,
         },
     };
+    let mut sb = sideband(&a.sb, a.quiet)?;
     stdout_is_open()?;
     let input = open(&a.file)?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
-    let summary = ptdump::dump(input.bytes(), &o, &mut out)
+    let summary = ptdump::dump_with_sideband(input.bytes(), &o, &mut sb, &mut out)
         .and_then(|s| out.flush().map(|()| s))
         .map_err(|e| write_failure("stdout", e))?;
     unchanged(&input, &a.file)?;
@@ -220,6 +227,23 @@ pub fn dump_command(a: &DumpArgs) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// The sideband files read, every record checked before anything is printed: a file that cannot
+/// be read or holds bytes that are not records is exit 2 naming it (and the byte offset).
+/// `--quiet` prints no records (ptdump clears the `--sb` flags given before it; ptemu, which
+/// does not keep that order, clears them all).
+fn sideband(a: &SidebandArgs, quiet: bool) -> Result<Session, Failure> {
+    let mut files = Vec::new();
+    for f in &a.files {
+        let input = open(&f.path)?;
+        let name = f.path.display().to_string();
+        let p = Pevent::read(&name, input.bytes(), &f.config).map_err(|e| Failure::input(e.to_string()))?;
+        unchanged(&input, &f.path)?;
+        files.push(p);
+    }
+    let flags = if quiet { PrintFlags::default() } else { a.flags };
+    Ok(Session::new(files, flags))
 }
 
 /// `ptemu dump`.

@@ -3,12 +3,15 @@
 //! calibration tracking, read the way libipt's packet decoder reads (module `read`) and timed
 //! with libipt's arithmetic (module [`time`]). libipt's tests (`.ptt` files) state the exact
 //! text in their `.exp(ptdump)` sections; spec/pttc.md says how many ptemu agrees with and why
-//! the others differ. Sideband (`--pevent`, `--sb:*`) is not printed.
+//! the others differ. perf_event sideband files (`--pevent:primary FILE`, `--sb:compact`, ...)
+//! are printed between the packets in time order (module [`sideband`]).
 
 mod read;
+pub mod sideband;
 pub mod time;
 
 use read::{Item, ReadErrata, ReadError};
+use sideband::Session;
 use std::io::{self, Write};
 use time::{Tcal, Time, TimeConfig, TimeError, FCR_SHIFT};
 
@@ -159,6 +162,7 @@ struct Tracking {
 
 struct Dumper<'o> {
     o: &'o Options,
+    sb: &'o mut Session,
     track_time: bool,
     errata: ReadErrata,
     cfg: TimeConfig,
@@ -271,6 +275,9 @@ impl Dumper<'_> {
         if self.o.time && !self.line.skip_time {
             self.print_time(offset);
         }
+        // The sideband records up to the time now known come before the packet's line.
+        let (tsc, _) = self.t.time.tsc();
+        self.sb.dump(tsc, &mut self.text);
     }
 
     fn calibrated(&mut self, offset: u64, r: Result<(), TimeError>) {
@@ -613,9 +620,22 @@ fn truncate(s: &mut String, n: usize) {
 /// error on `out` is an error: bytes that do not decode are printed as ptdump prints them and
 /// counted.
 pub fn dump(trace: &[u8], o: &Options, out: &mut dyn Write) -> io::Result<Summary> {
+    dump_with_sideband(trace, o, &mut Session::default(), out)
+}
+
+/// Like [`dump`], with the records of the sideband files of `sb` printed between the packets
+/// when the trace's time reaches theirs, and the rest after the last packet.
+pub fn dump_with_sideband(
+    trace: &[u8],
+    o: &Options,
+    sb: &mut Session,
+    out: &mut dyn Write,
+) -> io::Result<Summary> {
+    let track_time = o.time || o.tcal || sb.loaded();
     let mut d = Dumper {
         o,
-        track_time: o.time || o.tcal,
+        sb,
+        track_time,
         errata: ReadErrata::default(),
         cfg: o.timing,
         t: Tracking::default(),
@@ -639,6 +659,7 @@ pub fn dump(trace: &[u8], o: &Options, out: &mut dyn Write) -> io::Result<Summar
         read::sync_forward(trace, 0)
     };
     let Some(mut pos) = start else {
+        d.sb.dump(u64::MAX, &mut d.text);
         out.write_all(d.text.as_bytes())?;
         return Ok(summary);
     };
@@ -689,6 +710,7 @@ pub fn dump(trace: &[u8], o: &Options, out: &mut dyn Write) -> io::Result<Summar
             d.text.clear();
         }
     }
+    d.sb.dump(u64::MAX, &mut d.text);
     out.write_all(d.text.as_bytes())?;
     Ok(summary)
 }
