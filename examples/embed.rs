@@ -47,6 +47,8 @@ pub struct Summary {
     pub collected: Vec<u8>,
     /// Bytes the tracer handed to the output unit.
     pub produced: u64,
+    /// The output unit's byte counts at the end (the ring wraps: overwrites and laps).
+    pub output: ptemu::output::OutputStats,
     /// (name, value) of the PT MSRs at the end.
     pub final_msrs: Vec<(&'static str, u64)>,
 }
@@ -218,11 +220,20 @@ pub fn run(iterations: u64) -> Res<Summary> {
         pmi_events: unit.events().iter().filter(|e| e.kind == EventKind::Pmi).count(),
         collected,
         produced: t.stats().bytes,
+        output: unit.stats(),
         final_msrs: msrs
             .iter()
             .map(|&(n, m)| Ok((n, t.rdmsr(m)?)))
             .collect::<Res<_>>()?,
     })
+}
+
+/// The line that reports the output unit's byte counts (the C example prints the same).
+pub fn output_line(o: &ptemu::output::OutputStats) -> String {
+    format!(
+        "output unit:     {} bytes in, {} written, {} lost, {} overwritten, {} laps",
+        o.bytes_in, o.bytes_written, o.bytes_lost, o.bytes_overwritten, o.laps
+    )
 }
 
 /// Decodes the collected trace with ptemu's packet decoder: (packets, errors).
@@ -255,6 +266,7 @@ fn main() -> Res<()> {
         "bytes collected: {collected} (the tracer produced {})",
         s.produced
     );
+    println!("{}", output_line(&s.output));
     println!("packets decoded: {packets} ({errors} errors)");
     for (name, value) in &s.final_msrs {
         println!("{name:<27} = {value:#018x}");

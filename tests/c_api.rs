@@ -76,6 +76,8 @@ fn expected_lines(s: &embed::Summary) -> String {
         s.collected.len(),
         s.produced
     );
+    want.push_str(&embed::output_line(&s.output));
+    want.push('\n');
     for (name, value) in &s.final_msrs {
         want.push_str(&format!("{name:<27} = {value:#018x}\n"));
     }

@@ -298,7 +298,8 @@ typedef struct {
   uint8_t c;
 } ptemu_event;
 
-// Generation statistics of a tracer.
+// Generation statistics of a tracer (the Rust `TracerStats`), with its output unit's byte counts
+// (as ptemu_tracer_unit_stats gives them). Packets by kind: ptemu_tracer_packet_count.
 typedef struct {
   // Events fed.
   uint64_t events;
@@ -318,6 +319,22 @@ typedef struct {
   uint64_t bytes_overwritten;
   // Laps: 1 at the first overwrite, plus 1 each time output enters that region again.
   uint64_t laps;
+  // TNT bits (conditional branches and compressed returns).
+  uint64_t tnt_bits;
+  // Returns sent as a TNT bit.
+  uint64_t compressed_returns;
+  // Events whose packets back-pressure dropped (0: tracers made by ptemu_tracer_new have no
+  // back-pressure model).
+  uint64_t dropped_events;
+  // Bytes back-pressure dropped.
+  uint64_t bytes_dropped;
+  // Packets that could not be encoded (never expected; counted, not panicked on).
+  uint64_t packets_lost;
+  // PTWRITE instructions in traced code that sent no PTW packet because PTWEn
+  // (IA32_RTIT_CTL[12]) was 0.
+  uint64_t ptwrites_off;
+  // Stream bytes handed to the output unit: bytes_written + bytes_lost.
+  uint64_t bytes_in;
 } ptemu_stats;
 
 // Reads `len` bytes of guest physical memory at `pa` into `buf`; returns 0 on success, anything
@@ -329,6 +346,79 @@ typedef int32_t (*ptemu_read_fn)(void *ctx, uint64_t pa, uint8_t *buf, size_t le
 // anything else if the range is not writable, in which case it writes nothing (all or nothing).
 // The same rules as ptemu_read_fn.
 typedef int32_t (*ptemu_write_fn)(void *ctx, uint64_t pa, const uint8_t *data, size_t len);
+
+// Byte counts of the stream an output unit was given (the Rust `OutputStats`; spec/output.md,
+// "Laps and overwrites"). Every byte handed in is written or lost: bytes_in = bytes_written +
+// bytes_lost.
+typedef struct {
+  // Bytes handed in.
+  uint64_t bytes_in;
+  // Bytes stored (or sent to the trace transport with FabricEn=1).
+  uint64_t bytes_written;
+  // Bytes dropped because output was off (TraceEn=0, Stopped, Error), halted mid-write, or
+  // refused by memory.
+  uint64_t bytes_lost;
+  // Stored bytes that landed on memory this unit had already written; bytes_written -
+  // bytes_overwritten addresses hold stream bytes.
+  uint64_t bytes_overwritten;
+  // Laps: 1 when output first lands on bytes it wrote before (a circular ToPA or a single
+  // range coming round), plus 1 each time output later enters the region where that happened.
+  uint64_t laps;
+} ptemu_output_stats;
+
+// The last operational error of an output unit (E1-E3: which rule, where, why).
+typedef struct {
+  // The rule violated (spec/output.md, e.g. "E1c"), a static string.
+  const char *rule;
+  // Whether `table`, `index` and `entry` name the ToPA entry at fault (false when the output
+  // MSRs themselves are).
+  bool has_entry;
+  // The ToPA entry's index.
+  uint32_t index;
+  // The base of the ToPA table holding the entry.
+  uint64_t table;
+  // The raw entry.
+  uint64_t entry;
+  // What is wrong, in words: valid until the next _last_violation call on the same unit or
+  // tracer, or its _free.
+  const char *message;
+} ptemu_violation;
+
+// The values of one CPUID leaf and sub-leaf.
+typedef struct {
+  // EAX.
+  uint32_t eax;
+  // EBX.
+  uint32_t ebx;
+  // ECX.
+  uint32_t ecx;
+  // EDX.
+  uint32_t edx;
+} ptemu_cpuid;
+
+// An output region that received bytes: `size` bytes at guest physical `base`.
+typedef struct {
+  // The region's guest physical base.
+  uint64_t base;
+  // Its size in bytes.
+  uint64_t size;
+} ptemu_region;
+
+// The tracer's clock now (the time its TSC, TMA, MTC and CYC packets report).
+typedef struct {
+  // Core cycles so far.
+  uint64_t cycles;
+  // The TSC: what RDTSC returns now, and what a TSC packet sent now carries.
+  uint64_t tsc;
+  // The always-running timer (ART, the crystal clock MTC and TMA report).
+  uint64_t art;
+  // TMA's CTC field for the current TSC: ART[15:0].
+  uint16_t tma_ctc;
+  // TMA's FC field: TSC ticks since the ART tick.
+  uint16_t tma_fc;
+  // The current core:bus ratio (the CBR payload).
+  uint8_t core_ratio;
+} ptemu_clock;
 
 #ifdef __cplusplus
 extern "C" {
@@ -491,7 +581,7 @@ ptemu_status ptemu_tracer_poll_event(ptemu_tracer *t, ptemu_output_event *out, b
 // `t` must be NULL or live; `f` and `ctx` valid while set.
 ptemu_status ptemu_tracer_set_event_fn(ptemu_tracer *t, ptemu_event_fn f, void *ctx);
 
-// The tracer's statistics into `*out`.
+// The tracer's statistics, and its output unit's byte counts, into `*out`.
 //
 // # Safety
 // `t` must be NULL or live; `out` NULL or writable.
@@ -524,6 +614,102 @@ ptemu_status ptemu_memory_new_buffer(uint64_t base, uint8_t *buf, size_t len, pt
 // # Safety
 // `mem` must be NULL or a pointer from a ptemu_memory_new_* call, not freed before.
 void ptemu_memory_free(ptemu_memory *mem);
+
+// The unit's byte counts since it was made (resets keep them) into `*out`.
+//
+// # Safety
+// `unit` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_unit_stats(ptemu_unit *unit, ptemu_output_stats *out);
+
+// The unit's last operational error: `*got` is true and `*out` filled, or `*got` is false when
+// there has been none. Errors are sticky in IA32_RTIT_STATUS.Error; this says which rule and
+// which ToPA entry.
+//
+// # Safety
+// `unit` must be NULL or live; `out` and `got` NULL or writable.
+ptemu_status ptemu_unit_last_violation(ptemu_unit *unit, ptemu_violation *out, bool *got);
+
+// Whether output is on now (IA32_RTIT_STATUS.TriggerEn): bytes written now are stored.
+//
+// # Safety
+// `unit` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_unit_output_enabled(ptemu_unit *unit, bool *out);
+
+// Whether a packet generator driving this unit must send PSB+ now that TraceEn went 0->1 (EN2):
+// PacketByteCnt is 0, or the CPU has no configurable PSB frequency.
+//
+// # Safety
+// `unit` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_unit_psb_due_on_enable(ptemu_unit *unit, bool *out);
+
+// CPUID `leaf`.`subleaf` as the unit's CPU profile reports it, for the guest's CPUID: leaf 0x14
+// (sub-leaves 0 and 1; higher ones read as zero). PTEMU_NOT_MODELLED for another leaf.
+//
+// # Safety
+// `unit` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_unit_cpuid(ptemu_unit *unit, uint32_t leaf, uint32_t subleaf, ptemu_cpuid *out);
+
+// Starts (`on` true) or stops recording which output regions receive bytes (see
+// ptemu_unit_written_regions). Stopping forgets the regions recorded.
+//
+// # Safety
+// `unit` must be NULL or live.
+ptemu_status ptemu_unit_track_regions(ptemu_unit *unit, bool on);
+
+// The output regions that received bytes since ptemu_unit_track_regions turned recording on,
+// in address order: stores the first `cap` of them in `out` (which may be NULL when `cap` is 0)
+// and how many there are in `*n` (call with `cap` 0 to size `out`). None while recording is off.
+//
+// # Safety
+// `unit` must be NULL or live; `out` NULL or `cap` writable regions; `n` NULL or writable.
+ptemu_status ptemu_unit_written_regions(ptemu_unit *unit, ptemu_region *out, size_t cap, size_t *n);
+
+// The byte counts of the tracer's output unit (as ptemu_unit_stats) into `*out`.
+//
+// # Safety
+// `t` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_tracer_unit_stats(ptemu_tracer *t, ptemu_output_stats *out);
+
+// The last operational error of the tracer's output unit, as ptemu_unit_last_violation.
+//
+// # Safety
+// `t` must be NULL or live; `out` and `got` NULL or writable.
+ptemu_status ptemu_tracer_last_violation(ptemu_tracer *t, ptemu_violation *out, bool *got);
+
+// Whether the tracer's output unit has output on (IA32_RTIT_STATUS.TriggerEn), as
+// ptemu_unit_output_enabled.
+//
+// # Safety
+// `t` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_tracer_output_enabled(ptemu_tracer *t, bool *out);
+
+// CPUID of the tracer's CPU profile, as ptemu_unit_cpuid.
+//
+// # Safety
+// `t` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_tracer_cpuid(ptemu_tracer *t, uint32_t leaf, uint32_t subleaf, ptemu_cpuid *out);
+
+// Whether packets are generated for control flow now (PacketEn: TriggerEn, ContextEn and
+// FilterEn all 1).
+//
+// # Safety
+// `t` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_tracer_packet_en(ptemu_tracer *t, bool *out);
+
+// The tracer's clock now into `*out`: the TSC its packets report is the one the guest's RDTSC
+// should return.
+//
+// # Safety
+// `t` must be NULL or live; `out` NULL or writable.
+ptemu_status ptemu_tracer_clock(ptemu_tracer *t, ptemu_clock *out);
+
+// How many packets of the kind named `name` the tracer generated ("tip", "tnt.8", "psb", ...:
+// the names of `ptemu packets`) into `*out`. PTEMU_ERR_ARGUMENT for a name that is no packet
+// kind (the message lists them).
+//
+// # Safety
+// `t` must be NULL or live; `name` NULL or a NUL-terminated string; `out` NULL or writable.
+ptemu_status ptemu_tracer_packet_count(ptemu_tracer *t, const char *name, uint64_t *out);
 
 // The message of this thread's last failed call ("" if none yet). The pointer stays valid until
 // the next failing call on this thread.

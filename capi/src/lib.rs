@@ -15,18 +15,20 @@ mod event;
 #[doc(hidden)]
 pub mod fuzz;
 mod memory;
+mod query;
 mod status;
 
 pub use consts::*;
 pub use event::*;
 pub use memory::*;
+pub use query::*;
 pub use status::*;
 
 use ptemu_core::output::{OutputEvent, OutputUnit};
 use ptemu_core::regs::CpuProfile;
 use ptemu_core::tracer::{Event, Tracer, TracerConfig};
 use std::collections::VecDeque;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void, CStr, CString};
 
 /// Called with each output event, when set with ptemu_tracer_set_event_fn or
 /// ptemu_unit_set_event_fn (instead of queuing it for the _poll_event functions), at the end of
@@ -107,6 +109,8 @@ impl Events {
 pub struct ptemu_unit {
     unit: OutputUnit,
     events: Events,
+    /// The message of the last violation handed to C (ptemu_unit_last_violation).
+    message: CString,
 }
 
 /// A tracer (packet generation) feeding its own output unit. Opaque.
@@ -114,9 +118,12 @@ pub struct ptemu_unit {
 pub struct ptemu_tracer {
     tracer: Tracer,
     events: Events,
+    /// The message of the last violation handed to C (ptemu_tracer_last_violation).
+    message: CString,
 }
 
-/// Generation statistics of a tracer.
+/// Generation statistics of a tracer (the Rust `TracerStats`), with its output unit's byte counts
+/// (as ptemu_tracer_unit_stats gives them). Packets by kind: ptemu_tracer_packet_count.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ptemu_stats {
@@ -138,6 +145,22 @@ pub struct ptemu_stats {
     pub bytes_overwritten: u64,
     /// Laps: 1 at the first overwrite, plus 1 each time output enters that region again.
     pub laps: u64,
+    /// TNT bits (conditional branches and compressed returns).
+    pub tnt_bits: u64,
+    /// Returns sent as a TNT bit.
+    pub compressed_returns: u64,
+    /// Events whose packets back-pressure dropped (0: tracers made by ptemu_tracer_new have no
+    /// back-pressure model).
+    pub dropped_events: u64,
+    /// Bytes back-pressure dropped.
+    pub bytes_dropped: u64,
+    /// Packets that could not be encoded (never expected; counted, not panicked on).
+    pub packets_lost: u64,
+    /// PTWRITE instructions in traced code that sent no PTW packet because PTWEn
+    /// (IA32_RTIT_CTL[12]) was 0.
+    pub ptwrites_off: u64,
+    /// Stream bytes handed to the output unit: bytes_written + bytes_lost.
+    pub bytes_in: u64,
 }
 
 /// Runs `f` on the unit and memory behind the pointers, then delivers the output events it caused
@@ -249,6 +272,7 @@ pub unsafe extern "C" fn ptemu_unit_new(cpu: *const c_char, out: *mut *mut ptemu
         let unit = ptemu_unit {
             unit: OutputUnit::new(cpu),
             events: Events::default(),
+            message: CString::default(),
         };
         // SAFETY: forwarded contract.
         unsafe { hand_out(out, unit) }
@@ -384,6 +408,7 @@ pub unsafe extern "C" fn ptemu_tracer_new(cpu: *const c_char, out: *mut *mut pte
         let t = ptemu_tracer {
             tracer: Tracer::new(OutputUnit::new(cpu), TracerConfig::default()),
             events: Events::default(),
+            message: CString::default(),
         };
         // SAFETY: forwarded contract.
         unsafe { hand_out(out, t) }
@@ -617,7 +642,7 @@ pub unsafe extern "C" fn ptemu_tracer_set_event_fn(
     })
 }
 
-/// The tracer's statistics into `*out`.
+/// The tracer's statistics, and its output unit's byte counts, into `*out`.
 ///
 /// # Safety
 /// `t` must be NULL or live; `out` NULL or writable.
@@ -637,6 +662,13 @@ pub unsafe extern "C" fn ptemu_tracer_stats(t: *mut ptemu_tracer, out: *mut ptem
             bytes_lost: o.bytes_lost,
             bytes_overwritten: o.bytes_overwritten,
             laps: o.laps,
+            tnt_bits: s.tnt_bits,
+            compressed_returns: s.compressed_returns,
+            dropped_events: s.dropped_events,
+            bytes_dropped: s.bytes_dropped,
+            packets_lost: s.packets_lost,
+            ptwrites_off: s.ptwrites_off,
+            bytes_in: o.bytes_in,
         };
         // SAFETY: forwarded contract.
         unsafe { put(out, stats) }

@@ -10,8 +10,8 @@
  *
  * Usage: embed [TRACE_OUT]  (writes the collected trace to TRACE_OUT when given)
  * It prints the summary lines `cargo run --example embed` prints (all but its decoder and check
- * lines; tests/c_api.rs compares them) and exits non-zero if a call fails, a PMI was not handled
- * or a byte the unit stored was not collected.
+ * lines; tests/c_api.rs compares them), the output unit's byte counts among them, and exits
+ * non-zero if a call fails, a PMI was not handled or a byte the unit stored was not collected.
  */
 #include "ptemu.h"
 
@@ -244,6 +244,13 @@ int main(int argc, char **argv) {
     printf("events fed:      %" PRIu64 "\n", s.events);
     printf("PMIs handled:    %" PRIu64 " (the unit raised %" PRIu64 ")\n", pmis_handled, pmi_events);
     printf("bytes collected: %zu (the tracer produced %" PRIu64 ")\n", collected_len, s.bytes);
+    /* The output unit's byte counts: the ring is consumed and re-armed at each PMI, so output
+     * comes back over bytes it wrote (overwrites, laps). */
+    ptemu_output_stats o;
+    check(ptemu_tracer_unit_stats(t, &o), "ptemu_tracer_unit_stats");
+    printf("output unit:     %" PRIu64 " bytes in, %" PRIu64 " written, %" PRIu64 " lost, %" PRIu64
+           " overwritten, %" PRIu64 " laps\n",
+           o.bytes_in, o.bytes_written, o.bytes_lost, o.bytes_overwritten, o.laps);
     static const struct { const char *name; uint32_t msr; } msrs[] = {
         {"IA32_RTIT_CTL", PTEMU_IA32_RTIT_CTL},
         {"IA32_RTIT_STATUS", PTEMU_IA32_RTIT_STATUS},
@@ -265,5 +272,7 @@ int main(int argc, char **argv) {
     ptemu_memory_free(mem);
     free(collected);
     free(guest);
-    return collected_len == s.bytes_written && pmis_handled == pmi_events && pmis_handled > 0 ? 0 : 1;
+    int ok = collected_len == s.bytes_written && pmis_handled == pmi_events && pmis_handled > 0 &&
+             o.bytes_in == o.bytes_written + o.bytes_lost;
+    return ok ? 0 : 1;
 }
