@@ -850,3 +850,37 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
     out.push(line);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_keep_overlapping_runs_apart_and_put_short_runs_inside() {
+        // A long run overlapping two short ones that are far apart: the short ones share lane 0.
+        let spans = [(0.0, 300.0), (10.0, 40.0), (100.0, 130.0)];
+        assert_eq!(lanes(&spans), [1, 0, 0]);
+        // Runs closer than a lane's gap do not share a lane.
+        assert_eq!(lanes(&[(0.0, 10.0), (10.0 + LANE - 1.0, 30.0)]), [0, 1]);
+        assert_eq!(lanes(&[(0.0, 10.0), (10.0 + LANE, 30.0)]), [0, 0]);
+        assert!(lanes(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_share_is_rounded_down_and_never_says_full_or_empty_when_it_is_not() {
+        assert_eq!(share_text(0, 4096), "empty");
+        assert_eq!(share_text(1, 4096), "<1%");
+        assert_eq!(share_text(2048, 4096), "50%");
+        assert_eq!(share_text(4095, 4096), "99%");
+        assert_eq!(share_text(4096, 4096), "full");
+        assert_eq!(count(1, "table", "tables"), "1 table");
+        assert_eq!(count(0, "table", "tables"), "0 tables");
+    }
+
+    #[test]
+    fn wrap_cuts_at_spaces_and_cuts_a_word_longer_than_a_line() {
+        assert_eq!(wrap("ab cd ef", 5), ["ab cd", "ef"]);
+        assert_eq!(wrap("abcdefgh x", 3), ["abc", "def", "gh", "x"]);
+        assert_eq!(wrap("", 3), [""]);
+    }
+}
