@@ -290,3 +290,399 @@ fn pic5_simulate_draws_no_picture_when_ctl_contradicts_the_layout() {
         "a picture of the wrong output was drawn"
     );
 }
+
+/// How wide a character is at most, in ems, in the monospace fonts the pictures name (DejaVu Sans
+/// Mono and Menlo 0.602, Consolas 0.55, Liberation Mono and Courier 0.6): the test's own bound,
+/// not the picture code's.
+const CHAR_EM: f64 = 0.62;
+
+/// A `<rect>`: x, y, width, height, and its class.
+#[derive(Clone, Debug)]
+struct Rect {
+    x: f64,
+    y: f64,
+    w: f64,
+    h: f64,
+    class: String,
+}
+
+/// The rects of `svg`, in order.
+fn rects(svg: &str) -> Vec<Rect> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let num = |n: &roxmltree::Node, a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("rect"))
+        .map(|n| Rect {
+            x: num(&n, "x"),
+            y: num(&n, "y"),
+            w: num(&n, "width"),
+            h: num(&n, "height"),
+            class: n.attribute("class").unwrap_or("").to_string(),
+        })
+        .collect()
+}
+
+/// PIC8: every `<text>` lies inside its box, the smallest rect holding the start of its first
+/// character (a row, a header, the range bar, or else the picture itself), by the width
+/// [`CHAR_EM`] bounds and a font's ascent (0.75 em) and descent (0.25 em).
+fn check_texts_in_boxes(svg: &str) -> Result<(), TestCaseError> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let boxes = rects(svg);
+    let num = |n: &roxmltree::Node, a: &str| n.attribute(a).unwrap().parse::<f64>().unwrap();
+    let mut seen = 0;
+    for t in doc.descendants().filter(|n| n.has_tag_name("text")) {
+        let (x, y, size) = (num(&t, "x"), num(&t, "y"), num(&t, "font-size"));
+        let s = t.text().unwrap_or("");
+        let (ax, ay) = (x + 0.5, y - 0.35 * size);
+        let b = boxes
+            .iter()
+            .filter(|r| r.x <= ax && ax <= r.x + r.w && r.y <= ay && ay <= r.y + r.h)
+            .min_by(|a, b| (a.w * a.h).total_cmp(&(b.w * b.h)));
+        prop_assert!(
+            b.is_some(),
+            "{s:?} at ({x}, {y}) lies in no rect, not even the picture"
+        );
+        let b = b.unwrap();
+        let right = x + s.chars().count() as f64 * CHAR_EM * size;
+        let eps = 0.11;
+        prop_assert!(
+            right <= b.x + b.w + eps,
+            "{s:?} at x {x} reaches {right:.1}, past its box {b:?}"
+        );
+        prop_assert!(
+            y - 0.75 * size >= b.y - eps && y + 0.25 * size <= b.y + b.h + eps,
+            "{s:?} at y {y} (size {size}) is not inside its box {b:?} from top to bottom"
+        );
+        seen += 1;
+    }
+    prop_assert!(seen > 0, "no text at all");
+    Ok(())
+}
+
+/// PIC9: a count is followed by its noun in the singular when it is 1 and in the plural else
+/// (`1 table`, `2 tables`, `0 bytes`), with or without `more` between.
+fn check_count_words(texts: &[String]) -> Result<(), TestCaseError> {
+    const NOUNS: [(&str, &str); 9] = [
+        ("table", "tables"),
+        ("entry", "entries"),
+        ("byte", "bytes"),
+        ("PMI", "PMIs"),
+        ("wrap", "wraps"),
+        ("error", "errors"),
+        ("lap", "laps"),
+        ("event", "events"),
+        ("line", "lines"),
+    ];
+    for t in texts {
+        // Words between spaces; a count may open a bracket (`(6 entries`), a noun may close a
+        // clause (`tables)`, `lost;`).
+        let words: Vec<&str> = t.split(' ').collect();
+        for k in 0..words.len() {
+            let n = words[k].trim_start_matches('(');
+            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let noun = match words.get(k + 1) {
+                Some(&"more") => words.get(k + 2),
+                w => w,
+            };
+            let Some(noun) = noun.map(|w| w.trim_end_matches([',', ';', ':', ')'])) else {
+                continue;
+            };
+            let noun = &noun;
+            for (one, many) in NOUNS {
+                if *noun == one || *noun == many {
+                    let want = if n == "1" { one } else { many };
+                    prop_assert_eq!(*noun, want, "{:?} in {:?}", n, t);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The vertical runs of the END hops: (lane x, top, bottom), and the hops' end points.
+fn end_hops(svg: &str) -> Vec<(f64, f64, f64)> {
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    doc.descendants()
+        .filter(|n| n.has_tag_name("path") && n.attribute("class") == Some("end-hop"))
+        .map(|n| {
+            let pts: Vec<(f64, f64)> = n
+                .attribute("d")
+                .unwrap()
+                .split(['M', 'L'])
+                .filter(|p| !p.trim().is_empty())
+                .map(|p| {
+                    let (a, b) = p.trim().split_once(',').unwrap();
+                    (a.parse().unwrap(), b.parse().unwrap())
+                })
+                .collect();
+            assert_eq!(pts.len(), 4, "an END hop is three segments: {pts:?}");
+            assert_eq!(pts[1].0, pts[2].0, "the middle segment is vertical: {pts:?}");
+            (pts[1].0, pts[1].1.min(pts[2].1), pts[1].1.max(pts[2].1))
+        })
+        .collect()
+}
+
+/// PIC7: one END hop per END row whose target table is drawn, each vertical run in a lane right
+/// of the tables and left of the region bars, and no two hops sharing a stretch of a lane.
+fn check_lanes(svg: &str, hops_wanted: usize) -> Result<(), TestCaseError> {
+    let hops = end_hops(svg);
+    prop_assert_eq!(hops.len(), hops_wanted, "END hops drawn");
+    let boxes = rects(svg);
+    // The table boxes start at x = 16; the widest is the tables' column.
+    let tables_r = boxes
+        .iter()
+        .filter(|r| r.x == 16.0 && r.h == 22.0)
+        .map(|r| r.x + r.w)
+        .fold(0.0, f64::max);
+    let bars_x = boxes
+        .iter()
+        .filter(|r| r.class == "region-bar")
+        .map(|r| r.x)
+        .fold(f64::INFINITY, f64::min);
+    for (k, &(x, top, bottom)) in hops.iter().enumerate() {
+        prop_assert!(
+            x > tables_r && x < bars_x,
+            "lane {x} not between the tables ({tables_r}) and the bars ({bars_x})"
+        );
+        for &(x2, top2, bottom2) in &hops[..k] {
+            prop_assert!(
+                (x - x2).abs() > 0.5 || bottom < top2 || bottom2 < top,
+                "two END hops share lane {x}: {top}..{bottom} and {top2}..{bottom2}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// END rows of `layout` whose target table it lists (each has a hop).
+fn listed_end_rows(layout: &Layout) -> usize {
+    let bases: Vec<u64> = layout.tables.iter().map(|t| t.base).collect();
+    layout
+        .tables
+        .iter()
+        .flat_map(|t| &t.entries)
+        .map(|e| TopaEntry::from(e.raw))
+        .filter(|e| e.end() && bases.contains(&e.base()))
+        .count()
+}
+
+/// PIC10: each region bar's dark part is the share of the region the run filled (`fills`), to
+/// scale, and so is each row's band.
+fn check_fill_scale(svg: &str, layout: &Layout, run: &ptemu::picture::Run) -> Result<(), TestCaseError> {
+    let fills = ptemu::picture::fills(layout, run);
+    let boxes = rects(svg);
+    let doc = roxmltree::Document::parse(svg).unwrap();
+    let labels: Vec<(f64, String)> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .map(|n| {
+            (
+                n.attribute("y").unwrap().parse().unwrap(),
+                n.text().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    for bar in boxes.iter().filter(|r| r.class == "region-bar") {
+        // The bar's label stands on its row: `BASE  SIZE ...`.
+        let label = &labels
+            .iter()
+            .find(|(y, _)| (y - (bar.y + 13.0)).abs() < 0.01)
+            .expect("a label beside the bar")
+            .1;
+        let mut words = label.split_whitespace();
+        let base = u64::from_str_radix(words.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let size = words.next().unwrap().to_string();
+        let (region, filled) = layout
+            .tables
+            .iter()
+            .flat_map(|t| {
+                t.entries
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, e)| ((t.base, t.first_index + i as u32), TopaEntry::from(e.raw)))
+            })
+            .filter(|(_, e)| {
+                !e.end() && e.base() == base && ptemu::picture::size_text(e.region_size()) == size
+            })
+            .map(|(at, e)| (e.region_size(), fills[&at]))
+            .next()
+            .expect("the bar's entry");
+        let dark: f64 = boxes
+            .iter()
+            .filter(|r| r.class == "region-fill" && (r.y - bar.y).abs() < 0.01)
+            .map(|r| r.w)
+            .sum();
+        let want = bar.w * filled as f64 / region as f64;
+        prop_assert!(
+            (dark - want).abs() <= 0.1,
+            "{label}: dark {dark} of {}, filled {filled:#x} of {region:#x}",
+            bar.w
+        );
+    }
+    Ok(())
+}
+
+/// A layout of [`layout_toml`] with, sometimes, a third table (0x3000) listed, and END entries
+/// into any of the three.
+fn three_table_toml() -> impl Strategy<Value = String> {
+    let entry = prop_oneof![
+        (0u64..8, 0u8..3).prop_map(|(slot, code)| {
+            let size = ["4K", "8K", "16K"][code as usize];
+            format!(
+                "{{ region = {:#x}, size = \"{size}\" }}",
+                0x20_0000 + slot * 0x4000
+            )
+        }),
+        prop::sample::select(vec![0x1000u64, 0x2000, 0x3000]).prop_map(|t| format!("{{ end = {t:#x} }}")),
+    ];
+    (layout_toml(), prop::collection::vec(entry, 0..5)).prop_map(|(src, third)| {
+        if third.is_empty() {
+            src
+        } else {
+            format!(
+                "{src}[[table]]\nbase = 0x3000\nentries = [\n  {}\n]\n",
+                third.join(",\n  ")
+            )
+        }
+    })
+}
+
+/// The run picture of `len` bytes of 0xFF written through `src`'s layout by the output unit.
+fn run_picture(src: &str, len: usize) -> Option<(Layout, ptemu::picture::Run, String)> {
+    use ptemu::output::OutputUnit;
+    use ptemu::picture::{run_svg, Run};
+    use ptemu::report::Report;
+    use ptemu::SparseMemory;
+    let layout = Layout::parse(Path::new("gen.toml"), src).ok()?;
+    let mut mem = SparseMemory::new();
+    let mut unit = OutputUnit::new(layout.cpu.clone());
+    layout.apply(&mut unit, &mut mem).ok()?;
+    let _ = unit.write(&mut mem, &vec![0xffu8; len]);
+    let run = Run::of(&Report::of(&unit));
+    let svg = run_svg(&layout, &layout::check(&layout), &run);
+    Some((layout, run, svg))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pic7_pic8_pic9_pic10_random_layouts_and_runs_keep_texts_in_boxes_hops_in_lanes(src in three_table_toml(), len in 0usize..40_000) {
+        let layout = Layout::parse(Path::new("gen.toml"), &src);
+        prop_assume!(layout.is_ok());
+        let layout = layout.expect("assumed");
+        let svg = layout_svg(&layout, &layout::check(&layout));
+        check_texts_in_boxes(&svg)?;
+        check_count_words(&texts(&svg))?;
+        check_lanes(&svg, listed_end_rows(&layout))?;
+        let (layout, run, svg) = run_picture(&src, len).expect("it parsed");
+        check_texts_in_boxes(&svg)?;
+        check_count_words(&texts(&svg))?;
+        check_lanes(&svg, listed_end_rows(&layout))?;
+        check_fill_scale(&svg, &layout, &run)?;
+    }
+}
+
+/// A proptest check run once, as a plain test.
+fn must(r: Result<(), TestCaseError>) {
+    if let Err(e) = r {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn pic8_the_demo_keeps_every_text_inside_its_box_before_and_after_a_run() {
+    let layout = Layout::load(Path::new("examples/demo-layout.toml")).unwrap();
+    must(check_texts_in_boxes(&layout_svg(
+        &layout,
+        &layout::check(&layout),
+    )));
+    let demo = std::fs::read_to_string("examples/demo-layout.toml").unwrap();
+    let (_, texts, svg) = write_run(&demo, 100 * 1024);
+    // The row the issue saw run past its box.
+    assert!(
+        texts.iter().any(|t| t.ends_with("<- output at 0x10000")),
+        "{texts:?}"
+    );
+    must(check_texts_in_boxes(&svg));
+    let committed = std::fs::read_to_string("examples/demo-run.svg").unwrap();
+    must(check_texts_in_boxes(&committed));
+}
+
+#[test]
+fn pic8_a_single_range_with_a_long_label_keeps_it_inside_its_bar() {
+    let src = "cpu = \"generic-max\"\n[output]\nscheme = \"single-range\"\nbase = 0xfffffff000000\nmask_ptrs = 0x7ffffff\n";
+    let layout = Layout::parse(Path::new("r.toml"), src).unwrap();
+    must(check_texts_in_boxes(&layout_svg(
+        &layout,
+        &layout::check(&layout),
+    )));
+}
+
+#[test]
+fn pic7_pic9_three_tables_draw_three_hops_in_their_own_lanes_and_count_in_words() {
+    let layout = Layout::load(Path::new("examples/three-tables.toml")).unwrap();
+    let svg = layout_svg(&layout, &layout::check(&layout));
+    let hops = end_hops(&svg);
+    assert_eq!(hops.len(), 3, "{hops:?}");
+    // Each table is entered by one hop: the ring's long way back and the two hops down.
+    must(check_lanes(&svg, 3));
+    let all = texts(&svg).join("\n");
+    assert!(all.contains("walk (7 entries, 3 tables)"), "{all}");
+    let one = "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x1000\nmask_ptrs = 0x7f\n\
+               [[table]]\nbase = 0x1000\nentries = [\n  { region = 0x10000, size = \"4K\", stop = true },\n]\n";
+    let layout = Layout::parse(Path::new("one.toml"), one).unwrap();
+    let all = texts(&layout_svg(&layout, &layout::check(&layout)));
+    assert!(
+        all.iter().any(|t| t.starts_with("walk (1 entry, 1 table)")),
+        "{all:?}"
+    );
+    must(check_count_words(&all));
+    let (_, texts, _) = write_run(one, 1);
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("run: 1 byte in, 1 written, 0 lost; 0 PMIs, 0 wraps")),
+        "{texts:?}"
+    );
+    must(check_count_words(&texts));
+}
+
+#[test]
+fn pic10_a_region_half_filled_draws_a_fill_half_its_bar_and_row() {
+    let ring = "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x1000\nmask_ptrs = 0x7f\n\
+                [[table]]\nbase = 0x1000\nentries = [\n  { region = 0x10000, size = \"8K\" },\n  \
+                { region = 0x20000, size = \"4K\", int = true },\n  { end = 0x1000 },\n]\n";
+    let (_, texts, svg) = write_run(ring, 0x1000);
+    let boxes = rects(&svg);
+    let bars: Vec<&Rect> = boxes.iter().filter(|r| r.class == "region-bar").collect();
+    let fill: Vec<&Rect> = boxes.iter().filter(|r| r.class == "region-fill").collect();
+    assert_eq!((bars.len(), fill.len()), (2, 1), "{svg}");
+    assert_eq!(fill[0].y, bars[0].y, "the 8K region is the filled one");
+    assert!(
+        (fill[0].w - bars[0].w / 2.0).abs() < 0.1,
+        "{:?} is not half of {:?}",
+        fill[0],
+        bars[0]
+    );
+    // The row's band too: half the row.
+    let rows: Vec<&Rect> = boxes.iter().filter(|r| r.x == 16.0 && r.h == 22.0).collect();
+    let band: Vec<&Rect> = boxes.iter().filter(|r| r.class == "row-fill").collect();
+    assert_eq!(band.len(), 1, "{svg}");
+    assert!(
+        (band[0].w - rows[0].w / 2.0).abs() < 0.1,
+        "{:?} is not half of {:?}",
+        band[0],
+        rows[0]
+    );
+    assert!(
+        texts.iter().any(|t| t.starts_with("0x10000  8K  50%")),
+        "{texts:?}"
+    );
+    assert!(
+        texts.iter().any(|t| t.starts_with("0x20000  4K  INT  empty")),
+        "{texts:?}"
+    );
+}

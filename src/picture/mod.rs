@@ -8,7 +8,7 @@
 
 mod svg;
 
-pub use svg::{escape, Svg};
+pub use svg::{escape, text_width, Svg, CHAR_EM};
 
 use crate::layout::{CheckReport, Layout, Scheme};
 use crate::output::{EventCounts, EventKind, OutputEvent, OutputStats, TopaEntry};
@@ -16,13 +16,15 @@ use crate::regs::MaskPtrs;
 use crate::report::{MsrSnapshot, Report};
 use std::collections::BTreeMap;
 
-/// Width of the picture in pixels.
+/// Width of the picture in pixels, at least (wider when a text or an END-hop lane needs it).
 const WIDTH: f64 = 1160.0;
+/// Characters a line of text under the picture holds at most (longer lines are wrapped).
+const WRAP: usize = 140;
 /// Height of one table row.
 const ROW: f64 = 22.0;
-/// Width of a table column.
+/// Width of a table column, at least (wider when a row's text needs it).
 const TABLE_W: f64 = 650.0;
-/// Left edge of the region bars.
+/// Left edge of the region bars, at least (further right when the tables or lanes need it).
 const BARS_X: f64 = 700.0;
 /// The widest region bar.
 const BAR_MAX: f64 = 300.0;
@@ -33,6 +35,8 @@ mod colour {
     pub const REGION: &str = "#cfe3f7";
     pub const END: &str = "#a8a8a8";
     pub const ERROR: &str = "#f4a6a6";
+    /// The share of a region a run filled, in its bar: a dark blue.
+    pub const FILLED: &str = "#3d6e9e";
     pub const INK: &str = "#111111";
     pub const FAINT: &str = "#666666";
 }
@@ -268,9 +272,66 @@ pub fn size_text(bytes: u64) -> String {
     }
 }
 
+/// `N word` with the word in the plural unless N is 1: `1 table`, `2 tables`, `0 bytes`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Left edge of the table boxes.
+const TABLE_X: f64 = 16.0;
+/// Where an entry row's text starts.
+const ROW_TEXT_X: f64 = 28.0;
+/// Font size of an entry row.
+const ROW_FONT: f64 = 11.0;
+/// Font size of a table header.
+const HEAD_FONT: f64 = 12.0;
+/// Room between a text and the right edge of its box.
+const PAD: f64 = 8.0;
+/// Distance between two END-hop lanes, and from the tables to the first.
+const LANE: f64 = 8.0;
+
+/// Lanes for arrows whose vertical runs span `spans` (top, bottom): the lane of each, so that
+/// two arrows in one lane have vertical runs at least [`LANE`] apart. Shorter runs take the inner
+/// lanes (fewer crossings); lane 0 is the innermost.
+fn lanes(spans: &[(f64, f64)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..spans.len()).collect();
+    order.sort_by(|&a, &b| {
+        let len = |i: usize| spans[i].1 - spans[i].0;
+        len(a).total_cmp(&len(b)).then(a.cmp(&b))
+    });
+    let mut taken: Vec<Vec<(f64, f64)>> = Vec::new();
+    let mut out = vec![0; spans.len()];
+    for i in order {
+        let (top, bottom) = spans[i];
+        let free = |lane: &Vec<(f64, f64)>| lane.iter().all(|&(t, b)| bottom + LANE <= t || b + LANE <= top);
+        let lane = match taken.iter().position(free) {
+            Some(l) => l,
+            None => {
+                taken.push(Vec::new());
+                taken.len() - 1
+            }
+        };
+        taken[lane].push((top, bottom));
+        out[i] = lane;
+    }
+    out
+}
+
+/// The share of a region a run filled, as text: `full`, `50%`, `<1%`, `empty`.
+fn share_text(filled: u64, size: u64) -> String {
+    match (filled, size) {
+        (0, _) => "empty".into(),
+        (f, s) if f >= s => "full".into(),
+        (f, s) => match (u128::from(f) * 100 / u128::from(s)) as u64 {
+            0 => "<1%".into(),
+            p => format!("{p}%"),
+        },
+    }
+}
+
 fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String {
     let rows = rows(layout, report);
-    let filled = run.map(|r| fills(layout, r)).unwrap_or_default();
+    let spans = run.map(|r| stored_spans(layout, r.stats.bytes_in));
     let here = run.map(|r| (r.msr.output_base, MaskPtrs::from(r.msr.output_mask_ptrs)));
     // The listed events at the entries they happened at.
     let mut at_entry: BTreeMap<(u64, u32), Vec<(&'static str, u64)>> = BTreeMap::new();
@@ -285,23 +346,23 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
     }
     // Distinct tables (a table may be listed in several blocks, not always one after another).
     let tables: std::collections::BTreeSet<u64> = layout.tables.iter().map(|t| t.base).collect();
-    // Table boxes one under the other, each a header and its rows.
+    // Table boxes one under the other, each a header and its rows: where each goes, and the
+    // texts, first, so that the boxes are as wide as their longest text.
     let mut y = 80.0;
     let mut header_y: BTreeMap<u64, f64> = BTreeMap::new();
+    let mut headers: Vec<(f64, String)> = Vec::new();
     let mut row_y: Vec<f64> = Vec::new();
-    let mut body = Svg::new();
     // At most MAX_ROWS entry rows: a layout listing thousands of entries is summarised.
     let mut drawn: Vec<&Row> = Vec::new();
     let mut next = 0;
     for t in &layout.tables {
         header_y.entry(t.base).or_insert(y);
-        body.rect(16.0, y, TABLE_W, ROW, "#ffffff", colour::INK, 1.5, None);
         let label = if t.first_index == 0 {
             format!("ToPA table {:#x}", t.base)
         } else {
             format!("ToPA table {:#x} (from entry {:#x})", t.base, t.first_index)
         };
-        body.text(24.0, y + 15.0, 12.0, "bold", colour::INK, &label);
+        headers.push((y, label));
         y += ROW;
         for k in 0..t.entries.len() {
             if drawn.len() < MAX_ROWS {
@@ -312,6 +373,50 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         }
         next += t.entries.len();
         y += 14.0;
+    }
+    let filled = |r: &Row| {
+        spans
+            .as_ref()
+            .map(|s| covered(s, r.entry.base(), r.entry.region_size()))
+    };
+    let row_texts: Vec<String> = drawn
+        .iter()
+        .map(|r| row_text(r, filled(r), at_entry.get(&(r.table, r.index)), here))
+        .collect();
+    let table_w = row_texts
+        .iter()
+        .map(|t| ROW_TEXT_X - TABLE_X + text_width(t, ROW_FONT) + PAD)
+        .chain(headers.iter().map(|(_, h)| 2.0 * PAD + text_width(h, HEAD_FONT)))
+        .fold(TABLE_W, f64::max);
+    let table_r = TABLE_X + table_w;
+    // END hops, each in its own lane right of the tables: (from y, to y) and the lane.
+    let mut hops: Vec<(f64, f64)> = Vec::new();
+    for (r, &ry) in drawn.iter().zip(&row_y) {
+        if let (true, Some(&ty)) = (r.entry.end(), header_y.get(&r.entry.base())) {
+            hops.push((ry + ROW / 2.0, ty));
+        }
+    }
+    // Hops into one table arrive at its header spread over its height, in the order they leave.
+    let mut arrive: Vec<f64> = vec![0.0; hops.len()];
+    for &ty in header_y.values() {
+        let into: Vec<usize> = (0..hops.len()).filter(|&k| hops[k].1 == ty).collect();
+        for (j, &k) in into.iter().enumerate() {
+            arrive[k] = ty + ROW * (j + 1) as f64 / (into.len() + 1) as f64;
+        }
+    }
+    let hop_spans: Vec<(f64, f64)> = hops
+        .iter()
+        .zip(&arrive)
+        .map(|(&(from, _), &to)| (from.min(to), from.max(to)))
+        .collect();
+    let hop_lanes = lanes(&hop_spans);
+    let lanes_used = hop_lanes.iter().map(|&l| l + 1).max().unwrap_or(0);
+    let bars_x = (table_r + LANE * (lanes_used as f64 + 1.0) + 24.0).max(BARS_X);
+
+    let mut body = Svg::new();
+    for (hy, label) in &headers {
+        body.rect(TABLE_X, *hy, table_w, ROW, "#ffffff", colour::INK, 1.5, None);
+        body.text(TABLE_X + PAD, hy + 15.0, HEAD_FONT, "bold", colour::INK, label);
     }
     // Walk-order arrows where the walk does not go on to the row just below (a wrap to entry 0,
     // an END hop, a jump over unlisted entries): in the left margin, from row to row.
@@ -326,81 +431,49 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         };
         if (yb - ya - ROW).abs() > 0.5 {
             let x = 12.0 - 3.0 * (k % 3) as f64;
-            body.walk_arrow(16.0, ya + ROW / 2.0, x, yb + ROW / 2.0, colour::FAINT);
+            body.walk_arrow(TABLE_X, ya + ROW / 2.0, x, yb + ROW / 2.0, colour::FAINT);
         }
     }
-    for (r, &ry) in drawn.iter().zip(&row_y) {
+    for ((r, &ry), text) in drawn.iter().zip(&row_y).zip(&row_texts) {
         let (fill, stroke, width) = match (r.error, r.entry.end()) {
             (Some(_), _) => (colour::ERROR, colour::INK, 2.5),
             (None, true) => (colour::END, colour::INK, 1.0),
             (None, false) => (colour::REGION, colour::INK, 1.0),
         };
         let dash = (r.entry.int() && !r.entry.end()).then_some("5,3");
-        body.rect(16.0, ry, TABLE_W, ROW, fill, stroke, width, dash);
+        body.rect(TABLE_X, ry, table_w, ROW, fill, stroke, width, dash);
         if r.entry.stop() && !r.entry.end() {
-            body.rect(16.0, ry, 6.0, ROW, colour::INK, colour::INK, 1.0, None);
+            body.rect(TABLE_X, ry, 6.0, ROW, colour::INK, colour::INK, 1.0, None);
         }
-        let step = r.step.map_or(String::from("   "), |s| format!("#{s}"));
-        let what = if r.entry.end() {
-            format!("END -> {:#x}", r.entry.base())
-        } else {
-            let mut flags = String::new();
-            if r.entry.int() {
-                flags.push_str(" INT");
+        if let (Some(f), false) = (filled(r), r.entry.end()) {
+            // The fill to scale: a black band in the row's lower part, as long as the share of
+            // the region the run filled.
+            let share = f as f64 / r.entry.region_size() as f64;
+            if f > 0 {
+                body.class("row-fill").rect(
+                    TABLE_X,
+                    ry + ROW - 5.0,
+                    table_w * share,
+                    4.0,
+                    colour::INK,
+                    "none",
+                    0.0,
+                    None,
+                );
             }
-            if r.entry.stop() {
-                flags.push_str(" STOP");
-            }
-            format!(
-                "{} at {:#x}{flags}",
-                size_text(r.entry.region_size()),
-                r.entry.base()
-            )
-        };
-        let err = r.error.map_or(String::new(), |id| format!("  error {id}"));
-        let mut err = err;
-        if let (Some(_), false) = (run, r.entry.end()) {
-            // The fill: a darker band in the row's lower part, and its numbers as text.
-            let size = r.entry.region_size();
-            let f = filled.get(&(r.table, r.index)).copied().unwrap_or(0);
-            let w = TABLE_W * f as f64 / size as f64;
-            body.rect(16.0, ry + ROW - 5.0, w, 4.0, colour::INK, colour::INK, 0.5, None);
-            err.push_str(&format!("  filled {f:#x}/{size:#x}"));
-        }
-        if let Some(kinds) = at_entry.get(&(r.table, r.index)) {
-            let shown: Vec<String> = kinds
-                .iter()
-                .map(|&(k, n)| {
-                    if n == 1 {
-                        k.to_string()
-                    } else {
-                        format!("{k} x{n}")
-                    }
-                })
-                .collect();
-            err.push_str(&format!("  [{}]", shown.join(", ")));
         }
         if let Some((base, ptrs)) = here {
             if base == r.table && ptrs.mask_or_table_offset() == r.index {
-                err.push_str(&format!("  <- output at {:#x}", ptrs.output_offset()));
-                body.rect(16.0, ry, TABLE_W, ROW, "none", colour::INK, 3.0, None);
+                body.rect(TABLE_X, ry, table_w, ROW, "none", colour::INK, 3.0, None);
             }
         }
-        body.text(
-            28.0,
-            ry + 15.0,
-            11.0,
-            "normal",
-            colour::INK,
-            &format!("{step:>4} [{:#x}] {what}{err}", r.index),
-        );
-        // END hops: an arrow from the entry to its target table's header, in the margin.
-        if r.entry.end() {
-            if let Some(&ty) = header_y.get(&r.entry.base()) {
-                let x = 16.0 + TABLE_W + 8.0;
-                body.arrow(x - 6.0, ry + ROW / 2.0, x + 22.0, ty + ROW / 2.0, colour::FAINT);
-            }
-        }
+        body.text(ROW_TEXT_X, ry + 15.0, ROW_FONT, "normal", colour::INK, text);
+    }
+    // END hops: from the row's right edge to its lane, along it, into the target's header.
+    for ((&(from, _), &to), &lane) in hops.iter().zip(&arrive).zip(&hop_lanes) {
+        let x = table_r + LANE * (lane as f64 + 1.0);
+        body.class("end-hop")
+            .arrow(table_r, from, x, to, table_r + 2.0, colour::FAINT);
     }
     // The regions, to scale (log2 of the size: 4 KiB is the smallest, 128 MiB the largest).
     let mut regions: Vec<(u64, u64, bool, bool, Option<&'static str>)> = rows
@@ -421,12 +494,16 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
     regions.dedup_by_key(|r| (r.0, r.1));
     let mut ry = 80.0;
     body.text(
-        BARS_X,
+        bars_x,
         ry + 15.0,
-        12.0,
+        HEAD_FONT,
         "bold",
         colour::INK,
-        "regions (bar length: log2 of the size)",
+        if run.is_some() {
+            "regions (length: log2 of the size; dark: filled)"
+        } else {
+            "regions (bar length: log2 of the size)"
+        },
     );
     ry += ROW;
     for (base, size, int, stop, error) in &regions {
@@ -437,8 +514,8 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         } else {
             colour::REGION
         };
-        body.rect(
-            BARS_X,
+        body.class("region-bar").rect(
+            bars_x,
             ry,
             w,
             ROW - 4.0,
@@ -447,9 +524,34 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
             1.0,
             int.then_some("5,3"),
         );
+        let f = spans.as_ref().map(|s| covered(s, *base, *size));
+        if let Some(f @ 1..) = f {
+            // The share filled, to scale, inside the bar's outline.
+            let share = (f as f64 / *size as f64).min(1.0);
+            body.class("region-fill").rect(
+                bars_x,
+                ry,
+                w * share,
+                ROW - 4.0,
+                colour::FILLED,
+                "none",
+                0.0,
+                None,
+            );
+            body.rect(
+                bars_x,
+                ry,
+                w,
+                ROW - 4.0,
+                "none",
+                colour::INK,
+                1.0,
+                int.then_some("5,3"),
+            );
+        }
         if *stop {
             body.rect(
-                BARS_X + w - 6.0,
+                bars_x + w - 6.0,
                 ry,
                 6.0,
                 ROW - 4.0,
@@ -466,7 +568,17 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         if *stop {
             label.push_str("  STOP");
         }
-        body.text(BARS_X + w + 8.0, ry + 13.0, 11.0, "normal", colour::INK, &label);
+        if let Some(f) = f {
+            label.push_str(&format!("  {}", share_text(f, *size)));
+        }
+        body.text(
+            bars_x + w + 8.0,
+            ry + 13.0,
+            ROW_FONT,
+            "normal",
+            colour::INK,
+            &label,
+        );
         ry += ROW;
     }
     let mut walk: Vec<String> = Vec::new();
@@ -478,21 +590,26 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
     }
     y = y.max(ry) + 10.0;
     let mut lines = vec![format!(
-        "walk ({} entries, {} tables): {}",
-        report.walk.len(),
-        tables.len(),
+        "walk ({}, {}): {}",
+        count(report.walk.len() as u64, "entry", "entries"),
+        count(tables.len() as u64, "table", "tables"),
         walk.join(" -> ")
     )];
     if report.walk.len() > MAX_WALK {
         lines.push(format!(
-            "... the walk goes on for {} more entries",
-            report.walk.len() - MAX_WALK
+            "... the walk goes on for {}",
+            count(
+                (report.walk.len() - MAX_WALK) as u64,
+                "more entry",
+                "more entries"
+            )
         ));
     }
     if rows.len() > drawn.len() {
+        let more = (rows.len() - drawn.len()) as u64;
         lines.push(format!(
-            "{} more listed entries are not drawn",
-            rows.len() - drawn.len()
+            "{} not drawn",
+            count(more, "more listed entry is", "more listed entries are")
         ));
     }
     lines.extend(report.violations.iter().map(|v| format!("error: {v}")));
@@ -502,21 +619,22 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
         lines.extend(run_lines(run));
     }
     if lines.len() > MAX_LINES {
-        let more = lines.len() - MAX_LINES;
+        let more = (lines.len() - MAX_LINES) as u64;
         lines.truncate(MAX_LINES);
         lines.push(format!(
-            "... {more} more lines (layout check and events.jsonl have them all)"
+            "... {} (layout check and events.jsonl have them all)",
+            count(more, "more line", "more lines")
         ));
     }
     for l in &lines {
-        for chunk in wrap(l, 140) {
+        for chunk in wrap(l, WRAP) {
             body.text(16.0, y + 12.0, 11.0, "normal", colour::INK, &chunk);
             y += 16.0;
         }
     }
-    let mut svg = Svg::start(WIDTH, y + 16.0);
+    let mut head = Svg::new();
     title(
-        &mut svg,
+        &mut head,
         layout,
         if run.is_some() {
             "ToPA output after the run"
@@ -524,8 +642,67 @@ fn topa_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String 
             "ToPA output"
         },
     );
+    finish(head, body, y + 16.0)
+}
+
+/// The picture: `head` (the title) and `body`, at least [`WIDTH`] wide and wider when a text or
+/// mark reaches further.
+fn finish(head: Svg, body: Svg, height: f64) -> String {
+    let width = (head.right().max(body.right()) + 16.0).max(WIDTH).ceil();
+    let mut svg = Svg::start(width, height);
+    svg.append(head);
     svg.append(body);
     svg.finish()
+}
+
+/// The text of an entry row: `#STEP [INDEX] WHAT`, its error, and after a run its fill, events
+/// and the output position.
+fn row_text(
+    r: &Row,
+    filled: Option<u64>,
+    events: Option<&Vec<(&'static str, u64)>>,
+    here: Option<(u64, MaskPtrs)>,
+) -> String {
+    let step = r.step.map_or(String::from("   "), |s| format!("#{s}"));
+    let what = if r.entry.end() {
+        format!("END -> {:#x}", r.entry.base())
+    } else {
+        let mut flags = String::new();
+        if r.entry.int() {
+            flags.push_str(" INT");
+        }
+        if r.entry.stop() {
+            flags.push_str(" STOP");
+        }
+        format!(
+            "{} at {:#x}{flags}",
+            size_text(r.entry.region_size()),
+            r.entry.base()
+        )
+    };
+    let mut more = r.error.map_or(String::new(), |id| format!("  error {id}"));
+    if let (Some(f), false) = (filled, r.entry.end()) {
+        more.push_str(&format!("  filled {f:#x}/{:#x}", r.entry.region_size()));
+    }
+    if let Some(kinds) = events {
+        let shown: Vec<String> = kinds
+            .iter()
+            .map(|&(k, n)| {
+                if n == 1 {
+                    k.to_string()
+                } else {
+                    format!("{k} x{n}")
+                }
+            })
+            .collect();
+        more.push_str(&format!("  [{}]", shown.join(", ")));
+    }
+    if let Some((base, ptrs)) = here {
+        if base == r.table && ptrs.mask_or_table_offset() == r.index {
+            more.push_str(&format!("  <- output at {:#x}", ptrs.output_offset()));
+        }
+    }
+    format!("{step:>4} [{:#x}] {what}{more}", r.index)
 }
 
 /// How an event kind is written in a picture.
@@ -544,14 +721,16 @@ fn run_lines(run: &Run) -> Vec<String> {
     let c = &run.counts;
     let mut lines = vec![
         format!(
-            "run: {} bytes in, {} written, {} lost; {} PMI, {} wrap, {} stopped, {} error",
-            run.stats.bytes_in,
+            "run: {} in, {} written, {} lost; {}, {}, {} stopped, {}; {}, {} overwritten",
+            count(run.stats.bytes_in, "byte", "bytes"),
             run.stats.bytes_written,
             run.stats.bytes_lost,
-            c.pmi,
-            c.wrap,
+            count(c.pmi, "PMI", "PMIs"),
+            count(c.wrap, "wrap", "wraps"),
             c.stopped,
-            c.error
+            count(c.error, "error", "errors"),
+            count(run.stats.laps, "lap", "laps"),
+            count(run.stats.bytes_overwritten, "byte", "bytes"),
         ),
         format!(
             "final MSRs: OUTPUT_BASE {:#x}, OUTPUT_MASK_PTRS {:#x}, STATUS {:#x}",
@@ -565,13 +744,16 @@ fn run_lines(run: &Run) -> Vec<String> {
             _ => String::new(),
         };
         let rule = e.rule.map_or(String::new(), |r| format!(" ({})", r.id()));
-        lines.push(format!("event: {kind} after {} bytes{at}{rule}", e.stream_offset));
+        lines.push(format!(
+            "event: {kind} after {}{at}{rule}",
+            count(e.stream_offset, "byte", "bytes")
+        ));
     }
     let total = c.total();
     if total > EVENTS_LISTED as u64 {
         lines.push(format!(
-            "... {} more events (events.jsonl lists them all)",
-            total - EVENTS_LISTED as u64
+            "... {} (events.jsonl lists them all)",
+            count(total - EVENTS_LISTED as u64, "more event", "more events")
         ));
     }
     lines
@@ -592,32 +774,35 @@ fn range_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String
     } else {
         colour::ERROR
     };
-    body.rect(16.0, y, BAR_MAX, 28.0, fill, colour::INK, 1.5, None);
-    let pos = 16.0 + BAR_MAX * (offset.min(size) as f64 / size as f64);
-    body.line(pos, y - 6.0, pos, y + 34.0, colour::INK, 2.0);
-    body.text(
-        24.0,
-        y + 19.0,
-        12.0,
-        "normal",
-        colour::INK,
-        &format!(
-            "{:#x} .. {:#x} ({})",
-            layout.base,
-            layout.base + size,
-            size_text(size)
-        ),
+    let label = format!(
+        "{:#x} .. {:#x} ({})",
+        layout.base,
+        layout.base.wrapping_add(size),
+        size_text(size)
     );
+    // The bar holds its label: as wide as that needs, at least BAR_MAX.
+    let bar_w = (text_width(&label, 12.0) + 2.0 * PAD).max(BAR_MAX);
+    body.rect(16.0, y, bar_w, 28.0, fill, colour::INK, 1.5, None);
+    let filled = run.map(|r| covered(&stored_spans(layout, r.stats.bytes_in), layout.base, size));
+    if let Some(f @ 1..) = filled {
+        // The share filled, to scale: a band at the bar's bottom.
+        let share = (f as f64 / size as f64).min(1.0);
+        body.class("range-fill")
+            .rect(16.0, y + 23.0, bar_w * share, 4.0, colour::INK, "none", 0.0, None);
+    }
+    let pos = 16.0 + bar_w * (offset.min(size) as f64 / size as f64);
+    body.line(pos, y - 6.0, pos, y + 34.0, colour::INK, 2.0);
+    body.text(24.0, y + 19.0, 12.0, "normal", colour::INK, &label);
     let mut ly = y + 56.0;
     let mut lines = vec![
         format!(
-            "single range at {:#x}, mask {mask:#x}, {} bytes, output offset {offset:#x}",
-            layout.base, size
+            "single range at {:#x}, mask {mask:#x}, {}, output offset {offset:#x}",
+            layout.base,
+            count(size, "byte", "bytes")
         ),
         "output wraps to the start of the range when it fills (R3)".to_string(),
     ];
-    if let Some(run) = run {
-        let filled = covered(&stored_spans(layout, run.stats.bytes_in), layout.base, size);
+    if let (Some(run), Some(filled)) = (run, filled) {
         lines.push(format!(
             "filled {filled:#x}/{size:#x}; output offset {:#x} at the start",
             ptrs.output_offset()
@@ -628,22 +813,32 @@ fn range_svg(layout: &Layout, report: &CheckReport, run: Option<&Run>) -> String
     lines.extend(report.faults.iter().map(|f| format!("#GP: {f}")));
     lines.extend(report.warnings.iter().map(|w| format!("warning: {w}")));
     for l in &lines {
-        for chunk in wrap(l, 140) {
+        for chunk in wrap(l, WRAP) {
             body.text(16.0, ly, 11.0, "normal", colour::INK, &chunk);
             ly += 16.0;
         }
     }
-    let mut svg = Svg::start(WIDTH, ly + 16.0);
-    title(&mut svg, layout, "Single-range output");
-    svg.append(body);
-    svg.finish()
+    let mut head = Svg::new();
+    title(&mut head, layout, "Single-range output");
+    finish(head, body, ly + 16.0)
 }
 
-/// `s` cut into lines of at most `width` characters, at spaces where it can.
+/// `s` cut into lines of at most `width` characters, at spaces where it can (a longer word is
+/// cut where it must).
 fn wrap(s: &str, width: usize) -> Vec<String> {
     let mut out = Vec::new();
     let mut line = String::new();
+    let width = width.max(1);
+    let mut words: Vec<String> = Vec::new();
     for word in s.split(' ') {
+        let chars: Vec<char> = word.chars().collect();
+        if chars.is_empty() {
+            words.push(String::new());
+        }
+        words.extend(chars.chunks(width).map(|c| c.iter().collect::<String>()));
+    }
+    for word in words {
+        let word = word.as_str();
         if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
             out.push(std::mem::take(&mut line));
         }
@@ -654,4 +849,38 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
     }
     out.push(line);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_keep_overlapping_runs_apart_and_put_short_runs_inside() {
+        // A long run overlapping two short ones that are far apart: the short ones share lane 0.
+        let spans = [(0.0, 300.0), (10.0, 40.0), (100.0, 130.0)];
+        assert_eq!(lanes(&spans), [1, 0, 0]);
+        // Runs closer than a lane's gap do not share a lane.
+        assert_eq!(lanes(&[(0.0, 10.0), (10.0 + LANE - 1.0, 30.0)]), [0, 1]);
+        assert_eq!(lanes(&[(0.0, 10.0), (10.0 + LANE, 30.0)]), [0, 0]);
+        assert!(lanes(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_share_is_rounded_down_and_never_says_full_or_empty_when_it_is_not() {
+        assert_eq!(share_text(0, 4096), "empty");
+        assert_eq!(share_text(1, 4096), "<1%");
+        assert_eq!(share_text(2048, 4096), "50%");
+        assert_eq!(share_text(4095, 4096), "99%");
+        assert_eq!(share_text(4096, 4096), "full");
+        assert_eq!(count(1, "table", "tables"), "1 table");
+        assert_eq!(count(0, "table", "tables"), "0 tables");
+    }
+
+    #[test]
+    fn wrap_cuts_at_spaces_and_cuts_a_word_longer_than_a_line() {
+        assert_eq!(wrap("ab cd ef", 5), ["ab cd", "ef"]);
+        assert_eq!(wrap("abcdefgh x", 3), ["abc", "def", "gh", "x"]);
+        assert_eq!(wrap("", 3), [""]);
+    }
 }

@@ -20,10 +20,24 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// How wide a character of the pictures' monospace font is, in ems, at most: DejaVu Sans Mono
+/// and Menlo advance 0.602 em (regular and bold), Consolas 0.55, Liberation Mono and Courier 0.6.
+/// Text widths are estimated with this, so an estimate is never short of the rendered text.
+pub const CHAR_EM: f64 = 0.62;
+
+/// The estimated width in pixels of `text` at font size `size` ([`CHAR_EM`] per character).
+pub fn text_width(text: &str, size: f64) -> f64 {
+    text.chars().count() as f64 * CHAR_EM * size
+}
+
 /// An SVG document (or a part of one) being written.
 #[derive(Debug, Default)]
 pub struct Svg {
     out: String,
+    /// The rightmost x any element reaches (texts by [`text_width`]).
+    right: f64,
+    /// A class for the next element (see [`Svg::class`]).
+    class: Option<String>,
 }
 
 impl Svg {
@@ -50,6 +64,27 @@ impl Svg {
     /// Appends another part.
     pub fn append(&mut self, part: Svg) {
         self.out.push_str(&part.out);
+        self.right = self.right.max(part.right);
+    }
+
+    /// The rightmost x the elements written so far reach (texts by their estimated width): a
+    /// picture at least this wide (plus a margin) shows all of them.
+    pub fn right(&self) -> f64 {
+        self.right
+    }
+
+    /// Gives the next element `class="CLASS"`, so that tests (and style sheets) can find the
+    /// picture's parts: `region-bar`, `region-fill`, `row-fill`, `range-fill`, `end-hop`.
+    pub fn class(&mut self, class: &str) -> &mut Self {
+        self.class = Some(class.to_string());
+        self
+    }
+
+    /// The class attribute for the element being written, if [`Svg::class`] gave one.
+    fn take_class(&mut self) -> String {
+        self.class
+            .take()
+            .map_or(String::new(), |c| format!(" class=\"{}\"", escape(&c)))
     }
 
     /// A rectangle; `dash` is an SVG dash array for a dashed outline.
@@ -66,9 +101,11 @@ impl Svg {
         dash: Option<&str>,
     ) {
         let dash = dash.map_or(String::new(), |d| format!(" stroke-dasharray=\"{}\"", escape(d)));
+        let class = self.take_class();
+        self.right = self.right.max(x + w);
         let _ = writeln!(
             self.out,
-            "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{h:.1}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{width:.1}\"{dash}/>",
+            "<rect{class} x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w:.1}\" height=\"{h:.1}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{width:.1}\"{dash}/>",
             escape(fill),
             escape(stroke)
         );
@@ -76,19 +113,23 @@ impl Svg {
 
     /// A straight line.
     pub fn line(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str, width: f64) {
+        let class = self.take_class();
+        self.right = self.right.max(x1).max(x2);
         let _ = writeln!(
             self.out,
-            "<line x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\" stroke=\"{}\" stroke-width=\"{width:.1}\"/>",
+            "<line{class} x1=\"{x1:.1}\" y1=\"{y1:.1}\" x2=\"{x2:.1}\" y2=\"{y2:.1}\" stroke=\"{}\" stroke-width=\"{width:.1}\"/>",
             escape(stroke)
         );
     }
 
-    /// An arrow from (x1, y1) to (x2, y2), bent once to the right.
-    pub fn arrow(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str) {
+    /// An arrow leaving (x1, y1) rightwards to its lane at `lane`, along the lane to `y2`, and
+    /// back left to (x2, y2): an END hop from a row to its target table's header.
+    pub fn arrow(&mut self, x1: f64, y1: f64, lane: f64, y2: f64, x2: f64, stroke: &str) {
+        let class = self.take_class();
+        self.right = self.right.max(lane);
         let _ = writeln!(
             self.out,
-            "<path d=\"M{x1:.1},{y1:.1} L{x2:.1},{y1:.1} L{x2:.1},{y2:.1} L{:.1},{y2:.1}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" marker-end=\"url(#arrow)\"/>",
-            x1 + 2.0,
+            "<path{class} d=\"M{x1:.1},{y1:.1} L{lane:.1},{y1:.1} L{lane:.1},{y2:.1} L{x2:.1},{y2:.1}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" marker-end=\"url(#arrow)\"/>",
             escape(stroke)
         );
     }
@@ -96,9 +137,11 @@ impl Svg {
     /// An arrow leaving (x, y1) leftwards to the margin at `margin`, along it to `y2`, and back
     /// right to (x, y2): the walk going from one row to a row that is not the next.
     pub fn walk_arrow(&mut self, x: f64, y1: f64, margin: f64, y2: f64, stroke: &str) {
+        let class = self.take_class();
+        self.right = self.right.max(x);
         let _ = writeln!(
             self.out,
-            "<path d=\"M{x:.1},{y1:.1} L{margin:.1},{y1:.1} L{margin:.1},{y2:.1} L{:.1},{y2:.1}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"2,2\" marker-end=\"url(#arrow)\"/>",
+            "<path{class} d=\"M{x:.1},{y1:.1} L{margin:.1},{y1:.1} L{margin:.1},{y2:.1} L{:.1},{y2:.1}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"2,2\" marker-end=\"url(#arrow)\"/>",
             x - 1.0,
             escape(stroke)
         );
@@ -106,9 +149,11 @@ impl Svg {
 
     /// A line of text with its baseline at `y`.
     pub fn text(&mut self, x: f64, y: f64, size: f64, weight: &str, fill: &str, text: &str) {
+        let class = self.take_class();
+        self.right = self.right.max(x + text_width(text, size));
         let _ = writeln!(
             self.out,
-            "<text x=\"{x:.1}\" y=\"{y:.1}\" font-size=\"{size:.0}\" font-weight=\"{}\" fill=\"{}\" xml:space=\"preserve\">{}</text>",
+            "<text{class} x=\"{x:.1}\" y=\"{y:.1}\" font-size=\"{size:.0}\" font-weight=\"{}\" fill=\"{}\" xml:space=\"preserve\">{}</text>",
             escape(weight),
             escape(fill),
             escape(text)
@@ -138,5 +183,19 @@ mod tests {
         let doc = s.finish();
         assert!(doc.contains(">x &lt; y</text>"), "{doc}");
         assert!(doc.ends_with("</svg>\n"));
+    }
+
+    #[test]
+    fn a_class_goes_to_the_next_element_only_and_right_follows_the_elements() {
+        let mut s = Svg::new();
+        s.class("a\"b")
+            .rect(10.0, 0.0, 30.0, 5.0, "#fff", "#000", 1.0, None);
+        s.rect(0.0, 0.0, 5.0, 5.0, "#fff", "#000", 1.0, None);
+        assert_eq!(s.right(), 40.0);
+        s.text(100.0, 10.0, 10.0, "normal", "#000", "abcde");
+        assert!((s.right() - (100.0 + 5.0 * CHAR_EM * 10.0)).abs() < 1e-9);
+        let doc = s.finish();
+        assert_eq!(doc.matches("class=").count(), 1, "{doc}");
+        assert!(doc.starts_with("<rect class=\"a&quot;b\" x=\"10.0\""), "{doc}");
     }
 }
