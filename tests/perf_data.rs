@@ -320,6 +320,96 @@ fn pd9_cp8_perf_reads_the_profiles_cpu() {
     }
 }
 
+/// PD10: perf names the event (`perf evlist`: `intel_pt//u`, not "unknown attr type: 8"), knows
+/// the file holds an AUX area trace (`perf script --itrace=b -F ip,addr` lists the branches
+/// instead of refusing the field), and reads the AUXTRACE index as it reads perf record's.
+#[test]
+fn pd10_perf_names_the_event_and_takes_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = simulate(dir.path(), "ev", SJENG, &[]);
+    let evlist = Command::new("perf")
+        .args(["evlist", "-i"])
+        .arg(out.join("perf.data"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&evlist.stdout).trim(),
+        "intel_pt//u",
+        "{}",
+        text(&evlist.stderr)
+    );
+    assert!(
+        !text(&evlist.stderr).contains("unknown attr type"),
+        "{}",
+        text(&evlist.stderr)
+    );
+    let b = perf(&out, &["--itrace=b", "-F", "ip,addr"]);
+    assert!(b.status.success(), "{}", text(&b.stderr));
+    let lines = text(&b.stdout);
+    // Each taken branch of the truth, and the enable (`0 => first IP`) and the disable.
+    let truth = ptemu(&["truth", "dump", s(&out), "-o", "-"]);
+    let taken = text(&truth.stdout).matches("\"taken\":true").count();
+    let arrows = lines.lines().filter(|l| l.contains("=>")).count();
+    assert!(
+        taken > 50 && arrows == taken + 2,
+        "{taken} taken, {arrows} lines: {lines}"
+    );
+    let header = Command::new("perf")
+        .args(["report", "--header-only", "-i"])
+        .arg(out.join("perf.data"))
+        .output()
+        .unwrap();
+    let h = text(&header.stdout);
+    assert!(
+        h.contains("# pmu mappings: intel_pt = 8") && h.contains("name = intel_pt//u"),
+        "{h}"
+    );
+    assert!(
+        !h.contains("missing features: AUXTRACE") && !h.contains(" AUXTRACE "),
+        "{h}"
+    );
+}
+
+/// PD3: an input without instruction bytes (BYU addresses) gives perf.data no code image, and
+/// the summary says perf decodes no instruction from it instead of printing a command that
+/// lists only errors.
+#[test]
+fn pd3_without_a_code_image_the_summary_says_perf_decodes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("b.byu");
+    let o = ptemu(&[
+        "gen",
+        "--format",
+        "byu",
+        "--records",
+        "3000",
+        "--seed",
+        "1",
+        "-o",
+        s(&input),
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = dir.path().join("o");
+    let o = ptemu(&[
+        "simulate",
+        s(&input),
+        "--format",
+        "byu",
+        "--perf-data",
+        "--out",
+        s(&out),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("perf.data has no code image: byu input has no instruction bytes"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("decode with Linux perf"), "{stdout}");
+    assert!(!out.join("image.elf").exists());
+}
+
 /// PD4: on wrapped and STOPped runs perf's output (its errors included) passes `ptemu verify`:
 /// it gives the recoverable part of the truth and nothing else.
 #[test]

@@ -704,9 +704,19 @@ pub(super) fn summary(
         outln!(o, "  replay with libipt's ptxed:");
         outln!(o, "    {cmd}");
     }
-    if let Some(cmd) = &r.perf {
-        outln!(o, "  decode with Linux perf (perf.data, spec/perf-data.md):");
-        outln!(o, "    {cmd}");
+    match &r.perf {
+        // Without instruction bytes perf has nothing to walk: it would list an error per branch.
+        Some(_) if run.image.is_none() && opts.format != ptemu::sources::Format::Qemu => outln!(
+            o,
+            "  perf.data has no code image: {} input has no instruction bytes, so perf decodes no \
+             instruction from it (Penn traces and `ptemu run` programs have them; spec/perf-data.md)",
+            opts.format
+        ),
+        Some(cmd) => {
+            outln!(o, "  decode with Linux perf (perf.data, spec/perf-data.md):");
+            outln!(o, "    {cmd}");
+        }
+        None => {}
     }
     text
 }

@@ -32,6 +32,12 @@ pub const ATTR_SIZE: usize = 128;
 const FILE_HEADER_SIZE: u64 = 104;
 /// The header feature bit of the CPU's identity string (perf's `HEADER_CPUID`).
 const HEADER_CPUID: u32 = 9;
+/// The header feature bit of the events' names (perf's `HEADER_EVENT_DESC`).
+const HEADER_EVENT_DESC: u32 = 12;
+/// The header feature bit of the PMUs' names by type number (perf's `HEADER_PMU_MAPPINGS`).
+const HEADER_PMU_MAPPINGS: u32 = 16;
+/// The header feature bit of the index of AUXTRACE records (perf's `HEADER_AUXTRACE`).
+const HEADER_AUXTRACE: u32 = 18;
 /// The id of the intel_pt event.
 const EVENT_ID: u64 = 1;
 
@@ -423,7 +429,15 @@ pub fn write_threads<W: Write + ?Sized>(
     let ids_offset = attrs_offset + attr_size;
     let data_offset = ids_offset + 8;
     let data_size = records.len() as u64 + aux_bytes + later.len() as u64;
-    let features = features(spec);
+    // Where each AUXTRACE record will be, and its header's size, for the AUXTRACE feature's
+    // index (PD10); its data follows the header.
+    let mut index = Vec::new();
+    let mut at = data_offset + records.len() as u64;
+    for &n in traces.iter().flat_map(|t| &t.chunks) {
+        index.push((at, 48));
+        at += 48 + n.div_ceil(8) * 8;
+    }
+    let features = features(spec, &index);
     let mut h = Vec::with_capacity(data_offset as usize);
     for v in [
         MAGIC,
@@ -496,15 +510,52 @@ pub fn write_threads<W: Write + ?Sized>(
     out.flush()
 }
 
-/// The header features written, each its bit and its section's bytes, in bit order (PD9).
-fn features(spec: &Spec) -> Vec<(u32, Vec<u8>)> {
+/// The header features written, each its bit and its section's bytes, in bit order (PD9, PD10);
+/// `index` is each AUXTRACE record's file offset and header size (perf checks it is the
+/// header's).
+fn features(spec: &Spec, index: &[(u64, u64)]) -> Vec<(u32, Vec<u8>)> {
     let mut f = Vec::new();
     if let Some(cpu) = spec.cpu {
         // What perf's x86 get_cpuid() gives: vendor, family, model, stepping, in decimal.
         let id = format!("GenuineIntel,{},{},{}", cpu.family, cpu.model, cpu.stepping);
         f.push((HEADER_CPUID, header_string(&id)));
     }
+    // The event's name, as `perf record -e intel_pt//u` leaves it: its attr, its ids, its name.
+    let mut desc = Vec::new();
+    desc.extend_from_slice(&1u32.to_le_bytes());
+    desc.extend_from_slice(&(ATTR_SIZE as u32).to_le_bytes());
+    desc.extend_from_slice(&attr(spec));
+    desc.extend_from_slice(&1u32.to_le_bytes());
+    desc.extend_from_slice(&header_string(&event_name(spec)));
+    desc.extend_from_slice(&EVENT_ID.to_le_bytes());
+    f.push((HEADER_EVENT_DESC, desc));
+    // The PMU the event's type number is: perf names type 8 by it.
+    let mut pmus = Vec::new();
+    pmus.extend_from_slice(&1u32.to_le_bytes());
+    pmus.extend_from_slice(&PMU_TYPE.to_le_bytes());
+    pmus.extend_from_slice(&header_string("intel_pt"));
+    f.push((HEADER_PMU_MAPPINGS, pmus));
+    // Where the AUXTRACE records are, as perf record indexes them: perf then knows the file
+    // holds an AUX area trace (and lets `perf script -F` name fields its synthesized events have).
+    let mut aux = Vec::with_capacity(8 + 16 * index.len());
+    aux.extend_from_slice(&(index.len() as u64).to_le_bytes());
+    for &(offset, size) in index {
+        aux.extend_from_slice(&offset.to_le_bytes());
+        aux.extend_from_slice(&size.to_le_bytes());
+    }
+    f.push((HEADER_AUXTRACE, aux));
     f
+}
+
+/// The event's name as perf writes it for `-e intel_pt//` with its privilege modifiers: `u`
+/// when only user code is traced, `k` when only the kernel's.
+pub fn event_name(spec: &Spec) -> String {
+    let m = match (spec.ctl.user(), spec.ctl.os()) {
+        (true, false) => "u",
+        (false, true) => "k",
+        _ => "",
+    };
+    format!("intel_pt//{m}")
 }
 
 /// A string as perf's header features hold one: its length (the string, its NUL and the
@@ -714,15 +765,41 @@ mod tests {
         assert_eq!((u64_at(8), u64_at(16)), (104, 144));
         let (data, size) = (u64_at(40) as usize, u64_at(48) as usize);
         let end = data + size;
-        // PD9: one feature, HEADER_CPUID, its section after the data.
+        // PD9, PD10: the features CPUID, EVENT_DESC, PMU_MAPPINGS and AUXTRACE, their sections
+        // after the data, one after the other to the end of the file.
+        let bits = 1 << 9 | 1 << 12 | 1 << 16 | 1 << 18;
+        assert_eq!([u64_at(72), u64_at(80), u64_at(88), u64_at(96)], [bits, 0, 0, 0]);
+        let section = |k: usize| (u64_at(end + 16 * k) as usize, u64_at(end + 16 * k + 8) as usize);
+        let mut next = end + 64;
+        for k in 0..4 {
+            assert_eq!(section(k).0, next, "feature {k}");
+            next += section(k).1;
+        }
+        assert_eq!(next, out.len());
+        let u32_at = |o: usize| u32::from_le_bytes(out[o..o + 4].try_into().unwrap());
+        let (cpuid, _) = section(0);
+        assert_eq!(u32_at(cpuid), 64);
+        assert_eq!(&out[cpuid + 4..cpuid + 24], b"GenuineIntel,6,92,9\0");
+        // EVENT_DESC: 1 event, its attr, 1 id, its name, the id.
+        let (desc, _) = section(1);
+        assert_eq!((u32_at(desc), u32_at(desc + 4)), (1, ATTR_SIZE as u32));
         assert_eq!(
-            [u64_at(72), u64_at(80), u64_at(88), u64_at(96)],
-            [1 << 9, 0, 0, 0]
+            out[desc + 8..desc + 8 + ATTR_SIZE],
+            attr(&spec("/x/image.elf"))[..]
         );
-        let (at, len) = (u64_at(end) as usize, u64_at(end + 8) as usize);
-        assert_eq!((at, at + len), (end + 16, out.len()));
-        assert_eq!(u32::from_le_bytes(out[at..at + 4].try_into().unwrap()), 64);
-        assert_eq!(&out[at + 4..at + 24], b"GenuineIntel,6,92,9\0");
+        let name = desc + 8 + ATTR_SIZE + 4;
+        assert_eq!(&out[name + 4..name + 16], b"intel_pt//u\0");
+        // PMU_MAPPINGS: type 8 is intel_pt.
+        let (pmus, _) = section(2);
+        assert_eq!((u32_at(pmus), u32_at(pmus + 4)), (1, PMU_TYPE));
+        assert_eq!(&out[pmus + 12..pmus + 21], b"intel_pt\0");
+        // AUXTRACE: each entry the offset of an AUXTRACE record and its header's size.
+        let (aux, _) = section(3);
+        assert_eq!(u64_at(aux), 2);
+        for e in 0..2 {
+            let (offset, size) = (u64_at(aux + 8 + 16 * e) as usize, u64_at(aux + 16 + 16 * e));
+            assert_eq!((u32_at(offset), size), (PERF_RECORD_AUXTRACE, 48), "entry {e}");
+        }
         // Every record is a multiple of 8 and the AUXTRACE data follows its header.
         let mut at = data;
         let mut kinds = vec![];
