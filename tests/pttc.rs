@@ -11,34 +11,8 @@
 mod common;
 
 use common::cli::ptemu;
-use std::path::{Path, PathBuf};
+use common::ptt::{ptt_files, reference_dir};
 use std::process::Command;
-
-fn reference_dir() -> Option<PathBuf> {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/libipt-tests"
-    ));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        eprintln!(
-            "skipping: {} is absent (libipt's .ptt tests live outside the repository)",
-            dir.display()
-        );
-        None
-    }
-}
-
-fn ptt_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "ptt"))
-        .collect();
-    files.sort();
-    files
-}
 
 /// The two files libipt's own pttc rejects (its tests of its error paths), and the message.
 fn pttc_rejects(stem: &str) -> Option<&'static str> {

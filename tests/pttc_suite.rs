@@ -20,9 +20,10 @@ mod common;
 
 use common::cli::{ptemu, text};
 use common::harness;
+use common::ptt::{ptt_files, reference_dir};
 use ptemu::pttc::case::{read_ptxed_line, PtxedLine};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Why a run disagrees (spec/pttc.md lists the same).
 mod why {
@@ -111,22 +112,6 @@ const DISAGREE: &[(&str, &str, bool)] = &[
     ("ptxed-end_on_call-tip_pgd", why::BLOCKS, false),
 ];
 
-fn reference_dir() -> Option<PathBuf> {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/libipt-tests"
-    ));
-    if dir.is_dir() {
-        Some(dir.to_path_buf())
-    } else {
-        eprintln!(
-            "skipping: {} is absent (libipt's .ptt tests live outside the repository)",
-            dir.display()
-        );
-        None
-    }
-}
-
 /// The CPUs of a .ptt's `; cpu f/m` lines, as libipt's test.bash reads them.
 fn cpus(source: &str) -> Vec<String> {
     source
@@ -181,12 +166,7 @@ fn first_difference(exp: &str, got: &str) -> Option<String> {
 #[test]
 fn libipt_ptxed_expectations_are_verify_cases() {
     let Some(dir) = reference_dir() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "ptt"))
-        .collect();
-    files.sort();
+    let files = ptt_files(&dir);
     let work = tempfile::tempdir().unwrap();
     let (mut tests, mut runs, mut exp_ok) = (0, 0, 0);
     let mut error_runs = Vec::new();
@@ -329,12 +309,7 @@ fn libipt_ptxed_expectations_are_verify_cases() {
 #[test]
 fn pttc_perf_data_perf_decodes_libipts_tests() {
     let Some(dir) = reference_dir() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "ptt"))
-        .collect();
-    files.sort();
+    let files = ptt_files(&dir);
     let work = tempfile::tempdir().unwrap();
     let mut passes = Vec::new();
     let mut cases = 0;

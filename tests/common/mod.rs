@@ -11,6 +11,7 @@ pub mod insn;
 pub mod layouts;
 pub mod libipt;
 pub mod packets;
+pub mod ptt;
 pub mod query;
 pub mod sources;
 pub mod trace;

@@ -149,93 +149,148 @@ fn ensure_components() -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo ARGS`.
+fn cargo_with(args: &[&str]) -> Command {
+    let mut c = cargo();
+    c.args(args);
+    c
+}
+
+/// `cargo ARGS -- -D warnings` (clippy).
+fn lint(args: &[&str]) -> Command {
+    let mut c = cargo_with(args);
+    c.args(["--", "-D", "warnings"]);
+    c
+}
+
+/// One stage of `cargo xtask test`.
+type Stage = Box<dyn FnOnce() -> Result<(), String>>;
+
 fn test() -> Result<(), String> {
-    ensure_packages(TEST_PACKAGES)?;
-    ensure_components()?;
-    let mut fmt = cargo();
-    fmt.args(["fmt", "--all", "--", "--check"]);
-    run(fmt)?;
-    let mut clippy = cargo();
-    clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
-    run(clippy)?;
-    // The model alone, as an emulator embeds it: no default features (no mmap, no tracing), and
-    // the default ones without serde (the workspace build turns serde on); and the library
-    // without the command line.
-    let mut core = cargo();
-    core.args([
-        "clippy",
-        "-p",
-        "ptemu-core",
-        "--no-default-features",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    run(core)?;
-    let mut core_default = cargo();
-    core_default.args(["check", "-p", "ptemu-core", "--all-targets"]);
-    run(core_default)?;
-    let mut lib = cargo();
-    lib.args([
-        "clippy",
-        "-p",
-        "ptemu",
-        "--no-default-features",
-        "--lib",
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    run(lib)?;
-    // The fuzz crate (outside the workspace) must keep building against the library.
-    let mut fuzz = cargo();
-    fuzz.args(["check", "--bins", "--manifest-path"])
-        .arg(root().join("fuzz/Cargo.toml"));
-    run(fuzz)?;
-    // The C API: libraries, header checks, the C example (its output is compared with the Rust
-    // example's by tests/c_api.rs, which reuses this build).
-    capi()?;
-    // `cargo test` builds no cdylib: the QEMU plugin that tests/qemu_run.rs loads from beside the
-    // ptemu binary comes from a plain build.
-    let mut plugin = cargo();
-    plugin.args(["build", "-p", "ptemu-qemu"]);
-    run(plugin)?;
-    let mut test = cargo();
-    test.args(["test", "--workspace", "--all-targets"]);
-    run(test)?;
-    // ptemu-core's vm-memory adapter (a feature the workspace build leaves off).
-    let mut vm_lint = cargo();
-    vm_lint.args([
-        "clippy",
-        "-p",
-        "ptemu-core",
-        "--features",
-        "vm-memory",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    run(vm_lint)?;
-    let mut vm = cargo();
-    vm.args([
-        "test",
-        "-p",
-        "ptemu-core",
-        "--features",
-        "vm-memory",
-        "--all-targets",
-    ]);
-    run(vm)?;
-    let mut doc = cargo();
-    doc.args(["test", "--workspace", "--doc"]);
-    run(doc)?;
-    // The API docs build without a warning (a broken link, a bit range read as a link).
-    let mut api = cargo();
-    api.args(["doc", "--no-deps", "--workspace"])
-        .env("RUSTDOCFLAGS", "-D warnings");
-    run(api)
+    let mut stages: Vec<(&str, Stage)> = vec![
+        (
+            "system packages and toolchain components",
+            Box::new(|| ensure_packages(TEST_PACKAGES).and_then(|()| ensure_components())),
+        ),
+        (
+            "cargo fmt --check",
+            Box::new(move || run(cargo_with(&["fmt", "--all", "--", "--check"]))),
+        ),
+        (
+            "clippy, the workspace",
+            Box::new(move || run(lint(&["clippy", "--workspace", "--all-targets"]))),
+        ),
+        // The model alone, as an emulator embeds it: no default features (no mmap, no tracing),
+        // and the default ones without serde (the workspace build turns serde on); and the
+        // library without the command line.
+        (
+            "clippy, ptemu-core without default features",
+            Box::new(move || {
+                run(lint(&[
+                    "clippy",
+                    "-p",
+                    "ptemu-core",
+                    "--no-default-features",
+                    "--all-targets",
+                ]))
+            }),
+        ),
+        (
+            "check, ptemu-core with its default features",
+            Box::new(move || run(cargo_with(&["check", "-p", "ptemu-core", "--all-targets"]))),
+        ),
+        (
+            "clippy, the library without the command line",
+            Box::new(move || run(lint(&["clippy", "-p", "ptemu", "--no-default-features", "--lib"]))),
+        ),
+        // The fuzz crate (outside the workspace) must keep building against the library.
+        (
+            "check, the fuzz targets",
+            Box::new(move || {
+                let mut fuzz = cargo_with(&["check", "--bins", "--manifest-path"]);
+                fuzz.arg(root().join("fuzz/Cargo.toml"));
+                run(fuzz)
+            }),
+        ),
+        // The C API: libraries, header checks, the C example (its output is compared with the
+        // Rust example's by tests/c_api.rs, which reuses this build).
+        ("the C API and its C example", Box::new(capi)),
+        // `cargo test` builds no cdylib: the QEMU plugin that tests/qemu_run.rs loads from beside
+        // the ptemu binary comes from a plain build.
+        (
+            "the QEMU plugin",
+            Box::new(move || run(cargo_with(&["build", "-p", "ptemu-qemu"]))),
+        ),
+        (
+            "every test (cargo test --workspace --all-targets)",
+            Box::new(move || run(cargo_with(&["test", "--workspace", "--all-targets"]))),
+        ),
+        // ptemu-core's vm-memory adapter (a feature the workspace build leaves off).
+        (
+            "clippy and tests, ptemu-core's vm-memory adapter",
+            Box::new(move || {
+                run(lint(&[
+                    "clippy",
+                    "-p",
+                    "ptemu-core",
+                    "--features",
+                    "vm-memory",
+                    "--all-targets",
+                ]))?;
+                run(cargo_with(&[
+                    "test",
+                    "-p",
+                    "ptemu-core",
+                    "--features",
+                    "vm-memory",
+                    "--all-targets",
+                ]))
+            }),
+        ),
+        (
+            "doc tests",
+            Box::new(move || run(cargo_with(&["test", "--workspace", "--doc"]))),
+        ),
+        // The API docs build without a warning (a broken link, a bit range read as a link).
+        (
+            "API docs without a warning",
+            Box::new(move || {
+                let mut api = cargo_with(&["doc", "--no-deps", "--workspace"]);
+                api.env("RUSTDOCFLAGS", "-D warnings");
+                run(api)
+            }),
+        ),
+    ];
+    // Progress between stages, and what each took: the README says what to expect.
+    let total = stages.len();
+    let started = std::time::Instant::now();
+    let mut took = Vec::new();
+    for (k, (name, stage)) in stages.drain(..).enumerate() {
+        eprintln!(
+            "xtask test: [{}/{total}] {name} (at {:.0} s)",
+            k + 1,
+            started.elapsed().as_secs_f64()
+        );
+        let t = std::time::Instant::now();
+        let result = stage();
+        took.push((name, t.elapsed().as_secs_f64()));
+        if let Err(e) = result {
+            eprintln!(
+                "xtask test: [{}/{total}] {name} failed after {:.0} s",
+                k + 1,
+                t.elapsed().as_secs_f64()
+            );
+            return Err(e);
+        }
+    }
+    eprintln!(
+        "xtask test: all {total} stages passed in {:.0} s:",
+        started.elapsed().as_secs_f64()
+    );
+    for (name, secs) in took {
+        eprintln!("  {secs:>6.0} s  {name}");
+    }
+    Ok(())
 }
 
 /// Where `cargo xtask capi` builds the C API (`tests/c_api.rs` builds into the same place).
