@@ -23,6 +23,21 @@ fn perf(dir: &Path, args: &[&str]) -> Output {
         .expect("perf (Debian's linux-perf; cargo xtask test installs it)")
 }
 
+/// What `perf report --header-only` says of DIR/perf.data (its warnings fail the test).
+fn perf_header(dir: &Path) -> String {
+    let o = Command::new("perf")
+        .args(["report", "--header-only", "-i"])
+        .arg(dir.join("perf.data"))
+        .output()
+        .expect("perf (Debian's linux-perf; cargo xtask test installs it)");
+    assert!(
+        !text(&o.stderr).to_lowercase().contains("warning"),
+        "{}",
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+}
+
 /// `ptemu simulate INPUT --perf-data` into a fresh directory.
 fn simulate(root: &Path, name: &str, input: &str, extra: &[&str]) -> PathBuf {
     let out = root.join(name);
@@ -302,20 +317,10 @@ fn pd9_cp8_perf_reads_the_profiles_cpu() {
             id,
             "{cpu}"
         );
-        let o = Command::new("perf")
-            .args(["report", "--header-only", "-i"])
-            .arg(out.join("perf.data"))
-            .output()
-            .unwrap();
-        let header = text(&o.stdout);
+        let header = perf_header(&out);
         assert!(
             header.lines().any(|l| l == format!("# cpuid : {id}")),
             "{cpu}: {header}"
-        );
-        assert!(
-            !text(&o.stderr).to_lowercase().contains("warning"),
-            "{}",
-            text(&o.stderr)
         );
     }
 }
@@ -354,12 +359,7 @@ fn pd10_perf_names_the_event_and_takes_fields() {
         taken > 50 && arrows == taken + 2,
         "{taken} taken, {arrows} lines: {lines}"
     );
-    let header = Command::new("perf")
-        .args(["report", "--header-only", "-i"])
-        .arg(out.join("perf.data"))
-        .output()
-        .unwrap();
-    let h = text(&header.stdout);
+    let h = perf_header(&out);
     assert!(
         h.contains("# pmu mappings: intel_pt = 8") && h.contains("name = intel_pt//u"),
         "{h}"
