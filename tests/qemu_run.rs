@@ -425,7 +425,7 @@ fn qe11_a_missing_program_qemu_or_plugin_says_what_to_do() {
     std::fs::copy(env!("CARGO_BIN_EXE_ptemu"), &lone).unwrap();
     let mut cmd = Command::new(&lone);
     env(&mut cmd).args(["run", "--out", s(&out), "--", "true"]);
-    let o = cmd.output().unwrap();
+    let o = output_of_fresh_copy(&mut cmd);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         text(&o.stderr).contains("cargo build --release -p ptemu-qemu"),
@@ -434,7 +434,7 @@ fn qe11_a_missing_program_qemu_or_plugin_says_what_to_do() {
     );
     // Next to the executable, it is found without naming it.
     std::fs::copy(plugin(), exe_dir.join("libptemu_qemu.so")).unwrap();
-    let o = cmd.output().unwrap();
+    let o = output_of_fresh_copy(&mut cmd);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     // QEMU that does not load the plugin: both versions named.
     let bad = dir.path().join("bad.so");
@@ -918,4 +918,19 @@ fn qe15_qe16_qe17_pd8_threads_signals_and_written_code_are_traced_exactly() {
     for (case, tid) in cases.iter().zip(case_tids(&out)) {
         check_decoders(case, &out.join("perf.data"), tid);
     }
+}
+
+/// `cmd.output()` for an executable this process has just copied: while another test thread
+/// forks, the child briefly holds the copy's write descriptor, and exec fails with ETXTBSY ("Text
+/// file busy") until that child execs; try again for up to 5 s.
+fn output_of_fresh_copy(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..500 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            r => return r.unwrap(),
+        }
+    }
+    cmd.output().unwrap()
 }
