@@ -410,6 +410,25 @@ fn pd3_without_a_code_image_the_summary_says_perf_decodes_nothing() {
     assert!(!out.join("image.elf").exists());
 }
 
+/// PD11: image.elf names the functions the code calls (`fn_<address>`), so `perf report` names the
+/// traced code by function, as it does a real program's (sampling every 100 instructions).
+#[test]
+fn pd11_perf_report_names_the_traced_code_by_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = gen_penn(dir.path(), 20_000, 5);
+    let out = simulate(dir.path(), "sym", s(&input), &[]);
+    let o = Command::new("perf")
+        .args(["report", "--stdio", "--itrace=i100i", "-i"])
+        .arg(out.join("perf.data"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let report = text(&o.stdout);
+    let rows: Vec<&str> = report.lines().filter(|l| l.contains("image.elf")).collect();
+    let named = rows.iter().filter(|l| l.contains("[.] fn_")).count();
+    assert!(rows.len() > 3 && named == rows.len(), "{report}");
+}
+
 /// PD4: on wrapped and STOPped runs perf's output (its errors included) passes `ptemu verify`:
 /// it gives the recoverable part of the truth and nothing else.
 #[test]
