@@ -569,6 +569,12 @@ const FUZZ_TARGETS: &[FuzzTarget] = &[
         ],
         mode_byte: false,
     },
+    // `ptemu dump --format ptdump` with a perf_event sideband file (src/ptdump/).
+    FuzzTarget {
+        name: "ptdump",
+        seeds: &["tests/data/ptdump/fuzz-seed.bin"],
+        mode_byte: false,
+    },
 ];
 
 /// Runs every fuzz target (or the named ones) for SECONDS each (default 60) with cargo-fuzz,
