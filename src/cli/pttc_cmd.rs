@@ -112,7 +112,7 @@ fn path_text(p: &std::path::Path) -> String {
 /// `.pt` as one AUX buffer, its `.bin` as the ELF perf maps at the `org`, the CPU and the
 /// address filter of `case.json` (spec/pttc.md).
 fn perf_data(dir: &RunDir, files: &[pttc::OutputFile], compiled: &pttc::Compiled) -> std::io::Result<()> {
-    use ptemu::perf_data::{self, elf, Mapping, Spec};
+    use ptemu::perf_data::{self, Spec};
     use ptemu::regs::{CpuSignature, RtitCtl};
     let file = |name: &str| files.iter().find(|f| f.name == name).map(|f| &f.bytes[..]);
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
@@ -124,15 +124,7 @@ fn perf_data(dir: &RunDir, files: &[pttc::OutputFile], compiled: &pttc::Compiled
             .and_then(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok())
     };
     let code = file("image.bin").unwrap_or_default();
-    let (elf_bytes, pgoff) = elf::image(code, compiled.org);
-    std::fs::write(dir.staged("image.elf"), elf_bytes)?;
-    let elf_path = std::path::absolute(dir.final_path("image.elf"))?;
-    let image = Mapping::new(
-        elf_path.to_string_lossy().into_owned(),
-        compiled.org,
-        code.len() as u64,
-        pgoff,
-    );
+    let image = perf_data::write_image_elf(dir.staging(), &dir.final_path(""), code, compiled.org)?;
     let ctl = RtitCtl::from(hex(&run["ctl"]).unwrap_or(0))
         .with_trace_en(true)
         .with_branch_en(true)

@@ -419,24 +419,20 @@ pub fn write_threads<W: Write + ?Sized>(
     records.extend(sideband(spec)?);
     header(&mut records, PERF_RECORD_FINISHED_ROUND, 0, 8)?;
     let later = later_maps(spec)?;
-    let aux_bytes: u64 = traces
-        .iter()
-        .flat_map(|t| &t.chunks)
-        .map(|&n| 48 + n.div_ceil(8) * 8)
-        .sum();
     let attrs_offset = FILE_HEADER_SIZE;
     let attr_size = ATTR_SIZE as u64 + 16;
     let ids_offset = attrs_offset + attr_size;
     let data_offset = ids_offset + 8;
-    let data_size = records.len() as u64 + aux_bytes + later.len() as u64;
     // Where each AUXTRACE record will be, and its header's size, for the AUXTRACE feature's
-    // index (PD10); its data follows the header.
+    // index (PD10); its data, padded to 8 bytes, follows the header. The later maps follow the
+    // last one.
     let mut index = Vec::new();
     let mut at = data_offset + records.len() as u64;
     for &n in traces.iter().flat_map(|t| &t.chunks) {
         index.push((at, 48));
         at += 48 + n.div_ceil(8) * 8;
     }
+    let data_size = at + later.len() as u64 - data_offset;
     let features = features(spec, &index);
     let mut h = Vec::with_capacity(data_offset as usize);
     for v in [
@@ -569,6 +565,22 @@ fn header_string(s: &str) -> Vec<u8> {
     v
 }
 
+/// Writes `code`, loaded at `base`, as `staged/image.elf` ([`elf::image`]), a directory to be
+/// renamed to `final_dir`; gives the mapping that names it there by its absolute path, as perf
+/// opens it (`ptemu simulate --perf-data`, `ptemu pttc --perf-data`).
+pub fn write_image_elf(staged: &Path, final_dir: &Path, code: &[u8], base: u64) -> io::Result<Mapping> {
+    let (elf, pgoff) = elf::image(code, base);
+    fs::write(staged.join("image.elf"), elf)?;
+    let path = std::path::absolute(final_dir.join("image.elf"))?;
+    let path = path.to_str().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "--perf-data: perf finds image.elf by its path, which must be UTF-8",
+        )
+    })?;
+    Ok(Mapping::new(path.to_owned(), base, code.len() as u64, pgoff))
+}
+
 /// Writes `staged/image.elf` (when the run has a code image) and `staged/perf.data` for the run
 /// whose `trace.pt` is in `staged`, a directory to be renamed to `final_dir` (perf finds
 /// `image.elf` by its absolute path there); returns the perf command that decodes it. `ptemu
@@ -583,23 +595,7 @@ pub fn write_run(
     maps: Vec<Mapping>,
 ) -> io::Result<String> {
     let image = match &outcome.image {
-        Some(img) => {
-            let (elf, pgoff) = elf::image(&img.bytes, img.base);
-            fs::write(staged.join("image.elf"), elf)?;
-            let path = std::path::absolute(final_dir.join("image.elf"))?;
-            let path = path.to_str().ok_or_else(|| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "--perf-data: perf finds image.elf by its path, which must be UTF-8",
-                )
-            })?;
-            Some(Mapping::new(
-                path.to_owned(),
-                img.base,
-                img.bytes.len() as u64,
-                pgoff,
-            ))
-        }
+        Some(img) => Some(write_image_elf(staged, final_dir, &img.bytes, img.base)?),
         None => None,
     };
     let mut filter = image
