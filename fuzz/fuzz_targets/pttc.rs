@@ -17,7 +17,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                 assert!(!f.name.contains('/'), "{}", f.name);
             }
             match case_files("fuzz.ptt", text, &compiled, None) {
-                Ok(files) => {
+                Ok((files, _)) => {
                     let truth = files
                         .iter()
                         .find(|f| f.name == "truth.jsonl")

@@ -60,11 +60,12 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let compiled =
         pttc::compile(&path, &text, &Options { cpu }).map_err(|e| Failure::input(e.located(&shown)))?;
     let mut files = compiled.files.clone();
+    let mut case_run = None;
     if args.case {
-        files.extend(
-            pttc::case_files(&path, &text, &compiled, given)
-                .map_err(|e| Failure::input(e.located(&shown)))?,
-        );
+        let (case, run) = pttc::case_files(&path, &text, &compiled, given)
+            .map_err(|e| Failure::input(e.located(&shown)))?;
+        files.extend(case);
+        case_run = Some(run);
     }
     // A bad layout is refused before anything is written.
     let layout = match &args.layout {
@@ -80,8 +81,9 @@ pub fn run(args: &Args) -> Result<(), Failure> {
             .map_err(|e| write_failure(&format!("{shown_out}/{}", f.name), e))?;
     }
     let mut names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
-    if args.perf_data {
-        perf_data(&dir, &files, &compiled).map_err(|e| write_failure(&shown_out, e))?;
+    // clap makes --perf-data require --case, which gives the run.
+    if let (true, Some(run)) = (args.perf_data, &case_run) {
+        perf_data(&dir, &files, &compiled, run).map_err(|e| write_failure(&shown_out, e))?;
         names.extend(["perf.data", "image.elf"]);
     }
     dir.commit(&names, &[])
@@ -111,48 +113,38 @@ fn path_text(p: &std::path::Path) -> String {
 /// Writes `perf.data` and `image.elf` into the staged `dir` for a `--case` compile: the test's
 /// `.pt` as one AUX buffer, its `.bin` as the ELF perf maps at the `org`, the CPU and the
 /// address filter of `case.json` (spec/pttc.md).
-fn perf_data(dir: &RunDir, files: &[pttc::OutputFile], compiled: &pttc::Compiled) -> std::io::Result<()> {
+fn perf_data(
+    dir: &RunDir,
+    files: &[pttc::OutputFile],
+    compiled: &pttc::Compiled,
+    run: &pttc::case::CaseRun,
+) -> std::io::Result<()> {
     use ptemu::perf_data::{self, Spec};
     use ptemu::regs::{CpuSignature, RtitCtl};
     let file = |name: &str| files.iter().find(|f| f.name == name).map(|f| &f.bytes[..]);
-    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
-    let case: serde_json::Value =
-        serde_json::from_slice(file("case.json").ok_or_else(|| bad("no case.json"))?)?;
-    let run = &case["run"];
-    let hex = |v: &serde_json::Value| {
-        v.as_str()
-            .and_then(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok())
-    };
     let code = file("image.bin").unwrap_or_default();
     let image = perf_data::write_image_elf(dir.staging(), &dir.final_path(""), code, compiled.org)?;
-    let ctl = RtitCtl::from(hex(&run["ctl"]).unwrap_or(0))
+    let ctl = RtitCtl::from(run.ctl)
         .with_trace_en(true)
         .with_branch_en(true)
         .with_user(true)
         .with_os(true);
-    let msrs: Vec<(u32, u64)> = run["msrs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|m| Some((hex(&m["msr"])? as u32, hex(&m["value"])?)))
-        .collect();
-    let cpu = run["cpu_signature"].as_object().map(|c| CpuSignature {
-        family: c["family"].as_u64().unwrap_or(6) as u16,
-        model: c["model"].as_u64().unwrap_or(0) as u8,
-        stepping: c["stepping"].as_u64().unwrap_or(0) as u8,
-    });
     let spec = Spec {
-        filter: perf_data::filter_string(ctl, &msrs, &image),
+        filter: perf_data::filter_string(ctl, &run.msrs, &image),
         ctl,
         tsc_ctc: (1, 1),
         max_nonturbo_ratio: 1,
         pid: 1000,
         threads: Vec::new(),
-        comm: case["name"].as_str().unwrap_or("ptt").chars().take(15).collect(),
+        comm: run.name.chars().take(15).collect(),
         image: Some(image),
         maps: Vec::new(),
         start_tsc: 0,
-        cpu,
+        cpu: run.cpu.map(|c| CpuSignature {
+            family: c.family,
+            model: c.model,
+            stepping: c.stepping,
+        }),
     };
     let trace = file("trace.pt").unwrap_or_default();
     let mut w = std::io::BufWriter::new(std::fs::File::create(dir.staged("perf.data"))?);

@@ -349,8 +349,23 @@ pub struct CaseInput<'a> {
     pub cpu: Option<Option<Cpu>>,
 }
 
-/// The files `--case` adds: `trace.pt`, `image.bin`, `image.json`, `case.json`, `truth.jsonl`.
-pub fn files(c: &CaseInput) -> Result<Vec<OutputFile>, PttcError> {
+/// What a case says of the run its decoders must assume, as `case.json` writes it: for writers
+/// of other outputs of the same case (`ptemu pttc --perf-data`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaseRun {
+    /// The test's name (the .ptt's root), as `case.json`'s `name`.
+    pub name: String,
+    /// The CPU: `opt:ptxed --cpu`, else `--cpu`, else the first `; cpu` line.
+    pub cpu: Option<Cpu>,
+    /// IA32_RTIT_CTL with the `--filter:addrN_cfg` fields (bits 47:32), nothing else.
+    pub ctl: u64,
+    /// The ADDRn MSRs the `--filter:addrN_a/_b` options set, as (MSR, value).
+    pub msrs: Vec<(u32, u64)>,
+}
+
+/// The files `--case` adds: `trace.pt`, `image.bin`, `image.json`, `case.json`, `truth.jsonl`;
+/// and the run they describe.
+pub fn files(c: &CaseInput) -> Result<(Vec<OutputFile>, CaseRun), PttcError> {
     let opts = ptxed_options(c.lines)?;
     // test.bash puts the `; cpu` line's --cpu before the opt:ptxed options: theirs wins.
     let cpu = match (opts.cpu, c.cpu) {
@@ -361,17 +376,22 @@ pub fn files(c: &CaseInput) -> Result<Vec<OutputFile>, PttcError> {
         0 => format!("{}/{}", c.family, c.model),
         s => format!("{}/{}/{s}", c.family, c.model),
     });
-    let msrs: Vec<serde_json::Value> = opts
-        .addr
+    let case_run = CaseRun {
+        name: super::file_root(c.path).to_string(),
+        cpu,
+        ctl: opts.addr_cfg << 32,
+        msrs: opts
+            .addr
+            .iter()
+            .enumerate()
+            .filter(|(_, &v)| v != 0)
+            .map(|(k, &v)| (crate::regs::msr::IA32_RTIT_ADDR0_A + k as u32, v))
+            .collect(),
+    };
+    let msrs: Vec<serde_json::Value> = case_run
+        .msrs
         .iter()
-        .enumerate()
-        .filter(|(_, &v)| v != 0)
-        .map(|(k, v)| {
-            serde_json::json!({
-                "msr": format!("{:#x}", crate::regs::msr::IA32_RTIT_ADDR0_A as usize + k),
-                "value": format!("{v:#x}"),
-            })
-        })
+        .map(|(msr, v)| serde_json::json!({"msr": format!("{msr:#x}"), "value": format!("{v:#x}")}))
         .collect();
     let run = serde_json::json!({
         "input": c.path,
@@ -380,12 +400,12 @@ pub fn files(c: &CaseInput) -> Result<Vec<OutputFile>, PttcError> {
         "cpu_signature": cpu.map(|c| serde_json::json!({
             "family": c.family, "model": c.model, "stepping": c.stepping,
         })),
-        "ctl": format!("{:#x}", opts.addr_cfg << 32),
+        "ctl": format!("{:#x}", case_run.ctl),
         "msrs": msrs,
         "ptxed": opts.words,
     });
     let case = serde_json::json!({
-        "name": super::file_root(c.path),
+        "name": case_run.name,
         "run": run,
         "timing": {
             "mtc_freq": opts.timing[0],
@@ -415,7 +435,7 @@ pub fn files(c: &CaseInput) -> Result<Vec<OutputFile>, PttcError> {
         bytes,
     };
     let json = |v: &serde_json::Value| format!("{v:#}\n").into_bytes();
-    Ok(vec![
+    let files = vec![
         file("trace.pt", c.pt.to_vec()),
         file("image.bin", c.bin.to_vec()),
         file(
@@ -424,7 +444,8 @@ pub fn files(c: &CaseInput) -> Result<Vec<OutputFile>, PttcError> {
         ),
         file("case.json", json(&case)),
         file("truth.jsonl", truth(c.exp, c.pt.len() as u64, run)),
-    ])
+    ];
+    Ok((files, case_run))
 }
 
 #[cfg(test)]

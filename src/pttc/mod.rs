@@ -296,7 +296,7 @@ pub fn case_files(
     source: &str,
     compiled: &Compiled,
     cpu: Option<Option<Cpu>>,
-) -> Result<Vec<OutputFile>, PttcError> {
+) -> Result<(Vec<OutputFile>, case::CaseRun), PttcError> {
     let root = file_root(path);
     let name = exp_name(root, "ptxed", cpu.flatten());
     let exp = compiled
