@@ -21,7 +21,8 @@ fn code_file(dir: &Path, code: &[u8]) -> FileMap {
         offset: 0,
         major: 0,
         minor: 0,
-        inode: 0,
+        // QE5: the check reads the file only as the process mapped it (its inode).
+        inode: std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).unwrap()),
         path: path.to_str().unwrap().into(),
     }
 }
@@ -646,4 +647,86 @@ fn qe13_qe14_a_block_runs_as_one_and_an_instruction_into_the_next_page_is_the_ne
     w.exec_block(1, 2);
     let (_, _, instructions) = events(finish(&mut w, true)).unwrap();
     assert_eq!(instructions, 3);
+}
+
+/// QE15: a failure to put the other threads' records aside names the OS's error.
+#[test]
+fn qe15_writing_the_other_threads_records_aside_names_the_os_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let stream = two_threads(dir.path(), false);
+    struct Full;
+    impl std::io::Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+    }
+    let side = Arc::new(Mutex::new(Sideband::default()));
+    let mut src = QemuEvents::new("prog", std::io::Cursor::new(stream), side).spool_others_to(Box::new(Full));
+    let mut ev = Vec::new();
+    let e = loop {
+        match src.next_events(&mut ev) {
+            Ok(true) => {}
+            Ok(false) => panic!("a spool that cannot be written was accepted"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        e.contains("records aside") && e.contains("No space left on device"),
+        "{e}"
+    );
+}
+
+/// QE5, QE19: the file a mapping record names is read only as the process mapped it: a
+/// regular file with the record's inode, opened without following a symbolic link or
+/// blocking. A file of another inode, a symbolic link and a FIFO are not read at all: no
+/// comparison is made (the code that differs from them is not refused), and the run never
+/// waits on them.
+#[test]
+fn qe5_qe19_a_mapping_is_read_only_as_a_regular_file_as_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut changed = PROGRAM;
+    changed[0x21] = 0x90;
+    let ran = |map: &FileMap| {
+        let mut w = Writer::new();
+        translate(&mut w, map);
+        let bytes = finish(&mut w, true);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(events(bytes).map(|_| ()));
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the run waited on the file a mapping names")
+    };
+    // As mapped, a file whose bytes differ is compared and refused (QE5) ...
+    let map = code_file(dir.path(), &PROGRAM);
+    std::fs::write(&map.path, changed).unwrap();
+    assert!(ran(&map).unwrap_err().contains("is not what"));
+    // ... but not if its inode is not the one the process mapped.
+    let other = FileMap {
+        inode: map.inode + 1,
+        ..map.clone()
+    };
+    assert_eq!(ran(&other), Ok(()));
+    // A symbolic link is not followed, even to the file the process mapped.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&map.path, &link).unwrap();
+    let linked = FileMap {
+        path: link.to_str().unwrap().into(),
+        ..map.clone()
+    };
+    assert_eq!(ran(&linked), Ok(()));
+    // A FIFO (no writer: opening it to read would block) is not opened to wait on.
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let piped = FileMap {
+        path: fifo.to_str().unwrap().into(),
+        inode: std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&fifo).unwrap()),
+        ..map.clone()
+    };
+    assert_eq!(ran(&piped), Ok(()));
 }

@@ -13,35 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 use common::harness as libipt_decode;
 
-const PATH: &str = "/usr/bin:/bin";
-
-/// The plugin, built next to the ptemu binary by `cargo build -p ptemu-qemu` (which `cargo xtask
-/// test` runs before the tests: `cargo test` builds no cdylib).
-fn plugin() -> PathBuf {
-    let p = Path::new(env!("CARGO_BIN_EXE_ptemu"))
-        .parent()
-        .unwrap()
-        .join("libptemu_qemu.so");
-    assert!(
-        p.is_file(),
-        "{} is missing: the workspace build makes it (cargo build -p ptemu-qemu)",
-        p.display()
-    );
-    p
-}
-
-/// The same environment for every run, native or not: the stack QEMU lays out (and so the
-/// alignment of the strings a program compares) depends on it.
-fn env(cmd: &mut Command) -> &mut Command {
-    cmd.env_clear().env("PATH", PATH).env("LC_ALL", "C")
-}
-
-fn which(program: &str) -> PathBuf {
-    PATH.split(':')
-        .map(|d| Path::new(d).join(program))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{program} is not installed"))
-}
+use common::qemu::{c_program, env, gcc, plugin, which};
 
 fn feed(mut cmd: Command, stdin: &[u8]) -> Output {
     let mut child = cmd
@@ -452,27 +424,6 @@ fn qe11_a_missing_program_qemu_or_plugin_says_what_to_do() {
         "{e}"
     );
     assert!(!out.exists());
-}
-
-/// Compiles `source` (C) with gcc into `dir`.
-fn c_program(dir: &Path, name: &str, source: &str) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    gcc(&src, &dir.join(name), &[])
-}
-
-/// `gcc -O1 -pthread EXTRA -o EXE SRC`.
-fn gcc(src: &Path, exe: &Path, extra: &[&str]) -> PathBuf {
-    let o = Command::new("gcc")
-        .args(["-O1", "-pthread"])
-        .args(extra)
-        .arg("-o")
-        .arg(exe)
-        .arg(src)
-        .output()
-        .expect("gcc");
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    exe.to_path_buf()
 }
 
 #[test]
@@ -933,4 +884,110 @@ fn output_of_fresh_copy(cmd: &mut Command) -> std::process::Output {
         }
     }
     cmd.output().unwrap()
+}
+
+/// QE11: `#!` scripts run as the kernel runs them (native execution is the oracle): a line
+/// with no newline, an interpreter that is a script itself, and a carriage return that makes
+/// the interpreter's name one no file has (the kernel: ENOENT; ptemu: 126, as a shell).
+#[test]
+fn qe11_scripts_run_as_the_kernel_runs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let script = |name: &str, body: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        p
+    };
+    let inner = script("inner", "#!/bin/echo inner\n");
+    let cases = [
+        script("no-newline", "#!/bin/echo hello"),
+        script("outer", &format!("#!{} outer-arg\n", inner.display())),
+    ];
+    for p in &cases {
+        let native = Command::new(p).arg("a1").env_clear().output().unwrap();
+        let o = ptemu_run(&out, &[], &[s(p), "a1"], b"");
+        assert_eq!(
+            (o.status.code(), text(&o.stdout)),
+            (native.status.code(), text(&native.stdout)),
+            "{}: {}",
+            p.display(),
+            text(&o.stderr)
+        );
+        assert!(out.join("trace.pt").is_file());
+    }
+    let cr = script("cr", "#!/bin/echo\r\necho no\n");
+    let native = Command::new(&cr).output().unwrap_err();
+    assert_eq!(native.kind(), std::io::ErrorKind::NotFound);
+    let o = ptemu_run(&dir.path().join("cr-out"), &[], &[s(&cr)], b"");
+    assert_eq!(o.status.code(), Some(126), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("bad interpreter: No such file or directory"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// QE11: a standard descriptor closed when ptemu starts is closed for the program, as it is
+/// natively: `echo hi >&-` fails with a write error, under ptemu run as without it.
+#[test]
+fn qe11_a_closed_standard_descriptor_stays_closed_for_the_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = |cmd: &mut Command| {
+        // SAFETY: close between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::close(1);
+                Ok(())
+            });
+        }
+    };
+    let mut native = Command::new("/bin/echo");
+    native.arg("hi");
+    closed(&mut native);
+    let native = native.output().unwrap();
+    assert_eq!(native.status.code(), Some(1));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .arg("run")
+        .args([
+            "--plugin",
+            s(&plugin()),
+            "-q",
+            "--out",
+            s(&dir.path().join("out")),
+        ])
+        .args(["--", "/bin/echo", "hi"]);
+    closed(&mut cmd);
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), native.status.code(), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("write error"), "{}", text(&o.stderr));
+}
+
+/// QE15: a main thread that calls pthread_exit while another thread runs on leaves the plugin
+/// its view of the process (the calling thread's): the program is traced to its end, exit 0.
+#[test]
+fn qe15_a_main_thread_that_calls_pthread_exit_leaves_the_others_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = c_program(
+        dir.path(),
+        "leader-exits",
+        "#include <pthread.h>\n#include <stdio.h>\n#include <unistd.h>\n\
+         static void *work(void *a) { volatile unsigned long s = 0; usleep(300000);\n\
+           for (long i = 0; i < 100000; i++) s += i;\n\
+           printf(\"thread done %lu\\n\", s); fflush(stdout); return a; }\n\
+         int main(void) { pthread_t t; pthread_create(&t, 0, work, 0); pthread_exit(0); }\n",
+    );
+    let native = native(&[s(&exe)], b"");
+    let out = dir.path().join("out");
+    let o = ptemu_run(&out, &[], &[s(&exe)], b"");
+    assert_eq!(
+        (o.status.code(), text(&o.stdout)),
+        (native.status.code(), text(&native.stdout)),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0));
+    let threads = report(&out)["program"]["threads"].as_array().unwrap().len();
+    assert_eq!(threads, 1, "the other thread is a case of its own");
 }

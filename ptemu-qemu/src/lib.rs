@@ -3,10 +3,11 @@
 //! program does that the trace must know of (system calls, threads, signal handlers, code no
 //! file holds) to `ptemu run`, over the socket `ptemu run` names with `fd=N` (spec/qemu.md). The
 //! stream's format is `ptemu::sources::qemu::wire`; the events and the trace are made on the
-//! other side, so the guest runs on while the tracer works on another core.
+//! other side, so the guest runs on while the tracer works on another core. A forked child hands
+//! the socket of its own stream over through the fork descriptor `forks=M` (QE18, QE19).
 //!
 //! ```text
-//! qemu-x86_64 -plugin target/release/libptemu_qemu.so,fd=3 PROGRAM   # as ptemu run starts it
+//! qemu-x86_64 -plugin target/release/libptemu_qemu.so,fd=3,forks=4 PROGRAM   # as ptemu run starts it
 //! ```
 
 mod api;
@@ -46,8 +47,9 @@ struct Shared {
     maps: maps::Known,
     /// Executions of the threads that ended and whose slots other threads took.
     executed: u64,
-    /// The abstract socket a forked child connects to (QE18), if `ptemu run` gave one.
-    fork_socket: Option<Vec<u8>>,
+    /// The descriptor a forked child hands its own stream's socket to `ptemu run` through
+    /// (QE18, QE19), if `ptemu run` gave one: a datagram socket no other process can reach.
+    fork_fd: Option<c_int>,
     /// Every process record sent so far (blocks, mappings, handlers): a forked child's stream
     /// starts with them, so that its blocks keep their ids (QE18).
     history: Vec<u8>,
@@ -58,6 +60,9 @@ static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
 /// The socket's descriptor, readable without [`SHARED`]'s lock: a forked child whose copy of the
 /// lock is held (by a thread the child does not have) closes it (QE18).
 static FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// The fork descriptor (QE19), or -1: closed with [`FD`] by a child that is not traced.
+static FORK_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
 /// One guest thread's state, in the slot of its vCPU index.
 struct Thread {
@@ -154,7 +159,7 @@ impl Shared {
         let fd = self.fd;
         let mut ok = true;
         let history = &mut self.history;
-        let keep = self.fork_socket.is_some();
+        let keep = self.fork_fd.is_some();
         self.writer.take_chunk(0, &mut |b: &[u8]| {
             if keep {
                 history.extend_from_slice(b);
@@ -167,13 +172,14 @@ impl Shared {
         }
     }
 
-    /// QE18, in a forked child: a stream of its own, on a new connection to `ptemu run`,
-    /// starting with the process records so far; false if it cannot be made.
+    /// QE18, in a forked child: a stream of its own, on a new socket whose other end goes to
+    /// `ptemu run` through the fork descriptor (QE19), starting with the process records so far;
+    /// false if it cannot be made.
     fn fork_stream(&mut self) -> bool {
-        let Some(name) = self.fork_socket.clone() else {
+        let Some(forks) = self.fork_fd else {
             return false;
         };
-        let Some(fd) = connect_abstract(&name) else {
+        let Some(fd) = hand_over_socket(forks) else {
             return false;
         };
         // SAFETY: closing this process's copy of the parent's socket.
@@ -269,16 +275,22 @@ pub unsafe extern "C" fn qemu_plugin_install(
         return 1;
     }
     let mut fd = None;
-    let mut fork_socket = None;
+    let mut fork_fd = None;
     for k in 0..usize::try_from(argc).unwrap_or(0) {
         // SAFETY: QEMU's contract: `argc` C strings.
         let arg = unsafe { CStr::from_ptr(*argv.add(k)) }.to_string_lossy();
         match arg.split_once('=') {
             Some(("fd", n)) => fd = n.parse::<c_int>().ok(),
-            Some(("fork", name)) => fork_socket = Some(name.as_bytes().to_vec()),
+            Some(("forks", n)) => match n.parse::<c_int>() {
+                Ok(n) => fork_fd = Some(n),
+                Err(_) => {
+                    api.print(&format!("ptemu-qemu: forks={n}: not a descriptor number"));
+                    return 1;
+                }
+            },
             _ => {
                 api.print(&format!(
-                    "ptemu-qemu: unknown argument {arg:?} (expected fd=N and fork=NAME)"
+                    "ptemu-qemu: unknown argument {arg:?} (expected fd=N and forks=M)"
                 ));
                 return 1;
             }
@@ -299,6 +311,19 @@ pub unsafe extern "C" fn qemu_plugin_install(
         return 1;
     }
     let fd = high_fd(fd);
+    let fork_fd = match fork_fd {
+        // SAFETY: fcntl on a descriptor number; a bad one fails with EBADF.
+        Some(f) if unsafe { libc::fcntl(f, libc::F_GETFD) } < 0 => {
+            api.print(&format!(
+                "ptemu-qemu: forks={f}: {}",
+                std::io::Error::last_os_error()
+            ));
+            return 1;
+        }
+        Some(f) => Some(high_fd(f)),
+        None => None,
+    };
+    FORK_FD.store(fork_fd.unwrap_or(-1), Ordering::Relaxed);
     let mut writer = Writer::new();
     // The magic goes at once: `ptemu run` knows the plugin loaded.
     writer.take(&mut |b| {
@@ -310,7 +335,7 @@ pub unsafe extern "C" fn qemu_plugin_install(
         writer,
         maps: maps::Known::default(),
         executed: 0,
-        fork_socket,
+        fork_fd,
         history: Vec::new(),
     });
     // SAFETY: registering callbacks of the documented signatures with QEMU's own id.
@@ -456,6 +481,8 @@ unsafe extern "C" fn on_syscall(
     }
     sh.send(Some(&mut *t));
     let ours = sh.fd as u64;
+    let forks = sh.fork_fd.map_or(ours, |f| f as u64);
+    let (low, high) = (ours.min(forks), ours.max(forks));
     // Everything below writes the thread's records with the lock held (see above).
     let fail = |t: &mut Thread, sh: &mut Shared, value: u64, why: &str| {
         t.writer.note(NoteKind::Failure, value, why);
@@ -463,11 +490,11 @@ unsafe extern "C" fn on_syscall(
         OFF.store(true, Ordering::Relaxed);
     };
     match num {
-        SYS_CLOSE if a1 == ours => fail(t, sh, a1, "the program closed the plugin's socket"),
-        SYS_DUP2 | SYS_DUP3 if a2 == ours => {
+        SYS_CLOSE if a1 == ours || a1 == forks => fail(t, sh, a1, "the program closed the plugin's socket"),
+        SYS_DUP2 | SYS_DUP3 if a2 == ours || a2 == forks => {
             fail(t, sh, a2, "the program put another file on the plugin's socket")
         }
-        SYS_CLOSE_RANGE if a1 <= ours && ours <= a2 => fail(
+        SYS_CLOSE_RANGE if a1 <= high && low <= a2 => fail(
             t,
             sh,
             a1,
@@ -523,8 +550,14 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
             };
             if !traced {
                 OFF.store(true, Ordering::Relaxed);
-                // SAFETY: closing the descriptor this process owns.
-                unsafe { libc::close(FD.load(Ordering::Relaxed)) };
+                // SAFETY: closing the descriptors this process owns.
+                unsafe {
+                    libc::close(FD.load(Ordering::Relaxed));
+                    let forks = FORK_FD.load(Ordering::Relaxed);
+                    if forks >= 0 {
+                        libc::close(forks);
+                    }
+                }
                 return;
             }
             for (k, slot) in SLOTS.iter().enumerate() {
@@ -584,30 +617,53 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
     sh.send(None);
 }
 
-/// A connection to the abstract Unix socket `name`, close-on-exec, at a high descriptor.
-fn connect_abstract(name: &[u8]) -> Option<c_int> {
-    // SAFETY: plain socket calls on a local struct of the size passed.
+/// QE19: a new stream socket for this process, its other end handed to `ptemu run` over the
+/// fork descriptor `forks` (one datagram holding it, which the kernel stamps with this
+/// process's pid and uid); ours close-on-exec at a high descriptor.
+fn hand_over_socket(forks: c_int) -> Option<c_int> {
+    let mut pair = [0 as c_int; 2];
+    // SAFETY: plain socket calls on local buffers of the sizes passed.
     unsafe {
-        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
+        if libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            pair.as_mut_ptr(),
+        ) < 0
+        {
             return None;
         }
-        let mut addr: libc::sockaddr_un = std::mem::zeroed();
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        if name.len() + 1 > addr.sun_path.len() {
-            libc::close(fd);
+        let [mine, theirs] = pair;
+        let space = libc::CMSG_SPACE(std::mem::size_of::<c_int>() as u32) as usize;
+        let mut control = vec![0u8; space];
+        let mut byte = *b"F";
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &raw mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<c_int>(), theirs);
+        let sent = loop {
+            let n = libc::sendmsg(forks, &msg, libc::MSG_NOSIGNAL);
+            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break n;
+        };
+        libc::close(theirs);
+        if sent != 1 {
+            libc::close(mine);
             return None;
         }
-        for (k, &b) in name.iter().enumerate() {
-            addr.sun_path[k + 1] = b as c_char;
-        }
-        let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
-        if libc::connect(fd, (&raw const addr).cast(), len as libc::socklen_t) < 0 {
-            libc::close(fd);
-            return None;
-        }
-        let high = high_fd(fd);
-        Some(high)
+        Some(high_fd(mine))
     }
 }
 

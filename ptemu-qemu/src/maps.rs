@@ -97,8 +97,10 @@ impl Known {
             iov_base: host as usize as *mut libc::c_void,
             iov_len: len,
         };
+        // The calling thread's own id, not the process's: once the main thread has called
+        // pthread_exit, the process id names a thread without memory, and the read fails.
         // SAFETY: `local` is our buffer of `len` bytes; the kernel checks `remote`.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        let n = unsafe { libc::process_vm_readv(libc::gettid(), &local, 1, &remote, 1, 0) };
         (n >= 0).then_some(n as usize)
     }
 }
@@ -113,11 +115,14 @@ fn text(bytes: &[u8]) -> String {
     s
 }
 
-/// The line of `/proc/self/maps` holding host address `host`, as guest addresses. The map is
-/// read as bytes: a path elsewhere in it that is not UTF-8 does not matter.
+/// The line of the process map holding host address `host`, as guest addresses. The map is
+/// read as bytes: a path elsewhere in it that is not UTF-8 does not matter. It is the calling
+/// thread's view (`/proc/thread-self/maps`): `/proc/self` is the main thread's, whose map reads
+/// empty once it has called pthread_exit while other threads run on.
 fn find(host: u64, base: u64) -> Result<Option<FileMap>, (u64, String)> {
     let guest = host.wrapping_sub(base);
-    let bytes = std::fs::read("/proc/self/maps").map_err(|e| (guest, format!("/proc/self/maps: {e}")))?;
+    let bytes = std::fs::read("/proc/thread-self/maps")
+        .map_err(|e| (guest, format!("/proc/thread-self/maps: {e}")))?;
     for raw in bytes.split(|&b| b == b'\n') {
         let line = match std::str::from_utf8(raw) {
             Ok(l) => l,

@@ -25,6 +25,18 @@ static COMMIT: Mutex<()> = Mutex::new(());
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static INSTALL: Once = Once::new();
 
+/// The process a signal is handed to before the cleanup (0: none).
+static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// From now on SIGINT, SIGTERM and SIGHUP are handed to process `pid` (QEMU under `ptemu run`)
+/// before ptemu cleans up and ends; 0 once it has been waited for (its pid may be reused).
+pub fn forward_signals_to(pid: u32) {
+    FORWARD.store(
+        i32::try_from(pid).unwrap_or(0),
+        std::sync::atomic::Ordering::SeqCst,
+    );
+}
+
 fn pending() -> MutexGuard<'static, Vec<Pending>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -43,6 +55,12 @@ pub fn install() {
             .name("ptemu-signals".into())
             .spawn(move || {
                 if let Some(sig) = signals.forever().next() {
+                    // QE20: the traced program (QEMU) is handed the signal before ptemu ends.
+                    let pid = FORWARD.load(std::sync::atomic::Ordering::SeqCst);
+                    if pid > 0 {
+                        // SAFETY: kill has no memory preconditions.
+                        unsafe { libc::kill(pid, sig) };
+                    }
                     let _commit = COMMIT.lock().unwrap_or_else(|e| e.into_inner());
                     remove_all(&mut pending());
                     std::process::exit(128 + sig);

@@ -19,6 +19,7 @@ mod output;
 mod packet_cmd;
 mod pttc_cmd;
 mod repack_cmd;
+mod run_children;
 mod run_cmd;
 mod run_dir;
 mod sideband_args;
@@ -159,6 +160,8 @@ enum LayoutCommand {
 pub struct Failure {
     message: String,
     code: u8,
+    /// Writing the outputs failed (a full disk, say), not the input.
+    output: bool,
 }
 
 impl Failure {
@@ -167,6 +170,7 @@ impl Failure {
         Failure {
             message: String::new(),
             code: 0,
+            output: false,
         }
     }
 
@@ -175,7 +179,23 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 2,
+            output: false,
         }
+    }
+
+    /// Writing the outputs failed (a full disk, say): exit code 2, and a run that meets it
+    /// anywhere writes nothing.
+    pub fn output(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            code: 2,
+            output: true,
+        }
+    }
+
+    /// Whether writing the outputs failed ([`Failure::output`]).
+    pub fn is_output(&self) -> bool {
+        self.output
     }
 
     /// What it says.
@@ -188,6 +208,7 @@ impl Failure {
         Failure {
             message: String::new(),
             code,
+            output: false,
         }
     }
 
@@ -196,6 +217,7 @@ impl Failure {
         Failure {
             message: message.into(),
             code,
+            output: false,
         }
     }
 
@@ -204,6 +226,7 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 1,
+            output: false,
         }
     }
 }
@@ -228,6 +251,32 @@ fn init_logging(verbose: u8) {
         // own report of the failure would go through `eprintln!`, which panics there.
         .log_internal_errors(false)
         .try_init();
+}
+
+/// Which of descriptors 0, 1 and 2 were closed when the process started (bit k: descriptor k),
+/// looked at before Rust's runtime opens `/dev/null` on them (it does so before `main`).
+static CLOSED_AT_START: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Runs from `.init_array`, before Rust's runtime and `main`: notes the standard descriptors
+/// that are closed, so that `ptemu run` passes them on closed (QE11).
+extern "C" fn note_closed_descriptors() {
+    let mut bits = 0u8;
+    for k in 0..3 {
+        // SAFETY: fcntl on a descriptor number; a closed one fails with EBADF.
+        if unsafe { libc::fcntl(k, libc::F_GETFD) } < 0 {
+            bits |= 1 << k;
+        }
+    }
+    CLOSED_AT_START.store(bits, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_DESCRIPTORS: extern "C" fn() = note_closed_descriptors;
+
+/// Which of descriptors 0, 1 and 2 were closed when ptemu started (bit k: descriptor k).
+pub fn closed_at_start() -> u8 {
+    CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Parses the arguments, runs the command, and maps failures to exit codes.

@@ -2,6 +2,7 @@
 //! traces a file (spec/qemu.md).
 
 use super::output::eprint_text;
+use super::run_children::{Children, Limits};
 use super::simulate_cmd::{execute, run_options, summary, RunArgs, Staged};
 use super::summary::fail_on_operational_error;
 use super::Failure;
@@ -33,6 +34,17 @@ pub struct Args {
     /// ptemu executable or in ../lib/ptemu/ from it (where the README's install puts it).
     #[arg(long, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// The most forked child processes traced at the same time (QE19); one more is exit 2.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    max_children: u32,
+    /// The most bytes of the plugin's stream one forked child may send (QE19): a number with
+    /// an optional K, M or G (binary multiples); more is exit 2.
+    #[arg(long, value_name = "SIZE", default_value = "64G", value_parser = parse_size)]
+    max_stream_bytes: u64,
+    /// How long, after the program ended, to wait for forked children that run on (QE19);
+    /// children still running then are exit 2.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    wait_children: u64,
     /// The program to trace and its arguments (after `--`); found on the PATH as a shell finds
     /// it.
     #[arg(last = true, required = true, value_name = "PROGRAM [ARGS]")]
@@ -63,19 +75,41 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let (ours, theirs) =
         UnixStream::pair().map_err(|e| Failure::input(format!("a socket for the plugin: {e}")))?;
     let fd = theirs.as_raw_fd();
-    // QE18: forked children connect here, each with a stream of its own.
-    let children =
-        Children::listen().map_err(|e| Failure::input(format!("a socket for forked children: {e}")))?;
+    // QE18, QE19: forked children hand their streams over through a descriptor only QEMU and
+    // the processes it forks hold.
+    let children = Children::new(Limits {
+        open: a.max_children as usize,
+        bytes: a.max_stream_bytes,
+        wait: std::time::Duration::from_secs(a.wait_children),
+    })
+    .map_err(|e| Failure::input(format!("a socket for forked children: {e}")))?;
+    let forks = children.plugin_fd();
+    let closed = super::closed_at_start();
     let mut cmd = Command::new(&qemu);
     cmd.arg("-0").arg(&argv0);
-    cmd.arg("-plugin").arg(plugin_arg(&plugin, fd, &children.name)?);
+    cmd.arg("-plugin").arg(plugin_arg(&plugin, fd, forks)?);
     cmd.arg(&exe).args(before).args(rest);
-    // SAFETY: only fcntl, async-signal-safe, between fork and exec.
+    // SAFETY: only fcntl, prctl, getppid and close, async-signal-safe, between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            // The plugin's end of the socket stays open in QEMU (the pair is made close-on-exec).
-            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+            // The plugin's ends of the sockets stay open in QEMU (both are made close-on-exec).
+            for f in [fd, forks] {
+                if libc::fcntl(f, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            // QE20: QEMU ends with ptemu, even when ptemu is killed without a chance to say so.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() == 1 {
+                return Err(std::io::Error::other("ptemu ended before QEMU started"));
+            }
+            // QE11: a standard descriptor closed when ptemu started is closed for the program.
+            for k in 0..3 {
+                if closed & (1 << k) != 0 {
+                    libc::close(k);
+                }
             }
             Ok(())
         });
@@ -84,6 +118,8 @@ pub fn run(a: Args) -> Result<(), Failure> {
     // run before the program runs at all.
     let child: Mutex<Option<Child>> = Mutex::new(None);
     let status: Mutex<Option<ExitStatus>> = Mutex::new(None);
+    // When the program ended: the children's deadline counts from there (QE19).
+    let ended_at: Mutex<Option<std::time::Instant>> = Mutex::new(None);
     let side = Arc::new(Mutex::new(Sideband::default()));
 
     let wait = || -> Result<ExitStatus, Failure> {
@@ -109,9 +145,10 @@ pub fn run(a: Args) -> Result<(), Failure> {
             let others = std::fs::File::create(staging.join(THREADS_SPOOL))
                 .map_err(|e| refusal(&qemu, &format!("{}: {e}", staging.join(THREADS_SPOOL).display())))?;
             children.accept_into(staging);
-            let started = cmd
-                .spawn()
-                .map_err(|e| refusal(&qemu, &format!("cannot start QEMU: {e}")))?;
+            let started = cmd.spawn();
+            children.started();
+            let started = started.map_err(|e| refusal(&qemu, &format!("cannot start QEMU: {e}")))?;
+            super::cleanup::forward_signals_to(started.id());
             drop(theirs);
             *child.lock().expect("not poisoned") = Some(started);
             let source = QemuEvents::new(name.clone(), ours, side.clone())
@@ -120,6 +157,8 @@ pub fn run(a: Args) -> Result<(), Failure> {
             // The stream ended: QEMU exited (or the program exec'd another, or this run failed
             // and closed its end, which stops the plugin and lets the program finish).
             let exit = wait().map_err(|f| refusal(&qemu, f.message()))?;
+            super::cleanup::forward_signals_to(0);
+            *ended_at.lock().expect("not poisoned") = Some(std::time::Instant::now());
             let out = out?;
             let s = side.lock().expect("not poisoned");
             if !s.loaded {
@@ -174,10 +213,16 @@ pub fn run(a: Args) -> Result<(), Failure> {
         Err(f) => {
             // Nothing is written; the program finishes untraced, then the error.
             let _ = wait();
+            super::cleanup::forward_signals_to(0);
             children.stop();
             return Err(f);
         }
     };
+    let deadline = ended_at
+        .lock()
+        .expect("not poisoned")
+        .unwrap_or_else(std::time::Instant::now)
+        + std::time::Duration::from_secs(a.wait_children);
     let exit = status.lock().expect("not poisoned").expect("waited");
     let traced = finish_process(&a.run, &opts, &name, &side, &mut done)?;
     let (forks, pid) = {
@@ -186,7 +231,16 @@ pub fn run(a: Args) -> Result<(), Failure> {
         forks.extend(traced.iter().flat_map(|t| t.forks.iter().copied()));
         (forks, s.tid)
     };
-    let processes = trace_children(&a.run, &opts, &name, &children, pid, forks, &mut done.staged);
+    let processes = trace_children(
+        &a.run,
+        &opts,
+        &name,
+        &children,
+        deadline,
+        pid,
+        forks,
+        &mut done.staged,
+    );
     children.stop();
     let processes = processes?;
     note_processes(done.staged.staging(), &processes)?;
@@ -321,128 +375,6 @@ fn finish_process(
     Ok(traced)
 }
 
-/// QE18: forked children's streams, each spooled into the staging directory as it arrives.
-struct Children {
-    /// The abstract socket's name (`fork=NAME` for the plugin).
-    name: String,
-    listener: std::os::unix::net::UnixListener,
-    streams: Arc<Mutex<Vec<ChildStream>>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    accepting: Mutex<Option<std::thread::JoinHandle<Vec<std::thread::JoinHandle<()>>>>>,
-}
-
-/// One child's stream, as spooled.
-struct ChildStream {
-    path: PathBuf,
-    /// The child closed it (it exited or exec'd).
-    done: bool,
-    /// Already traced.
-    taken: bool,
-}
-
-impl Children {
-    fn listen() -> std::io::Result<Children> {
-        use std::os::linux::net::SocketAddrExt;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let name = format!("ptemu-run-{}-{nanos:x}", std::process::id());
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-        let listener = std::os::unix::net::UnixListener::bind_addr(&addr)?;
-        listener.set_nonblocking(true)?;
-        Ok(Children {
-            name,
-            listener,
-            streams: Arc::new(Mutex::new(Vec::new())),
-            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-            accepting: Mutex::new(None),
-        })
-    }
-
-    /// Accepts children from now on, each stream copied into `dir/process-K.stream`.
-    fn accept_into(&self, dir: &Path) {
-        let Ok(listener) = self.listener.try_clone() else {
-            return;
-        };
-        let (streams, stop, dir) = (self.streams.clone(), self.stop.clone(), dir.to_path_buf());
-        let handle = std::thread::spawn(move || {
-            let mut copiers = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let mut conn = match listener.accept() {
-                    Ok((c, _)) => c,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(std::time::Duration::from_millis(5));
-                        continue;
-                    }
-                    Err(_) => break,
-                };
-                let _ = conn.set_nonblocking(false);
-                let k = {
-                    let mut v = streams.lock().expect("not poisoned");
-                    let path = dir.join(format!("process-{}.stream", v.len()));
-                    v.push(ChildStream {
-                        path,
-                        done: false,
-                        taken: false,
-                    });
-                    v.len() - 1
-                };
-                let (streams, path) = (streams.clone(), dir.join(format!("process-{k}.stream")));
-                copiers.push(std::thread::spawn(move || {
-                    if let Ok(mut f) = std::fs::File::create(&path) {
-                        let _ = std::io::copy(&mut conn, &mut std::io::BufWriter::new(&mut f));
-                    }
-                    streams.lock().expect("not poisoned")[k].done = true;
-                }));
-            }
-            copiers
-        });
-        *self.accepting.lock().expect("not poisoned") = Some(handle);
-    }
-
-    /// The streams that ended and were not traced yet, marked taken; waits first until every
-    /// stream accepted so far has ended.
-    fn ended(&self) -> Vec<PathBuf> {
-        loop {
-            {
-                let mut v = self.streams.lock().expect("not poisoned");
-                if v.iter().all(|c| c.done) {
-                    return v
-                        .iter_mut()
-                        .filter(|c| !c.taken)
-                        .map(|c| {
-                            c.taken = true;
-                            c.path.clone()
-                        })
-                        .collect();
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.streams.lock().expect("not poisoned").len()
-    }
-
-    /// Accepts no more children; waits for the streams accepted to end (each ends with its
-    /// process), so that nothing writes into the staging directory after this.
-    fn stop(&self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(h) = self.accepting.lock().expect("not poisoned").take() {
-            for c in h.join().unwrap_or_default() {
-                let _ = c.join();
-            }
-        }
-    }
-}
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// A forked child traced (QE18).
 struct ProcessCase {
     pid: u64,
@@ -462,12 +394,15 @@ struct Processes {
 
 /// QE18: every forked child (and theirs), once each has ended, traced from its stream as a
 /// process of its own: `DIR/processes/<pid>/`, the layout of DIR. Waits for the children as
-/// `strace -f` does: a child that runs on after the program keeps the run waiting.
+/// `strace -f` does, until `deadline` (QE19): a child that runs on after the program keeps the
+/// run waiting.
+#[allow(clippy::too_many_arguments)]
 fn trace_children(
     run: &RunArgs,
     opts: &simulate::Options,
     name: &str,
     children: &Children,
+    deadline: std::time::Instant,
     pid: Option<u64>,
     forks: Vec<u64>,
     staged: &mut Staged,
@@ -475,49 +410,91 @@ fn trace_children(
     let mut expected: Vec<(u64, Option<u64>)> = forks.into_iter().map(|p| (p, pid)).collect();
     let mut traced: Vec<ProcessCase> = Vec::new();
     let mut failed: Vec<(u64, String)> = Vec::new();
+    // Streams that ended whose process no traced process has said it forked yet: a
+    // grandchild's stream can end before its parent's is traced.
+    let mut waiting: Vec<(PathBuf, u64)> = Vec::new();
+    let refuse = |failed: &mut Vec<(u64, String)>, pid: u64, why: String| {
+        eprint_text(&format!(
+            "ptemu: warning: forked child {pid}: not traced: {why}\n"
+        ));
+        failed.push((pid, why));
+    };
     loop {
-        for stream in children.ended() {
+        for stream in children.ended(deadline)? {
+            let sender = u64::from(stream.sender);
+            // QE19: a stream is the process that handed it over, as the kernel names it.
+            match stream_pid(&stream.path) {
+                // It ran no block under the plugin (killed or exec'd at once).
+                None => {}
+                Some(p) if p != sender => refuse(
+                    &mut failed,
+                    sender,
+                    format!("its stream says it is process {p}: refused (QE19)"),
+                ),
+                Some(p) => {
+                    waiting.push((stream.path, p));
+                    continue;
+                }
+            }
+            let _ = std::fs::remove_file(&stream.path);
+        }
+        // Each stream whose process a traced process forked, until no more can be.
+        while let Some(k) = waiting
+            .iter()
+            .position(|(_, p)| expected.iter().any(|e| e.0 == *p))
+        {
+            let (stream, p) = waiting.remove(k);
+            if traced.iter().any(|c| c.pid == p) || failed.iter().any(|f| f.0 == p) {
+                refuse(
+                    &mut failed,
+                    p,
+                    "a second stream of the same process: refused (QE19)".into(),
+                );
+                let _ = std::fs::remove_file(&stream);
+                continue;
+            }
             match trace_child(run, opts, name, &stream, staged.staging(), &expected) {
                 Ok(Some(case)) => {
-                    expected.extend(case.1.iter().map(|&p| (p, Some(case.0.pid))));
+                    expected.extend(case.1.iter().map(|&c| (c, Some(case.0.pid))));
                     traced.push(case.0);
                 }
                 Ok(None) => {}
+                // Writing the outputs failed (a full disk): the run fails, nothing is written.
+                Err(f) if f.is_output() => return Err(f),
                 // One child that cannot be traced does not cost the program its trace: it is
                 // listed as not traced, with why (QE18).
-                Err(f) => {
-                    let pid = stream_pid(&stream);
-                    eprint_text(&format!(
-                        "ptemu: warning: forked child {}: not traced: {}\n",
-                        pid.map_or("?".into(), |p| p.to_string()),
-                        f.message()
-                    ));
-                    if let Some(p) = pid {
-                        failed.push((p, f.message().to_owned()));
-                    }
-                }
+                Err(f) => refuse(&mut failed, p, f.message().to_owned()),
             }
             let _ = std::fs::remove_file(&stream);
         }
-        let missing = |t: &[ProcessCase]| {
-            expected
-                .iter()
-                .map(|e| e.0)
-                .filter(|p| !t.iter().any(|c| c.pid == *p) && !failed.iter().any(|f| f.0 == *p))
-                .collect::<Vec<_>>()
-        };
-        if missing(&traced).is_empty() {
+        let missing = expected
+            .iter()
+            .filter(|e| !traced.iter().any(|c| c.pid == e.0) && !failed.iter().any(|f| f.0 == e.0))
+            .count();
+        if missing == 0 {
             break;
         }
-        // A child forked just before its parent ended may not have connected yet.
+        // A child forked just before its parent ended may not have handed its stream over
+        // yet; once no process holds the fork descriptor, none can.
         let before = children.count();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while children.count() == before && std::time::Instant::now() < deadline {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while children.count() == before && !children.closed() && std::time::Instant::now() < until {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         if children.count() == before {
             break;
         }
+    }
+    for (stream, p) in waiting {
+        refuse(
+            &mut failed,
+            p,
+            "no traced process forked it: refused (QE19)".into(),
+        );
+        let _ = std::fs::remove_file(&stream);
+    }
+    for (p, why) in children.refused() {
+        refuse(&mut failed, u64::from(p), format!("{why} (QE19)"));
     }
     if !traced.is_empty() {
         staged.add_output("processes");
@@ -951,8 +928,8 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
-/// `-plugin PATH,fd=N,fork=NAME` (QEMU splits the option at commas).
-fn plugin_arg(plugin: &Path, fd: i32, fork: &str) -> Result<OsString, Failure> {
+/// `-plugin PATH,fd=N,forks=M` (QEMU splits the option at commas).
+fn plugin_arg(plugin: &Path, fd: i32, forks: i32) -> Result<OsString, Failure> {
     if plugin.as_os_str().as_encoded_bytes().contains(&b',') {
         return Err(Failure::input(format!(
             "{}: QEMU reads -plugin options up to a comma: the plugin's path must have none",
@@ -960,7 +937,7 @@ fn plugin_arg(plugin: &Path, fd: i32, fork: &str) -> Result<OsString, Failure> {
         )));
     }
     let mut s = plugin.as_os_str().to_owned();
-    s.push(format!(",fd={fd},fork={fork}"));
+    s.push(format!(",fd={fd},forks={forks}"));
     Ok(s)
 }
 
@@ -1065,53 +1042,129 @@ fn find_program(arg0: &OsStr) -> Result<PathBuf, Failure> {
 }
 
 /// What QEMU must run for `program` (found from `arg0`): an ELF file itself (`argv[0]` as
-/// given), or for a `#!` script its interpreter with the line's optional argument and the
-/// script, as the kernel runs one; anything else: 126, as a shell says.
+/// given), or for a `#!` script what the kernel runs (QE11): its interpreter with the line's
+/// optional argument and the script, and when the interpreter is a script itself, its own
+/// interpreter in turn (at most 5 deep, as Linux's exec); anything else: 126, as a shell says.
 fn interpreter(arg0: &OsStr, program: &Path) -> Result<(PathBuf, OsString, Vec<OsString>), Failure> {
     use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
     let shown = arg0.to_string_lossy();
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(program)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(|e| Failure::with_code(126, format!("{shown}: {}", plain(&e))))?;
-    let head = &head[..n];
-    if head.starts_with(b"\x7fELF") {
-        return Ok((program.to_path_buf(), arg0.to_owned(), Vec::new()));
+    let mut file = program.to_path_buf();
+    let mut argv0 = arg0.to_owned();
+    let mut before: Vec<OsString> = Vec::new();
+    for depth in 0..=5 {
+        let mut head = [0u8; SHEBANG_BUF];
+        let mut n = 0;
+        std::fs::File::open(&file)
+            .and_then(|mut f| {
+                // What the kernel reads: the first 256 bytes, or all of a shorter file.
+                while n < head.len() {
+                    match f.read(&mut head[n..])? {
+                        0 => break,
+                        k => n += k,
+                    }
+                }
+                Ok(())
+            })
+            .map_err(|e| {
+                let e = plain(&e);
+                if depth == 0 {
+                    Failure::with_code(126, format!("{shown}: {e}"))
+                } else {
+                    Failure::with_code(126, format!("{shown}: {}: bad interpreter: {e}", file.display()))
+                }
+            })?;
+        if head[..n].starts_with(b"\x7fELF") {
+            return Ok((file, argv0, before));
+        }
+        let not_exec = || {
+            if depth == 0 {
+                Failure::with_code(
+                    126,
+                    format!("{shown}: cannot execute binary file: Exec format error"),
+                )
+            } else {
+                Failure::with_code(
+                    126,
+                    format!("{shown}: {}: bad interpreter: Exec format error", file.display()),
+                )
+            }
+        };
+        let (interp, arg) = shebang(&head).ok_or_else(not_exec)?;
+        let interp = PathBuf::from(OsStr::from_bytes(&interp));
+        if let Err(e) = std::fs::metadata(&interp) {
+            return Err(Failure::with_code(
+                126,
+                format!("{shown}: {}: bad interpreter: {}", interp.display(), plain(&e)),
+            ));
+        }
+        if !is_executable(&interp) {
+            return Err(Failure::with_code(
+                126,
+                format!(
+                    "{shown}: {}: bad interpreter: Permission denied",
+                    interp.display()
+                ),
+            ));
+        }
+        // The kernel's new arguments: the interpreter, its argument, the script, and what
+        // came after the script.
+        let mut args: Vec<OsString> = arg
+            .map(|a| OsStr::from_bytes(&a).to_owned())
+            .into_iter()
+            .collect();
+        args.push(file.into_os_string());
+        args.append(&mut before);
+        before = args;
+        argv0 = interp.clone().into_os_string();
+        file = interp;
     }
-    let not_exec = || {
-        Failure::with_code(
-            126,
-            format!("{shown}: cannot execute binary file: Exec format error"),
-        )
-    };
-    let line = head.strip_prefix(b"#!").ok_or_else(not_exec)?;
-    let line = &line[..line.iter().position(|&b| b == b'\n').ok_or_else(not_exec)?];
-    let line = std::str::from_utf8(line).map_err(|_| not_exec())?.trim();
-    let (interp, arg) = match line.split_once([' ', '\t']) {
-        Some((i, a)) => (i, Some(a.trim())),
-        None => (line, None),
-    };
-    let interp = PathBuf::from(interp);
-    let mut elf = [0u8; 4];
-    let is_elf = std::fs::File::open(&interp)
-        .and_then(|mut f| f.read_exact(&mut elf))
-        .is_ok_and(|()| &elf == b"\x7fELF");
-    if !is_elf || !is_executable(&interp) {
-        return Err(Failure::with_code(
-            126,
-            format!(
-                "{shown}: {}: bad interpreter (not an executable ELF file)",
-                interp.display()
-            ),
-        ));
+    Err(Failure::with_code(
+        126,
+        format!("{shown}: Too many levels of symbolic links"),
+    ))
+}
+
+/// The bytes of a file's start that Linux's exec reads for a `#!` line.
+const SHEBANG_BUF: usize = 256;
+
+/// The interpreter and optional argument of a `#!` line in `buf` (a file's first
+/// [`SHEBANG_BUF`] bytes, zero past its end), as Linux's binfmt_script parses them: the line
+/// ends at the first newline, or where the buffer does if the interpreter's name ends inside
+/// it; only spaces and tabs separate (a carriage return is part of the name); the name ends at
+/// a space, tab or NUL; the argument is the rest, without the spaces and tabs around it, up to
+/// a NUL. `None` where the kernel refuses the file (ENOEXEC).
+fn shebang(buf: &[u8; SHEBANG_BUF]) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+    if !buf.starts_with(b"#!") {
+        return None;
     }
-    let mut before: Vec<OsString> = arg
-        .filter(|a| !a.is_empty())
-        .map(OsString::from)
-        .into_iter()
-        .collect();
-    before.push(program.as_os_str().to_owned());
-    Ok((interp.clone(), interp.into_os_string(), before))
+    let spacetab = |c: u8| c == b' ' || c == b'\t';
+    let last = SHEBANG_BUF - 1;
+    let non_spacetab = |from: usize, to: usize| (from..=to).find(|&k| !spacetab(buf[k]));
+    let terminator = |from: usize, to: usize| (from..=to).find(|&k| spacetab(buf[k]) || buf[k] == 0);
+    let mut end = match buf.iter().position(|&c| c == b'\n') {
+        Some(k) => k,
+        None => {
+            let first = non_spacetab(2, last)?;
+            // No later space, tab or NUL: the interpreter's name would be cut.
+            terminator(first, last)?;
+            last
+        }
+    };
+    while end > 2 && spacetab(buf[end - 1]) {
+        end -= 1;
+    }
+    let name = non_spacetab(2, end).filter(|&k| k != end)?;
+    let sep = terminator(name, end);
+    let arg = sep.filter(|&k| buf[k] != 0).and_then(|k| non_spacetab(k, end));
+    // The kernel puts a NUL at `end` and at the separator: each string stops at its first NUL.
+    let cut = |from: usize, to: usize| {
+        let s = &buf[from..to];
+        s[..s.iter().position(|&c| c == 0).unwrap_or(s.len())].to_vec()
+    };
+    let name_bytes = cut(name, sep.unwrap_or(end));
+    let arg = arg.filter(|&k| k < end).map(|k| cut(k, end));
+    Some((name_bytes, arg))
 }
 
 /// An I/O error's text without Rust's "(os error N)".
@@ -1206,5 +1259,87 @@ fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband, opts: &simulate
                 "  the program called execve({e}): the trace ends there, the new program ran untraced"
             );
         }
+    }
+}
+
+/// A byte count: digits with an optional K, M, G or T (binary multiples: 1K = 1024).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((k, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(format!(
+                        "{text:?}: a size is a number with an optional K, M, G or T"
+                    ))
+                }
+            };
+            (&t[..k], shift)
+        }
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?}: a size is a number with an optional K, M, G or T"))?;
+    n.checked_mul(1u64 << shift)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{text:?}: a size from 1 byte to 2^64 - 1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &[u8]) -> Option<(String, Option<String>)> {
+        let mut buf = [0u8; SHEBANG_BUF];
+        let n = text.len().min(SHEBANG_BUF);
+        buf[..n].copy_from_slice(&text[..n]);
+        shebang(&buf).map(|(i, a)| {
+            (
+                String::from_utf8(i).unwrap(),
+                a.map(|a| String::from_utf8(a).unwrap()),
+            )
+        })
+    }
+
+    /// QE11: a `#!` line as Linux's binfmt_script reads it.
+    #[test]
+    fn qe11_a_shebang_line_is_parsed_as_the_kernel_parses_it() {
+        let s = |i: &str, a: Option<&str>| Some((i.to_owned(), a.map(str::to_owned)));
+        assert_eq!(line(b"#!/bin/sh\necho\n"), s("/bin/sh", None));
+        assert_eq!(line(b"#!/bin/sh -x\n"), s("/bin/sh", Some("-x")));
+        assert_eq!(line(b"#! \t/bin/sh  -a b \t\n"), s("/bin/sh", Some("-a b")));
+        // No newline at all: the line is the file.
+        assert_eq!(line(b"#!/bin/sh"), s("/bin/sh", None));
+        assert_eq!(line(b"#!/bin/sh -e"), s("/bin/sh", Some("-e")));
+        // A carriage return is part of the name (the kernel then finds no such file).
+        assert_eq!(line(b"#!/bin/echo\r\n"), s("/bin/echo\r", None));
+        // A NUL ends the name, and there is no argument.
+        assert_eq!(line(b"#!/bin/sh\0 -x\n"), s("/bin/sh", None));
+        // No name: refused.
+        assert_eq!(line(b"#!\n"), None);
+        assert_eq!(line(b"#!   \n"), None);
+        assert_eq!(line(b"echo\n"), None);
+        // A name that does not end inside the 256 bytes the kernel reads would be cut: refused;
+        // one that does keeps its argument up to there.
+        let long = [b"#!/".as_slice(), &[b'a'; 300]].concat();
+        assert_eq!(line(&long), None);
+        let cut = [b"#!/bin/sh ".as_slice(), &[b'b'; 300]].concat();
+        assert_eq!(line(&cut), s("/bin/sh", Some(&"b".repeat(SHEBANG_BUF - 11))));
+    }
+
+    #[test]
+    fn sizes_take_binary_multiples() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("16k"), Ok(16 << 10));
+        assert_eq!(parse_size("64G"), Ok(64 << 30));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert!(parse_size("").is_err());
     }
 }

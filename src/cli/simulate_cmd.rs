@@ -12,7 +12,7 @@ use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDispla
 use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
 use ptemu::simulate::fault::{Fault, Plan};
 use ptemu::simulate::{self, Options, Outcome, RunInfo, SimError, SimReport, TruthSummary};
-use ptemu::sources::{Format, Input, ReadOptions};
+use ptemu::sources::{ErrorKind, Format, Input, ReadOptions};
 use ptemu::CpuProfile;
 use std::fs;
 use std::io::BufWriter;
@@ -189,7 +189,7 @@ pub(super) fn execute(
     ) -> Result<(Outcome, Sink), SimError>,
     after: &dyn Fn(&Path) -> After,
 ) -> Result<Done, Failure> {
-    let out_error = |e: std::io::Error| Failure::input(format!("{}: writing outputs: {e}", r.out.display()));
+    let out_error = |e: std::io::Error| Failure::output(format!("{}: writing outputs: {e}", r.out.display()));
     let dir = RunDir::create(&r.out).map_err(out_error)?;
     let create = |name: &str| {
         fs::File::create(dir.staged(name))
@@ -230,7 +230,13 @@ pub(super) fn execute(
     let sim_error = |e: SimError| match e {
         // Writing DIR failed, not the input: name DIR (a full disk, say).
         SimError::Sink(_) | SimError::Events(_) | SimError::Truth(_) => {
-            Failure::input(format!("{}: {e}", r.out.display()))
+            Failure::output(format!("{}: {e}", r.out.display()))
+        }
+        // Under `ptemu run` the only files a source reads or writes are the run's own (the
+        // plugin's stream and the spools in the staging directory): an I/O error there is the
+        // run's, as a full disk.
+        SimError::Source(s) if opts.format == Format::Qemu && matches!(s.kind, ErrorKind::Io(_)) => {
+            Failure::output(s.to_string())
         }
         e => Failure::input(e.to_string()),
     };

@@ -12,6 +12,7 @@ pub mod layouts;
 pub mod libipt;
 pub mod packets;
 pub mod ptt;
+pub mod qemu;
 pub mod query;
 pub mod sources;
 pub mod trace;

@@ -350,13 +350,7 @@ impl<R: Read> QemuEvents<R> {
         if self.files.iter().any(|(o, _)| *o == m) {
             return Ok(());
         }
-        // The file as it is now: the plugin saw it mapped, so it exists unless it was removed
-        // since (then the check is skipped: perf cannot read it either, and says so).
-        let data = std::fs::File::open(&m.path)
-            .ok()
-            // SAFETY: a read-only private map of a file; if another process truncates it, reads
-            // past the new end fault, as with any mapped file (the same trade as `Input`).
-            .and_then(|f| unsafe { memmap2::Mmap::map(&f) }.ok());
+        let data = mapped_file(&m);
         self.side.lock().expect("not poisoned").maps.push(m.clone());
         self.files.push((m, data));
         Ok(())
@@ -994,11 +988,8 @@ impl<R: Read> QemuEvents<R> {
                             sp.error.get_or_insert(e);
                         }
                         if let Some(e) = sp.error {
-                            return Err(self.error(
-                                at,
-                                ErrorKind::Io(e),
-                                "writing the other threads' records aside",
-                            ));
+                            let why = format!("writing the other threads' records aside: {e}");
+                            return Err(self.error(at, ErrorKind::Io(e), why));
                         }
                     }
                     return Ok(out.len() > from);
@@ -1134,4 +1125,26 @@ impl<R: Read> QemuEvents<R> {
             ],
         }
     }
+}
+
+/// QE5, QE19: the file a mapping names, as the process mapped it, to check the code against:
+/// opened without following a symbolic link or blocking (a FIFO or device never holds us up),
+/// and only if it is a regular file with the inode the process map gave (the device is not
+/// compared: overlayfs shows its lower filesystem's in the map). Anything else, or a file
+/// removed or replaced since, is not read at all: the check is skipped (perf cannot read it
+/// either, and says so), and nothing of what the path holds reaches an output.
+fn mapped_file(m: &FileMap) -> Option<memmap2::Mmap> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&m.path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.file_type().is_file() || meta.ino() != m.inode {
+        return None;
+    }
+    // SAFETY: a read-only private map of a file; if another process truncates it, reads past
+    // the new end fault, as with any mapped file (the same trade as `Input`).
+    unsafe { memmap2::Mmap::map(&f) }.ok()
 }

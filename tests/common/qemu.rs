@@ -1,0 +1,56 @@
+//! What the `ptemu run` tests share: the plugin, the environment, gcc.
+
+use super::cli::text;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const PATH: &str = "/usr/bin:/bin";
+
+/// The plugin, built next to the ptemu binary by `cargo build -p ptemu-qemu` (which `cargo xtask
+/// test` runs before the tests: `cargo test` builds no cdylib).
+pub fn plugin() -> PathBuf {
+    let p = Path::new(env!("CARGO_BIN_EXE_ptemu"))
+        .parent()
+        .unwrap()
+        .join("libptemu_qemu.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: the workspace build makes it (cargo build -p ptemu-qemu)",
+        p.display()
+    );
+    p
+}
+
+/// The same environment for every run, native or not: the stack QEMU lays out (and so the
+/// alignment of the strings a program compares) depends on it.
+pub fn env(cmd: &mut Command) -> &mut Command {
+    cmd.env_clear().env("PATH", PATH).env("LC_ALL", "C")
+}
+
+pub fn which(program: &str) -> PathBuf {
+    PATH.split(':')
+        .map(|d| Path::new(d).join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{program} is not installed"))
+}
+
+/// Compiles `source` (C) with gcc into `dir`.
+pub fn c_program(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    gcc(&src, &dir.join(name), &[])
+}
+
+/// `gcc -O1 -pthread EXTRA -o EXE SRC`.
+pub fn gcc(src: &Path, exe: &Path, extra: &[&str]) -> PathBuf {
+    let o = Command::new("gcc")
+        .args(["-O1", "-pthread"])
+        .args(extra)
+        .arg("-o")
+        .arg(exe)
+        .arg(src)
+        .output()
+        .expect("gcc");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    exe.to_path_buf()
+}
