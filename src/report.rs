@@ -6,7 +6,7 @@ use crate::output::EventCounts;
 use crate::output::{OutputEvent, OutputStats, OutputUnit};
 use serde::Serialize;
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Seek, Write};
 use std::path::{Path, PathBuf};
 
 /// The version of the `report.json` layout (README, "report.json"): 2 writes MSRs and addresses
@@ -90,11 +90,20 @@ impl Report {
 
 /// Writes `path` through a temporary sibling and a rename, so no reader sees half a file.
 pub fn write_atomic(path: &Path, fill: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    write_file_atomic(path, |f| {
+        let mut w = io::BufWriter::new(f);
+        fill(&mut w)?;
+        w.flush()
+    })
+}
+
+/// [`write_atomic`] with the file itself to fill (it may seek and set its length).
+fn write_file_atomic(path: &Path, fill: impl FnOnce(&mut fs::File) -> io::Result<()>) -> io::Result<()> {
     let tmp = tmp_sibling(path);
     let result = (|| {
-        let mut f = io::BufWriter::new(fs::File::create(&tmp)?);
+        let mut f = fs::File::create(&tmp)?;
         fill(&mut f)?;
-        f.into_inner().map_err(|e| e.into_error())?.sync_all()
+        f.sync_all()
     })();
     match result.and_then(|_| fs::rename(&tmp, path)) {
         Ok(()) => Ok(()),
@@ -130,6 +139,46 @@ pub fn copy_region<M: PhysMemory>(mem: &M, base: u64, size: u64, out: &mut dyn W
     Ok(())
 }
 
+/// Copies `size` bytes of `mem` from `base` into `file` as a sparse file: what `mem` stored is
+/// written, up to 1 MiB at a time, and every page it never stored (`may_hold_data` false) is a
+/// hole the file seeks over, so a 4 GiB region that received 18 bytes takes one page of disk. A
+/// reader sees the same `size` bytes as [`copy_region`] writes (holes read as zeros).
+pub fn copy_region_sparse<M: PhysMemory>(
+    mem: &M,
+    base: u64,
+    size: u64,
+    file: &mut fs::File,
+) -> io::Result<()> {
+    const PAGE: u64 = 4096;
+    const CHUNK: u64 = 1 << 20;
+    let mut buf = Vec::new();
+    let mut done = 0u64;
+    while done < size {
+        // The run of pages from `done` that are all stored or all not (a stored run at most
+        // CHUNK long).
+        let page = |at: u64| (PAGE - (base.wrapping_add(at) % PAGE)).min(size - at);
+        let stored = mem.may_hold_data(base.wrapping_add(done), page(done));
+        let mut n = page(done);
+        while done + n < size && (!stored || n < CHUNK) {
+            let step = page(done + n);
+            if mem.may_hold_data(base.wrapping_add(done + n), step) != stored {
+                break;
+            }
+            n += step;
+        }
+        if stored {
+            buf.resize(n as usize, 0);
+            mem.read(base.wrapping_add(done), &mut buf)
+                .map_err(io::Error::other)?;
+            file.write_all(&buf)?;
+        } else {
+            file.seek(io::SeekFrom::Start(done + n))?;
+        }
+        done += n;
+    }
+    file.set_len(size)
+}
+
 /// Writes `dir/report.json` ([`Report::of`] the unit) and `dir/regions/`; see
 /// [`write_outputs_with`].
 pub fn write_outputs<M: PhysMemory>(dir: &Path, unit: &OutputUnit, mem: &M) -> io::Result<()> {
@@ -137,7 +186,7 @@ pub fn write_outputs<M: PhysMemory>(dir: &Path, unit: &OutputUnit, mem: &M) -> i
 }
 
 /// Writes `dir/report.json` (`report`) and `dir/regions/` (one file per region that received
-/// bytes), replacing an earlier `regions/` only once the new one is complete.
+/// bytes, sparse: [`copy_region_sparse`]), replacing an earlier `regions/` only once the new one is complete.
 pub fn write_outputs_with<M: PhysMemory, R: Serialize>(
     dir: &Path,
     unit: &OutputUnit,
@@ -153,7 +202,7 @@ pub fn write_outputs_with<M: PhysMemory, R: Serialize>(
     fs::create_dir(&staging)?;
     for (base, size) in unit.written_regions() {
         let path = staging.join(region_file_name(base));
-        write_atomic(&path, |w| copy_region(mem, base, size, w))?;
+        write_file_atomic(&path, |f| copy_region_sparse(mem, base, size, f))?;
     }
     if regions.exists() {
         fs::remove_dir_all(&regions)?;

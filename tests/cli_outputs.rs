@@ -46,6 +46,69 @@ fn w1_a_region_named_twice_is_dumped_at_its_largest_size() {
     assert_eq!(region[10_000 - 8192..], data[10_000 - 8192..8192]);
 }
 
+/// SIM7: a region file is sparse, written only where memory stored bytes: a 256 MiB single range
+/// that received 18 bytes takes a page or so of disk, yet reads as the whole range (the stream,
+/// then zeros), and a ToPA run's 1 MiB regions cost what they hold.
+#[test]
+fn sim7_region_files_are_sparse_a_large_range_costs_only_what_was_stored() {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let layout = file(
+        dir.path(),
+        "big.toml",
+        "cpu = \"icelake\"\n[output]\nscheme = \"single-range\"\nbase = 0x100000000\nmask_ptrs = 0xfffffff\n",
+    );
+    let data = stream(0, 18);
+    let st = file(dir.path(), "s.bin", &data);
+    let out = dir.path().join("out");
+    let o = write(&layout, &st, &out);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let path = out.join("regions/0x100000000.bin");
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), 256 << 20, "the whole range");
+    // st_blocks counts 512-byte units: one 4 KiB page of data (a file system may add a few).
+    assert!(
+        meta.blocks() * 512 <= 64 << 10,
+        "{} bytes allocated for 18 stored",
+        meta.blocks() * 512
+    );
+    let mut f = std::fs::File::open(&path).unwrap();
+    let mut head = vec![0u8; 8192];
+    f.read_exact(&mut head).unwrap();
+    assert_eq!(head[..18], data[..]);
+    assert!(head[18..].iter().all(|&b| b == 0));
+    for at in [1 << 20, (128 << 20) + 5, (256 << 20) - 4096] {
+        let mut page = vec![1u8; 4096];
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.read_exact(&mut page).unwrap();
+        assert!(page.iter().all(|&b| b == 0), "byte {at}");
+    }
+    // The default ToPA layout (1 MiB regions): 5000 bytes fill two pages of the first region.
+    let layout = file(
+        dir.path(),
+        "topa.toml",
+        "[output]\nscheme = \"topa\"\nbase = 0x10000\n[[table]]\nbase = 0x10000\n\
+         entries = [\n  { region = 0x100000, size = \"1M\" },\n  { end = 0x10000 },\n]\n",
+    );
+    let data = stream(0, 5000);
+    let st = file(dir.path(), "s2.bin", &data);
+    let out = dir.path().join("out2");
+    let o = write(&layout, &st, &out);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let path = out.join("regions/0x100000.bin");
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), 1 << 20);
+    assert!(
+        meta.blocks() * 512 <= 64 << 10,
+        "{} bytes allocated for 5000 stored",
+        meta.blocks() * 512
+    );
+    let region = std::fs::read(&path).unwrap();
+    assert_eq!(region[..5000], data[..]);
+    assert!(region[5000..].iter().all(|&b| b == 0));
+}
+
 /// Runs `ptemu ARGS` with `len` bytes of `byte` fed to stdin from a thread, and returns its exit
 /// code and its own peak resident set in KiB (`wait4` reports the child's own usage; the stream is
 /// made 64 KiB at a time, so the child does not start with a large parent's pages).

@@ -520,6 +520,40 @@ fn qe17_code_written_once_is_traced_and_a_rewrite_two_threads_run_is_refused() {
     assert!(!out.exists());
 }
 
+/// QE17's bound: a trace keeps at most 4,096 versions of written code. A program that rewrites
+/// a page N times is traced with its N versions below the bound and refused (exit 2, nothing
+/// written, the program run to its end) above it, where it was 5,001 files in code/ and as many
+/// pages held in memory.
+#[test]
+fn qe17_a_program_rewriting_code_past_the_bound_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let rewrite = c_program(
+        dir.path(),
+        "rewrite",
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <sys/mman.h>\n\
+         int main(int c, char **v) { int n = atoi(v[1]); long sum = 0;\n\
+         unsigned char code[] = {0xb8, 0, 0, 0, 0, 0xc3};\n\
+         unsigned char *p = mmap(0, 4096, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0);\n\
+         for (int i = 0; i < n; i++) { memcpy(code + 1, &i, 4); memcpy(p, code, sizeof code);\n\
+         sum += ((int (*)(void))p)(); }\n\
+         printf(\"%ld\\n\", sum); return 0; }\n",
+    );
+    let out = dir.path().join("o");
+    let o = ptemu_run(&out, &[], &[s(&rewrite), "100"], b"");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "4950\n");
+    let code = report(&out)["program"]["code"].as_array().unwrap().len();
+    assert_eq!(code, 100, "one version a rewrite");
+    assert_eq!(std::fs::read_dir(out.join("code")).unwrap().count(), 100);
+    let out = dir.path().join("o2");
+    let o = ptemu_run(&out, &[], &[s(&rewrite), "5000"], b"");
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(e.contains("more than 4096 times") && e.contains("QE17"), "{e}");
+    assert_eq!(text(&o.stdout), "12497500\n");
+    assert!(!out.exists());
+}
+
 #[test]
 fn qe8_qe9_qe18_forked_children_are_processes_of_their_own() {
     let dir = tempfile::tempdir().unwrap();

@@ -219,6 +219,7 @@ pub fn dump_command(a: &DumpArgs) -> Result<(), Failure> {
         .and_then(|s| out.flush().map(|()| s))
         .map_err(|e| write_failure("stdout", e))?;
     unchanged(&input, &a.file)?;
+    sb.finish().map_err(|e| Failure::input(e.to_string()))?;
     if summary.decode_errors > 0 {
         return Err(Failure::found(format!(
             "{}: {} decode error(s)",
@@ -232,18 +233,47 @@ pub fn dump_command(a: &DumpArgs) -> Result<(), Failure> {
 /// The sideband files read, every record checked before anything is printed: a file that cannot
 /// be read or holds bytes that are not records is exit 2 naming it (and the byte offset).
 /// `--quiet` prints no records (ptdump clears the `--sb` flags given before it; ptemu, which
-/// does not keep that order, clears them all).
+/// does not keep that order, clears them all). A regular file stays open, its records read
+/// again a window at a time as the dump reaches them (so the descriptor limit is raised to
+/// hold one per file); stdin and pipes are held in memory.
 fn sideband(a: &SidebandArgs, quiet: bool) -> Result<Session, Failure> {
+    room_for_descriptors(a.files.len());
     let mut files = Vec::new();
     for f in &a.files {
-        let input = open(&f.path)?;
         let name = f.path.display().to_string();
-        let p = Pevent::read(&name, input.bytes(), &f.config).map_err(|e| Failure::input(e.to_string()))?;
-        unchanged(&input, &f.path)?;
-        files.push(p);
+        let regular = !is_std(&f.path) && std::fs::metadata(&f.path).is_ok_and(|m| m.is_file());
+        let p = if regular {
+            let file = std::fs::File::open(&f.path)
+                .map_err(|e| Failure::input(format!("{name}: cannot read: {e}")))?;
+            Pevent::open(&name, file, &f.config)
+        } else {
+            let input = open(&f.path)?;
+            let p = Pevent::read(&name, input.bytes(), &f.config);
+            unchanged(&input, &f.path)?;
+            p
+        };
+        files.push(p.map_err(|e| Failure::input(e.to_string()))?);
     }
     let flags = if quiet { PrintFlags::default() } else { a.flags };
     Ok(Session::new(files, flags))
+}
+
+/// Raises the soft limit on open descriptors (up to the hard one) so that `files` sideband
+/// files can stay open beside the trace and the standard ones; a limit that cannot be raised
+/// is left, and opening past it names the file.
+fn room_for_descriptors(files: usize) {
+    let want = files as u64 + 64;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `lim`, which lives across the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 || lim.rlim_cur >= want {
+        return;
+    }
+    lim.rlim_cur = want.min(lim.rlim_max);
+    // SAFETY: setrlimit reads one rlimit from `lim`; lowering nothing, it changes only this limit.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
 }
 
 /// `ptemu dump`.

@@ -295,9 +295,11 @@ fn tsc_after(opts: &simulate::Options, count: u64) -> u64 {
 /// harness load it when their decoding reaches that time). A version this thread never ran
 /// after another keeps the time of the one before.
 fn code_versions(out: &Path, s: &Sideband, opts: &simulate::Options) -> Vec<WrittenCode> {
-    let mut v = Vec::new();
-    for (k, c) in s.code.iter().enumerate() {
-        let before = s.code[..k].iter().rev().find(|p| p.page == c.page);
+    let mut v = Vec::with_capacity(s.code.len());
+    // Each page's newest version so far.
+    let mut newest = std::collections::HashMap::new();
+    for c in &s.code {
+        let before = newest.insert(c.page, c);
         let path = out.join("code").join(format!("{:x}.{}.elf", c.page, c.version));
         let path = std::path::absolute(&path).unwrap_or(path).display().to_string();
         let pgoff = ptemu::perf_data::elf::code_offset(c.page);
@@ -1239,9 +1241,10 @@ fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband, opts: &simulate
         pages.dedup();
         outln!(
             o,
-            "  code written at run time: {} page(s), {} version(s), in code/ (report.json: program.code, QE17)",
+            "  code written at run time: {} page(s), {} version(s) (at most {}), in code/ (report.json: program.code, QE17)",
             pages.len(),
-            s.code.len()
+            s.code.len(),
+            ptemu::sources::qemu::written::MAX_VERSIONS
         );
         if s.code.len() > pages.len() && !opts.ctl.cyc_en() {
             outln!(

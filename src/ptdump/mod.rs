@@ -659,8 +659,7 @@ pub fn dump_with_sideband(
         read::sync_forward(trace, 0)
     };
     let Some(mut pos) = start else {
-        d.sb.dump(u64::MAX, &mut d.text);
-        out.write_all(d.text.as_bytes())?;
+        drain(d.sb, &mut d.text, out)?;
         return Ok(summary);
     };
     let mut sync = pos;
@@ -710,9 +709,17 @@ pub fn dump_with_sideband(
             d.text.clear();
         }
     }
-    d.sb.dump(u64::MAX, &mut d.text);
-    out.write_all(d.text.as_bytes())?;
+    drain(d.sb, &mut d.text, out)?;
     Ok(summary)
+}
+
+/// After the trace: `text`, then every sideband record left, written out a [`FLUSH`] at a time.
+fn drain(sb: &mut Session, text: &mut String, out: &mut dyn Write) -> io::Result<()> {
+    while sb.dump_some(u64::MAX, text, FLUSH) {
+        out.write_all(text.as_bytes())?;
+        text.clear();
+    }
+    out.write_all(text.as_bytes())
 }
 
 #[cfg(test)]

@@ -188,11 +188,88 @@ struct Record {
     samples: Samples,
 }
 
-/// The records of one perf_event sideband file.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One perf_event sideband file, its records checked and then read again one at a time as the
+/// dump reaches them: memory holds a window of the file and the record at hand, not its records.
 pub struct Pevent {
     name: String,
-    records: Vec<Record>,
+    config: PeventConfig,
+    bytes: Bytes,
+    /// How many records the file holds.
+    count: usize,
+    /// Where its records end: the end of the file, or where zero padding starts.
+    end: u64,
+}
+
+impl std::fmt::Debug for Pevent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pevent")
+            .field("name", &self.name)
+            .field("records", &self.count)
+            .field("end", &self.end)
+            .finish()
+    }
+}
+
+/// Bytes of a regular file read at a time (at least; one record may take more).
+const WINDOW: usize = 16 << 10;
+
+/// Where a file's bytes come from.
+enum Bytes {
+    /// Held in memory (bytes given, or a pipe read to its end).
+    Held(Vec<u8>),
+    /// A regular file of `len` bytes, read through `window` (its bytes from `at`).
+    File {
+        file: std::fs::File,
+        len: u64,
+        at: u64,
+        window: Vec<u8>,
+    },
+}
+
+impl Bytes {
+    fn len(&self) -> u64 {
+        match self {
+            Bytes::Held(v) => v.len() as u64,
+            Bytes::File { len, .. } => *len,
+        }
+    }
+
+    /// Up to `n` bytes from `pos` (fewer at the end).
+    fn get(&mut self, pos: u64, n: usize) -> std::io::Result<&[u8]> {
+        let len = self.len();
+        let n = n.min(len.saturating_sub(pos) as usize);
+        match self {
+            Bytes::Held(v) => Ok(&v[pos as usize..pos as usize + n]),
+            Bytes::File { file, at, window, .. } => {
+                let inside = pos >= *at && pos + n as u64 <= *at + window.len() as u64;
+                if !inside {
+                    use std::os::unix::fs::FileExt;
+                    let want = n.max(WINDOW).min((len - pos) as usize);
+                    window.resize(want, 0);
+                    file.read_exact_at(window, pos).map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            std::io::Error::other(
+                                "the file changed size while it was read: another process truncated it",
+                            )
+                        } else {
+                            e
+                        }
+                    })?;
+                    *at = pos;
+                }
+                let from = (pos - *at) as usize;
+                Ok(&window[from..from + n])
+            }
+        }
+    }
+
+    /// Gives back the window's memory (the file is read again from where it is next needed).
+    fn release(&mut self) {
+        if let Bytes::File { window, at, .. } = self {
+            *window = Vec::new();
+            *at = 0;
+        }
+    }
 }
 
 /// Little-endian reads inside one record.
@@ -253,61 +330,128 @@ fn offset_tsc(tsc: u64, offset: u64) -> u64 {
 }
 
 impl Pevent {
-    /// Reads the records of `bytes`, the file `name`, with its configuration.
+    /// Reads the records of `bytes`, the file `name`, with its configuration: every record is
+    /// checked now (bytes that are not records are an error naming the byte); the dump reads
+    /// them again one at a time.
     pub fn read(name: &str, bytes: &[u8], c: &PeventConfig) -> Result<Pevent, SbError> {
-        let mut records = Vec::new();
-        let mut pos = 0usize;
-        while pos < bytes.len() {
-            let err = |what: String| SbError {
-                file: name.to_string(),
-                offset: pos as u64,
-                what,
-            };
-            let Some(h) = bytes.get(pos..pos + 8) else {
-                return Err(err(format!(
-                    "a record header cut by the end of the file ({} of 8 bytes)",
-                    bytes.len() - pos
-                )));
-            };
-            let ty = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
-            let misc = u16::from_le_bytes(h[4..6].try_into().expect("2 bytes"));
-            let size = usize::from(u16::from_le_bytes(h[6..8].try_into().expect("2 bytes")));
-            if ty == 0 {
-                if bytes[pos..].iter().all(|&b| b == 0) {
-                    break;
-                }
-                return Err(err("a record of type 0 with data after it".into()));
-            }
-            if size < 8 {
-                return Err(err(format!("record size {size} is less than its 8-byte header")));
-            }
-            let Some(rec) = bytes.get(pos..pos + size) else {
-                return Err(err(format!(
-                    "a record of {size} bytes cut by the end of the file ({} bytes left)",
-                    bytes.len() - pos
-                )));
-            };
-            let record = read_record(rec, ty, misc, c).map_err(err)?;
-            records.push(Record {
-                offset: pos as u64,
-                ..record
-            });
-            pos += size;
-        }
-        Ok(Pevent {
+        Pevent::check(name, Bytes::Held(bytes.to_vec()), c)
+    }
+
+    /// [`Pevent::read`] for a regular file, which stays open: the dump reads its records again
+    /// a window at a time, so memory does not grow with the file.
+    pub fn open(name: &str, file: std::fs::File, c: &PeventConfig) -> Result<Pevent, SbError> {
+        let len = file.metadata().map_err(|e| SbError {
+            file: name.to_string(),
+            offset: 0,
+            what: format!("cannot read: {e}"),
+        })?;
+        let bytes = Bytes::File {
+            file,
+            len: len.len(),
+            at: 0,
+            window: Vec::new(),
+        };
+        Pevent::check(name, bytes, c)
+    }
+
+    fn check(name: &str, bytes: Bytes, c: &PeventConfig) -> Result<Pevent, SbError> {
+        let mut p = Pevent {
             name: name.to_string(),
-            records,
-        })
+            config: *c,
+            end: bytes.len(),
+            bytes,
+            count: 0,
+        };
+        let mut pos = 0;
+        while let Some((_, next)) = p.record_at(pos)? {
+            p.count += 1;
+            pos = next;
+        }
+        p.bytes.release();
+        Ok(p)
+    }
+
+    /// The record at `pos` and where the next one starts; `None` at the end of the records
+    /// (the end of the file, or zero padding: a record of type 0 with only zeros after it).
+    fn record_at(&mut self, pos: u64) -> Result<Option<(Record, u64)>, SbError> {
+        if pos >= self.end {
+            return Ok(None);
+        }
+        let err = |what: String| SbError {
+            file: self.name.clone(),
+            offset: pos,
+            what,
+        };
+        let io = |e: std::io::Error| err(format!("cannot read: {e}"));
+        let left = self.end - pos;
+        let h = self.bytes.get(pos, 8).map_err(io)?;
+        if h.len() < 8 {
+            return Err(err(format!(
+                "a record header cut by the end of the file ({left} of 8 bytes)"
+            )));
+        }
+        let ty = u32::from_le_bytes(h[..4].try_into().expect("4 bytes"));
+        let misc = u16::from_le_bytes(h[4..6].try_into().expect("2 bytes"));
+        let size = usize::from(u16::from_le_bytes(h[6..8].try_into().expect("2 bytes")));
+        if ty == 0 {
+            let mut at = pos;
+            while at < self.end {
+                let chunk = self.bytes.get(at, WINDOW).map_err(io)?;
+                if chunk.iter().any(|&b| b != 0) {
+                    return Err(err("a record of type 0 with data after it".into()));
+                }
+                at += chunk.len() as u64;
+            }
+            self.end = pos;
+            return Ok(None);
+        }
+        if size < 8 {
+            return Err(err(format!("record size {size} is less than its 8-byte header")));
+        }
+        let rec = self.bytes.get(pos, size).map_err(io)?;
+        if rec.len() < size {
+            return Err(err(format!(
+                "a record of {size} bytes cut by the end of the file ({left} bytes left)"
+            )));
+        }
+        let record = read_record(rec, ty, misc, &self.config).map_err(err)?;
+        Ok(Some((
+            Record {
+                offset: pos,
+                ..record
+            },
+            pos + size as u64,
+        )))
     }
 
     /// How many records the file holds.
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.count
     }
 
     /// Whether the file holds no record.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.count == 0
+    }
+
+    /// An error if the file's size is not what it was when it was checked (another process
+    /// changed it while it was read).
+    fn unchanged(&self) -> Result<(), SbError> {
+        let Bytes::File { file, len, .. } = &self.bytes else {
+            return Ok(());
+        };
+        let now = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if now != *len {
+            return Err(SbError {
+                file: self.name.clone(),
+                offset: now.min(*len),
+                what: format!(
+                    "the file changed size while it was read ({len} bytes when opened, {now} now): \
+                     another process truncated or rewrote it"
+                ),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -776,29 +920,53 @@ impl Record {
     }
 }
 
-/// The files of one dump, each at its next record, kept in libipt's order: by the next
-/// record's TSC, a file put back before the files of the same TSC.
-#[derive(Clone, Debug, Default)]
+/// A file of the dump at its next record.
+#[derive(Debug)]
+struct Cursor {
+    file: Pevent,
+    record: Option<Record>,
+    /// Where the record after it starts.
+    next: u64,
+}
+
+/// The files of one dump, each at its next record, merged in libipt's order: by the next
+/// record's TSC, a file put back before the files of the same TSC. A heap keyed by (TSC, the
+/// latest put back first) does what libipt's ordered list does, in log(files) a record; each
+/// file holds one record and a window of its bytes.
+#[derive(Debug, Default)]
 pub struct Session {
-    /// (file, index of its next record), ordered.
-    queue: Vec<(Pevent, usize)>,
+    files: Vec<Cursor>,
+    /// (TSC, the inverse of when it was put back, file), the least first.
+    queue: std::collections::BinaryHeap<std::cmp::Reverse<(u64, std::cmp::Reverse<u64>, usize)>>,
+    /// How many times a file was put back.
+    stamp: u64,
     /// Files were given (ptdump then tracks time even without `--time`).
     loaded: bool,
     flags: PrintFlags,
+    /// The first file that could not be read again as it was checked.
+    failed: Option<SbError>,
 }
 
 impl Session {
     /// A session over `files` in command-line order, printing with `flags`.
     pub fn new(files: Vec<Pevent>, flags: PrintFlags) -> Session {
         let mut s = Session {
-            queue: Vec::new(),
             loaded: !files.is_empty(),
             flags,
+            ..Session::default()
         };
+        s.files = files
+            .into_iter()
+            .map(|file| Cursor {
+                file,
+                record: None,
+                next: 0,
+            })
+            .collect();
         // libipt keeps the files as they were added, newest first, and moves them to the
         // ordered list in that order.
-        for f in files.into_iter().rev() {
-            s.put_back(f, 0);
+        for i in (0..s.files.len()).rev() {
+            s.put_back(i);
         }
         s
     }
@@ -808,29 +976,61 @@ impl Session {
         self.loaded
     }
 
-    fn put_back(&mut self, file: Pevent, next: usize) {
-        let Some(r) = file.records.get(next) else {
-            return;
-        };
-        let tsc = r.tsc;
-        let at = self
-            .queue
-            .iter()
-            .position(|(f, i)| tsc <= f.records[*i].tsc)
-            .unwrap_or(self.queue.len());
-        self.queue.insert(at, (file, next));
+    /// File `i` moves to its next record and into the queue (before the files of the same TSC).
+    fn put_back(&mut self, i: usize) {
+        let c = &mut self.files[i];
+        match c.file.record_at(c.next) {
+            Ok(Some((r, next))) => {
+                self.stamp += 1;
+                self.queue
+                    .push(std::cmp::Reverse((r.tsc, std::cmp::Reverse(self.stamp), i)));
+                c.record = Some(r);
+                c.next = next;
+            }
+            Ok(None) => {
+                c.record = None;
+                c.file.bytes.release();
+            }
+            Err(e) => {
+                c.record = None;
+                c.file.bytes.release();
+                self.failed.get_or_insert(e);
+            }
+        }
     }
 
     /// Prints into `out` the records whose TSC is at most `tsc`, in order.
     pub fn dump(&mut self, tsc: u64, out: &mut String) {
-        while let Some((f, i)) = self.queue.first() {
-            if tsc < f.records[*i].tsc {
-                break;
+        self.dump_some(tsc, out, usize::MAX);
+    }
+
+    /// [`Session::dump`] until `out` holds `max` bytes or more: whether records up to `tsc` are
+    /// left (the caller writes `out` away and calls again).
+    pub fn dump_some(&mut self, tsc: u64, out: &mut String, max: usize) -> bool {
+        while let Some(&std::cmp::Reverse((t, _, i))) = self.queue.peek() {
+            if tsc < t {
+                return false;
             }
-            let (f, i) = self.queue.remove(0);
-            f.records[i].print(&f.name, &self.flags, out);
-            self.put_back(f, i + 1);
+            if out.len() >= max {
+                return true;
+            }
+            self.queue.pop();
+            let c = &self.files[i];
+            if let Some(r) = &c.record {
+                r.print(&c.file.name, &self.flags, out);
+            }
+            self.put_back(i);
         }
+        false
+    }
+
+    /// After the dump: an error if a file could not be read again as it was when checked (it
+    /// changed while it was read); its records from there on were not printed.
+    pub fn finish(&self) -> Result<(), SbError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.files.iter().try_for_each(|c| c.file.unchanged())
     }
 }
 
@@ -909,6 +1109,73 @@ mod tests {
         s.dump(0, &mut out);
         let lost: Vec<&str> = out.lines().map(|l| &l[26..28]).collect();
         assert_eq!(lost, ["20", "30", "40", "50"], "{out}");
+    }
+
+    /// The heap prints in the order of libipt's ordered list (the linear queue ptemu kept
+    /// before: a file put back goes before the files of the same TSC), on files whose times
+    /// tie, repeat and go backwards, dumped up to times that rise unevenly.
+    #[test]
+    fn the_heap_merges_in_libipts_order() {
+        let c = PeventConfig {
+            sample_type: PERF_SAMPLE_TIME,
+            ..Default::default()
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..50 {
+            let files: Vec<Vec<u64>> = (0..1 + next(6))
+                .map(|_| (0..next(12)).map(|_| 1 + next(10)).collect())
+                .collect();
+            let pevents = files.iter().enumerate().map(|(i, times)| {
+                let bytes: Vec<u8> = times
+                    .iter()
+                    .flat_map(|t| record(PERF_RECORD_LOST_SAMPLES, 0, &[0; 8], &t.to_le_bytes()))
+                    .collect();
+                Pevent::read(&format!("{i}"), &bytes, &c).unwrap()
+            });
+            let flags = PrintFlags {
+                filename: true,
+                offset: true,
+                ..Default::default()
+            };
+            let mut s = Session::new(pevents.collect(), flags);
+            // The reference: libipt's list, (file, record) kept sorted by insertion.
+            let mut queue: Vec<(usize, usize)> = Vec::new();
+            let put = |queue: &mut Vec<(usize, usize)>, f: usize, k: usize| {
+                if let Some(&t) = files[f].get(k) {
+                    let at = queue
+                        .iter()
+                        .position(|&(g, j)| t <= files[g][j])
+                        .unwrap_or(queue.len());
+                    queue.insert(at, (f, k));
+                }
+            };
+            for f in (0..files.len()).rev() {
+                put(&mut queue, f, 0);
+            }
+            let mut tsc = 0;
+            while tsc < 12 {
+                let mut out = String::new();
+                s.dump(tsc, &mut out);
+                let mut want = String::new();
+                while let Some(&(f, k)) = queue.first() {
+                    if tsc < files[f][k] {
+                        break;
+                    }
+                    queue.remove(0);
+                    want.push_str(&format!("{f}:{:016x}  \n", k * 24));
+                    put(&mut queue, f, k + 1);
+                }
+                assert_eq!(out, want, "{files:?} at {tsc}");
+                tsc += next(3);
+            }
+            assert!(s.finish().is_ok());
+        }
     }
 
     #[test]

@@ -55,6 +55,15 @@ pub trait PhysMemory {
     fn write_u64(&mut self, pa: u64, value: u64) -> Result<(), MemError> {
         self.write(pa, &value.to_le_bytes())
     }
+
+    /// Whether a byte of `[pa, pa + len)` may be other than zero: `false` promises that the
+    /// range reads as zeros, so a copy of it can be a hole in a sparse file (a region dump
+    /// seeks over it). The default, `true`, promises nothing; [`SparseMemory`] answers whether
+    /// a page of the range was ever written.
+    fn may_hold_data(&self, pa: u64, len: u64) -> bool {
+        let _ = (pa, len);
+        true
+    }
 }
 
 impl<M: PhysMemory + ?Sized> PhysMemory for &mut M {
@@ -63,6 +72,9 @@ impl<M: PhysMemory + ?Sized> PhysMemory for &mut M {
     }
     fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), MemError> {
         (**self).read(pa, buf)
+    }
+    fn may_hold_data(&self, pa: u64, len: u64) -> bool {
+        (**self).may_hold_data(pa, len)
     }
 }
 

@@ -125,6 +125,29 @@ impl PhysMemory for SparseMemory {
         }
         Ok(())
     }
+
+    /// Whether a page of the range was ever written: the directories of the range are looked
+    /// up, or, for a range wider than the memory has directories, the memory's directories
+    /// are scanned (a range past 2^64 ends there).
+    fn may_hold_data(&self, pa: u64, len: u64) -> bool {
+        if len == 0 {
+            return false;
+        }
+        let last = pa.saturating_add(len - 1);
+        let (d0, d1) = (pa >> DIR_SHIFT, last >> DIR_SHIFT);
+        let holds = |d: u64, dir: &Dir| {
+            let lo = if d == d0 { page_index(pa) } else { 0 };
+            let hi = if d == d1 { page_index(last) } else { DIR_PAGES - 1 };
+            dir[lo..=hi].iter().any(|&slot| slot != 0)
+        };
+        if d1 - d0 >= self.dirs.len() as u64 {
+            self.dirs
+                .iter()
+                .any(|(&d, dir)| (d0..=d1).contains(&d) && holds(d, dir))
+        } else {
+            (d0..=d1).any(|d| self.dirs.get(&d).is_some_and(|dir| holds(d, dir)))
+        }
+    }
 }
 
 /// A multiplicative hasher for page numbers: one multiply, good spread for sequential keys.
@@ -148,6 +171,20 @@ impl Hasher for PageHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_written_pages_may_hold_data() {
+        let mut m = SparseMemory::new();
+        assert!(!m.may_hold_data(0, u64::MAX));
+        m.write(0x20_1ffe, &[1, 2, 3]).unwrap();
+        assert!(m.may_hold_data(0x20_1fff, 1));
+        assert!(m.may_hold_data(0x20_2000, 1));
+        assert!(m.may_hold_data(0, 0x20_1001));
+        assert!(!m.may_hold_data(0, 0x20_1000));
+        assert!(!m.may_hold_data(0x20_3000, 1 << 40));
+        assert!(!m.may_hold_data(0x20_1000, 0));
+        assert!(!m.may_hold_data(u64::MAX - 10, 11));
+    }
 
     #[test]
     fn unwritten_bytes_read_as_zero() {

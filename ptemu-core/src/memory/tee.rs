@@ -64,6 +64,10 @@ impl<M: PhysMemory, W: Write> PhysMemory for Tee<M, W> {
     fn read(&self, pa: u64, buf: &mut [u8]) -> Result<(), MemError> {
         self.inner.read(pa, buf)
     }
+
+    fn may_hold_data(&self, pa: u64, len: u64) -> bool {
+        self.inner.may_hold_data(pa, len)
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use super::classify::{classify, Insn, Kind};
 use super::wire::Writer;
 use super::wire::{FileMap, NoteKind, Reader, Record, WireError};
-use super::written::{CodeVersion, Written};
+use super::written::{CodeVersion, TooManyVersions, Written, MAX_VERSIONS};
 use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::{EventSource, SourceStats, StartState};
@@ -308,7 +308,20 @@ impl<R: Read> QemuEvents<R> {
     /// version's index plus one; 0 for a file's code.
     fn check_bytes(&mut self, ip: u64, bytes: &[u8], at: u64) -> Result<u32> {
         let Some((m, file)) = self.files.iter().find(|(m, _)| m.start <= ip && ip < m.end) else {
-            return Ok(self.written.add(ip, bytes) as u32 + 1);
+            return match self.written.add(ip, bytes) {
+                Ok(v) => Ok(v as u32 + 1),
+                Err(TooManyVersions(page)) => Err(self.error(
+                    at,
+                    ErrorKind::Inconsistent,
+                    format!(
+                        "the program wrote code into memory no file holds more than {MAX_VERSIONS} \
+                         times (the next version, of the page at {page:#x}, would be one more): a \
+                         trace keeps at most {MAX_VERSIONS} versions of written code, each a file \
+                         in code/ and a mapping decoders load, and a decoder given only some would \
+                         fail where the others ran, so that is not traced (QE17)"
+                    ),
+                )),
+            };
         };
         let Some(data) = file else { return Ok(0) };
         let off = m
@@ -980,7 +993,7 @@ impl<R: Read> QemuEvents<R> {
                     self.done = true;
                     let mut side = self.side.lock().expect("not poisoned");
                     side.loaded = self.reader.started();
-                    side.code = self.written.versions().to_vec();
+                    side.code = self.written.take_versions();
                     drop(side);
                     if let Some(mut sp) = self.spool.take() {
                         sp.flush();

@@ -9,6 +9,15 @@ use std::collections::HashMap;
 /// The size of a page, the unit of a version.
 pub const PAGE: u64 = 0x1000;
 
+/// The most versions of written code one thread's trace keeps (QE17): each is a page in memory,
+/// a file in `code/`, a mapping in perf.data and report.json. A program that writes more is
+/// refused (a decoder given only some of them would fail where they run).
+pub const MAX_VERSIONS: usize = 4096;
+
+/// A version past [`MAX_VERSIONS`] would start: of the page at this address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooManyVersions(pub u64);
+
 /// One version of a page of written code.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodeVersion {
@@ -39,8 +48,9 @@ pub struct Written {
 
 impl Written {
     /// Code `bytes` at `ip` was translated: returns, for each byte's page in order, the version
-    /// it belongs to (one or two pages: an instruction is at most 15 bytes).
-    pub fn add(&mut self, ip: u64, bytes: &[u8]) -> usize {
+    /// it belongs to (one or two pages: an instruction is at most 15 bytes), or the page whose
+    /// next version would be one more than [`MAX_VERSIONS`].
+    pub fn add(&mut self, ip: u64, bytes: &[u8]) -> Result<usize, TooManyVersions> {
         // A new version for each page whose newest one knows a byte that differs.
         let mut pages: Vec<u64> = Vec::with_capacity(2);
         for (k, &b) in bytes.iter().enumerate() {
@@ -52,13 +62,13 @@ impl Written {
             if let Some(&v) = self.newest.get(&page) {
                 let off = (a - page) as usize;
                 if self.known[v][off / 64] >> (off % 64) & 1 != 0 && self.versions[v].bytes[off] != b {
-                    self.start(page);
+                    self.start(page)?;
                 }
             }
         }
         for &page in &pages {
             if !self.newest.contains_key(&page) {
-                self.start(page);
+                self.start(page)?;
             }
         }
         for (k, &b) in bytes.iter().enumerate() {
@@ -76,10 +86,13 @@ impl Written {
                 self.spill[first].push(v);
             }
         }
-        first
+        Ok(first)
     }
 
-    fn start(&mut self, page: u64) {
+    fn start(&mut self, page: u64) -> Result<(), TooManyVersions> {
+        if self.versions.len() == MAX_VERSIONS {
+            return Err(TooManyVersions(page));
+        }
         let version = self
             .newest
             .get(&page)
@@ -94,6 +107,7 @@ impl Written {
         });
         self.known.push([0; (PAGE / 64) as usize]);
         self.spill.push(Vec::new());
+        Ok(())
     }
 
     /// The traced thread ran code of version `v` when it had run `count` instructions.
@@ -113,6 +127,14 @@ impl Written {
     pub fn versions(&self) -> &[CodeVersion] {
         &self.versions
     }
+
+    /// Every version, taken out (the trace is over: no copy of them all is made).
+    pub fn take_versions(&mut self) -> Vec<CodeVersion> {
+        self.known = Vec::new();
+        self.spill = Vec::new();
+        self.newest.clear();
+        std::mem::take(&mut self.versions)
+    }
 }
 
 #[cfg(test)]
@@ -122,21 +144,33 @@ mod tests {
     #[test]
     fn a_rewrite_is_a_new_version_and_the_same_bytes_are_not() {
         let mut w = Written::default();
-        assert_eq!(w.add(0x7000, &[0xb8, 1, 0, 0, 0]), 0);
-        assert_eq!(w.add(0x7005, &[0xc3]), 0);
+        assert_eq!(w.add(0x7000, &[0xb8, 1, 0, 0, 0]), Ok(0));
+        assert_eq!(w.add(0x7005, &[0xc3]), Ok(0));
         // The same bytes again (a block translated anew): the same version.
-        assert_eq!(w.add(0x7000, &[0xb8, 1, 0, 0, 0]), 0);
+        assert_eq!(w.add(0x7000, &[0xb8, 1, 0, 0, 0]), Ok(0));
         // Different bytes where the version knows them: version 1.
-        assert_eq!(w.add(0x7000, &[0xb8, 2, 0, 0, 0]), 1);
+        assert_eq!(w.add(0x7000, &[0xb8, 2, 0, 0, 0]), Ok(1));
         assert_eq!(w.versions()[1].version, 1);
         assert_eq!(w.versions()[1].bytes[..5], [0xb8, 2, 0, 0, 0]);
         // Bytes across a page boundary go into both pages' versions.
-        let v = w.add(0x7ffe, &[0x90, 0x90, 0xc3]);
+        let v = w.add(0x7ffe, &[0x90, 0x90, 0xc3]).unwrap();
         assert_eq!(w.versions()[v].page, 0x7000);
         assert_eq!(w.versions().last().unwrap().page, 0x8000);
         assert_eq!(w.versions().last().unwrap().bytes[0], 0xc3);
         // Running the instruction runs both pages' versions.
         w.ran(v, 7);
         assert_eq!(w.versions().last().unwrap().first, Some(7));
+    }
+
+    #[test]
+    fn versions_stop_at_the_maximum() {
+        let mut w = Written::default();
+        for k in 0..MAX_VERSIONS {
+            assert_eq!(w.add(0x7000, &[k as u8, (k >> 8) as u8]), Ok(k));
+        }
+        assert_eq!(w.add(0x7000, &[0, 0]), Err(TooManyVersions(0x7000)));
+        // Nor a first version of another page.
+        assert_eq!(w.add(0x9000, &[0]), Err(TooManyVersions(0x9000)));
+        assert_eq!(w.take_versions().len(), MAX_VERSIONS);
     }
 }
