@@ -1,17 +1,11 @@
 //! Memory that follows what is written, not the input's size (issue 50 §3), measured, not
 //! timed: `ptemu pttc`'s on data directives (proportional to the bytes, not token structures
-//! per value), counted by a global allocator of this test binary; `ptemu asm`'s on a large text
-//! (it streams), the child's peak RSS. The tests take turns (one lock), so neither measures the
-//! other.
+//! per value), counted by a global allocator of this test binary (one test, so nothing else
+//! allocates meanwhile; `ptemu asm`'s is tests/asm_memory.rs).
 
 use ptemu::pttc::{compile, Options};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-
-/// Held by each test while it measures.
-static TURN: Mutex<()> = Mutex::new(());
 
 /// The system allocator, counting the bytes live and their peak.
 struct Counting;
@@ -79,7 +73,6 @@ fn data_ptt(directive: &str, size: u32, values: usize, per_line: usize) -> Strin
 /// about 40 bytes a `db` value and 255 a `dq` value (2 MB of `dq`: 260 MB).
 #[test]
 fn data_directives_cost_their_bytes_not_structures_per_value() {
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     for (directive, size, values, per_line) in [
         ("dq", 8, 1 << 19, 1000),
         ("dq", 8, 1 << 19, 1 << 19),
@@ -96,61 +89,4 @@ fn data_directives_cost_their_bytes_not_structures_per_value() {
             peak / values
         );
     }
-}
-
-/// The largest peak RSS of this process's children that have been waited for, in bytes.
-fn children_peak_rss() -> u64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_CHILDREN is a valid target.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) }, 0);
-    u.ru_maxrss as u64 * 1024
-}
-
-/// `ptemu asm` on a 64 MB text (libipt's golden packets a thousand times over) stays under a
-/// third of it in RSS: it reads a line at a time and writes as it goes (608 MB of text used to
-/// take 625 MB). The bytes are those of the text assembled a piece at a time.
-#[test]
-fn asm_streams_a_large_text_in_bounded_memory() {
-    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-    let golden = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/asm/libipt-golden.txt"
-    ))
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let one = dir.path().join("one.txt");
-    std::fs::write(&one, &golden).unwrap();
-    let big = dir.path().join("big.txt");
-    let copies = (64 << 20) / golden.len() + 1;
-    {
-        use std::io::Write;
-        let mut w = std::io::BufWriter::new(std::fs::File::create(&big).unwrap());
-        for _ in 0..copies {
-            w.write_all(&golden).unwrap();
-        }
-        w.flush().unwrap();
-    }
-    let asm = |input: &std::path::Path, output: &std::path::Path| {
-        let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-            .args(["asm", input.to_str().unwrap(), "-o", output.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    };
-    asm(&one, &dir.path().join("one.pt"));
-    asm(&big, &dir.path().join("big.pt"));
-    let peak = children_peak_rss();
-    let text = (copies * golden.len()) as u64;
-    assert!(
-        peak < text / 3,
-        "asm's peak RSS {peak} bytes for {text} bytes of text"
-    );
-    let one = std::fs::read(dir.path().join("one.pt")).unwrap();
-    let big = std::fs::read(dir.path().join("big.pt")).unwrap();
-    assert_eq!(big.len(), one.len() * copies);
-    assert!(
-        big.chunks(one.len()).all(|c| c == one),
-        "each copy assembles to the same bytes"
-    );
 }

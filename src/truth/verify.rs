@@ -1255,7 +1255,7 @@ fn any_line_time(line: &[u8], tsc_hz: Option<u64>) -> Result<Option<u64>, String
 }
 
 /// The time an instruction line carries (TR13): the hex number after `tsc:` or `tsc=`; `None`
-/// also when what follows is not one (see [`line_time_checked`]).
+/// also when what follows is not one (`verify --time` then fails, naming the line).
 pub fn line_time(line: &[u8]) -> Option<u64> {
     line_time_checked(line).ok().flatten()
 }
