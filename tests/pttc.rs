@@ -735,4 +735,125 @@ fn cli_ptdump_sideband_streams_its_records() {
         "peak resident set {} KiB",
         usage.ru_maxrss
     );
+/// The entries of `dir`, sorted, with the bytes of each file (`None` for a directory).
+fn dir_state(dir: &std::path::Path) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let bytes = e
+                .file_type()
+                .unwrap()
+                .is_file()
+                .then(|| std::fs::read(e.path()).unwrap());
+            (e.file_name().to_string_lossy().into_owned(), bytes)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `trace.ptt --case` (the test's `trace.pt` is the case's) and `image.ptt --case` (`image.bin`)
+/// are exit 2 naming the file that would be written twice, before anything is written: DIR
+/// keeps exactly what it held, a `trace.pt` of someone else's included; a new DIR is not left.
+#[test]
+fn cli_case_outputs_that_collide_are_refused_before_anything_is_written() {
+    let work = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(data("case.ptt")).unwrap();
+    for (stem, twice) in [("trace", "trace.pt"), ("image", "image.bin")] {
+        let ptt = work.path().join(format!("{stem}.ptt"));
+        std::fs::write(&ptt, &text).unwrap();
+        let fresh = work.path().join(format!("{stem}-new"));
+        let o = ptemu(&[
+            "pttc",
+            ptt.to_str().unwrap(),
+            "--case",
+            "-o",
+            fresh.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{stem}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{stem}.ptt: two outputs would be written to the same file ({twice})"
+            )) && stderr.contains("nothing was written"),
+            "{stem}: {stderr}"
+        );
+        assert!(!fresh.exists(), "{stem}: {} was created", fresh.display());
+        let kept = work.path().join(format!("{stem}-kept"));
+        std::fs::create_dir(&kept).unwrap();
+        std::fs::write(kept.join(twice), "not ptemu's").unwrap();
+        std::fs::write(kept.join("notes.txt"), "mine").unwrap();
+        let before = dir_state(&kept);
+        let o = ptemu(&[
+            "pttc",
+            ptt.to_str().unwrap(),
+            "--case",
+            "-o",
+            kept.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{stem}");
+        assert_eq!(dir_state(&kept), before, "{stem}: DIR changed");
+        // Without --case nothing collides.
+        let o = ptemu(&["pttc", ptt.to_str().unwrap(), "-o", fresh.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "{stem}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+/// `--layout` writes `DIR/<root>-output/` with pttc's files, all or nothing: where a file
+/// stands in its place, exit 2 naming it before anything is written (the file kept as it was);
+/// a directory there from an earlier run is replaced whole.
+#[test]
+fn cli_layout_output_is_committed_with_the_files_or_not_at_all() {
+    let work = tempfile::tempdir().unwrap();
+    let ring = format!("{}/examples/ring-layout.toml", env!("CARGO_MANIFEST_DIR"));
+    let dir = work.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("good-output"), "someone's file").unwrap();
+    let before = dir_state(&dir);
+    let run = || {
+        ptemu(&[
+            "pttc",
+            &data("good.ptt"),
+            "--layout",
+            &ring,
+            "-o",
+            dir.to_str().unwrap(),
+        ])
+    };
+    let o = run();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("good-output: is not a directory") && stderr.contains("nothing was written"),
+        "{stderr}"
+    );
+    assert_eq!(dir_state(&dir), before, "DIR changed");
+    // Once the place is free: every file and the directory, listed.
+    std::fs::remove_file(dir.join("good-output")).unwrap();
+    std::fs::create_dir(dir.join("good-output")).unwrap();
+    std::fs::write(dir.join("good-output/stale.txt"), "an earlier run's").unwrap();
+    let o = run();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let listed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        listed.lines().last().unwrap().ends_with("good-output"),
+        "{listed}"
+    );
+    for f in ["regions", "report.json", "events.jsonl", "layout.svg"] {
+        assert!(dir.join("good-output").join(f).exists(), "{f}");
+    }
+    assert!(
+        !dir.join("good-output/stale.txt").exists(),
+        "the earlier directory is replaced whole"
+    );
+    let pt = std::fs::read(dir.join("good.pt")).unwrap();
+    let region = std::fs::read(dir.join("good-output/regions/0x100000.bin")).unwrap();
+    assert_eq!(region[..pt.len()], pt[..]);
+    // No staging directory is left.
+    assert!(dir_state(&dir).iter().all(|(n, _)| !n.starts_with(".ptemu")));
 }

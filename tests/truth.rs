@@ -1666,3 +1666,32 @@ fn tr9_truth_bin_is_truth_jsonl_in_at_most_two_bytes_an_instruction() {
         }
     }
 }
+
+/// TR13: `verify --time` with instruction lines whose time does not read (`tsc: zz`, more than
+/// 64 bits) is exit 2 naming the line; it used to take them as lines without a time and pass
+/// (exit 0) with no time checked. Without `--time` the same lines pass.
+#[test]
+fn tr13_verify_time_refuses_a_time_that_does_not_read() {
+    let truth = "tests/data/truth/sjeng-1K.truth.bin";
+    let jsonl = fs::read_to_string("tests/data/truth/sjeng-1K.truth.jsonl").unwrap();
+    let ips: Vec<String> = jsonl
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["k"] == "insn")
+        .take(3)
+        .map(|v| v["ip"].as_str().unwrap().to_string())
+        .collect();
+    for (time, words) in [("zz", "'zz'"), ("1ffffffffffffffff", "'1ffffffffffffffff'")] {
+        let lines = format!("{}\n{} tsc: {time}\n{}\n", ips[0], ips[1], ips[2]);
+        let o = ptemu_stdin(&["verify", truth, "--ips", "-", "--time", "0"], lines.as_bytes());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{time}: {err}");
+        assert!(
+            err.contains("-: line 2: the time after `tsc:` is not a hex number of at most 64 bits")
+                && err.contains(words),
+            "{time}: {err}"
+        );
+        let o = ptemu_stdin(&["verify", truth, "--ips", "-"], lines.as_bytes());
+        assert_ne!(o.status.code(), Some(2), "without --time: {}", text(&o.stderr));
+    }
+}

@@ -390,31 +390,80 @@ pub fn dump(path: &Path, json: bool, lastip: bool, no_sync: bool) -> Result<(), 
     Ok(())
 }
 
-/// `ptemu asm`.
+/// `ptemu asm`: streams, a line at a time, so memory stays bounded whatever the input's size
+/// (a 608 MB text used to be held whole). The bytes go to a temporary file beside the output,
+/// renamed over it once every line assembled (an error leaves no output file), or to stdout for
+/// `-` as they are made.
 pub fn asm(path: &Path, output: &Path) -> Result<(), Failure> {
     if is_std(output) {
         stdout_is_open()?;
     }
-    let input = open(path)?;
-    let text = std::str::from_utf8(input.bytes()).map_err(|e| {
-        Failure::input(format!(
-            "{}: not UTF-8 text at byte {}",
-            path.display(),
-            e.valid_up_to()
+    let name = if is_std(path) {
+        "stdin".into()
+    } else {
+        path.display().to_string()
+    };
+    let cannot_read = |e: io::Error| Failure::input(format!("{name}: cannot read: {e}"));
+    let mut input: Box<dyn io::BufRead> = if is_std(path) {
+        Box::new(io::BufReader::with_capacity(1 << 16, io::stdin().lock()))
+    } else {
+        Box::new(io::BufReader::with_capacity(
+            1 << 16,
+            std::fs::File::open(path).map_err(cannot_read)?,
         ))
-    })?;
-    let mut bytes = Vec::new();
-    let mut st = ParseState::default();
-    for (i, line) in text.lines().enumerate() {
-        match parse_line(line, &mut st) {
-            Ok(Some(p)) => {
-                p.encode_to_vec(&mut bytes)
-                    .map_err(|e| Failure::input(format!("{}:{}: {e}", path.display(), i + 1)))?;
+    };
+    // An error in the input, set where assembling stops (the write is then abandoned).
+    let mut failed: Option<Failure> = None;
+    let written = write_output(output, |w| {
+        let mut line = Vec::new();
+        let mut bytes = Vec::new();
+        let mut st = ParseState::default();
+        let mut at = 0usize;
+        let mut n = 0usize;
+        let mut stop = |f: Failure| {
+            failed = Some(f);
+            io::Error::other("the input has an error")
+        };
+        loop {
+            line.clear();
+            let got = loop {
+                match input.read_until(b'\n', &mut line) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    r => break r,
+                }
+            };
+            let got = got.map_err(|e| stop(cannot_read(e)))?;
+            if got == 0 {
+                return Ok(());
             }
-            Ok(None) => {}
-            Err(e) => return Err(Failure::input(format!("{}:{}: {e}", path.display(), i + 1))),
+            n += 1;
+            // Lines as `str::lines` cuts them: at `\n`, a `\r` before it dropped.
+            let mut text = &line[..];
+            if let Some(t) = text.strip_suffix(b"\n") {
+                text = t.strip_suffix(b"\r").unwrap_or(t);
+            }
+            let text = std::str::from_utf8(text).map_err(|e| {
+                stop(Failure::input(format!(
+                    "{}: not UTF-8 text at byte {}",
+                    path.display(),
+                    at + e.valid_up_to()
+                )))
+            })?;
+            at += got;
+            let located = |e: &dyn std::fmt::Display| Failure::input(format!("{}:{n}: {e}", path.display()));
+            match parse_line(text, &mut st) {
+                Ok(Some(p)) => {
+                    bytes.clear();
+                    p.encode_to_vec(&mut bytes).map_err(|e| stop(located(&e)))?;
+                    w.write_all(&bytes)?;
+                }
+                Ok(None) => {}
+                Err(e) => return Err(stop(located(&e))),
+            }
         }
+    });
+    match (written, failed) {
+        (_, Some(f)) => Err(f),
+        (r, None) => r,
     }
-    unchanged(&input, path)?;
-    write_output(output, |w| w.write_all(&bytes))
 }

@@ -9,7 +9,7 @@ use super::run_dir::RunDir;
 use super::Failure;
 use ptemu::layout::Layout;
 use ptemu::pttc::{self, Cpu, Options};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The arguments.
 #[derive(clap::Args)]
@@ -59,51 +59,107 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     let path = args.file.to_string_lossy();
     let compiled =
         pttc::compile(&path, &text, &Options { cpu }).map_err(|e| Failure::input(e.located(&shown)))?;
-    let mut files = compiled.files.clone();
+    let mut case = Vec::new();
     let mut case_run = None;
     if args.case {
-        let (case, run) = pttc::case_files(&path, &text, &compiled, given)
+        let (files, run) = pttc::case_files(&path, &text, &compiled, given)
             .map_err(|e| Failure::input(e.located(&shown)))?;
-        files.extend(case);
+        case = files;
         case_run = Some(run);
     }
+    let files: Vec<&pttc::OutputFile> = compiled.files.iter().chain(&case).collect();
     // A bad layout is refused before anything is written.
     let layout = match &args.layout {
         Some(p) => Some(Layout::load(p).map_err(|e| Failure::input(e.to_string()))?),
         None => None,
     };
-    // All files or none: staged in DIR, renamed into place together.
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("."));
     let shown_out = out.display().to_string();
+    let mut names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+    // clap makes --perf-data require --case, which gives the run.
+    if args.perf_data {
+        names.extend(["perf.data", "image.elf"]);
+    }
+    let output_dir = args
+        .layout
+        .as_ref()
+        .map(|_| format!("{}-output", pttc::file_root(&path_text(&args.file))));
+    refuse_collisions(&shown, &out, &names, output_dir.as_deref())?;
+    // All files or none: staged in DIR, renamed into place together (the layout's directory
+    // with them).
     let dir = RunDir::create(&out).map_err(|e| write_failure(&shown_out, e))?;
     for f in &files {
         std::fs::write(dir.staged(&f.name), &f.bytes)
             .map_err(|e| write_failure(&format!("{shown_out}/{}", f.name), e))?;
     }
-    let mut names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
-    // clap makes --perf-data require --case, which gives the run.
     if let (true, Some(run)) = (args.perf_data, &case_run) {
         perf_data(&dir, &files, &compiled, run).map_err(|e| write_failure(&shown_out, e))?;
-        names.extend(["perf.data", "image.elf"]);
     }
-    dir.commit(&names, &[])
+    let mut result = Ok(());
+    let mut committed: Vec<&str> = names.clone();
+    if let (Some(path), Some(layout), Some(name)) = (&args.layout, &layout, &output_dir) {
+        let root = pttc::file_root(&path_text(&args.file)).to_string();
+        result = super::write_cmd::write_staged(
+            path,
+            layout,
+            &dir.staged(&format!("{root}.pt")),
+            &dir.staged(name),
+            &out.join(name),
+        )?;
+        committed.push(name);
+    }
+    dir.commit(&committed, &[])
         .map_err(|e| write_failure(&shown_out, e))?;
     let mut listing = String::new();
-    for name in &names {
+    for name in &committed {
         outln!(listing, "{}", out.join(name).display());
     }
     print(&listing)?;
-    match (&args.layout, layout) {
-        (Some(path), Some(layout)) => {
-            let root = pttc::file_root(&path_text(&args.file)).to_string();
-            let output = out.join(format!("{root}-output"));
-            let result =
-                super::write_cmd::write_through(path, &layout, &out.join(format!("{root}.pt")), &output);
-            print(&format!("{}\n", output.display()))?;
-            result
+    result
+}
+
+/// Refuses, before anything is written, outputs that would land on one another (`trace.ptt
+/// --case`: the test's `trace.pt` is the case's `trace.pt`; `image.ptt --case`: `image.bin`)
+/// and outputs whose place in DIR holds what they cannot replace (a directory where a file
+/// goes, a file where `<root>-output/` goes). Nothing is removed or overwritten to make room.
+fn refuse_collisions(
+    shown: &str,
+    out: &Path,
+    names: &[&str],
+    output_dir: Option<&str>,
+) -> Result<(), Failure> {
+    let mut seen = std::collections::HashSet::new();
+    let mut twice: Vec<&str> = Vec::new();
+    for name in names.iter().copied().chain(output_dir) {
+        if !seen.insert(name) && !twice.contains(&name) {
+            twice.push(name);
         }
-        _ => Ok(()),
     }
+    if !twice.is_empty() {
+        return Err(Failure::input(format!(
+            "{shown}: two outputs would be written to the same file ({}): pttc's files are named after the .ptt, --case and --perf-data add trace.pt, image.bin, image.json, case.json, truth.jsonl, perf.data and image.elf; rename the .ptt (nothing was written)",
+            twice.join(", ")
+        )));
+    }
+    for name in names {
+        let p = out.join(name);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            return Err(Failure::input(format!(
+                "{}: is a directory, not replaced by a file (nothing was written)",
+                p.display()
+            )));
+        }
+    }
+    if let Some(name) = output_dir {
+        let p = out.join(name);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.is_dir()) {
+            return Err(Failure::input(format!(
+                "{}: is not a directory, not replaced by --layout's output directory (nothing was written)",
+                p.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn path_text(p: &std::path::Path) -> String {
@@ -115,7 +171,7 @@ fn path_text(p: &std::path::Path) -> String {
 /// address filter of `case.json` (spec/pttc.md).
 fn perf_data(
     dir: &RunDir,
-    files: &[pttc::OutputFile],
+    files: &[&pttc::OutputFile],
     compiled: &pttc::Compiled,
     run: &pttc::case::CaseRun,
 ) -> std::io::Result<()> {

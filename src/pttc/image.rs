@@ -192,8 +192,8 @@ pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
                 entry.vanished = count == 0;
                 let pieces = &mut sects[current].pieces;
                 match item {
-                    Item::Data { size, values } => {
-                        if (size as u64 * values.len() as u64)
+                    Item::Data { size: _, bytes } => {
+                        if (bytes.len() as u64)
                             .checked_mul(count)
                             .is_none_or(|n| n > MAX_SIZE)
                         {
@@ -202,13 +202,9 @@ pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
                                 format!("times {count}: over {MAX_SIZE:#x} bytes"),
                             ));
                         }
-                        let data = values
-                            .iter()
-                            .flat_map(|v| v.to_le_bytes()[..size as usize].to_vec())
-                            .collect();
                         pieces.push(Piece {
                             line: n,
-                            kind: PieceKind::Bytes { data, count },
+                            kind: PieceKind::Bytes { data: bytes, count },
                             offset: 0,
                         });
                     }
@@ -333,18 +329,20 @@ pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
 
     // Encode.
     let mut sections = Vec::with_capacity(sects.len());
-    let mut piece_bytes: Vec<Vec<Vec<u8>>> = Vec::with_capacity(sects.len());
+    let mut piece_bytes: Vec<Vec<Option<Vec<u8>>>> = Vec::with_capacity(sects.len());
     for s in &sects {
         let vstart = s.vstart.unwrap_or(0);
         let mut bytes = Vec::with_capacity(s.size as usize);
-        let mut firsts = Vec::with_capacity(s.pieces.len());
+        // The bytes each piece emits once, for the listing; a data piece's are its own (taken
+        // below, not copied: a data line of megabytes is not held three times).
+        let mut firsts: Vec<Option<Vec<u8>>> = Vec::with_capacity(s.pieces.len());
         for p in &s.pieces {
             let one = match &p.kind {
                 PieceKind::Bytes { data, count } => {
                     for _ in 0..*count {
                         bytes.extend_from_slice(data);
                     }
-                    data.clone()
+                    None
                 }
                 PieceKind::Branch {
                     kind,
@@ -360,12 +358,12 @@ pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
                     let b = asm::encode_branch(*kind, !long, ip, to, *bits)
                         .map_err(|m| PttcError::new(p.line, m))?;
                     bytes.extend_from_slice(&b);
-                    b
+                    Some(b)
                 }
                 PieceKind::Align { n, bits } => {
                     let fill = asm::nop_fill(align_pad(p.offset, *n), *bits);
                     bytes.extend_from_slice(&fill);
-                    fill
+                    Some(fill)
                 }
             };
             firsts.push(one);
@@ -391,21 +389,22 @@ pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
 
     for (entry, e) in listing.iter_mut().zip(&emitted) {
         let Some((si, first)) = *e else { continue };
-        let p = &sects[si].pieces[first];
-        if matches!(p.kind, PieceKind::Align { .. }) {
-            continue;
-        }
-        let shown = &piece_bytes[si][first];
+        let p = &mut sects[si].pieces[first];
+        let shown = match &mut p.kind {
+            PieceKind::Align { .. } => continue,
+            PieceKind::Bytes { data, .. } => std::mem::take(data),
+            PieceKind::Branch { .. } => piece_bytes[si][first].take().unwrap_or_default(),
+        };
         if !shown.is_empty() && !entry.vanished {
             entry.offset = Some(p.offset);
-            entry.shown = shown.clone();
+            entry.shown = shown;
         }
     }
 
     // The flat binary: each section at its load address minus org.
     let mut bin = Vec::new();
     let mut taken: Vec<(u64, u64, &str)> = Vec::new();
-    for (s, sect) in sections.iter().zip(&sects) {
+    for (s, sect) in sections.into_iter().zip(&sects) {
         if s.bytes.is_empty() {
             continue;
         }
@@ -426,12 +425,17 @@ pub fn assemble(lines: &[&str]) -> Result<Image, PttcError> {
                 format!("section {} overlaps section {other}", s.name),
             ));
         }
-        taken.push((at, end, &s.name));
+        taken.push((at, end, &sect.name));
         if end > MAX_SIZE {
             return Err(PttcError::new(
                 line,
                 format!("section {} ends {end:#x} bytes into the file", s.name),
             ));
+        }
+        // Each section's bytes go once: moved when they make the file alone so far.
+        if bin.is_empty() && at == 0 {
+            bin = s.bytes;
+            continue;
         }
         if bin.len() < end as usize {
             bin.resize(end as usize, 0);

@@ -20,91 +20,168 @@
 use super::ctext::{scan_hex, to_u64, Strtok};
 use super::image::ListingLine;
 use super::PttcError;
+use std::collections::hash_map::{Entry, HashMap};
 
 /// Longest label name pttc accepts, plus one.
 pub const LABEL_MAX: usize = 256;
 
-/// One line of the rebuilt listing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct LstLine {
-    /// The source line it comes from (1-based), for messages.
-    source: usize,
-    /// The line's words: its number, then address and hex column when it has bytes, then its text.
-    tokens: Vec<String>,
-    /// The text column (from the listing's fixed text column on).
-    text: String,
-}
-
-impl LstLine {
-    fn joined(&self) -> String {
-        self.tokens.join(" ")
-    }
-}
-
 /// The listing bytes yasm puts on one line, and its marks.
 const BYTES_PER_LINE: usize = 9;
 
+/// One source line's part of the rebuilt listing: a listing line, or one per 9 bytes it shows.
+/// Nothing is kept per listing line: [`Line`] makes a line's words when they are read, so a
+/// data line of megabytes costs its bytes, not a listing line of strings per 9 of them.
+#[derive(Clone, Copy, Debug)]
+struct Src<'a> {
+    /// The source line (1-based), for messages.
+    source: usize,
+    /// The listing number of its first listing line.
+    number: usize,
+    /// Its text column.
+    text: &'a str,
+    /// The offset and the bytes it shows, when it has bytes.
+    bytes: Option<(u64, &'a [u8])>,
+    /// A `times` line (its last listing line is marked `<rept>`).
+    repeated: bool,
+}
+
+impl Src<'_> {
+    /// How many listing lines it takes.
+    fn count(&self) -> usize {
+        match self.bytes {
+            None => 1,
+            Some((_, b)) => b.len().div_ceil(BYTES_PER_LINE),
+        }
+    }
+}
+
+/// One line of the rebuilt listing: its words are its number, then the address and the hex
+/// column when it has bytes, then (on the first of a source line's lines) its text's words.
+#[derive(Clone, Copy, Debug)]
+struct Line<'a> {
+    srcs: &'a [Src<'a>],
+    s: usize,
+    chunk: usize,
+}
+
+impl<'a> Line<'a> {
+    fn src(&self) -> &'a Src<'a> {
+        &self.srcs[self.s]
+    }
+
+    /// The first line of `srcs`.
+    fn first(srcs: &'a [Src<'a>]) -> Option<Line<'a>> {
+        (!srcs.is_empty()).then_some(Line { srcs, s: 0, chunk: 0 })
+    }
+
+    /// The line after this one.
+    fn next(self) -> Option<Line<'a>> {
+        if self.chunk + 1 < self.src().count() {
+            return Some(Line {
+                chunk: self.chunk + 1,
+                ..self
+            });
+        }
+        (self.s + 1 < self.srcs.len()).then_some(Line {
+            s: self.s + 1,
+            chunk: 0,
+            ..self
+        })
+    }
+
+    /// The source line it comes from (1-based).
+    fn source(&self) -> usize {
+        self.src().source
+    }
+
+    /// The text column (empty on a continuation line).
+    fn text(&self) -> &'a str {
+        match self.chunk {
+            0 => self.src().text,
+            _ => "",
+        }
+    }
+
+    /// The words of the text column.
+    fn text_words(&self) -> impl Iterator<Item = &'a str> {
+        self.text().split(' ').filter(|w| !w.is_empty())
+    }
+
+    /// Word `k` of the line.
+    fn token(&self, k: usize) -> Option<String> {
+        let src = self.src();
+        if k == 0 {
+            return Some((src.number + self.chunk).to_string());
+        }
+        let Some((offset, bytes)) = src.bytes else {
+            return self.text_words().nth(k - 1).map(str::to_string);
+        };
+        match k {
+            1 => Some(format!("{offset:08X}")),
+            2 => {
+                let from = self.chunk * BYTES_PER_LINE;
+                let chunk = &bytes[from..bytes.len().min(from + BYTES_PER_LINE)];
+                let mut hex: String = chunk.iter().map(|b| format!("{b:02X}")).collect();
+                if self.chunk + 1 < src.count() {
+                    hex.push('-');
+                } else if src.repeated {
+                    hex.push_str("<rept>");
+                }
+                Some(hex)
+            }
+            _ => self.text_words().nth(k - 3).map(str::to_string),
+        }
+    }
+
+    /// What follows `pattern` in the line's words joined by blanks, if it is there. `pattern`
+    /// starts with `[`, which only the text column can hold.
+    fn after(&self, pattern: &str) -> Option<String> {
+        if !self.text().contains(pattern) {
+            return None;
+        }
+        let joined = self.text_words().collect::<Vec<_>>().join(" ");
+        let at = joined.find(pattern)?;
+        Some(joined[at + pattern.len()..].to_string())
+    }
+}
+
 /// Rebuilds the listing: a line per source line (none for a vanished one) plus a continuation
-/// line per further 9 bytes. Returns the lines and how many listing lines there are in all,
-/// counting yasm's leading `%line` line.
-fn rebuild(lines: &[ListingLine]) -> (Vec<LstLine>, usize) {
+/// line per further 9 bytes. Returns the source lines' parts and how many listing lines there
+/// are in all, counting yasm's leading `%line` line.
+fn rebuild(lines: &[ListingLine]) -> (Vec<Src<'_>>, usize) {
     let mut out = Vec::with_capacity(lines.len());
     let mut number = 1usize;
     for (i, l) in lines.iter().enumerate() {
         if l.vanished {
             continue;
         }
-        let text: Vec<String> = l
-            .text
-            .split(' ')
-            .filter(|w| !w.is_empty())
-            .map(str::to_string)
-            .collect();
-        let Some(offset) = l.offset else {
-            number += 1;
-            let mut tokens = vec![number.to_string()];
-            tokens.extend(text);
-            out.push(LstLine {
-                source: i + 1,
-                tokens,
-                text: l.text.clone(),
-            });
-            continue;
+        let src = Src {
+            source: i + 1,
+            number: number + 1,
+            text: &l.text,
+            bytes: l.offset.map(|o| (o, &l.shown[..])),
+            repeated: l.repeated,
         };
-        let chunks: Vec<&[u8]> = l.shown.chunks(BYTES_PER_LINE).collect();
-        for (c, chunk) in chunks.iter().enumerate() {
-            number += 1;
-            let mut hex: String = chunk.iter().map(|b| format!("{b:02X}")).collect();
-            let last = c + 1 == chunks.len();
-            if !last {
-                hex.push('-');
-            } else if l.repeated {
-                hex.push_str("<rept>");
-            }
-            let mut tokens = vec![number.to_string(), format!("{offset:08X}"), hex];
-            if c == 0 {
-                tokens.extend(text.iter().cloned());
-            }
-            out.push(LstLine {
-                source: i + 1,
-                tokens,
-                text: if c == 0 { l.text.clone() } else { String::new() },
-            });
+        let count = src.count();
+        if count > 0 {
+            number += count;
+            out.push(src);
         }
     }
     (out, number)
 }
 
-/// The labels pttc reads from the listing, in the order it adds them.
+/// The labels pttc reads from the listing: names to addresses, looked up in constant time (a
+/// file of 100,000 labels used to take seconds in a list searched from the front).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Labels {
-    entries: Vec<(String, u64)>,
+    entries: HashMap<String, u64>,
 }
 
 impl Labels {
     /// A label's address.
     pub fn get(&self, name: &str) -> Option<u64> {
-        self.entries.iter().find(|(n, _)| n == name).map(|&(_, a)| a)
+        self.entries.get(name).copied()
     }
 
     /// Adds a label; names are unique and shorter than [`LABEL_MAX`].
@@ -112,16 +189,18 @@ impl Labels {
         if name.len() >= LABEL_MAX {
             return Err(format!("label name '{name}' is too long"));
         }
-        if self.get(name).is_some() {
-            return Err(format!("label '{name}' is not unique"));
+        match self.entries.entry(name.to_string()) {
+            Entry::Occupied(_) => Err(format!("label '{name}' is not unique")),
+            Entry::Vacant(v) => {
+                v.insert(addr);
+                Ok(())
+            }
         }
-        self.entries.push((name.to_string(), addr));
-        Ok(())
     }
 
     fn set(&mut self, name: &str, addr: u64) {
-        if let Some(e) = self.entries.iter_mut().find(|(n, _)| n == name) {
-            e.1 = addr;
+        if let Some(a) = self.entries.get_mut(name) {
+            *a = addr;
         }
     }
 }
@@ -148,11 +227,12 @@ pub fn read(lines: &[ListingLine]) -> Result<Reading, PttcError> {
     let mut length: Option<String> = None;
 
     // Pass 1: org, the section labels and their lengths.
-    for l in &lst {
-        let err = |m: String| PttcError::new(l.source, m);
-        let line = l.joined();
-        if let Some(at) = line.find("[section") {
-            let mut t = Strtok::new(&line[at + "[section".len()..]);
+    let mut next = Line::first(&lst);
+    while let Some(l) = next {
+        next = l.next();
+        let err = |m: String| PttcError::new(l.source(), m);
+        if let Some(rest) = l.after("[section") {
+            let mut t = Strtok::new(&rest);
             let name = t
                 .next(" ")
                 .ok_or_else(|| err("section without a name".into()))?
@@ -173,8 +253,7 @@ pub fn read(lines: &[ListingLine]) -> Result<Reading, PttcError> {
             }
             continue;
         }
-        if let Some(at) = line.find("[org") {
-            let rest = &line[at + "[org".len()..];
+        if let Some(rest) = l.after("[org") {
             let end = rest.find(']').ok_or_else(|| err("no org directive".into()))?;
             let v = to_u64(&rest[..end], 0).map_err(|e| err(format!("org: {e}")))?;
             labels.add("org", v).map_err(err)?;
@@ -182,14 +261,13 @@ pub fn read(lines: &[ListingLine]) -> Result<Reading, PttcError> {
             continue;
         }
         if let Some(name) = &length {
-            let (Some(number), Some(addr), Some(hex)) = (l.tokens.first(), l.tokens.get(1), l.tokens.get(2))
-            else {
+            let (Some(number), Some(addr), Some(hex)) = (l.token(0), l.token(1), l.token(2)) else {
                 continue;
             };
-            if to_u64(number, 10).is_err() || to_u64(addr, 16).is_err() {
+            if to_u64(&number, 10).is_err() || to_u64(&addr, 16).is_err() {
                 continue;
             }
-            let Ok(mut v) = to_u64(hex, 16) else { continue };
+            let Ok(mut v) = to_u64(&hex, 16) else { continue };
             let mut size = 0;
             while v != 0 {
                 size += 1;
@@ -204,52 +282,52 @@ pub fn read(lines: &[ListingLine]) -> Result<Reading, PttcError> {
     };
 
     // Pass 2: the labels.
-    let mut i = 0;
-    while i < lst.len() {
-        let l = &lst[i];
-        let err = |m: String| PttcError::new(l.source, m);
-        let line = l.joined();
-        if let Some(at) = line.find("[section") {
-            let mut t = Strtok::new(&line[at + "[section".len()..]);
+    let mut next = Line::first(&lst);
+    while let Some(l) = next {
+        next = l.next();
+        let err = |m: String| PttcError::new(l.source(), m);
+        if let Some(rest) = l.after("[section") {
+            let mut t = Strtok::new(&rest);
             let name = t.next(" ").unwrap_or("");
             base = labels
                 .get(&section_label(name, "vstart"))
                 .ok_or_else(|| err(format!("section {name} has no vstart")))?;
-            i += 1;
             continue;
         }
-        let Some(second) = l.tokens.get(1) else {
-            i += 1;
+        let Some(second) = l.token(1) else {
             continue;
         };
         if let Some(label) = second.strip_suffix(':') {
             // A label alone: the next line with an address gives it.
-            let mut j = i + 1;
+            let mut j = l.next();
             let mut found = None;
-            while j < lst.len() {
-                if let Some(a) = lst[j].tokens.get(1).and_then(|t| scan_hex(t)) {
-                    found = Some(a);
+            while let Some(m) = j {
+                if let Some(a) = m.token(1).and_then(|t| scan_hex(&t)) {
+                    found = Some((a, m));
                     break;
                 }
-                j += 1;
+                j = m.next();
             }
-            let addr = found.ok_or_else(|| err(format!("label '{label}' has no address")))?;
+            let (addr, m) = found.ok_or_else(|| err(format!("label '{label}' has no address")))?;
             let laddr = addr
                 .checked_add(base)
                 .ok_or_else(|| err(format!("label '{label}': address overflows")))?;
             // The name as pttc ends up with it: the found line's text from the label's column.
-            let column = l.text.len() - l.text.trim_start_matches(' ').len();
-            let name = lst[j].text.get(column..).unwrap_or("");
+            let text = l.text();
+            let column = text.len() - text.trim_start_matches(' ').len();
+            let name = m.text().get(column..).unwrap_or("");
             labels.add(name, laddr).map_err(|m| err(format!("{m} (label '{label}' alone on its line takes the name '{name}' from the next line with an address, as in pttc)")))?;
-            i = j + 1;
+            next = m.next();
             continue;
         }
-        i += 1;
-        let Some(addr) = scan_hex(second) else { continue };
-        let Some(label) = l.tokens.get(3).and_then(|t| t.strip_suffix(':')) else {
+        let Some(addr) = scan_hex(&second) else { continue };
+        let Some(label) = l.token(3) else {
             continue;
         };
-        if l.tokens.get(2).is_none() {
+        let Some(label) = label.strip_suffix(':') else {
+            continue;
+        };
+        if l.token(2).is_none() {
             continue;
         }
         let laddr = addr

@@ -125,8 +125,8 @@ pub enum Item {
     Data {
         /// Bytes per value.
         size: u8,
-        /// The values.
-        values: Vec<u64>,
+        /// The values, little-endian, `size` bytes each (what the line emits once).
+        bytes: Vec<u8>,
     },
 }
 
@@ -297,7 +297,8 @@ fn parse_item(text: &str) -> Result<Item, String> {
         "dq" => 8,
         _ => return asm::parse_insn(text).map(Item::Insn),
     };
-    let mut values = Vec::new();
+    // The bytes, not the values: a `db` line of a million values costs a megabyte.
+    let mut bytes = Vec::new();
     for v in args.split(',') {
         let n = parse_number(v).ok_or_else(|| format!("{word}: bad value '{}'", v.trim()))?;
         let signed = n as i64;
@@ -305,9 +306,9 @@ fn parse_item(text: &str) -> Result<Item, String> {
         if !fits {
             return Err(format!("{word}: value '{}' does not fit", v.trim()));
         }
-        values.push(n);
+        bytes.extend_from_slice(&n.to_le_bytes()[..size as usize]);
     }
-    Ok(Item::Data { size, values })
+    Ok(Item::Data { size, bytes })
 }
 
 #[cfg(test)]
@@ -372,7 +373,7 @@ mod tests {
                 times: None,
                 item: Item::Data {
                     size: 1,
-                    values: vec![0x0f, 0x34]
+                    bytes: vec![0x0f, 0x34]
                 }
             }
         );

@@ -1232,25 +1232,62 @@ fn strip_perf_time(line: &[u8]) -> &[u8] {
 }
 
 /// The time of an instruction line as TSC (TR13): the hex number after `tsc:` or `tsc=`, or
-/// perf's time column converted at `tsc_hz`.
-fn any_line_time(line: &[u8], tsc_hz: Option<u64>) -> Option<u64> {
-    if let Some(t) = line_time(line) {
-        return Some(t);
+/// perf's time column converted at `tsc_hz`. A line that names a time that does not read (`tsc:
+/// zz`, past 64 bits) is an error: checking nothing would pass every line.
+fn any_line_time(line: &[u8], tsc_hz: Option<u64>) -> Result<Option<u64>, String> {
+    if let Some(t) = line_time_checked(line)? {
+        return Ok(Some(t));
     }
-    let ns = perf_time_ns(first_word(line)?)?;
-    u64::try_from(ns.checked_mul(u128::from(tsc_hz?))? / 1_000_000_000).ok()
+    let Some(ns) = first_word(line).and_then(perf_time_ns) else {
+        return Ok(None);
+    };
+    let Some(hz) = tsc_hz else { return Ok(None) };
+    match ns
+        .checked_mul(u128::from(hz))
+        .and_then(|t| u64::try_from(t / 1_000_000_000).ok())
+    {
+        Some(t) => Ok(Some(t)),
+        None => Err(format!(
+            "the time {} is past 64 bits of TSC at {hz} Hz",
+            String::from_utf8_lossy(first_word(line).unwrap_or_default())
+        )),
+    }
 }
 
-/// The time an instruction line carries (TR13): the hex number after `tsc:` or `tsc=`.
+/// The time an instruction line carries (TR13): the hex number after `tsc:` or `tsc=`; `None`
+/// also when what follows is not one (`verify --time` then fails, naming the line).
 pub fn line_time(line: &[u8]) -> Option<u64> {
-    let at = line.windows(4).position(|w| w == b"tsc:" || w == b"tsc=")? + 4;
-    let rest = line[at..].trim_ascii_start();
+    line_time_checked(line).ok().flatten()
+}
+
+/// [`line_time`], with an error when `tsc:` or `tsc=` is followed by no hex number (`tsc: zz`)
+/// or by one past 64 bits.
+fn line_time_checked(line: &[u8]) -> Result<Option<u64>, String> {
+    let Some(at) = line.windows(4).position(|w| w == b"tsc:" || w == b"tsc=") else {
+        return Ok(None);
+    };
+    let rest = line[at + 4..].trim_ascii_start();
     let rest = rest.strip_prefix(b"0x").unwrap_or(rest);
     let end = rest
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
         .unwrap_or(rest.len());
-    hex_word(&rest[..end])
+    match hex_word(&rest[..end]) {
+        Some(t) => Ok(Some(t)),
+        None => {
+            let word = &rest[..rest
+                .iter()
+                .position(u8::is_ascii_whitespace)
+                .unwrap_or(rest.len())
+                .min(40)];
+            let what = &line[at..at + 4];
+            Err(format!(
+                "the time after `{}` is not a hex number of at most 64 bits: '{}'",
+                String::from_utf8_lossy(what),
+                String::from_utf8_lossy(word)
+            ))
+        }
+    }
 }
 
 fn expected(at: Option<&At>) -> String {
@@ -1537,7 +1574,9 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
             }
         }
         if let (Some(tol), Token::Ip(x)) = (options.time, t) {
-            if let Some(given) = any_line_time(&buf, pattern.tsc_hz) {
+            let time = any_line_time(&buf, pattern.tsc_hz)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("line {n}: {e}")))?;
+            if let Some(given) = time {
                 if let Some(d) = check_time(&m, &mut times, x, given, tol)? {
                     v.divergence = Some(Divergence { line: n, ..d });
                     v.work = m.work;
@@ -2114,6 +2153,34 @@ mod tests {
         .is_none());
         assert_eq!(line_time(b"0x401000  tsc: 1000012b2"), Some(0x1000012b2));
         assert_eq!(line_time(b"0x401000"), None);
+    }
+
+    /// TR13: with `--time`, an instruction line whose time does not read (no hex digits, past
+    /// 64 bits) is an error naming its line, not a line without a time: otherwise a decoder
+    /// whose every time is garbage passes.
+    #[test]
+    fn tr13_a_time_that_does_not_read_is_an_error_naming_its_line() {
+        const T0: &str = r#"{"k":"time","tsc":"0x1000","off":0}"#;
+        const B: &str = r#"{"k":"insn","i":1,"ip":"0x11","off":4}"#;
+        let p = pattern(&[A, T0, B]);
+        for (out, line, words) in [
+            ("10\n11 tsc: zz\n", 2, "'zz'"),
+            (
+                "10 tsc: 1\n11 tsc=0x10000000000000000\n",
+                2,
+                "'10000000000000000'",
+            ),
+            ("10 tsc:\n11\n", 1, "not a hex number"),
+        ] {
+            let e = check_with(&p, out.as_bytes(), Options::default().with_time(0)).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with(&format!("line {line}: the time after `tsc")) && msg.contains(words),
+                "{out:?}: {msg}"
+            );
+        }
+        // Without --time times are not read, good or bad.
+        assert_eq!(verdict(&p, "10\n11 tsc: zz\n"), None);
     }
 
     /// TR11: the words of a mark line are its fields but the IP ones, after ptxed's columns.
