@@ -735,6 +735,8 @@ fn cli_ptdump_sideband_streams_its_records() {
         "peak resident set {} KiB",
         usage.ru_maxrss
     );
+}
+
 /// The entries of `dir`, sorted, with the bytes of each file (`None` for a directory).
 fn dir_state(dir: &std::path::Path) -> Vec<(String, Option<Vec<u8>>)> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
