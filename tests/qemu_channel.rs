@@ -353,3 +353,185 @@ fn children_of(pid: u32) -> Vec<u32> {
     }
     v
 }
+
+/// QE19: the threads that spool finished children's streams are let go as others come: a run of
+/// many children one after another keeps ptemu's address space flat (each thread kept its stack
+/// mappings until the run's end: 6,057 mappings after 3,000 children, and a hang once the
+/// thread that takes hand-overs could no longer start one).
+#[test]
+fn qe19_children_one_after_another_keep_ptemu_flat() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = data_program(dir.path(), "children");
+    let peak_maps = |n: &str| {
+        let out = dir.path().join(format!("serial{n}"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+        env(&mut cmd)
+            .arg("run")
+            .args(["--plugin", s(&plugin()), "-q", "--no-truth", "--out", s(&out)])
+            .args(["--", s(&program), "serial", n])
+            .stdin(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut peak = 0;
+        while child.try_wait().unwrap().is_none() {
+            let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap_or_default();
+            peak = peak.max(maps.lines().count());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+        assert_eq!(
+            report(&out)["program"]["processes"].as_array().unwrap().len(),
+            n.parse::<usize>().unwrap()
+        );
+        peak
+    };
+    let few = peak_maps("5");
+    let many = peak_maps("400");
+    assert!(
+        many < few + 200,
+        "{many} mappings with 400 children, {few} with 5"
+    );
+}
+
+/// QE18, QE19: a child whose own trace is refused (killed outside a system call, QE7) still
+/// said which children it forked: its grandchild, which ran and exited, is traced.
+#[test]
+fn qe18_the_children_of_a_child_that_is_refused_are_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = data_program(dir.path(), "children");
+    let out = dir.path().join("out");
+    let o = ptemu_run(&out, &[], &[s(&program), "killmid"]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let r = report(&out);
+    let refused = r["program"]["forks_refused"].as_array().unwrap();
+    let traced = r["program"]["processes"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{}", r["program"]);
+    assert_eq!(traced.len(), 1, "the grandchild: {}", r["program"]);
+    assert_eq!(traced[0]["parent"], refused[0]["pid"], "{}", r["program"]);
+}
+
+/// QE19: hand-overs refused are listed with why up to 64; the rest are counted, so what a
+/// program sends into the fork descriptor cannot make the report or ptemu grow without bound.
+#[test]
+fn qe19_refused_hand_overs_are_listed_up_to_a_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = data_program(dir.path(), "handover");
+    let out = dir.path().join("out");
+    let o = ptemu_run(&out, &[], &[s(&program), "spam", "200"]);
+    assert_eq!(
+        (o.status.code(), text(&o.stdout)),
+        (Some(0), "spammed\n".into()),
+        "{}",
+        text(&o.stderr)
+    );
+    let refused = report(&out)["program"]["forks_refused"].as_array().unwrap().len();
+    assert_eq!(refused, 64);
+    assert!(
+        text(&o.stderr).contains("136 more hand-overs"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// QE10: shutting the fork descriptor down is closing it: refused, exit 2, nothing written.
+#[test]
+fn qe10_shutting_the_plugins_socket_down_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = data_program(dir.path(), "handover");
+    let out = dir.path().join("out");
+    let o = ptemu_run(&out, &[], &[s(&program), "shut"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("shut the plugin's socket down"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!out.exists());
+}
+
+/// QE20: the program handed ptemu's SIGTERM does with it what it does: a handler that takes
+/// its time to clean up finishes before ptemu ends (ptemu waits for it), then ptemu exits 143.
+#[test]
+fn qe20_a_program_handed_the_signal_handles_it_before_ptemu_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = common::qemu::c_program(
+        dir.path(),
+        "trap",
+        "#include <signal.h>\n#include <stdio.h>\n#include <stdlib.h>\n#include <unistd.h>\n\
+         static const char *path;\n\
+         static void done(int s) { (void)s; usleep(300000); FILE *f = fopen(path, \"w\");\n\
+           fputs(\"cleaned\\n\", f); fclose(f); _exit(0); }\n\
+         int main(int argc, char **argv) { path = argv[1]; signal(SIGTERM, done);\n\
+           FILE *f = fopen(path, \"w\"); fputs(\"start\\n\", f); fclose(f);\n\
+           for (;;) pause(); }\n",
+    );
+    let mark = dir.path().join("mark");
+    let out = dir.path().join("out");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .arg("run")
+        .args([
+            "--plugin",
+            s(&plugin()),
+            "-q",
+            "--out",
+            s(&out),
+            "--",
+            s(&exe),
+            s(&mark),
+        ])
+        .stdin(Stdio::null());
+    let mut ptemu = cmd.spawn().unwrap();
+    for _ in 0..1000 {
+        if std::fs::read_to_string(&mark).is_ok_and(|t| t == "start\n") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // SAFETY: kill has no memory preconditions.
+    unsafe { libc::kill(ptemu.id() as i32, libc::SIGTERM) };
+    assert_eq!(ptemu.wait().unwrap().code(), Some(143));
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "cleaned\n");
+    assert!(!out.exists());
+}
+
+/// QE20: ptemu as the first process of a pid namespace (as in a container) starts QEMU: the
+/// check that ptemu is still QEMU's parent compares with ptemu's own pid, not with 1.
+#[test]
+fn qe20_ptemu_as_pid_1_starts_qemu() {
+    if !is_root() {
+        eprintln!("qe20_ptemu_as_pid_1_starts_qemu: skipped: a pid namespace needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", env!("CARGO_BIN_EXE_ptemu")])
+        .args([
+            "run",
+            "--plugin",
+            s(&plugin()),
+            "-q",
+            "--out",
+            s(&out),
+            "--",
+            "/bin/echo",
+            "hi",
+        ])
+        .env_clear()
+        .env("PATH", common::qemu::PATH);
+    let Ok(o) = cmd.output() else {
+        eprintln!("qe20_ptemu_as_pid_1_starts_qemu: skipped: no unshare");
+        return;
+    };
+    if text(&o.stderr).contains("unshare failed") {
+        eprintln!("qe20_ptemu_as_pid_1_starts_qemu: skipped: {}", text(&o.stderr));
+        return;
+    }
+    assert_eq!(
+        (o.status.code(), text(&o.stdout)),
+        (Some(0), "hi\n".into()),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(out.join("trace.pt").is_file());
+}

@@ -680,8 +680,8 @@ fn qe15_writing_the_other_threads_records_aside_names_the_os_error() {
 }
 
 /// QE5, QE19: the file a mapping record names is read only as the process mapped it: a
-/// regular file with the record's inode, opened without following a symbolic link or
-/// blocking. A file of another inode, a symbolic link and a FIFO are not read at all: no
+/// regular file with the record's inode (and, run as root, one every user may read), opened
+/// without following a symbolic link or blocking. A file of another inode, a symbolic link and a FIFO are not read at all: no
 /// comparison is made (the code that differs from them is not refused), and the run never
 /// waits on them.
 #[test]
@@ -718,6 +718,15 @@ fn qe5_qe19_a_mapping_is_read_only_as_a_regular_file_as_mapped() {
         ..map.clone()
     };
     assert_eq!(ran(&linked), Ok(()));
+    // Run as root, a file not every user may read is not read (a traced process that dropped
+    // its privileges could name it).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::set_permissions(&map.path, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+        assert_eq!(ran(&map), Ok(()));
+        std::fs::set_permissions(&map.path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        assert!(ran(&map).unwrap_err().contains("is not what"));
+    }
     // A FIFO (no writer: opening it to read would block) is not opened to wait on.
     let fifo = dir.path().join("fifo");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();

@@ -435,6 +435,7 @@ const SYS_RT_SIGACTION: i64 = 13;
 const SYS_DUP2: i64 = 33;
 const SYS_DUP3: i64 = 292;
 const SYS_CLOSE_RANGE: i64 = 436;
+const SYS_SHUTDOWN: i64 = 48;
 const SYS_CLONE: i64 = 56;
 const SYS_FORK: i64 = 57;
 const SYS_VFORK: i64 = 58;
@@ -493,6 +494,9 @@ unsafe extern "C" fn on_syscall(
         SYS_CLOSE if a1 == ours || a1 == forks => fail(t, sh, a1, "the program closed the plugin's socket"),
         SYS_DUP2 | SYS_DUP3 if a2 == ours || a2 == forks => {
             fail(t, sh, a2, "the program put another file on the plugin's socket")
+        }
+        SYS_SHUTDOWN if a1 == ours || a1 == forks => {
+            fail(t, sh, a1, "the program shut the plugin's socket down")
         }
         SYS_CLOSE_RANGE if a1 <= high && low <= a2 => fail(
             t,
@@ -635,7 +639,8 @@ fn hand_over_socket(forks: c_int) -> Option<c_int> {
         }
         let [mine, theirs] = pair;
         let space = libc::CMSG_SPACE(std::mem::size_of::<c_int>() as u32) as usize;
-        let mut control = vec![0u8; space];
+        // u64s: the control buffer must be aligned for cmsghdr.
+        let mut control = vec![0u64; space.div_ceil(8)];
         let mut byte = *b"F";
         let mut iov = libc::iovec {
             iov_base: byte.as_mut_ptr().cast(),
@@ -651,12 +656,26 @@ fn hand_over_socket(forks: c_int) -> Option<c_int> {
         (*cmsg).cmsg_type = libc::SCM_RIGHTS;
         (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as _;
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<c_int>(), theirs);
+        // Never blocked for good: a `ptemu run` that does not take the hand-over within 10 s
+        // (or is gone) leaves the child untraced, running on.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let sent = loop {
-            let n = libc::sendmsg(forks, &msg, libc::MSG_NOSIGNAL);
-            if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                continue;
+            let n = libc::sendmsg(forks, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
+            if n >= 0 {
+                break n;
             }
-            break n;
+            match std::io::Error::last_os_error().kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock if std::time::Instant::now() < deadline => {
+                    let mut p = libc::pollfd {
+                        fd: forks,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
+                    libc::poll(&mut p, 1, 100);
+                }
+                _ => break -1,
+            }
         };
         libc::close(theirs);
         if sent != 1 {

@@ -25,16 +25,71 @@ static COMMIT: Mutex<()> = Mutex::new(());
 static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static INSTALL: Once = Once::new();
 
-/// The process a signal is handed to before the cleanup (0: none).
-static FORWARD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// The process a signal is handed to before the cleanup: its pid (0: none) and a pidfd of it
+/// (-1: none, or the kernel has no pidfds), which names that process and no other even after
+/// its pid is given again.
+static FORWARD_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+static FORWARD_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
-/// From now on SIGINT, SIGTERM and SIGHUP are handed to process `pid` (QEMU under `ptemu run`)
-/// before ptemu cleans up and ends; 0 once it has been waited for (its pid may be reused).
+/// How long ptemu waits, after handing a signal on, for the process to end (QE20).
+const FORWARD_WAIT_MS: i32 = 10_000;
+
+/// From now on SIGINT, SIGTERM and SIGHUP sent to ptemu are handed to process `pid` (QEMU
+/// under `ptemu run`), and ptemu waits for it to end (at most 10 s) before it cleans up and
+/// ends (QE20); 0 once it has been waited for.
 pub fn forward_signals_to(pid: u32) {
-    FORWARD.store(
-        i32::try_from(pid).unwrap_or(0),
-        std::sync::atomic::Ordering::SeqCst,
-    );
+    use std::sync::atomic::Ordering::SeqCst;
+    let pid = i32::try_from(pid).unwrap_or(0);
+    let fd = if pid > 0 {
+        // SAFETY: pidfd_open takes a pid and flags; a failure is -1.
+        unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32 }
+    } else {
+        -1
+    };
+    FORWARD_PID.store(pid, SeqCst);
+    let old = FORWARD_FD.swap(fd.max(-1), SeqCst);
+    if old >= 0 {
+        // SAFETY: a pidfd this function opened; a signal thread that still holds its number
+        // gets EBADF (or another descriptor's error) and does nothing.
+        unsafe { libc::close(old) };
+    }
+}
+
+/// QE20: signal `sig` handed to the process [`forward_signals_to`] named, unless the kernel
+/// sent it to the whole foreground process group (a terminal's Ctrl-C reached that process
+/// too), then waits for that process to end, at most [`FORWARD_WAIT_MS`].
+fn forward(sig: i32, from_terminal: bool) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (pid, fd) = (FORWARD_PID.load(SeqCst), FORWARD_FD.load(SeqCst));
+    if pid <= 0 {
+        return;
+    }
+    if fd >= 0 {
+        if !from_terminal {
+            // SAFETY: pidfd_send_signal with no siginfo; a process gone is ESRCH.
+            unsafe { libc::syscall(libc::SYS_pidfd_send_signal, fd, sig, std::ptr::null::<u8>(), 0) };
+        }
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd; readable once the process has ended.
+        unsafe { libc::poll(&mut p, 1, FORWARD_WAIT_MS) };
+        return;
+    }
+    // No pidfds (a kernel before 5.3): by pid, while the main thread has not reaped it.
+    if !from_terminal {
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid, sig) };
+    }
+    for _ in 0..FORWARD_WAIT_MS / 10 {
+        // SAFETY: signal 0 only asks whether the process is there.
+        if unsafe { libc::kill(pid, 0) } != 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 fn pending() -> MutexGuard<'static, Vec<Pending>> {
@@ -48,19 +103,20 @@ fn pending() -> MutexGuard<'static, Vec<Pending>> {
 pub fn install() {
     INSTALL.call_once(|| {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        use signal_hook::iterator::exfiltrator::WithRawSiginfo;
+        let Ok(mut signals) =
+            signal_hook::iterator::SignalsInfo::<WithRawSiginfo>::new([SIGINT, SIGTERM, SIGHUP])
+        else {
             return;
         };
         let _ = std::thread::Builder::new()
             .name("ptemu-signals".into())
             .spawn(move || {
-                if let Some(sig) = signals.forever().next() {
-                    // QE20: the traced program (QEMU) is handed the signal before ptemu ends.
-                    let pid = FORWARD.load(std::sync::atomic::Ordering::SeqCst);
-                    if pid > 0 {
-                        // SAFETY: kill has no memory preconditions.
-                        unsafe { libc::kill(pid, sig) };
-                    }
+                if let Some(info) = signals.forever().next() {
+                    let sig = info.si_signo;
+                    // QE20: the traced program (QEMU) is handed the signal, and ends, before
+                    // ptemu does. SI_KERNEL: a terminal's signal, sent to the whole group.
+                    forward(sig, info.si_code == libc::SI_KERNEL);
                     let _commit = COMMIT.lock().unwrap_or_else(|e| e.into_inner());
                     remove_all(&mut pending());
                     std::process::exit(128 + sig);

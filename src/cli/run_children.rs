@@ -44,15 +44,23 @@ struct State {
     streams: Vec<Stream>,
     /// No process holds the plugin's end any more: no child can come.
     closed: bool,
-    /// Hand-overs refused at once: the sender's pid and why.
+    /// Hand-overs refused at once: the sender's pid and why (the first [`MAX_REFUSED`]).
     refused: Vec<(u32, String)>,
-    /// The first limit a child's stream passed: the run fails with it.
+    /// Hand-overs refused past those.
+    refused_more: usize,
+    /// The first limit a child's stream passed, or a resource the run ran out of: the run
+    /// fails with it.
     limit: Option<String>,
     copiers: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// Refused hand-overs kept with their reasons; the rest are counted.
+const MAX_REFUSED: usize = 64;
+
 /// The fork descriptor and the streams that came through it.
 pub struct Children {
+    /// Ours, until the receiver takes it: it closes with the receiver, however that ends, so
+    /// that no child ever blocks on a channel nobody reads.
     channel: Mutex<Option<OwnedFd>>,
     /// The plugin's end (`forks=M`), until QEMU has started with it.
     plugin_end: Mutex<Option<OwnedFd>>,
@@ -133,13 +141,7 @@ impl Children {
 
     /// Receives hand-overs from now on, each stream copied into `dir/process-K.stream`.
     pub fn accept_into(&self, dir: &Path) {
-        let Some(fd) = self
-            .channel
-            .lock()
-            .expect("not poisoned")
-            .as_ref()
-            .map(AsRawFd::as_raw_fd)
-        else {
+        let Some(channel) = self.channel.lock().expect("not poisoned").take() else {
             return;
         };
         let (state, stop, dir, limits) = (
@@ -148,20 +150,50 @@ impl Children {
             dir.to_path_buf(),
             self.limits,
         );
-        let handle = std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                match receive(fd) {
-                    Received::Nothing => {}
-                    Received::Closed => {
-                        lock(&state).closed = true;
-                        break;
+        let receiver = std::thread::Builder::new()
+            .name("ptemu-children".into())
+            .spawn(move || {
+                // `channel` is this thread's: dropped (closed) when the loop ends, or if it
+                // panics, so that a child's hand-over fails instead of waiting.
+                let fd = channel.as_raw_fd();
+                while !stop.load(Ordering::Relaxed) {
+                    match receive(fd) {
+                        Received::Nothing => {}
+                        Received::Closed => {
+                            lock(&state).closed = true;
+                            break;
+                        }
+                        Received::Failed(e) => {
+                            let mut s = lock(&state);
+                            s.limit.get_or_insert_with(|| {
+                                format!("receiving forked children's streams: {e}: nothing written (QE19)")
+                            });
+                            s.closed = true;
+                            break;
+                        }
+                        Received::Refused(pid, why) => {
+                            let mut s = lock(&state);
+                            if s.refused.len() < MAX_REFUSED {
+                                s.refused.push((pid, why));
+                            } else {
+                                s.refused_more += 1;
+                            }
+                        }
+                        Received::Stream(pid, conn) => admit(&state, &dir, limits, pid, conn),
                     }
-                    Received::Refused(pid, why) => lock(&state).refused.push((pid, why)),
-                    Received::Stream(pid, conn) => admit(&state, &dir, limits, pid, conn),
                 }
+                drop(channel);
+            });
+        match receiver {
+            Ok(h) => *self.receiver.lock().expect("not poisoned") = Some(h),
+            Err(e) => {
+                let mut s = lock(&self.state);
+                s.limit = Some(format!(
+                    "a thread for forked children's streams: {e}: nothing written (QE19)"
+                ));
+                s.closed = true;
             }
-        });
-        *self.receiver.lock().expect("not poisoned") = Some(handle);
+        }
     }
 
     /// The streams that ended and were not handed out yet; waits until every stream received
@@ -220,9 +252,11 @@ impl Children {
         lock(&self.state).closed
     }
 
-    /// The hand-overs refused at once: the sender's pid and why.
-    pub fn refused(&self) -> Vec<(u32, String)> {
-        lock(&self.state).refused.clone()
+    /// The hand-overs refused at once: the sender's pid and why (the first 64), and how many
+    /// more were refused.
+    pub fn refused(&self) -> (Vec<(u32, String)>, usize) {
+        let s = lock(&self.state);
+        (s.refused.clone(), s.refused_more)
     }
 
     /// Receives no more, cuts off every stream still open and waits for the copies to end, so
@@ -264,6 +298,8 @@ enum Received {
     Closed,
     Refused(u32, String),
     Stream(u32, UnixStream),
+    /// The channel failed (no memory for the message, say).
+    Failed(std::io::Error),
 }
 
 /// One hand-over from the fork descriptor, waiting at most 50 ms: a stream socket from a
@@ -305,7 +341,7 @@ fn receive(fd: RawFd) -> Received {
         let e = std::io::Error::last_os_error();
         return match e.kind() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Received::Nothing,
-            _ => Received::Closed,
+            _ => Received::Failed(e),
         };
     }
     let mut fds: Vec<OwnedFd> = Vec::new();
@@ -335,10 +371,10 @@ fn receive(fd: RawFd) -> Received {
         return Received::Closed;
     }
     let pid = creds.map_or(0, |c| c.pid as u32);
-    // SAFETY: geteuid has no preconditions.
-    let ours = unsafe { libc::geteuid() };
+    // SAFETY: getuid and geteuid have no preconditions.
+    let (ours, effective) = unsafe { (libc::getuid(), libc::geteuid()) };
     match creds {
-        Some(c) if c.uid == ours => {}
+        Some(c) if c.uid == ours || c.uid == effective => {}
         Some(c) => {
             return Received::Refused(
                 pid,
@@ -408,18 +444,37 @@ fn admit(state: &Arc<Mutex<State>>, dir: &Path, limits: Limits, pid: u32, conn: 
         ));
         return;
     }
+    // Threads of streams that ended are joined as others come (each keeps its stack until).
+    let (ended, running): (Vec<_>, Vec<_>) = std::mem::take(&mut s.copiers)
+        .into_iter()
+        .partition(|h| h.is_finished());
+    s.copiers = running;
+    for h in ended {
+        let _ = h.join();
+    }
+    let failed = |s: &mut State, what: String| {
+        s.limit
+            .get_or_insert_with(|| format!("forked child {pid}: {what}: not traced, nothing written (QE19)"));
+    };
+    // A stream that could not be cut off when the run stops would keep it waiting: refused.
+    let Ok(clone) = conn.try_clone() else {
+        return failed(
+            &mut s,
+            format!("its stream's socket: {}", std::io::Error::last_os_error()),
+        );
+    };
     let k = s.streams.len();
     let path = dir.join(format!("process-{k}.stream"));
     s.streams.push(Stream {
         path: path.clone(),
         pid,
-        conn: conn.try_clone().ok(),
+        conn: Some(clone),
         done: false,
         taken: false,
         error: None,
     });
     let st = state.clone();
-    let copier = std::thread::spawn(move || {
+    let copier = std::thread::Builder::new().spawn(move || {
         let outcome = spool(conn, &path, limits.bytes);
         let mut s = lock(&st);
         match outcome {
@@ -444,7 +499,17 @@ fn admit(state: &Arc<Mutex<State>>, dir: &Path, limits: Limits, pid: u32, conn: 
         c.done = true;
         c.conn = None;
     });
-    s.copiers.push(copier);
+    match copier {
+        Ok(h) => s.copiers.push(h),
+        Err(e) => {
+            let c = &mut s.streams[k];
+            c.done = true;
+            if let Some(conn) = c.conn.take() {
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+            }
+            failed(&mut s, format!("a thread for its stream: {e}"));
+        }
+    }
 }
 
 enum Spool {

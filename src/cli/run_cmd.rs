@@ -43,7 +43,7 @@ pub struct Args {
     max_stream_bytes: u64,
     /// How long, after the program ended, to wait for forked children that run on (QE19);
     /// children still running then are exit 2.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=31_536_000))]
     wait_children: u64,
     /// The program to trace and its arguments (after `--`); found on the PATH as a shell finds
     /// it.
@@ -85,6 +85,8 @@ pub fn run(a: Args) -> Result<(), Failure> {
     .map_err(|e| Failure::input(format!("a socket for forked children: {e}")))?;
     let forks = children.plugin_fd();
     let closed = super::closed_at_start();
+    // SAFETY: getpid has no preconditions.
+    let ptemu_pid = unsafe { libc::getpid() };
     let mut cmd = Command::new(&qemu);
     cmd.arg("-0").arg(&argv0);
     cmd.arg("-plugin").arg(plugin_arg(&plugin, fd, forks)?);
@@ -102,8 +104,9 @@ pub fn run(a: Args) -> Result<(), Failure> {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if libc::getppid() == 1 {
-                return Err(std::io::Error::other("ptemu ended before QEMU started"));
+            // ptemu ended before the death signal was set: QEMU would run on, unwatched.
+            if libc::getppid() != ptemu_pid {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
             }
             // QE11: a standard descriptor closed when ptemu started is closed for the program.
             for k in 0..3 {
@@ -380,6 +383,9 @@ fn finish_process(
 /// A forked child traced (QE18).
 struct ProcessCase {
     pid: u64,
+    /// Its directory in DIR (`processes/PID`, or `processes/PID.N` for the N+1-th process the
+    /// system gave that pid).
+    case: String,
     parent: Option<u64>,
     instructions: u64,
     threads: usize,
@@ -446,7 +452,13 @@ fn trace_children(
             .position(|(_, p)| expected.iter().any(|e| e.0 == *p))
         {
             let (stream, p) = waiting.remove(k);
-            if traced.iter().any(|c| c.pid == p) || failed.iter().any(|f| f.0 == p) {
+            // A pid the system gave again (a child that ended, then another): as many streams
+            // of it as forks of it were noted, each a case of its own (`processes/PID.N/` from
+            // the second on).
+            let forked = expected.iter().filter(|e| e.0 == p).count();
+            let seen =
+                traced.iter().filter(|c| c.pid == p).count() + failed.iter().filter(|f| f.0 == p).count();
+            if seen >= forked {
                 refuse(
                     &mut failed,
                     p,
@@ -455,7 +467,7 @@ fn trace_children(
                 let _ = std::fs::remove_file(&stream);
                 continue;
             }
-            match trace_child(run, opts, name, &stream, staged.staging(), &expected) {
+            match trace_child(run, opts, name, &stream, staged.staging(), &expected, seen) {
                 Ok(Some(case)) => {
                     expected.extend(case.1.iter().map(|&c| (c, Some(case.0.pid))));
                     traced.push(case.0);
@@ -464,8 +476,12 @@ fn trace_children(
                 // Writing the outputs failed (a full disk): the run fails, nothing is written.
                 Err(f) if f.is_output() => return Err(f),
                 // One child that cannot be traced does not cost the program its trace: it is
-                // listed as not traced, with why (QE18).
-                Err(f) => refuse(&mut failed, p, f.message().to_owned()),
+                // listed as not traced, with why (QE18); the children it said it forked are
+                // still its, and traced.
+                Err(f) => {
+                    expected.extend(stream_forks(&stream).into_iter().map(|c| (c, Some(p))));
+                    refuse(&mut failed, p, f.message().to_owned());
+                }
             }
             let _ = std::fs::remove_file(&stream);
         }
@@ -495,8 +511,14 @@ fn trace_children(
         );
         let _ = std::fs::remove_file(&stream);
     }
-    for (p, why) in children.refused() {
+    let (refused, more) = children.refused();
+    for (p, why) in refused {
         refuse(&mut failed, u64::from(p), format!("{why} (QE19)"));
+    }
+    if more > 0 {
+        eprint_text(&format!(
+            "ptemu: warning: {more} more hand-overs of forked children's streams were refused (QE19)\n"
+        ));
     }
     if !traced.is_empty() {
         staged.add_output("processes");
@@ -527,6 +549,27 @@ fn stream_pid(path: &Path) -> Option<u64> {
     None
 }
 
+/// The children a stream's process said it forked (its fork notes), read without tracing it.
+fn stream_forks(path: &Path) -> Vec<u64> {
+    use ptemu::sources::qemu::wire::{NoteKind, Reader, Record};
+    let Ok(f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    let mut r = Reader::new(std::io::BufReader::new(f));
+    let mut forks = Vec::new();
+    while let Ok(Some(rec)) = r.next_record() {
+        if let Record::Note {
+            kind: NoteKind::Fork,
+            value,
+            ..
+        } = rec
+        {
+            forks.push(value);
+        }
+    }
+    forks
+}
+
 /// One child's stream traced into `staging/processes/<pid>/` (its threads and perf.data as
 /// for the program); `None` for a child that ran nothing (it died before its first block).
 /// Returns the case and the children it forked.
@@ -537,13 +580,24 @@ fn trace_child(
     stream: &Path,
     staging: &Path,
     expected: &[(u64, Option<u64>)],
+    reused: usize,
 ) -> Result<Option<(ProcessCase, Vec<u64>)>, Failure> {
     let Some(pid) = stream_pid(stream) else {
         return Ok(None);
     };
-    let parent = expected.iter().find(|e| e.0 == pid).and_then(|e| e.1);
+    // The `reused`-th process the system gave this pid (0: the first).
+    let parent = expected
+        .iter()
+        .filter(|e| e.0 == pid)
+        .nth(reused)
+        .and_then(|e| e.1);
+    let case = if reused == 0 {
+        format!("processes/{pid}")
+    } else {
+        format!("processes/{pid}.{reused}")
+    };
     let mut args = run.clone();
-    args.out = staging.join("processes").join(pid.to_string());
+    args.out = staging.join(&case);
     args.quiet = true;
     let child_name = format!("{name} (process {pid})");
     let side = Arc::new(Mutex::new(Sideband::default()));
@@ -601,6 +655,7 @@ fn trace_child(
     Ok(Some((
         ProcessCase {
             pid,
+            case,
             parent,
             instructions,
             threads: threads.len(),
@@ -624,7 +679,7 @@ fn note_processes(staging: &Path, p: &Processes) -> Result<(), Failure> {
                 serde_json::json!({
                     "pid": c.pid,
                     "parent": c.parent,
-                    "case": format!("processes/{}", c.pid),
+                    "case": c.case,
                 })
             })
             .collect(),

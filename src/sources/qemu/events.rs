@@ -1140,23 +1140,35 @@ impl<R: Read> QemuEvents<R> {
     }
 }
 
-/// QE5, QE19: the file a mapping names, as the process mapped it, to check the code against:
-/// opened without following a symbolic link or blocking (a FIFO or device never holds us up),
-/// and only if it is a regular file with the inode the process map gave (the device is not
-/// compared: overlayfs shows its lower filesystem's in the map). Anything else, or a file
-/// removed or replaced since, is not read at all: the check is skipped (perf cannot read it
-/// either, and says so), and nothing of what the path holds reaches an output.
+/// QE5, QE19: the file a mapping names, as the process mapped it, to check the code against.
+/// The path is first opened as a path only (`O_PATH | O_NOFOLLOW`: no symbolic link followed,
+/// no device's or FIFO's open run, nothing that can block), and read only if that is a regular
+/// file with the inode the process map gave (the device is not compared: overlayfs shows its
+/// lower filesystem's in the map). Run as root, only a file every user may read is read: a
+/// traced process that dropped its privileges keeps its stream and could name a file it cannot
+/// read. Anything else, or a file removed or replaced since, is not read at all: the check is
+/// skipped (perf cannot read it either, and says so), and nothing of what the path holds, nor
+/// whether it matched, reaches an output.
 fn mapped_file(m: &FileMap) -> Option<memmap2::Mmap> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let f = std::fs::OpenOptions::new()
+    let handle = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
         .open(&m.path)
         .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.file_type().is_file() || meta.ino() != m.inode {
+    let meta = handle.metadata().ok()?;
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !meta.file_type().is_file() || meta.ino() != m.inode || (root && meta.mode() & 0o004 == 0) {
         return None;
     }
+    // The very file checked above, opened for reading through its handle.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", handle.as_raw_fd()))
+        .ok()?;
     // SAFETY: a read-only private map of a file; if another process truncates it, reads past
     // the new end fault, as with any mapped file (the same trade as `Input`).
     unsafe { memmap2::Mmap::map(&f) }.ok()

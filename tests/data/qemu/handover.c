@@ -3,9 +3,12 @@
  * SOCK_SEQPACKET socket) and hands over two forged streams, one naming process 1 and one
  * naming itself, the second once ptemu has read the first. `ptemu run` must refuse both (a stream is the process that sent it, and only
  * a child a traced process forked is traced) and trace the program as it ran.
+ * `handover spam N` sends N datagrams without a descriptor instead; `handover shut` shuts the
+ * fork descriptor down.
  * Written for ptemu's tests (MIT OR Apache-2.0). */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -51,7 +54,7 @@ static int hand_over(int chan, long tid) {
     return 0;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     struct rlimit r;
     getrlimit(RLIMIT_NOFILE, &r);
     int chan = -1;
@@ -64,6 +67,18 @@ int main(void) {
     if (chan < 0) {
         printf("no fork descriptor\n");
         return 1;
+    }
+    if (argc == 3 && strcmp(argv[1], "spam") == 0) {
+        /* Datagrams without a descriptor: each one refused, the list kept short. */
+        for (int k = atoi(argv[2]); k > 0; k--) (void)!send(chan, "x", 1, 0);
+        printf("spammed\n");
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "shut") == 0) {
+        /* Shutting the fork descriptor down is closing it (QE10). */
+        shutdown(chan, SHUT_RDWR);
+        printf("shut\n");
+        return 0;
     }
     int a = hand_over(chan, 1);
     int b = hand_over(chan, getpid());
