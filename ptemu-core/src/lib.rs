@@ -61,4 +61,4 @@ pub use memory::{MemError, PhysMemory, SparseMemory};
 pub use output::{EventKind, MsrError, OutputEvent, OutputUnit};
 pub use regs::{CpuProfile, RtitCtl};
 pub use rules::Rule;
-pub use tracer::{Event, Tracer, TracerConfig};
+pub use tracer::{Block, BlockEnd, BlockError, BlockExec, Event, Tracer, TracerConfig};

@@ -468,7 +468,8 @@ fn bench(args: &[String]) -> Result<(), String> {
     plugin.args(["build", "--release", "-p", "ptemu-qemu"]);
     run(plugin)?;
     for name in [
-        "output", "packets", "dump", "tracer", "sources", "simulate", "layout", "pttc", "verify", "qemu_run",
+        "output", "packets", "dump", "tracer", "blocks", "sources", "simulate", "layout", "pttc", "verify",
+        "qemu_run",
     ] {
         let mut cmd = cargo();
         cmd.args(["bench", "--bench", name, "--"]).args(args);

@@ -353,6 +353,56 @@ impl Hot {
 }
 
 impl Tracer {
+    /// What the fast path reads but never changes, as the settings are now.
+    #[inline(always)]
+    fn fixed(&self) -> Fixed {
+        Fixed {
+            psb_due: self.psb_interval(),
+            flush_bytes: self.cfg.flush_bytes,
+            tnt_full: self.tnt_full(),
+            retc: !self.ctl.dis_retc(),
+            ptw_en: self.ctl.ptw_en(),
+            cycles_per_instruction: u64::from(self.cfg.cycles_per_instruction),
+        }
+    }
+
+    /// BLK4: the longest prefix of `execs` (checked: BLK2) that the fast path takes, each
+    /// execution one step: its instructions but the last retire as a count (they send nothing
+    /// and move only the IP, the counters and the clock), then its last instruction's event as
+    /// [`Tracer::fast_run`] takes it; stops after an execution that makes a PSB+ due or fills
+    /// the buffer to its hand-off size, as [`Tracer::fast_run`] does. Works on a local copy of
+    /// the state. Call only when `self.fast` holds; returns how many executions it took (at
+    /// least one).
+    #[inline]
+    pub(super) fn fast_blocks(&mut self, blocks: &[super::Block], execs: &[super::BlockExec]) -> usize {
+        debug_assert!(self.fast_allowed());
+        let fixed = self.fixed();
+        let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());
+        let mut done = 0;
+        for x in execs {
+            let b = &blocks[x.block as usize];
+            let plain = b.instructions() as u64 - 1;
+            hot.events += plain;
+            hot.instructions += plain;
+            clock.advance(plain * fixed.cycles_per_instruction);
+            hot.ip = b.last_ip();
+            let taken = hot.step(
+                &b.last_event(x.next),
+                &mut self.buf,
+                &mut self.ret,
+                &mut clock,
+                fixed,
+            );
+            debug_assert!(taken, "every block end is an event the fast path takes");
+            done += 1;
+            if hot.psb_bytes >= fixed.psb_due || hot.len >= fixed.flush_bytes {
+                break;
+            }
+        }
+        (self.hot, self.clock) = (hot, clock);
+        done
+    }
+
     /// Runs the longest prefix of `evs` that the fast path takes, stopping after an event that
     /// makes a PSB+ due (PSB2) or fills the buffer to its hand-off size; returns how many events
     /// it handled. Call only when `self.fast` holds. `batch`: work on a local copy of the state
@@ -360,14 +410,7 @@ impl Tracer {
     #[inline(always)]
     pub(super) fn fast_run(&mut self, evs: &[Event], batch: bool) -> usize {
         debug_assert!(self.fast_allowed());
-        let fixed = Fixed {
-            psb_due: self.psb_interval(),
-            flush_bytes: self.cfg.flush_bytes,
-            tnt_full: self.tnt_full(),
-            retc: !self.ctl.dis_retc(),
-            ptw_en: self.ctl.ptw_en(),
-            cycles_per_instruction: u64::from(self.cfg.cycles_per_instruction),
-        };
+        let fixed = self.fixed();
         // Two copies of the loop: a pointer that may be either would keep the copy in memory.
         if batch {
             let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());

@@ -7,6 +7,7 @@
 //! packets (PSB+, TIP.PGE, FUP + TIP.PGD) around the unit's own enable and flush.
 
 mod arch;
+mod block;
 mod clock;
 mod config;
 mod emit;
@@ -24,6 +25,7 @@ mod rules;
 mod stats;
 mod transfer;
 
+pub use block::{Block, BlockEnd, BlockError, BlockExec};
 pub use clock::{Clock, ClockConfig};
 pub use config::{Backpressure, SettingError, TracerConfig};
 pub use event::{Event, ExecMode, FarKind, StartState};
@@ -110,6 +112,9 @@ pub struct Tracer {
     forced: usize,
     /// The ground-truth recorder ([`Tracer::record_truth`]).
     probe: Option<Box<Probe>>,
+    /// The events of a block execution that takes the per-instruction path (kept, so that
+    /// [`Tracer::feed_blocks`] allocates once).
+    block_events: Vec<Event>,
 }
 
 const CFE_INTR: u8 = 1;
@@ -167,6 +172,7 @@ impl Tracer {
             fast: false,
             fast_path: true,
             probe: None,
+            block_events: Vec::new(),
             cfg,
         }
     }
@@ -319,12 +325,7 @@ impl Tracer {
                 let done = self.fast_run(rest, evs.len() > 1);
                 if done > 0 {
                     rest = &rest[done..];
-                    if self.hot.psb_bytes >= self.psb_interval() {
-                        self.psb_plus(self.packet_en); // PSB2
-                    }
-                    if self.hot.len >= self.cfg.flush_bytes {
-                        self.drain_and_refresh(mem).map_err(|e| failed(rest, e))?;
-                    }
+                    self.after_fast_run(mem).map_err(|e| failed(rest, e))?;
                     continue;
                 }
             }
@@ -351,6 +352,19 @@ impl Tracer {
             && !self.ctl.mtc_en()
             && !self.ctl.dis_tnt()
             && self.probe.is_none()
+    }
+
+    /// After a run on the fast path: the PSB+ it made due (PSB2), and the hand-off to the output
+    /// unit when the buffer reached its size.
+    #[inline]
+    fn after_fast_run<M: PhysMemory>(&mut self, mem: &mut M) -> Result<(), MemError> {
+        if self.hot.psb_bytes >= self.psb_interval() {
+            self.psb_plus(self.packet_en); // PSB2
+        }
+        if self.hot.len >= self.cfg.flush_bytes {
+            self.drain_and_refresh(mem)?;
+        }
+        Ok(())
     }
 
     #[inline(never)]

@@ -81,4 +81,12 @@ rule_ids! {
     OUT1,
     /// STOP (ToPA or TraceStop) and operational errors end generation: buffered bytes are lost, nothing more is generated.
     OUT2,
+    /// A block (start, instruction lengths, how it ends) stands for its instructions: each but the last retires, the last one branches toward where the execution went.
+    BLK1,
+    /// An execution goes where its block can: the fall-through, a conditional's target or fall-through, a direct target, anywhere after an indirect branch or RET; any other is refused before the batch is traced.
+    BLK2,
+    /// Fed as blocks, executions leave the bytes, PMIs, statistics and truth of the events they stand for.
+    BLK3,
+    /// Where no per-instruction rule applies inside a block, an execution is one step: its packets sit at its last instruction.
+    BLK4,
 }

@@ -1,0 +1,275 @@
+//! Blocks (spec/generation.md BLK1-BLK4): straight-line code an emulator describes once (where
+//! it starts, its instructions' lengths, how it ends) and then executes many times, each
+//! execution one step that names where the code went next ([`Tracer::feed_blocks`]).
+//!
+//! A block's instructions but the last cannot branch, so all a block's packets sit at its last
+//! instruction: the tracer takes a whole execution in one step wherever the per-instruction
+//! rules leave nothing to do in between (the fast path's settings), and hands every other
+//! execution to the per-instruction path as the events it stands for ([`Block::events_into`]),
+//! which stays the reference: both write the same bytes.
+
+use super::{Event, Tracer};
+use crate::memory::{MemError, PhysMemory};
+
+/// How a block ends: the kind of its last instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BlockEnd {
+    /// The last instruction does not branch: the block falls through (an emulator ended it at
+    /// a page or a size limit, or before an instruction it runs on its own).
+    FallThrough,
+    /// A conditional branch (Jcc, JrCXZ, LOOPcc) to `target`.
+    Conditional {
+        /// The taken target.
+        target: u64,
+    },
+    /// A direct near JMP.
+    Jump {
+        /// Its target.
+        target: u64,
+    },
+    /// A direct near CALL.
+    Call {
+        /// Its target.
+        target: u64,
+    },
+    /// An indirect near JMP.
+    IndirectJump,
+    /// An indirect near CALL.
+    IndirectCall,
+    /// A near RET.
+    Return,
+}
+
+/// A block of straight-line code: its start, every instruction's length, how it ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    start: u64,
+    last_ip: u64,
+    fall_through: u64,
+    end: BlockEnd,
+    /// The last instruction's length (kept beside the rest: the one-step path reads only this
+    /// record).
+    last_len: u8,
+    lens: Box<[u8]>,
+}
+
+/// A block or an execution of one that cannot be traced, or a store that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BlockError {
+    /// A block with no instruction.
+    #[error("the block at {start:#x} has no instruction")]
+    Empty {
+        /// The block's start.
+        start: u64,
+    },
+    /// An instruction of a length no x86 instruction has.
+    #[error("instruction {index} of the block at {start:#x} is {len} bytes long (x86: 1 to 15)")]
+    Length {
+        /// The block's start.
+        start: u64,
+        /// The instruction's index in the block.
+        index: usize,
+        /// Its length.
+        len: u8,
+    },
+    /// An execution of a block the table does not have.
+    #[error("execution {index}: block {block} is not among the {blocks} blocks given")]
+    Unknown {
+        /// The execution's index.
+        index: usize,
+        /// The block it names.
+        block: u32,
+        /// How many blocks there are.
+        blocks: usize,
+    },
+    /// An execution that goes where its block cannot (BLK2).
+    #[error("execution {index}: the block at {start:#x} cannot go on at {next:#x} (it ends with {end:?})")]
+    Successor {
+        /// The execution's index.
+        index: usize,
+        /// The block's start.
+        start: u64,
+        /// Where the execution says it went.
+        next: u64,
+        /// How the block ends.
+        end: BlockEnd,
+    },
+    /// Host memory refused a store: the executions before `fed` were fed (the last of them is
+    /// the one whose bytes could not all be stored), the others were not.
+    #[error("after {fed} executions: {error}")]
+    Memory {
+        /// Executions fed.
+        fed: usize,
+        /// The store that failed.
+        error: MemError,
+    },
+}
+
+impl Block {
+    /// The block at `start` of instructions of lengths `lens` (the last one's included), ending
+    /// as `end` says.
+    pub fn new(start: u64, lens: &[u8], end: BlockEnd) -> Result<Block, BlockError> {
+        if lens.is_empty() {
+            return Err(BlockError::Empty { start });
+        }
+        if let Some((index, &len)) = lens.iter().enumerate().find(|(_, &l)| !(1..=15).contains(&l)) {
+            return Err(BlockError::Length { start, index, len });
+        }
+        let before: u64 = lens[..lens.len() - 1].iter().map(|&l| u64::from(l)).sum();
+        let last_ip = start.wrapping_add(before);
+        let last_len = lens[lens.len() - 1];
+        Ok(Block {
+            start,
+            fall_through: last_ip.wrapping_add(u64::from(last_len)),
+            lens: lens.into(),
+            end,
+            last_ip,
+            last_len,
+        })
+    }
+
+    /// Its first instruction's address.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Its instructions' lengths, in order.
+    pub fn lengths(&self) -> &[u8] {
+        &self.lens
+    }
+
+    /// How many instructions it has.
+    pub fn instructions(&self) -> usize {
+        self.lens.len()
+    }
+
+    /// Its last instruction's address.
+    pub fn last_ip(&self) -> u64 {
+        self.last_ip
+    }
+
+    /// The address after its last instruction.
+    pub fn fall_through(&self) -> u64 {
+        self.fall_through
+    }
+
+    /// How it ends.
+    pub fn end(&self) -> BlockEnd {
+        self.end
+    }
+
+    /// BLK2: whether an execution may go on at `next`: the fall-through after a block that
+    /// does not branch, the target or the fall-through after a conditional branch, the target
+    /// of a direct JMP or CALL, anywhere after an indirect branch or a RET.
+    pub fn can_go_to(&self, next: u64) -> bool {
+        match self.end {
+            BlockEnd::FallThrough => next == self.fall_through,
+            BlockEnd::Conditional { target } => next == target || next == self.fall_through,
+            BlockEnd::Jump { target } | BlockEnd::Call { target } => next == target,
+            BlockEnd::IndirectJump | BlockEnd::IndirectCall | BlockEnd::Return => true,
+        }
+    }
+
+    /// BLK1: the events one execution that goes on at `next` stands for, appended to `out`:
+    /// a retirement of each instruction but the last, then the last one's event. A conditional
+    /// branch whose target is its fall-through is taken when it goes there.
+    pub fn events_into(&self, next: u64, out: &mut Vec<Event>) {
+        let mut ip = self.start;
+        for &len in &self.lens[..self.lens.len() - 1] {
+            out.push(Event::Retire { ip, len });
+            ip = ip.wrapping_add(u64::from(len));
+        }
+        out.push(self.last_event(next));
+    }
+
+    /// The event of the last instruction of an execution that goes on at `next`.
+    #[inline]
+    pub(super) fn last_event(&self, next: u64) -> Event {
+        let (ip, len) = (self.last_ip, self.last_len);
+        match self.end {
+            BlockEnd::FallThrough => Event::Retire { ip, len },
+            BlockEnd::Conditional { target } => Event::CondBranch {
+                ip,
+                len,
+                target,
+                taken: next == target,
+            },
+            BlockEnd::Jump { target } => Event::Jump { ip, target },
+            BlockEnd::Call { target } => Event::Call { ip, len, target },
+            BlockEnd::IndirectJump => Event::IndirectJump { ip, target: next },
+            BlockEnd::IndirectCall => Event::IndirectCall {
+                ip,
+                len,
+                target: next,
+            },
+            BlockEnd::Return => Event::Return { ip, target: next },
+        }
+    }
+}
+
+/// One execution of a block: which (its index in the table) and where the code went next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct BlockExec {
+    /// Where the code went after the block: the next block's start.
+    pub next: u64,
+    /// The block's index in the table given with it.
+    pub block: u32,
+}
+
+impl Tracer {
+    /// Traces `execs`, executions of the blocks in `blocks`, as [`Tracer::feed`] traces the
+    /// events they stand for ([`Block::events_into`]): the same bytes, PMIs, statistics and
+    /// truth (BLK3). Every execution is checked first (BLK2): one that names a block not in
+    /// `blocks` or goes where its block cannot is an error before anything is traced. A whole
+    /// execution is one step wherever the per-instruction rules have nothing to do inside a
+    /// block (BLK4); elsewhere its events go through the per-instruction path.
+    pub fn feed_blocks<M: PhysMemory>(
+        &mut self,
+        mem: &mut M,
+        blocks: &[Block],
+        execs: &[BlockExec],
+    ) -> Result<(), BlockError> {
+        for (index, x) in execs.iter().enumerate() {
+            let b = blocks.get(x.block as usize).ok_or(BlockError::Unknown {
+                index,
+                block: x.block,
+                blocks: blocks.len(),
+            })?;
+            if !b.can_go_to(x.next) {
+                return Err(BlockError::Successor {
+                    index,
+                    start: b.start,
+                    next: x.next,
+                    end: b.end,
+                });
+            }
+        }
+        let mut events = std::mem::take(&mut self.block_events);
+        let mut result = Ok(());
+        let mut rest = execs;
+        while let Some(x) = rest.first() {
+            let fed = if self.fast {
+                let done = self.fast_blocks(blocks, rest);
+                rest = &rest[done..];
+                self.after_fast_run(mem)
+            } else {
+                events.clear();
+                blocks[x.block as usize].events_into(x.next, &mut events);
+                rest = &rest[1..];
+                self.feed(mem, &events).map_err(|e| e.error)
+            };
+            if let Err(error) = fed {
+                result = Err(BlockError::Memory {
+                    fed: execs.len() - rest.len(),
+                    error,
+                });
+                break;
+            }
+        }
+        self.block_events = events;
+        result
+    }
+}

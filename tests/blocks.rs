@@ -1,0 +1,335 @@
+//! Blocks (spec/generation.md BLK1-BLK4): executions of blocks against the events they stand
+//! for. Random blocks and executions, under random settings (CTL features on and off, IP
+//! filters and TraceStop ranges, long TNT, the truth recorder, two CPUs), fed as blocks and as
+//! their events one by one, must leave the same bytes in memory, the same registers,
+//! statistics, PacketEn and clock. (The events one by one are the reference: the fast path
+//! they may take is checked against the general one in ptemu-core's own tests.)
+
+use proptest::prelude::*;
+use ptemu::tracer::{Block, BlockEnd, BlockError, BlockExec, ExecMode, TracerStats};
+use ptemu::{CpuProfile, Event, OutputUnit, PhysMemory, RtitCtl, SparseMemory, Tracer, TracerConfig};
+
+const BASE: u64 = 0x10_0000;
+const RING: u64 = 16 << 10;
+
+fn code_ip() -> impl Strategy<Value = u64> {
+    (0u64..4, 0u64..0x1000).prop_map(|(page, off)| 0x40_0000 + page * 0x1000 + off)
+}
+
+fn block() -> impl Strategy<Value = Block> {
+    let end = prop_oneof![
+        Just(BlockEnd::FallThrough),
+        code_ip().prop_map(|target| BlockEnd::Conditional { target }),
+        code_ip().prop_map(|target| BlockEnd::Jump { target }),
+        code_ip().prop_map(|target| BlockEnd::Call { target }),
+        Just(BlockEnd::IndirectJump),
+        Just(BlockEnd::IndirectCall),
+        Just(BlockEnd::Return),
+    ];
+    (code_ip(), prop::collection::vec(1u8..16, 1..12), end)
+        .prop_map(|(start, lens, end)| Block::new(start, &lens, end).unwrap())
+}
+
+/// Blocks, and executions of them where most returns go back to their call; each execution's
+/// `next` one its block can go to.
+fn program() -> impl Strategy<Value = (Vec<Block>, Vec<BlockExec>)> {
+    prop::collection::vec(block(), 1..24).prop_flat_map(|blocks| {
+        let n = blocks.len();
+        let raw = prop::collection::vec((0..n, any::<bool>(), code_ip(), 0u8..8), 0..800);
+        (Just(blocks), raw).prop_map(|(blocks, raw)| {
+            let mut calls: Vec<u64> = Vec::new();
+            let execs = raw
+                .into_iter()
+                .map(|(k, taken, anywhere, pick)| {
+                    let b = &blocks[k];
+                    let next = match b.end() {
+                        BlockEnd::FallThrough => b.fall_through(),
+                        BlockEnd::Conditional { target } => {
+                            if taken {
+                                target
+                            } else {
+                                b.fall_through()
+                            }
+                        }
+                        BlockEnd::Jump { target } => target,
+                        BlockEnd::Call { target } => {
+                            calls.push(b.fall_through());
+                            target
+                        }
+                        BlockEnd::IndirectCall => {
+                            calls.push(b.fall_through());
+                            anywhere
+                        }
+                        BlockEnd::Return if pick > 0 => calls.pop().unwrap_or(anywhere),
+                        _ => anywhere,
+                    };
+                    BlockExec {
+                        block: k as u32,
+                        next,
+                    }
+                })
+                .collect();
+            (blocks, execs)
+        })
+    })
+}
+
+fn ctl() -> impl Strategy<Value = (RtitCtl, Option<(u64, u64)>)> {
+    // The features that keep the one-step path out are each on in a fifth of the cases, so
+    // that both it and the per-instruction path are exercised.
+    let (even, rare) = (|| prop::bool::weighted(0.5), || prop::bool::weighted(0.2));
+    (
+        [even(), even(), rare(), rare(), rare(), rare(), even(), even()],
+        0u8..4,
+        prop::option::weighted(0.2, (0u64..0x4000, 0u64..0x2000)),
+    )
+        .prop_map(|(f, psb, range)| {
+            let mut c = RtitCtl::new()
+                .with_trace_en(true)
+                .with_branch_en(true)
+                .with_user(true)
+                .with_tsc_en(f[0])
+                .with_dis_retc(f[1])
+                .with_mtc_en(f[2])
+                .with_cyc_en(f[3])
+                .with_dis_tnt(f[4] && f[5])
+                .with_psb_freq(psb);
+            let range = range.map(|(a, n)| (0x40_0000 + a, 0x40_0000 + a + n));
+            if range.is_some() {
+                c = c.with_addr0_cfg(if f[6] { 1 } else { 2 });
+            }
+            (c, range)
+        })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Feed {
+    /// Each execution's events, one `event` call each: the reference.
+    Events,
+    /// `feed_blocks` over chunks of up to 13 executions.
+    Blocks,
+}
+
+type Seen = (
+    Vec<u8>,
+    Vec<u64>,
+    TracerStats,
+    bool,
+    u64,
+    Vec<ptemu::OutputEvent>,
+    Vec<ptemu::tracer::Fact>,
+);
+
+/// Feeds `p` as `feed` says on CPU `cpu` (`skylake` lays packets out as the hardware does;
+/// `generic-max` has every feature, DisTNT among them).
+fn run(
+    feed: Feed,
+    cpu: &str,
+    (long_tnt, truth): (bool, bool),
+    ctl: RtitCtl,
+    range: Option<(u64, u64)>,
+    p: &(Vec<Block>, Vec<BlockExec>),
+) -> Seen {
+    let (blocks, execs) = p;
+    let mut mem = SparseMemory::new();
+    let unit = OutputUnit::new(CpuProfile::named(cpu).unwrap());
+    let mut cfg = TracerConfig::default();
+    cfg.long_tnt = long_tnt;
+    cfg.flush_bytes = 256;
+    let mut t = Tracer::new(unit, cfg);
+    if truth {
+        t.record_truth();
+    }
+    t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
+    t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
+    t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
+    if let Some((a, b)) = range {
+        t.wrmsr(&mut mem, 0x580, a, 0, 0).unwrap();
+        t.wrmsr(&mut mem, 0x581, b, 0, 0).unwrap();
+    }
+    t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
+    match feed {
+        Feed::Events => {
+            let mut evs = Vec::new();
+            for x in execs {
+                evs.clear();
+                blocks[x.block as usize].events_into(x.next, &mut evs);
+                for e in &evs {
+                    t.event(&mut mem, e).unwrap();
+                }
+            }
+        }
+        Feed::Blocks => {
+            for chunk in execs.chunks(13) {
+                t.feed_blocks(&mut mem, blocks, chunk).unwrap();
+            }
+        }
+    }
+    t.wrmsr(&mut mem, 0x570, 0, 0x40_0100, 2).unwrap();
+    let mut bytes = vec![0u8; RING as usize];
+    mem.read(BASE, &mut bytes).unwrap();
+    let msrs = [0x560, 0x561, 0x570, 0x571]
+        .iter()
+        .map(|&m| t.rdmsr(m).unwrap())
+        .collect();
+    let facts = match t.probe_mut() {
+        Some(p) => {
+            p.finish();
+            p.drain().collect()
+        }
+        None => Vec::new(),
+    };
+    let pmis = t.drain_output_events().collect();
+    (
+        bytes,
+        msrs,
+        t.stats(),
+        t.packet_en(),
+        t.clock().cycles(),
+        pmis,
+        facts,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// BLK3: the block path leaves what the per-instruction path leaves.
+    #[test]
+    fn blk3_blk4_blocks_leave_what_their_events_leave(
+        (ctl, range) in ctl(),
+        long_tnt in any::<bool>(),
+        truth in prop::bool::weighted(0.1),
+        skylake in any::<bool>(),
+        p in program(),
+    ) {
+        let (cpu, ctl) = if skylake { ("skylake", ctl.with_dis_tnt(false)) } else { ("generic-max", ctl) };
+        let reference = run(Feed::Events, cpu, (long_tnt, truth), ctl, range, &p);
+        let blocks = run(Feed::Blocks, cpu, (long_tnt, truth), ctl, range, &p);
+        prop_assert_eq!(&blocks.1, &reference.1, "MSRs");
+        prop_assert_eq!(&blocks.2, &reference.2, "statistics");
+        prop_assert_eq!(blocks.3, reference.3, "PacketEn");
+        prop_assert_eq!(blocks.4, reference.4, "core cycles");
+        prop_assert_eq!(&blocks.5, &reference.5, "the output unit's events (PMIs)");
+        prop_assert!(blocks.6 == reference.6, "the truth differs");
+        prop_assert!(blocks.0 == reference.0, "the trace bytes differ");
+    }
+}
+
+/// BLK1: a block's events: a retirement of each instruction but the last, then the last one's
+/// branch toward where the execution went.
+#[test]
+fn blk1_a_block_stands_for_its_instructions() {
+    let b = Block::new(0x1000, &[3, 2, 6], BlockEnd::Conditional { target: 0x2000 }).unwrap();
+    assert_eq!(
+        (b.last_ip(), b.fall_through(), b.instructions()),
+        (0x1005, 0x100b, 3)
+    );
+    let mut evs = Vec::new();
+    b.events_into(0x2000, &mut evs);
+    assert_eq!(
+        evs,
+        [
+            Event::Retire { ip: 0x1000, len: 3 },
+            Event::Retire { ip: 0x1003, len: 2 },
+            Event::CondBranch {
+                ip: 0x1005,
+                len: 6,
+                target: 0x2000,
+                taken: true
+            },
+        ]
+    );
+    evs.clear();
+    b.events_into(0x100b, &mut evs);
+    assert!(matches!(evs[2], Event::CondBranch { taken: false, .. }));
+    assert_eq!(
+        Block::new(0, &[], BlockEnd::Return),
+        Err(BlockError::Empty { start: 0 })
+    );
+    assert_eq!(
+        Block::new(0, &[1, 16], BlockEnd::Return),
+        Err(BlockError::Length {
+            start: 0,
+            index: 1,
+            len: 16
+        })
+    );
+}
+
+/// BLK2: an execution that names a block not given, or goes where its block cannot, is an
+/// error before anything of the batch is traced.
+#[test]
+fn blk2_an_execution_its_block_cannot_make_is_refused_before_any_is_traced() {
+    let mut mem = SparseMemory::new();
+    let mut t = Tracer::new(
+        OutputUnit::new(CpuProfile::named("skylake").unwrap()),
+        TracerConfig::default(),
+    );
+    t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
+    t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
+    t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
+    let ctl = RtitCtl::new()
+        .with_trace_en(true)
+        .with_branch_en(true)
+        .with_user(true);
+    t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
+    let blocks = [
+        Block::new(0x40_0000, &[2, 2], BlockEnd::Jump { target: 0x40_0100 }).unwrap(),
+        Block::new(0x40_0100, &[1], BlockEnd::FallThrough).unwrap(),
+    ];
+    let before = t.stats().events;
+    let ok = BlockExec {
+        block: 0,
+        next: 0x40_0100,
+    };
+    let e = t
+        .feed_blocks(&mut mem, &blocks, &[ok, BlockExec { block: 2, next: 0 }])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        BlockError::Unknown {
+            index: 1,
+            block: 2,
+            blocks: 2
+        }
+    );
+    let e = t
+        .feed_blocks(
+            &mut mem,
+            &blocks,
+            &[
+                ok,
+                BlockExec {
+                    block: 1,
+                    next: 0x40_0200,
+                },
+            ],
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BlockError::Successor {
+                index: 1,
+                next: 0x40_0200,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(t.stats().events, before, "nothing of a refused batch is traced");
+    t.feed_blocks(
+        &mut mem,
+        &blocks,
+        &[
+            ok,
+            BlockExec {
+                block: 1,
+                next: 0x40_0101,
+            },
+        ],
+    )
+    .unwrap();
+    assert_eq!(t.stats().instructions, 3);
+}
