@@ -23,6 +23,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The last instruction does not branch: the block falls through.
+#define PTEMU_BLOCK_FALL_THROUGH 0
+
+// A conditional branch (Jcc, JrCXZ, LOOPcc) to `target`.
+#define PTEMU_BLOCK_CONDITIONAL 1
+
+// A direct near JMP to `target`.
+#define PTEMU_BLOCK_JUMP 2
+
+// A direct near CALL to `target`.
+#define PTEMU_BLOCK_CALL 3
+
+// An indirect near JMP.
+#define PTEMU_BLOCK_INDIRECT_JUMP 4
+
+// An indirect near CALL.
+#define PTEMU_BLOCK_INDIRECT_CALL 5
+
+// A near RET.
+#define PTEMU_BLOCK_RETURN 6
+
 // IA32_PERF_GLOBAL_STATUS (0x38E).
 #define PTEMU_IA32_PERF_GLOBAL_STATUS 910
 
@@ -234,6 +255,9 @@ typedef enum {
   PTEMU_ERR_PANIC = -4,
 } ptemu_status;
 
+// A table of blocks, described once and executed many times (ptemu_blocks_add). Opaque.
+typedef struct ptemu_blocks ptemu_blocks;
+
 // Guest physical memory: the host's callbacks or the host's buffer. Opaque.
 typedef struct ptemu_memory ptemu_memory;
 
@@ -336,6 +360,15 @@ typedef struct {
   // Stream bytes handed to the output unit: bytes_written + bytes_lost.
   uint64_t bytes_in;
 } ptemu_stats;
+
+// One execution of a block: its id in the table (what ptemu_blocks_add gave) and where the
+// code went after it (the next block's start).
+typedef struct {
+  // Where the code went after the block.
+  uint64_t next;
+  // The block's id.
+  uint32_t block;
+} ptemu_block_exec;
 
 // Reads `len` bytes of guest physical memory at `pa` into `buf`; returns 0 on success, anything
 // else if the range is not readable. It must return (no longjmp, no C++ exception through it) and
@@ -586,6 +619,53 @@ ptemu_status ptemu_tracer_set_event_fn(ptemu_tracer *t, ptemu_event_fn f, void *
 // # Safety
 // `t` must be NULL or live; `out` NULL or writable.
 ptemu_status ptemu_tracer_stats(ptemu_tracer *t, ptemu_stats *out);
+
+// Makes an empty table of blocks into `*out` (free it with ptemu_blocks_free).
+//
+// # Safety
+// `out` must be NULL or writable.
+ptemu_status ptemu_blocks_new(ptemu_blocks **out);
+
+// Frees a table of blocks (NULL: nothing).
+//
+// # Safety
+// `b` must be NULL or a table from ptemu_blocks_new, not used after.
+void ptemu_blocks_free(ptemu_blocks *b);
+
+// Adds the block at `start` whose `n` instructions have the lengths `lens` (the last one's
+// included), ending as `end` says (a PTEMU_BLOCK_* kind; `target` for CONDITIONAL, JUMP and
+// CALL, ignored otherwise), and stores its id in `*id` (ids count from 0, in the order blocks
+// are added). PTEMU_ERR_ARGUMENT for no instruction, a length outside 1-15, an unknown kind,
+// or more than 2^32 blocks.
+//
+// # Safety
+// `b` must be NULL or live; `lens` NULL or `n` readable bytes; `id` NULL or writable.
+ptemu_status ptemu_blocks_add(ptemu_blocks *b,
+                              uint64_t start,
+                              const uint8_t *lens,
+                              size_t n,
+                              uint32_t end,
+                              uint64_t target,
+                              uint32_t *id);
+
+// Feeds `n` executions of the blocks of `blocks`, as the twin of `Tracer::feed_blocks`: the same
+// bytes as the events they stand for, one step an execution where no per-instruction rule
+// applies (BLK3, BLK4), and stores in `*fed` (unless NULL) how many were fed: `n` on PTEMU_OK.
+// Every execution is checked before any is fed (BLK2): one that names a block the table does
+// not have or goes where its block cannot fails the whole call with PTEMU_ERR_ARGUMENT and its
+// index in the message (`*fed` 0). PTEMU_ERR_MEMORY when `mem` refuses a store: the executions
+// before `*fed` were fed (the last of them is the one whose bytes could not all be stored),
+// the others were not.
+//
+// # Safety
+// `t` and `mem` must be NULL or live; `blocks` NULL or live; `execs` NULL or `n` readable
+// executions; `fed` NULL or writable.
+ptemu_status ptemu_tracer_feed_blocks(ptemu_tracer *t,
+                                      ptemu_memory *mem,
+                                      const ptemu_blocks *blocks,
+                                      const ptemu_block_exec *execs,
+                                      size_t n,
+                                      size_t *fed);
 
 // Creates guest memory served by the host's callbacks. `ctx` is passed back to them untouched.
 // The callbacks and `ctx` must stay valid until ptemu_memory_free; they are called only from

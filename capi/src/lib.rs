@@ -10,6 +10,7 @@
 // The C names are the API: ptemu_unit, ptemu_status, ...
 #![allow(non_camel_case_types)]
 
+mod blocks;
 mod consts;
 mod event;
 #[doc(hidden)]
@@ -18,6 +19,7 @@ mod memory;
 mod query;
 mod status;
 
+pub use blocks::*;
 pub use consts::*;
 pub use event::*;
 pub use memory::*;

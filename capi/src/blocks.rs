@@ -1,0 +1,219 @@
+//! Blocks through the C API (spec/generation.md BLK1-BLK4): a table of blocks an emulator
+//! describes once ([`ptemu_blocks`]), and executions of them fed to a tracer
+//! ([`ptemu_tracer_feed_blocks`]), the twin of `Tracer::feed_blocks`.
+
+use crate::status::{guard, Failure, PTEMU_ERR_MEMORY};
+use crate::{live, memory::ptemu_memory, ptemu_tracer, put, with_tracer};
+use ptemu_core::tracer::{Block, BlockEnd, BlockError, BlockExec};
+
+/// The last instruction does not branch: the block falls through.
+pub const PTEMU_BLOCK_FALL_THROUGH: u32 = 0;
+/// A conditional branch (Jcc, JrCXZ, LOOPcc) to `target`.
+pub const PTEMU_BLOCK_CONDITIONAL: u32 = 1;
+/// A direct near JMP to `target`.
+pub const PTEMU_BLOCK_JUMP: u32 = 2;
+/// A direct near CALL to `target`.
+pub const PTEMU_BLOCK_CALL: u32 = 3;
+/// An indirect near JMP.
+pub const PTEMU_BLOCK_INDIRECT_JUMP: u32 = 4;
+/// An indirect near CALL.
+pub const PTEMU_BLOCK_INDIRECT_CALL: u32 = 5;
+/// A near RET.
+pub const PTEMU_BLOCK_RETURN: u32 = 6;
+
+/// A table of blocks, described once and executed many times (ptemu_blocks_add). Opaque.
+#[derive(Debug, Default)]
+pub struct ptemu_blocks {
+    blocks: Vec<Block>,
+}
+
+/// One execution of a block: its id in the table (what ptemu_blocks_add gave) and where the
+/// code went after it (the next block's start).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ptemu_block_exec {
+    /// Where the code went after the block.
+    pub next: u64,
+    /// The block's id.
+    pub block: u32,
+}
+
+/// Makes an empty table of blocks into `*out` (free it with ptemu_blocks_free).
+///
+/// # Safety
+/// `out` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ptemu_blocks_new(out: *mut *mut ptemu_blocks) -> crate::ptemu_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(Failure::null("out"));
+        }
+        // SAFETY: non-NULL and writable by the caller's contract.
+        unsafe { put(out, Box::into_raw(Box::default())) }
+    })
+}
+
+/// Frees a table of blocks (NULL: nothing).
+///
+/// # Safety
+/// `b` must be NULL or a table from ptemu_blocks_new, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn ptemu_blocks_free(b: *mut ptemu_blocks) {
+    if !b.is_null() {
+        // SAFETY: made by Box::into_raw in ptemu_blocks_new, freed once by contract.
+        drop(unsafe { Box::from_raw(b) });
+    }
+}
+
+/// Adds the block at `start` whose `n` instructions have the lengths `lens` (the last one's
+/// included), ending as `end` says (a PTEMU_BLOCK_* kind; `target` for CONDITIONAL, JUMP and
+/// CALL, ignored otherwise), and stores its id in `*id` (ids count from 0, in the order blocks
+/// are added). PTEMU_ERR_ARGUMENT for no instruction, a length outside 1-15, an unknown kind,
+/// or more than 2^32 blocks.
+///
+/// # Safety
+/// `b` must be NULL or live; `lens` NULL or `n` readable bytes; `id` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ptemu_blocks_add(
+    b: *mut ptemu_blocks,
+    start: u64,
+    lens: *const u8,
+    n: usize,
+    end: u32,
+    target: u64,
+    id: *mut u32,
+) -> crate::ptemu_status {
+    guard(|| {
+        // SAFETY: NULL or live by contract.
+        let table = unsafe { live(b, "blocks")? };
+        if lens.is_null() {
+            return Err(Failure::null("lens"));
+        }
+        if id.is_null() {
+            return Err(Failure::null("id"));
+        }
+        // SAFETY: non-NULL and `n` readable bytes by contract.
+        let lens = unsafe { std::slice::from_raw_parts(lens, n) };
+        let end = match end {
+            PTEMU_BLOCK_FALL_THROUGH => BlockEnd::FallThrough,
+            PTEMU_BLOCK_CONDITIONAL => BlockEnd::Conditional { target },
+            PTEMU_BLOCK_JUMP => BlockEnd::Jump { target },
+            PTEMU_BLOCK_CALL => BlockEnd::Call { target },
+            PTEMU_BLOCK_INDIRECT_JUMP => BlockEnd::IndirectJump,
+            PTEMU_BLOCK_INDIRECT_CALL => BlockEnd::IndirectCall,
+            PTEMU_BLOCK_RETURN => BlockEnd::Return,
+            k => {
+                return Err(Failure::argument(format!(
+                    "block end kind {k} is not a PTEMU_BLOCK_* kind"
+                )))
+            }
+        };
+        let next = u32::try_from(table.blocks.len())
+            .map_err(|_| Failure::argument("a table holds at most 2^32 blocks"))?;
+        let block = Block::new(start, lens, end).map_err(|e| Failure::argument(e.to_string()))?;
+        table.blocks.push(block);
+        // SAFETY: non-NULL and writable by contract.
+        unsafe { put(id, next) }
+    })
+}
+
+/// Executions fed at a time (a batch on the stack).
+const BATCH: usize = 4096;
+
+/// Feeds `n` executions of the blocks of `blocks`, as the twin of `Tracer::feed_blocks`: the same
+/// bytes as the events they stand for, one step an execution where no per-instruction rule
+/// applies (BLK3, BLK4), and stores in `*fed` (unless NULL) how many were fed: `n` on PTEMU_OK.
+/// Every execution is checked before any is fed (BLK2): one that names a block the table does
+/// not have or goes where its block cannot fails the whole call with PTEMU_ERR_ARGUMENT and its
+/// index in the message (`*fed` 0). PTEMU_ERR_MEMORY when `mem` refuses a store: the executions
+/// before `*fed` were fed (the last of them is the one whose bytes could not all be stored),
+/// the others were not.
+///
+/// # Safety
+/// `t` and `mem` must be NULL or live; `blocks` NULL or live; `execs` NULL or `n` readable
+/// executions; `fed` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ptemu_tracer_feed_blocks(
+    t: *mut ptemu_tracer,
+    mem: *mut ptemu_memory,
+    blocks: *const ptemu_blocks,
+    execs: *const ptemu_block_exec,
+    n: usize,
+    fed: *mut usize,
+) -> crate::ptemu_status {
+    let report = |k: usize| {
+        if !fed.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { fed.write(k) };
+        }
+    };
+    report(0);
+    guard(|| {
+        // SAFETY: NULL or live by contract (only read).
+        let Some(table) = (unsafe { blocks.as_ref() }) else {
+            return Err(Failure::null("blocks"));
+        };
+        if n == 0 {
+            // SAFETY: forwarded contracts (the pointers are still checked).
+            return unsafe { with_tracer(t, mem, |_, _| Ok(())) };
+        }
+        if execs.is_null() {
+            return Err(Failure::null("execs"));
+        }
+        // SAFETY: non-NULL and `n` readable executions by contract.
+        let execs = unsafe { std::slice::from_raw_parts(execs, n) };
+        let to_rust = |x: &ptemu_block_exec| BlockExec {
+            next: x.next,
+            block: x.block,
+        };
+        // Every execution checked before any is fed.
+        for (index, x) in execs.iter().enumerate() {
+            let ok = table
+                .blocks
+                .get(x.block as usize)
+                .is_some_and(|b| b.can_go_to(x.next));
+            if !ok {
+                let e = match table.blocks.get(x.block as usize) {
+                    None => BlockError::Unknown {
+                        index,
+                        block: x.block,
+                        blocks: table.blocks.len(),
+                    },
+                    Some(b) => BlockError::Successor {
+                        index,
+                        start: b.start(),
+                        next: x.next,
+                        end: b.end(),
+                    },
+                };
+                return Err(Failure::argument(e.to_string()));
+            }
+        }
+        let mut batch = [BlockExec { next: 0, block: 0 }; BATCH];
+        let mut done = 0;
+        for chunk in execs.chunks(BATCH) {
+            for (slot, x) in batch.iter_mut().zip(chunk) {
+                *slot = to_rust(x);
+            }
+            let part = &batch[..chunk.len()];
+            // SAFETY: forwarded contracts.
+            let r = unsafe {
+                with_tracer(t, mem, |t, m| match t.feed_blocks(m, &table.blocks, part) {
+                    Ok(()) => {
+                        done += part.len();
+                        Ok(())
+                    }
+                    Err(BlockError::Memory { fed, error }) => {
+                        done += fed;
+                        let message = format!("execution {}: {error}", done - 1);
+                        Err(Failure::new(PTEMU_ERR_MEMORY, message))
+                    }
+                    Err(e) => Err(Failure::argument(e.to_string())),
+                })
+            };
+            report(done);
+            r?;
+        }
+        Ok(())
+    })
+}

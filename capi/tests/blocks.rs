@@ -1,0 +1,280 @@
+//! Through the C API (BLK1-BLK4): a table of blocks (`ptemu_blocks_add`) and their executions
+//! (`ptemu_tracer_feed_blocks`) leave the same bytes and PMIs in a host buffer as the events
+//! they stand for fed with `ptemu_tracer_events`; a bad block or execution is refused with its
+//! index, nothing of the call fed.
+
+use ptemu_capi::*;
+use ptemu_core::tracer::{Block, BlockEnd, Event};
+use std::ptr::null_mut;
+
+const TABLE: u64 = 0x1000;
+const RING: u64 = 0x10_0000;
+
+/// A block as C describes it: start, lengths, PTEMU_BLOCK_* kind, target.
+type CBlock = (u64, Vec<u8>, u32, u64);
+
+/// The blocks, and executions as (block, next).
+fn program() -> (Vec<CBlock>, Vec<(u32, u64)>) {
+    let blocks = vec![
+        (0x40_1000, vec![3, 2, 2], PTEMU_BLOCK_CONDITIONAL, 0x40_1100),
+        (0x40_1007, vec![5], PTEMU_BLOCK_CALL, 0x40_2000),
+        (0x40_2000, vec![1, 4], PTEMU_BLOCK_RETURN, 0),
+        (0x40_100c, vec![2], PTEMU_BLOCK_INDIRECT_JUMP, 0),
+        (0x40_1100, vec![4, 4], PTEMU_BLOCK_JUMP, 0x40_1000),
+    ];
+    let mut execs = Vec::new();
+    for i in 0..40_000u64 {
+        if i % 3 == 0 {
+            execs.push((0, 0x40_1100));
+            execs.push((4, 0x40_1000));
+        } else {
+            execs.push((0, 0x40_1007));
+            execs.push((1, 0x40_2000));
+            execs.push((2, 0x40_100c));
+            execs.push((3, 0x40_1000));
+        }
+    }
+    (blocks, execs)
+}
+
+/// The Rust block of a C description.
+fn rust_block(b: &CBlock) -> Block {
+    let end = match b.2 {
+        PTEMU_BLOCK_CONDITIONAL => BlockEnd::Conditional { target: b.3 },
+        PTEMU_BLOCK_CALL => BlockEnd::Call { target: b.3 },
+        PTEMU_BLOCK_JUMP => BlockEnd::Jump { target: b.3 },
+        PTEMU_BLOCK_RETURN => BlockEnd::Return,
+        _ => BlockEnd::IndirectJump,
+    };
+    Block::new(b.0, &b.1, end).unwrap()
+}
+
+/// A C event of a Rust one (the kinds a block's events have).
+fn c_event(e: &Event) -> ptemu_event {
+    let d = ptemu_event::default();
+    match *e {
+        Event::Retire { ip, len } => ptemu_event {
+            kind: PTEMU_EV_RETIRE,
+            ip,
+            len,
+            ..d
+        },
+        Event::CondBranch {
+            ip,
+            len,
+            target,
+            taken,
+        } => ptemu_event {
+            kind: PTEMU_EV_COND_BRANCH,
+            ip,
+            len,
+            target,
+            flags: if taken { PTEMU_EVF_TAKEN } else { 0 },
+            ..d
+        },
+        Event::Jump { ip, target } => ptemu_event {
+            kind: PTEMU_EV_JUMP,
+            ip,
+            target,
+            ..d
+        },
+        Event::Call { ip, len, target } => ptemu_event {
+            kind: PTEMU_EV_CALL,
+            ip,
+            len,
+            target,
+            ..d
+        },
+        Event::IndirectJump { ip, target } => ptemu_event {
+            kind: PTEMU_EV_INDIRECT_JUMP,
+            ip,
+            target,
+            ..d
+        },
+        Event::Return { ip, target } => ptemu_event {
+            kind: PTEMU_EV_RETURN,
+            ip,
+            target,
+            ..d
+        },
+        e => panic!("not a block's event: {e:?}"),
+    }
+}
+
+/// A guest of 2 MiB with a ToPA ring of two 4 KiB regions (INT on the second, END back), a
+/// tracer enabled on it, `feed` run, tracing disabled; the guest's bytes and the PMIs polled.
+fn run(feed: impl Fn(*mut ptemu_tracer, *mut ptemu_memory)) -> (Vec<u8>, usize) {
+    let mut guest = vec![0u8; 2 << 20];
+    let put =
+        |g: &mut Vec<u8>, pa: u64, v: u64| g[pa as usize..pa as usize + 8].copy_from_slice(&v.to_le_bytes());
+    put(&mut guest, TABLE, RING);
+    put(&mut guest, TABLE + 8, (RING + 0x1000) | PTEMU_TOPA_INT);
+    put(&mut guest, TABLE + 16, TABLE | PTEMU_TOPA_END);
+    let (mut mem, mut t) = (null_mut(), null_mut());
+    let mut pmis = 0;
+    // SAFETY: the guest buffer outlives the memory object; every pointer is valid.
+    unsafe {
+        assert_eq!(
+            ptemu_memory_new_buffer(0, guest.as_mut_ptr(), guest.len(), &mut mem),
+            PTEMU_OK
+        );
+        assert_eq!(ptemu_tracer_new(c"skylake".as_ptr(), &mut t), PTEMU_OK);
+        let ip = 0x40_1000;
+        assert_eq!(
+            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_OUTPUT_BASE, TABLE, ip, 2),
+            PTEMU_OK
+        );
+        assert_eq!(
+            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_OUTPUT_MASK_PTRS, 0x7f, ip, 2),
+            PTEMU_OK
+        );
+        let ctl = PTEMU_CTL_TRACE_EN | PTEMU_CTL_TOPA | PTEMU_CTL_BRANCH_EN | PTEMU_CTL_USER;
+        assert_eq!(
+            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_CTL, ctl, ip, 2),
+            PTEMU_OK
+        );
+        feed(t, mem);
+        assert_eq!(
+            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_CTL, 0, ip, 2),
+            PTEMU_OK
+        );
+        let (mut ev, mut got) = (ptemu_output_event::default(), true);
+        while got {
+            assert_eq!(ptemu_tracer_poll_event(t, &mut ev, &mut got), PTEMU_OK);
+            if got && ev.kind == PTEMU_OUT_PMI {
+                pmis += 1;
+            }
+        }
+        ptemu_tracer_free(t);
+        ptemu_memory_free(mem);
+    }
+    (guest, pmis)
+}
+
+/// A table of `blocks` made through the C API, with the ids it gave.
+fn c_table(blocks: &[CBlock]) -> (*mut ptemu_blocks, Vec<u32>) {
+    let mut table = null_mut();
+    let mut ids = Vec::new();
+    // SAFETY: valid pointers.
+    unsafe {
+        assert_eq!(ptemu_blocks_new(&mut table), PTEMU_OK);
+        for b in blocks {
+            let mut id = u32::MAX;
+            assert_eq!(
+                ptemu_blocks_add(table, b.0, b.1.as_ptr(), b.1.len(), b.2, b.3, &mut id),
+                PTEMU_OK
+            );
+            ids.push(id);
+        }
+    }
+    (table, ids)
+}
+
+#[test]
+fn blk3_blocks_through_c_write_what_their_events_write() {
+    let (blocks, execs) = program();
+    let mut events = Vec::new();
+    for &(k, next) in &execs {
+        rust_block(&blocks[k as usize]).events_into(next, &mut events);
+    }
+    let c_events: Vec<ptemu_event> = events.iter().map(c_event).collect();
+    // SAFETY: the pointers run() hands over are live.
+    let reference = run(|t, mem| unsafe {
+        for chunk in c_events.chunks(500) {
+            assert_eq!(
+                ptemu_tracer_events(t, mem, chunk.as_ptr(), chunk.len(), null_mut()),
+                PTEMU_OK
+            );
+        }
+    });
+    let (table, ids) = c_table(&blocks);
+    assert_eq!(ids, [0, 1, 2, 3, 4]);
+    let c_execs: Vec<ptemu_block_exec> = execs
+        .iter()
+        .map(|&(block, next)| ptemu_block_exec { next, block })
+        .collect();
+    // SAFETY: as above, and the table is live.
+    let blocked = run(|t, mem| unsafe {
+        for chunk in c_execs.chunks(777) {
+            let mut fed = usize::MAX;
+            assert_eq!(
+                ptemu_tracer_feed_blocks(t, mem, table, chunk.as_ptr(), chunk.len(), &mut fed),
+                PTEMU_OK
+            );
+            assert_eq!(fed, chunk.len());
+        }
+    });
+    // SAFETY: made by ptemu_blocks_new, freed once.
+    unsafe { ptemu_blocks_free(table) };
+    assert!(
+        reference.1 >= 2,
+        "the ring filled its INT region: {} PMIs",
+        reference.1
+    );
+    assert_eq!(blocked.1, reference.1, "PMIs");
+    assert!(blocked.0 == reference.0, "the guest's bytes differ");
+}
+
+#[test]
+fn blk1_blk2_bad_blocks_and_executions_are_refused_with_their_index() {
+    let (blocks, _) = program();
+    let (table, _) = c_table(&blocks);
+    let mut id = 0;
+    // SAFETY: valid pointers; the refusals write nothing.
+    unsafe {
+        assert_eq!(
+            ptemu_blocks_add(table, 0, [1u8].as_ptr(), 0, PTEMU_BLOCK_RETURN, 0, &mut id),
+            PTEMU_ERR_ARGUMENT
+        );
+        assert_eq!(
+            ptemu_blocks_add(table, 0, [16u8].as_ptr(), 1, PTEMU_BLOCK_RETURN, 0, &mut id),
+            PTEMU_ERR_ARGUMENT
+        );
+        assert_eq!(
+            ptemu_blocks_add(table, 0, [1u8].as_ptr(), 1, 99, 0, &mut id),
+            PTEMU_ERR_ARGUMENT
+        );
+        assert_eq!(
+            ptemu_blocks_add(table, 0, std::ptr::null(), 1, PTEMU_BLOCK_RETURN, 0, &mut id),
+            PTEMU_ERR_NULL
+        );
+    }
+    let bad = [
+        ptemu_block_exec {
+            next: 0x40_1100,
+            block: 0,
+        },
+        ptemu_block_exec {
+            next: 0x40_9999,
+            block: 4,
+        },
+    ];
+    let unknown = [ptemu_block_exec { next: 0, block: 9 }];
+    let (before, after) = (
+        run(|_, _| {}),
+        // SAFETY: the pointers run() hands over are live.
+        run(|t, mem| unsafe {
+            let mut fed = usize::MAX;
+            assert_eq!(
+                ptemu_tracer_feed_blocks(t, mem, table, bad.as_ptr(), 2, &mut fed),
+                PTEMU_ERR_ARGUMENT
+            );
+            assert_eq!(fed, 0);
+            let msg = std::ffi::CStr::from_ptr(ptemu_last_error())
+                .to_string_lossy()
+                .into_owned();
+            assert!(msg.contains("execution 1") && msg.contains("0x409999"), "{msg}");
+            assert_eq!(
+                ptemu_tracer_feed_blocks(t, mem, table, unknown.as_ptr(), 1, &mut fed),
+                PTEMU_ERR_ARGUMENT
+            );
+            assert_eq!(
+                ptemu_tracer_feed_blocks(t, mem, null_mut(), bad.as_ptr(), 2, &mut fed),
+                PTEMU_ERR_NULL
+            );
+        }),
+    );
+    assert!(before == after, "a refused call fed nothing");
+    // SAFETY: made by ptemu_blocks_new, freed once.
+    unsafe { ptemu_blocks_free(table) };
+}
