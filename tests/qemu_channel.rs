@@ -14,6 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn ptemu_run(out: &Path, extra: &[&str], program: &[&str]) -> Output {
+    run_command(out, extra, program).output().unwrap()
+}
+
+/// The command `ptemu run -q EXTRA --out OUT -- PROGRAM...`, stdin empty.
+fn run_command(out: &Path, extra: &[&str], program: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
     env(&mut cmd)
         .arg("run")
@@ -22,7 +27,7 @@ fn ptemu_run(out: &Path, extra: &[&str], program: &[&str]) -> Output {
         .arg("--")
         .args(program)
         .stdin(Stdio::null());
-    cmd.output().unwrap()
+    cmd
 }
 
 fn report(case: &Path) -> Value {
@@ -289,21 +294,7 @@ fn qe20_a_signal_to_ptemu_ends_the_traced_program_too() {
     let dir = tempfile::tempdir().unwrap();
     for (sig, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
         let out = dir.path().join(format!("out{sig}"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
-        env(&mut cmd)
-            .arg("run")
-            .args([
-                "--plugin",
-                s(&plugin()),
-                "-q",
-                "--out",
-                s(&out),
-                "--",
-                "/bin/sleep",
-                "30",
-            ])
-            .stdin(Stdio::null());
-        let mut ptemu = cmd.spawn().unwrap();
+        let mut ptemu = run_command(&out, &[], &["/bin/sleep", "30"]).spawn().unwrap();
         let pid = ptemu.id();
         // QEMU, once started: ptemu's child.
         let mut qemu = None;
@@ -364,13 +355,9 @@ fn qe19_children_one_after_another_keep_ptemu_flat() {
     let program = data_program(dir.path(), "children");
     let peak_maps = |n: &str| {
         let out = dir.path().join(format!("serial{n}"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
-        env(&mut cmd)
-            .arg("run")
-            .args(["--plugin", s(&plugin()), "-q", "--no-truth", "--out", s(&out)])
-            .args(["--", s(&program), "serial", n])
-            .stdin(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
+        let mut child = run_command(&out, &["--no-truth"], &[s(&program), "serial", n])
+            .spawn()
+            .unwrap();
         let mut peak = 0;
         while child.try_wait().unwrap().is_none() {
             let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap_or_default();
@@ -466,21 +453,7 @@ fn qe20_a_program_handed_the_signal_handles_it_before_ptemu_ends() {
     );
     let mark = dir.path().join("mark");
     let out = dir.path().join("out");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
-    env(&mut cmd)
-        .arg("run")
-        .args([
-            "--plugin",
-            s(&plugin()),
-            "-q",
-            "--out",
-            s(&out),
-            "--",
-            s(&exe),
-            s(&mark),
-        ])
-        .stdin(Stdio::null());
-    let mut ptemu = cmd.spawn().unwrap();
+    let mut ptemu = run_command(&out, &[], &[s(&exe), s(&mark)]).spawn().unwrap();
     for _ in 0..1000 {
         if std::fs::read_to_string(&mark).is_ok_and(|t| t == "start\n") {
             break;

@@ -3,12 +3,12 @@
 //! they stand for fed with `ptemu_tracer_events`; a bad block or execution is refused with its
 //! index, nothing of the call fed.
 
+mod common;
+
+use common::run;
 use ptemu_capi::*;
 use ptemu_core::tracer::{Block, BlockEnd, Event};
 use std::ptr::null_mut;
-
-const TABLE: u64 = 0x1000;
-const RING: u64 = 0x10_0000;
 
 /// A block as C describes it: start, lengths, PTEMU_BLOCK_* kind, target.
 type CBlock = (u64, Vec<u8>, u32, u64);
@@ -99,56 +99,6 @@ fn c_event(e: &Event) -> ptemu_event {
         },
         e => panic!("not a block's event: {e:?}"),
     }
-}
-
-/// A guest of 2 MiB with a ToPA ring of two 4 KiB regions (INT on the second, END back), a
-/// tracer enabled on it, `feed` run, tracing disabled; the guest's bytes and the PMIs polled.
-fn run(feed: impl Fn(*mut ptemu_tracer, *mut ptemu_memory)) -> (Vec<u8>, usize) {
-    let mut guest = vec![0u8; 2 << 20];
-    let put =
-        |g: &mut Vec<u8>, pa: u64, v: u64| g[pa as usize..pa as usize + 8].copy_from_slice(&v.to_le_bytes());
-    put(&mut guest, TABLE, RING);
-    put(&mut guest, TABLE + 8, (RING + 0x1000) | PTEMU_TOPA_INT);
-    put(&mut guest, TABLE + 16, TABLE | PTEMU_TOPA_END);
-    let (mut mem, mut t) = (null_mut(), null_mut());
-    let mut pmis = 0;
-    // SAFETY: the guest buffer outlives the memory object; every pointer is valid.
-    unsafe {
-        assert_eq!(
-            ptemu_memory_new_buffer(0, guest.as_mut_ptr(), guest.len(), &mut mem),
-            PTEMU_OK
-        );
-        assert_eq!(ptemu_tracer_new(c"skylake".as_ptr(), &mut t), PTEMU_OK);
-        let ip = 0x40_1000;
-        assert_eq!(
-            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_OUTPUT_BASE, TABLE, ip, 2),
-            PTEMU_OK
-        );
-        assert_eq!(
-            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_OUTPUT_MASK_PTRS, 0x7f, ip, 2),
-            PTEMU_OK
-        );
-        let ctl = PTEMU_CTL_TRACE_EN | PTEMU_CTL_TOPA | PTEMU_CTL_BRANCH_EN | PTEMU_CTL_USER;
-        assert_eq!(
-            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_CTL, ctl, ip, 2),
-            PTEMU_OK
-        );
-        feed(t, mem);
-        assert_eq!(
-            ptemu_tracer_wrmsr(t, mem, PTEMU_IA32_RTIT_CTL, 0, ip, 2),
-            PTEMU_OK
-        );
-        let (mut ev, mut got) = (ptemu_output_event::default(), true);
-        while got {
-            assert_eq!(ptemu_tracer_poll_event(t, &mut ev, &mut got), PTEMU_OK);
-            if got && ev.kind == PTEMU_OUT_PMI {
-                pmis += 1;
-            }
-        }
-        ptemu_tracer_free(t);
-        ptemu_memory_free(mem);
-    }
-    (guest, pmis)
 }
 
 /// A table of `blocks` made through the C API, with the ids it gave.
