@@ -258,78 +258,75 @@ fn blk1_a_block_stands_for_its_instructions() {
 }
 
 /// BLK2: an execution that names a block not given, or goes where its block cannot, is an
-/// error before anything of the batch is traced.
+/// error naming its index, the executions before it traced and none after; with a tracing
+/// setting that keeps the one-step path out (a TraceStop range far away) as with one that
+/// lets it in.
 #[test]
-fn blk2_an_execution_its_block_cannot_make_is_refused_before_any_is_traced() {
-    let mut mem = SparseMemory::new();
-    let mut t = Tracer::new(
-        OutputUnit::new(CpuProfile::named("skylake").unwrap()),
-        TracerConfig::default(),
-    );
-    t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
-    t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
-    t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
-    let ctl = RtitCtl::new()
-        .with_trace_en(true)
-        .with_branch_en(true)
-        .with_user(true);
-    t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
-    let blocks = [
-        Block::new(0x40_0000, &[2, 2], BlockEnd::Jump { target: 0x40_0100 }).unwrap(),
-        Block::new(0x40_0100, &[1], BlockEnd::FallThrough).unwrap(),
-    ];
-    let before = t.stats().events;
-    let ok = BlockExec {
-        block: 0,
-        next: 0x40_0100,
-    };
-    let e = t
-        .feed_blocks(&mut mem, &blocks, &[ok, BlockExec { block: 2, next: 0 }])
-        .unwrap_err();
-    assert_eq!(
-        e,
-        BlockError::Unknown {
-            index: 1,
-            block: 2,
-            blocks: 2
+fn blk2_an_execution_its_block_cannot_make_is_refused_with_its_index() {
+    for range in [false, true] {
+        let mut mem = SparseMemory::new();
+        let mut t = Tracer::new(
+            OutputUnit::new(CpuProfile::named("skylake").unwrap()),
+            TracerConfig::default(),
+        );
+        t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
+        t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
+        t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
+        let mut ctl = RtitCtl::new()
+            .with_trace_en(true)
+            .with_branch_en(true)
+            .with_user(true);
+        if range {
+            t.wrmsr(&mut mem, 0x580, 0x90_0000, 0, 0).unwrap();
+            t.wrmsr(&mut mem, 0x581, 0x90_0fff, 0, 0).unwrap();
+            ctl = ctl.with_addr0_cfg(2);
         }
-    );
-    let e = t
-        .feed_blocks(
-            &mut mem,
-            &blocks,
-            &[
-                ok,
-                BlockExec {
-                    block: 1,
-                    next: 0x40_0200,
-                },
-            ],
-        )
-        .unwrap_err();
-    assert!(
-        matches!(
+        t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
+        let blocks = [
+            Block::new(0x40_0000, &[2, 2], BlockEnd::Jump { target: 0x40_0100 }).unwrap(),
+            Block::new(0x40_0100, &[1], BlockEnd::FallThrough).unwrap(),
+        ];
+        let ok = BlockExec {
+            block: 0,
+            next: 0x40_0100,
+        };
+        let unknown = BlockExec { block: 2, next: 0 };
+        let e = t.feed_blocks(&mut mem, &blocks, &[ok, unknown, ok]).unwrap_err();
+        assert_eq!(
             e,
-            BlockError::Successor {
+            BlockError::Unknown {
                 index: 1,
-                next: 0x40_0200,
-                ..
+                block: 2,
+                blocks: 2
             }
-        ),
-        "{e}"
-    );
-    assert_eq!(t.stats().events, before, "nothing of a refused batch is traced");
-    t.feed_blocks(
-        &mut mem,
-        &blocks,
-        &[
-            ok,
-            BlockExec {
-                block: 1,
-                next: 0x40_0101,
-            },
-        ],
-    )
-    .unwrap();
-    assert_eq!(t.stats().instructions, 3);
+        );
+        assert_eq!(
+            t.stats().instructions,
+            2,
+            "the execution before it is traced, none after"
+        );
+        let wrong = BlockExec {
+            block: 1,
+            next: 0x40_0200,
+        };
+        let e = t.feed_blocks(&mut mem, &blocks, &[ok, wrong]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BlockError::Successor {
+                    index: 1,
+                    next: 0x40_0200,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(t.stats().instructions, 4);
+        let right = BlockExec {
+            block: 1,
+            next: 0x40_0101,
+        };
+        t.feed_blocks(&mut mem, &blocks, &[ok, right]).unwrap();
+        assert_eq!(t.stats().instructions, 7);
+    }
 }

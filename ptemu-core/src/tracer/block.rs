@@ -74,7 +74,7 @@ pub enum BlockError {
         /// Its length.
         len: u8,
     },
-    /// An execution of a block the table does not have.
+    /// An execution of a block the table does not have (the executions before it were fed).
     #[error("execution {index}: block {block} is not among the {blocks} blocks given")]
     Unknown {
         /// The execution's index.
@@ -84,7 +84,7 @@ pub enum BlockError {
         /// How many blocks there are.
         blocks: usize,
     },
-    /// An execution that goes where its block cannot (BLK2).
+    /// An execution that goes where its block cannot (BLK2; the executions before it were fed).
     #[error("execution {index}: the block at {start:#x} cannot go on at {next:#x} (it ends with {end:?})")]
     Successor {
         /// The execution's index.
@@ -219,53 +219,73 @@ pub struct BlockExec {
     pub block: u32,
 }
 
+/// BLK2: execution `x` (at `index` of its batch) checked: its block, or why it cannot be traced.
+#[inline]
+pub(super) fn checked<'a>(blocks: &'a [Block], x: &BlockExec, index: usize) -> Result<&'a Block, BlockError> {
+    let b = blocks.get(x.block as usize).ok_or(BlockError::Unknown {
+        index,
+        block: x.block,
+        blocks: blocks.len(),
+    })?;
+    if !b.can_go_to(x.next) {
+        return Err(BlockError::Successor {
+            index,
+            start: b.start,
+            next: x.next,
+            end: b.end,
+        });
+    }
+    Ok(b)
+}
+
 impl Tracer {
     /// Traces `execs`, executions of the blocks in `blocks`, as [`Tracer::feed`] traces the
     /// events they stand for ([`Block::events_into`]): the same bytes, PMIs, statistics and
-    /// truth (BLK3). Every execution is checked first (BLK2): one that names a block not in
-    /// `blocks` or goes where its block cannot is an error before anything is traced. A whole
-    /// execution is one step wherever the per-instruction rules have nothing to do inside a
-    /// block (BLK4); elsewhere its events go through the per-instruction path.
+    /// truth (BLK3). Each execution is checked as it comes (BLK2): one that names a block not in
+    /// `blocks` or goes where its block cannot is an error naming its index, the executions
+    /// before it traced (feed the rest again from there once the caller has mended it). A
+    /// whole execution is one step wherever the per-instruction rules have nothing to do inside
+    /// a block (BLK4); elsewhere its events go through the per-instruction path.
     pub fn feed_blocks<M: PhysMemory>(
         &mut self,
         mem: &mut M,
         blocks: &[Block],
         execs: &[BlockExec],
     ) -> Result<(), BlockError> {
-        for (index, x) in execs.iter().enumerate() {
-            let b = blocks.get(x.block as usize).ok_or(BlockError::Unknown {
-                index,
-                block: x.block,
-                blocks: blocks.len(),
-            })?;
-            if !b.can_go_to(x.next) {
-                return Err(BlockError::Successor {
-                    index,
-                    start: b.start,
-                    next: x.next,
-                    end: b.end,
-                });
-            }
-        }
         let mut events = std::mem::take(&mut self.block_events);
         let mut result = Ok(());
         let mut rest = execs;
         while let Some(x) = rest.first() {
-            let fed = if self.fast {
-                let done = self.fast_blocks(blocks, rest);
+            let index = execs.len() - rest.len();
+            let (fed, bad) = if self.fast {
+                let (done, bad) = self.fast_blocks(blocks, rest, index);
                 rest = &rest[done..];
-                self.after_fast_run(mem)
+                let fed = if done > 0 {
+                    self.after_fast_run(mem)
+                } else {
+                    Ok(())
+                };
+                (fed, bad)
             } else {
-                events.clear();
-                blocks[x.block as usize].events_into(x.next, &mut events);
-                rest = &rest[1..];
-                self.feed(mem, &events).map_err(|e| e.error)
+                match checked(blocks, x, index) {
+                    Ok(b) => {
+                        events.clear();
+                        b.events_into(x.next, &mut events);
+                        rest = &rest[1..];
+                        (self.feed(mem, &events).map_err(|e| e.error), None)
+                    }
+                    Err(e) => (Ok(()), Some(e)),
+                }
             };
             if let Err(error) = fed {
                 result = Err(BlockError::Memory {
                     fed: execs.len() - rest.len(),
                     error,
                 });
+                break;
+            }
+            if let Some(e) = bad {
+                result = Err(e);
                 break;
             }
         }

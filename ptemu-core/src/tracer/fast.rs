@@ -366,21 +366,33 @@ impl Tracer {
         }
     }
 
-    /// BLK4: the longest prefix of `execs` (checked: BLK2) that the fast path takes, each
-    /// execution one step: its instructions but the last retire as a count (they send nothing
-    /// and move only the IP, the counters and the clock), then its last instruction's event as
-    /// [`Tracer::fast_run`] takes it; stops after an execution that makes a PSB+ due or fills
-    /// the buffer to its hand-off size, as [`Tracer::fast_run`] does. Works on a local copy of
-    /// the state. Call only when `self.fast` holds; returns how many executions it took (at
-    /// least one).
+    /// BLK4: the longest prefix of `execs` that the fast path takes, each execution checked
+    /// (BLK2; `index` is the first one's in its batch) and taken in one step: its instructions
+    /// but the last retire as a count (they send nothing and move only the IP, the counters
+    /// and the clock), then its last instruction's event as [`Tracer::fast_run`] takes it.
+    /// Stops after an execution that makes a PSB+ due or fills the buffer to its hand-off size,
+    /// as [`Tracer::fast_run`] does, or before one that cannot be traced (returned with how
+    /// many were taken). Works on a local copy of the state. Call only when `self.fast` holds.
     #[inline]
-    pub(super) fn fast_blocks(&mut self, blocks: &[super::Block], execs: &[super::BlockExec]) -> usize {
+    pub(super) fn fast_blocks(
+        &mut self,
+        blocks: &[super::Block],
+        execs: &[super::BlockExec],
+        index: usize,
+    ) -> (usize, Option<super::BlockError>) {
         debug_assert!(self.fast_allowed());
         let fixed = self.fixed();
         let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());
         let mut done = 0;
+        let mut bad = None;
         for x in execs {
-            let b = &blocks[x.block as usize];
+            let b = match super::block::checked(blocks, x, index + done) {
+                Ok(b) => b,
+                Err(e) => {
+                    bad = Some(e);
+                    break;
+                }
+            };
             let plain = b.instructions() as u64 - 1;
             hot.events += plain;
             hot.instructions += plain;
@@ -400,7 +412,7 @@ impl Tracer {
             }
         }
         (self.hot, self.clock) = (hot, clock);
-        done
+        (done, bad)
     }
 
     /// Runs the longest prefix of `evs` that the fast path takes, stopping after an event that
