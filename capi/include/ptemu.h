@@ -255,7 +255,9 @@ typedef enum {
   PTEMU_ERR_PANIC = -4,
 } ptemu_status;
 
-// A table of blocks, described once and executed many times (ptemu_blocks_add). Opaque.
+// A table of blocks, described once and executed many times (ptemu_blocks_add). Opaque. It
+// may be shared by tracers on several threads; it must not change while a feed uses it:
+// ptemu_blocks_add during one (from a callback, or another thread) is refused.
 typedef struct ptemu_blocks ptemu_blocks;
 
 // Guest physical memory: the host's callbacks or the host's buffer. Opaque.
@@ -362,7 +364,7 @@ typedef struct {
 } ptemu_stats;
 
 // One execution of a block: its id in the table (what ptemu_blocks_add gave) and where the
-// code went after it (the next block's start).
+// code went after it (the next block's start). The layout of Rust's `BlockExec`.
 typedef struct {
   // Where the code went after the block.
   uint64_t next;
@@ -636,7 +638,7 @@ void ptemu_blocks_free(ptemu_blocks *b);
 // included), ending as `end` says (a PTEMU_BLOCK_* kind; `target` for CONDITIONAL, JUMP and
 // CALL, ignored otherwise), and stores its id in `*id` (ids count from 0, in the order blocks
 // are added). PTEMU_ERR_ARGUMENT for no instruction, a length outside 1-15, an unknown kind,
-// or more than 2^32 blocks.
+// more than 2^32 blocks, or a table a feed is using.
 //
 // # Safety
 // `b` must be NULL or live; `lens` NULL or `n` readable bytes; `id` NULL or writable.
@@ -648,14 +650,14 @@ ptemu_status ptemu_blocks_add(ptemu_blocks *b,
                               uint64_t target,
                               uint32_t *id);
 
-// Feeds `n` executions of the blocks of `blocks`, as the twin of `Tracer::feed_blocks`: the same
+// Feeds `n` executions of the blocks of `blocks`, the twin of `Tracer::feed_blocks`: the same
 // bytes as the events they stand for, one step an execution where no per-instruction rule
 // applies (BLK3, BLK4), and stores in `*fed` (unless NULL) how many were fed: `n` on PTEMU_OK.
-// Every execution is checked before any is fed (BLK2): one that names a block the table does
-// not have or goes where its block cannot fails the whole call with PTEMU_ERR_ARGUMENT and its
-// index in the message (`*fed` 0). PTEMU_ERR_MEMORY when `mem` refuses a store: the executions
-// before `*fed` were fed (the last of them is the one whose bytes could not all be stored),
-// the others were not.
+// Each execution is checked as it is taken (BLK2): one that names a block the table does not
+// have or goes where its block cannot is PTEMU_ERR_ARGUMENT with its index in the message,
+// `*fed` that index (the executions before it were fed, none after). PTEMU_ERR_MEMORY when
+// `mem` refuses a store: the executions before `*fed` were fed whole (the last of them is the
+// one whose bytes could not all be stored: they count in bytes_lost), the others were not.
 //
 // # Safety
 // `t` and `mem` must be NULL or live; `blocks` NULL or live; `execs` NULL or `n` readable

@@ -21,14 +21,16 @@ pub const PTEMU_BLOCK_INDIRECT_CALL: u32 = 5;
 /// A near RET.
 pub const PTEMU_BLOCK_RETURN: u32 = 6;
 
-/// A table of blocks, described once and executed many times (ptemu_blocks_add). Opaque.
+/// A table of blocks, described once and executed many times (ptemu_blocks_add). Opaque. It
+/// may be shared by tracers on several threads; it must not change while a feed uses it:
+/// ptemu_blocks_add during one (from a callback, or another thread) is refused.
 #[derive(Debug, Default)]
 pub struct ptemu_blocks {
-    blocks: Vec<Block>,
+    blocks: std::sync::RwLock<Vec<Block>>,
 }
 
 /// One execution of a block: its id in the table (what ptemu_blocks_add gave) and where the
-/// code went after it (the next block's start).
+/// code went after it (the next block's start). The layout of Rust's `BlockExec`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ptemu_block_exec {
@@ -37,6 +39,14 @@ pub struct ptemu_block_exec {
     /// The block's id.
     pub block: u32,
 }
+
+// A C array of executions is read as Rust's, in place.
+const _: () = {
+    assert!(std::mem::size_of::<ptemu_block_exec>() == std::mem::size_of::<BlockExec>());
+    assert!(std::mem::align_of::<ptemu_block_exec>() == std::mem::align_of::<BlockExec>());
+    assert!(std::mem::offset_of!(ptemu_block_exec, next) == std::mem::offset_of!(BlockExec, next));
+    assert!(std::mem::offset_of!(ptemu_block_exec, block) == std::mem::offset_of!(BlockExec, block));
+};
 
 /// Makes an empty table of blocks into `*out` (free it with ptemu_blocks_free).
 ///
@@ -69,7 +79,7 @@ pub unsafe extern "C" fn ptemu_blocks_free(b: *mut ptemu_blocks) {
 /// included), ending as `end` says (a PTEMU_BLOCK_* kind; `target` for CONDITIONAL, JUMP and
 /// CALL, ignored otherwise), and stores its id in `*id` (ids count from 0, in the order blocks
 /// are added). PTEMU_ERR_ARGUMENT for no instruction, a length outside 1-15, an unknown kind,
-/// or more than 2^32 blocks.
+/// more than 2^32 blocks, or a table a feed is using.
 ///
 /// # Safety
 /// `b` must be NULL or live; `lens` NULL or `n` readable bytes; `id` NULL or writable.
@@ -108,26 +118,28 @@ pub unsafe extern "C" fn ptemu_blocks_add(
                 )))
             }
         };
-        let next = u32::try_from(table.blocks.len())
+        let Ok(mut blocks) = table.blocks.try_write() else {
+            return Err(Failure::argument(
+                "the table is in use by a feed (ptemu_tracer_feed_blocks): add blocks between feeds",
+            ));
+        };
+        let next = u32::try_from(blocks.len())
             .map_err(|_| Failure::argument("a table holds at most 2^32 blocks"))?;
         let block = Block::new(start, lens, end).map_err(|e| Failure::argument(e.to_string()))?;
-        table.blocks.push(block);
+        blocks.push(block);
         // SAFETY: non-NULL and writable by contract.
         unsafe { put(id, next) }
     })
 }
 
-/// Executions fed at a time (a batch on the stack).
-const BATCH: usize = 4096;
-
-/// Feeds `n` executions of the blocks of `blocks`, as the twin of `Tracer::feed_blocks`: the same
+/// Feeds `n` executions of the blocks of `blocks`, the twin of `Tracer::feed_blocks`: the same
 /// bytes as the events they stand for, one step an execution where no per-instruction rule
 /// applies (BLK3, BLK4), and stores in `*fed` (unless NULL) how many were fed: `n` on PTEMU_OK.
-/// Every execution is checked before any is fed (BLK2): one that names a block the table does
-/// not have or goes where its block cannot fails the whole call with PTEMU_ERR_ARGUMENT and its
-/// index in the message (`*fed` 0). PTEMU_ERR_MEMORY when `mem` refuses a store: the executions
-/// before `*fed` were fed (the last of them is the one whose bytes could not all be stored),
-/// the others were not.
+/// Each execution is checked as it is taken (BLK2): one that names a block the table does not
+/// have or goes where its block cannot is PTEMU_ERR_ARGUMENT with its index in the message,
+/// `*fed` that index (the executions before it were fed, none after). PTEMU_ERR_MEMORY when
+/// `mem` refuses a store: the executions before `*fed` were fed whole (the last of them is the
+/// one whose bytes could not all be stored: they count in bytes_lost), the others were not.
 ///
 /// # Safety
 /// `t` and `mem` must be NULL or live; `blocks` NULL or live; `execs` NULL or `n` readable
@@ -153,67 +165,39 @@ pub unsafe extern "C" fn ptemu_tracer_feed_blocks(
         let Some(table) = (unsafe { blocks.as_ref() }) else {
             return Err(Failure::null("blocks"));
         };
-        if n == 0 {
-            // SAFETY: forwarded contracts (the pointers are still checked).
-            return unsafe { with_tracer(t, mem, |_, _| Ok(())) };
-        }
-        if execs.is_null() {
+        if n > 0 && execs.is_null() {
             return Err(Failure::null("execs"));
         }
-        // SAFETY: non-NULL and `n` readable executions by contract.
-        let execs = unsafe { std::slice::from_raw_parts(execs, n) };
-        let to_rust = |x: &ptemu_block_exec| BlockExec {
-            next: x.next,
-            block: x.block,
+        let execs: &[BlockExec] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: non-NULL and `n` readable executions by contract; the layouts are the
+            // same (checked at compile time above).
+            unsafe { std::slice::from_raw_parts(execs.cast::<BlockExec>(), n) }
         };
-        // Every execution checked before any is fed.
-        for (index, x) in execs.iter().enumerate() {
-            let ok = table
-                .blocks
-                .get(x.block as usize)
-                .is_some_and(|b| b.can_go_to(x.next));
-            if !ok {
-                let e = match table.blocks.get(x.block as usize) {
-                    None => BlockError::Unknown {
-                        index,
-                        block: x.block,
-                        blocks: table.blocks.len(),
-                    },
-                    Some(b) => BlockError::Successor {
-                        index,
-                        start: b.start(),
-                        next: x.next,
-                        end: b.end(),
-                    },
-                };
-                return Err(Failure::argument(e.to_string()));
-            }
-        }
-        let mut batch = [BlockExec { next: 0, block: 0 }; BATCH];
+        // Held for the whole feed: ptemu_blocks_add is refused meanwhile.
+        let blocks = table.blocks.read().unwrap_or_else(|p| p.into_inner());
         let mut done = 0;
-        for chunk in execs.chunks(BATCH) {
-            for (slot, x) in batch.iter_mut().zip(chunk) {
-                *slot = to_rust(x);
-            }
-            let part = &batch[..chunk.len()];
-            // SAFETY: forwarded contracts.
-            let r = unsafe {
-                with_tracer(t, mem, |t, m| match t.feed_blocks(m, &table.blocks, part) {
-                    Ok(()) => {
-                        done += part.len();
-                        Ok(())
-                    }
-                    Err(BlockError::Memory { fed, error }) => {
-                        done += fed;
-                        let message = format!("execution {}: {error}", done - 1);
-                        Err(Failure::new(PTEMU_ERR_MEMORY, message))
-                    }
-                    Err(e) => Err(Failure::argument(e.to_string())),
-                })
-            };
-            report(done);
-            r?;
-        }
-        Ok(())
+        // SAFETY: forwarded contracts.
+        let r = unsafe {
+            with_tracer(t, mem, |t, m| match t.feed_blocks(m, &blocks, execs) {
+                Ok(()) => {
+                    done = n;
+                    Ok(())
+                }
+                Err(BlockError::Memory { fed, error }) => {
+                    done = fed;
+                    let message = format!("execution {}: {error}", fed.saturating_sub(1));
+                    Err(Failure::new(PTEMU_ERR_MEMORY, message))
+                }
+                Err(e @ (BlockError::Unknown { index, .. } | BlockError::Successor { index, .. })) => {
+                    done = index;
+                    Err(Failure::argument(e.to_string()))
+                }
+                Err(e) => Err(Failure::argument(e.to_string())),
+            })
+        };
+        report(done);
+        r
     })
 }

@@ -189,42 +189,65 @@ fn blk1_blk2_bad_blocks_and_executions_are_refused_with_their_index() {
             PTEMU_ERR_NULL
         );
     }
+    let ok = ptemu_block_exec {
+        next: 0x40_1100,
+        block: 0,
+    };
     let bad = [
-        ptemu_block_exec {
-            next: 0x40_1100,
-            block: 0,
-        },
+        ok,
         ptemu_block_exec {
             next: 0x40_9999,
             block: 4,
         },
+        ok,
     ];
     let unknown = [ptemu_block_exec { next: 0, block: 9 }];
-    let (before, after) = (
-        run(|_, _| {}),
+    let (first, after) = (
+        // SAFETY: the pointers run() hands over are live.
+        run(|t, mem| unsafe {
+            assert_eq!(
+                ptemu_tracer_feed_blocks(t, mem, table, &ok, 1, null_mut()),
+                PTEMU_OK
+            );
+        }),
         // SAFETY: the pointers run() hands over are live.
         run(|t, mem| unsafe {
             let mut fed = usize::MAX;
             assert_eq!(
-                ptemu_tracer_feed_blocks(t, mem, table, bad.as_ptr(), 2, &mut fed),
+                ptemu_tracer_feed_blocks(t, mem, table, bad.as_ptr(), 3, &mut fed),
                 PTEMU_ERR_ARGUMENT
             );
-            assert_eq!(fed, 0);
+            assert_eq!(fed, 1, "the execution before the bad one is fed, none after");
             let msg = std::ffi::CStr::from_ptr(ptemu_last_error())
                 .to_string_lossy()
                 .into_owned();
-            assert!(msg.contains("execution 1") && msg.contains("0x409999"), "{msg}");
+            assert!(
+                msg.contains("execution 1") && msg.contains("0x409999") && msg.contains("a JMP to 0x401000"),
+                "{msg}"
+            );
             assert_eq!(
                 ptemu_tracer_feed_blocks(t, mem, table, unknown.as_ptr(), 1, &mut fed),
                 PTEMU_ERR_ARGUMENT
             );
+            assert_eq!(fed, 0);
             assert_eq!(
                 ptemu_tracer_feed_blocks(t, mem, null_mut(), bad.as_ptr(), 2, &mut fed),
                 PTEMU_ERR_NULL
             );
+            assert_eq!(
+                ptemu_tracer_feed_blocks(t, mem, table, std::ptr::null(), 2, &mut fed),
+                PTEMU_ERR_NULL
+            );
+            assert_eq!(
+                ptemu_tracer_feed_blocks(t, mem, table, std::ptr::null(), 0, &mut fed),
+                PTEMU_OK
+            );
         }),
     );
-    assert!(before == after, "a refused call fed nothing");
+    assert!(
+        first == after,
+        "a call refused at execution 1 fed execution 0 and nothing else"
+    );
     // SAFETY: made by ptemu_blocks_new, freed once.
     unsafe { ptemu_blocks_free(table) };
 }

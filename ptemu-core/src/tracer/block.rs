@@ -41,6 +41,20 @@ pub enum BlockEnd {
     Return,
 }
 
+impl std::fmt::Display for BlockEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            BlockEnd::FallThrough => write!(f, "no branch"),
+            BlockEnd::Conditional { target } => write!(f, "a conditional branch to {target:#x}"),
+            BlockEnd::Jump { target } => write!(f, "a JMP to {target:#x}"),
+            BlockEnd::Call { target } => write!(f, "a CALL to {target:#x}"),
+            BlockEnd::IndirectJump => write!(f, "an indirect JMP"),
+            BlockEnd::IndirectCall => write!(f, "an indirect CALL"),
+            BlockEnd::Return => write!(f, "a RET"),
+        }
+    }
+}
+
 /// A block of straight-line code: its start, every instruction's length, how it ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
@@ -85,7 +99,7 @@ pub enum BlockError {
         blocks: usize,
     },
     /// An execution that goes where its block cannot (BLK2; the executions before it were fed).
-    #[error("execution {index}: the block at {start:#x} cannot go on at {next:#x} (it ends with {end:?})")]
+    #[error("execution {index}: the block at {start:#x} cannot go on at {next:#x} (it ends with {end})")]
     Successor {
         /// The execution's index.
         index: usize,
@@ -96,8 +110,9 @@ pub enum BlockError {
         /// How the block ends.
         end: BlockEnd,
     },
-    /// Host memory refused a store: the executions before `fed` were fed (the last of them is
-    /// the one whose bytes could not all be stored), the others were not.
+    /// Host memory refused a store: the executions before `fed` were fed whole (the last of them
+    /// is the one whose bytes could not all be stored: they count as lost), the others were
+    /// not.
     #[error("after {fed} executions: {error}")]
     Memory {
         /// Executions fed.
@@ -257,7 +272,10 @@ impl Tracer {
         let mut rest = execs;
         while let Some(x) = rest.first() {
             let index = execs.len() - rest.len();
-            let (fed, bad) = if self.fast {
+            // A PSB+ or a hand-off already due (after a `flush`, say) goes out after the next
+            // instruction on the per-instruction path: this execution takes that path.
+            let due = self.hot.psb_bytes >= self.psb_interval() || self.hot.len >= self.cfg.flush_bytes;
+            let (fed, bad) = if self.fast && !due {
                 let (done, bad) = self.fast_blocks(blocks, rest, index);
                 rest = &rest[done..];
                 let fed = if done > 0 {
@@ -272,7 +290,7 @@ impl Tracer {
                         events.clear();
                         b.events_into(x.next, &mut events);
                         rest = &rest[1..];
-                        (self.feed(mem, &events).map_err(|e| e.error), None)
+                        (self.feed_whole(mem, &events), None)
                     }
                     Err(e) => (Ok(()), Some(e)),
                 }
@@ -291,5 +309,23 @@ impl Tracer {
         }
         self.block_events = events;
         result
+    }
+
+    /// An execution's events, all of them: a store that fails part-way loses its bytes (as
+    /// [`Tracer::feed`] counts them) and the rest of the execution is still traced, so that an
+    /// execution is fed whole or not at all; the first failure is returned.
+    fn feed_whole<M: PhysMemory>(&mut self, mem: &mut M, events: &[Event]) -> Result<(), MemError> {
+        let mut rest = events;
+        let mut first = None;
+        while !rest.is_empty() {
+            match self.feed(mem, rest) {
+                Ok(()) => break,
+                Err(e) => {
+                    first.get_or_insert(e.error);
+                    rest = &rest[e.fed.max(1)..];
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 }
