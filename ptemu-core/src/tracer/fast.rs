@@ -352,6 +352,18 @@ impl Hot {
     }
 }
 
+/// A hint that `value` is about to be read (nothing where the target has no prefetch).
+#[inline(always)]
+fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((value as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
 impl Tracer {
     /// What the fast path reads but never changes, as the settings are now.
     #[inline(always)]
@@ -385,7 +397,12 @@ impl Tracer {
         let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());
         let mut done = 0;
         let mut bad = None;
-        for x in execs {
+        for (k, x) in execs.iter().enumerate() {
+            // The block a few executions ahead is fetched into the cache while this one runs:
+            // the table is reached at random, and each step waits on its block's record.
+            if let Some(ahead) = execs.get(k + 8).and_then(|a| blocks.get(a.block as usize)) {
+                prefetch(ahead);
+            }
             let b = match super::block::checked(blocks, x, index + done) {
                 Ok(b) => b,
                 Err(e) => {
