@@ -2,7 +2,7 @@
 //! translates and each thread's executions of them, the files its code runs from and what the
 //! program does that the trace must know of (system calls, threads, signal handlers, code no
 //! file holds) to `ptemu run`, over the socket `ptemu run` names with `fd=N` (spec/qemu.md). The
-//! stream's format is `ptemu::sources::qemu::wire`; the events and the trace are made on the
+//! stream's format is the `ptemu-wire` crate's; the events and the trace are made on the
 //! other side, so the guest runs on while the tracer works on another core. A forked child hands
 //! the socket of its own stream over through the fork descriptor `forks=M` (QE18, QE19).
 //!
@@ -14,7 +14,7 @@ mod api;
 mod maps;
 
 use api::{Api, PluginId, QemuInfo, Tb, CB_NO_REGS};
-use ptemu::sources::qemu::wire::{NoteKind, Writer};
+use ptemu_wire::{NoteKind, Writer};
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -383,9 +383,7 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             }
         }
         let distances: Vec<u64> = starts.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
-        let code = sh
-            .maps
-            .read_code(vaddr, last + ptemu::sources::qemu::wire::MAX_INSN_LEN);
+        let code = sh.maps.read_code(vaddr, last + ptemu_wire::MAX_INSN_LEN);
         if code.len() <= last {
             sh.note(
                 NoteKind::Failure,

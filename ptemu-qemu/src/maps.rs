@@ -1,7 +1,7 @@
 //! Which file the guest's code comes from (spec/qemu.md QE5), read from the host's process map,
 //! and reads of guest memory that cannot crash QEMU.
 
-use ptemu::sources::qemu::wire::FileMap;
+use ptemu_wire::FileMap;
 
 /// What the plugin knows of the guest's address space.
 #[derive(Debug, Default)]

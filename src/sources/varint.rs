@@ -62,26 +62,8 @@ pub(crate) fn read(buf: &[u8], pos: usize, max_bytes: usize) -> Option<(u64, usi
     None
 }
 
-/// A varint taken one byte at a time, for a reader that gets its bytes one by one.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Varint {
-    /// The 7-bit groups so far, least significant first.
-    pub value: u64,
-    /// Bytes taken.
-    pub len: u32,
-}
-
-impl Varint {
-    /// Takes the next byte; `true` when it is the last one (its continuation bit clear). Groups
-    /// past the 64th bit are dropped (the caller bounds the length).
-    pub fn push(&mut self, b: u8) -> bool {
-        if self.len < 10 {
-            self.value |= u64::from(b & 0x7f) << (7 * self.len);
-        }
-        self.len += 1;
-        b < 0x80
-    }
-}
+/// A varint taken one byte at a time (the QEMU stream's, shared with its crate).
+pub(crate) use ptemu_wire::Varint;
 
 #[cfg(test)]
 pub(crate) mod tests {

@@ -869,6 +869,8 @@ impl<R: Read> QemuEvents<R> {
                 self.side.lock().expect("not poisoned").execs.push(text);
                 Ok(())
             }
+            // A kind a newer ptemu-wire knows and this reader does not.
+            kind => refuse(self, format!("a note this ptemu does not know: {kind:?}")),
         }
     }
 }

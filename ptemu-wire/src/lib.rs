@@ -1,0 +1,750 @@
+//! The byte stream the QEMU plugin (`ptemu-qemu/`) sends to `ptemu run`, both sides: the
+//! plugin writes it with [`Writer`], `ptemu run` reads it with [`Reader`] (spec/qemu.md QE1).
+//! A crate of its own, with no dependency, so that the plugin QEMU loads links only this (and
+//! libc), not ptemu; ptemu re-exports it as `ptemu::sources::qemu::wire`.
+//!
+//! The stream starts with [`MAGIC`]; then records, each a tag byte and its fields, integers as
+//! unsigned LEB128 varints:
+//!
+//! | tag | record | fields |
+//! |---|---|---|
+//! | 1 | a translated block | guest address, instruction count N, N - 1 distances from one instruction's start to the next, code length L, L bytes of code from the guest address (the last instruction's up to 15 bytes, as far as they are readable) |
+//! | 2 | an executed instruction | its id |
+//! | 3 | a run of executed instructions | count: each one's id is the previous id + 1 |
+//! | 4 | a file mapping code ran from | start, end, file offset, device major, minor, inode, path length, path |
+//! | 5 | a note | kind (1 byte), value, text length, text |
+//! | 6 | the end | instructions executed (the plugin's own count, every thread's) |
+//! | 7 | whose records follow | a thread's id (its tid), or 0: records of the whole process |
+//!
+//! The records of a program's threads are interleaved in chunks (QE15): each thread gathers its
+//! executions and notes, and sends them behind a thread record; blocks, file mappings and the
+//! notes about the whole process come behind a thread record of 0. A stream without thread
+//! records is one thread's. A run record never follows a thread record: each chunk starts
+//! with an execution record.
+//!
+//! Instruction ids are given in translation order, from 0: the first instruction of the first
+//! block is 0, the next one 1, and so on across blocks. Executed instructions mostly follow one
+//! another in a block, so a run record stands for most of them: well under a byte an
+//! instruction.
+
+use std::io::{self, Read};
+
+/// The first bytes of the stream: name and version 2 (version 1 sent one execution an
+/// instruction and had no system-call note).
+pub const MAGIC: &[u8; 8] = b"PTEMUQ\x00\x02";
+
+const TAG_BLOCK: u8 = 1;
+const TAG_EXEC: u8 = 2;
+const TAG_RUN: u8 = 3;
+const TAG_MAP: u8 = 4;
+const TAG_NOTE: u8 = 5;
+const TAG_END: u8 = 6;
+const TAG_THREAD: u8 = 7;
+
+/// The longest x86 instruction.
+pub const MAX_INSN_LEN: usize = 15;
+
+/// What a note says (spec/qemu.md QE7-QE10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NoteKind {
+    /// The program started a thread (the value: the new thread's tid), in the chunk of the
+    /// thread that started it (QE15).
+    Thread,
+    /// The program forked (the value: the child's pid); the child is not traced.
+    Fork,
+    /// The program called execve (the text: the path); if it succeeds the new program runs
+    /// without the plugin.
+    Exec,
+    /// Code ran from memory that no file backs (the value: its address; the text: what the
+    /// process map says of it).
+    AnonymousCode,
+    /// The program installed a signal handler (the value: its address).
+    Handler,
+    /// The plugin could not do its job (the text says why).
+    Failure,
+    /// A system call returned and the program ran on (the value: its number): sent, at once,
+    /// when the next instruction runs, so a stream that ends after it tells that what the
+    /// program ran last was lost, and one that ends at a SYSCALL without it, that the program
+    /// ended inside the call.
+    Returned,
+    /// A system call began (the value: its number): the block that ends with its SYSCALL ran
+    /// to its end. Sent at once.
+    Syscall,
+    /// The thread's last record (the value: the instructions it executed, by the plugin's
+    /// count): it left by the exit system call, or the process ended (QE15).
+    ThreadEnd,
+}
+
+impl NoteKind {
+    fn code(self) -> u8 {
+        match self {
+            NoteKind::Thread => 1,
+            NoteKind::Fork => 2,
+            NoteKind::Exec => 3,
+            NoteKind::AnonymousCode => 4,
+            NoteKind::Handler => 5,
+            NoteKind::Failure => 6,
+            NoteKind::Returned => 7,
+            NoteKind::Syscall => 8,
+            NoteKind::ThreadEnd => 9,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            1 => NoteKind::Thread,
+            2 => NoteKind::Fork,
+            3 => NoteKind::Exec,
+            4 => NoteKind::AnonymousCode,
+            5 => NoteKind::Handler,
+            6 => NoteKind::Failure,
+            7 => NoteKind::Returned,
+            8 => NoteKind::Syscall,
+            9 => NoteKind::ThreadEnd,
+            _ => return None,
+        })
+    }
+}
+
+/// A file mapping that executed code lies in, in guest addresses (an MMAP2 record for perf).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileMap {
+    /// First guest address.
+    pub start: u64,
+    /// One past the last guest address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// Device major number.
+    pub major: u32,
+    /// Device minor number.
+    pub minor: u32,
+    /// Inode.
+    pub inode: u64,
+    /// The file's path as the host's process map names it.
+    pub path: String,
+}
+
+/// Appends records to a buffer; the caller sends the buffer ([`Writer::take`]) when it likes.
+/// No allocation once the buffer has grown.
+#[derive(Debug)]
+pub struct Writer {
+    buf: Vec<u8>,
+    next_id: u64,
+    last_exec: u64,
+    /// Executions after `last_exec`, each the id after the one before, not yet in `buf`.
+    run: u64,
+    executed: u64,
+}
+
+impl Default for Writer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Writer {
+    /// A writer whose buffer holds the magic.
+    pub fn new() -> Self {
+        let mut buf = Vec::with_capacity(1 << 16);
+        buf.extend_from_slice(MAGIC);
+        Writer {
+            buf,
+            next_id: 0,
+            last_exec: u64::MAX,
+            run: 0,
+            executed: 0,
+        }
+    }
+
+    /// A translated block at `vaddr`: its instructions start at `vaddr` and after each of
+    /// `distances` (one fewer than the instructions), and `code` is the guest's bytes from
+    /// `vaddr` (through the last instruction). Returns the id of its first instruction (the
+    /// others follow).
+    pub fn block(&mut self, vaddr: u64, distances: &[u64], code: &[u8]) -> u64 {
+        self.close_run();
+        let first = self.next_id;
+        self.buf.push(TAG_BLOCK);
+        put(&mut self.buf, vaddr);
+        put(&mut self.buf, distances.len() as u64 + 1);
+        for &d in distances {
+            put(&mut self.buf, d);
+        }
+        put(&mut self.buf, code.len() as u64);
+        self.buf.extend_from_slice(code);
+        self.next_id += distances.len() as u64 + 1;
+        first
+    }
+
+    /// The instruction `id` executed.
+    #[inline]
+    pub fn exec(&mut self, id: u64) {
+        self.exec_block(id, 1);
+    }
+
+    /// The `count` instructions from id `first` on executed, one after another (a block).
+    #[inline]
+    pub fn exec_block(&mut self, first: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.executed += count;
+        if self.last_exec != u64::MAX && first == self.last_exec + 1 {
+            self.run += count;
+        } else {
+            self.close_run();
+            self.buf.push(TAG_EXEC);
+            put(&mut self.buf, first);
+            self.run = count - 1;
+        }
+        self.last_exec = first + count - 1;
+    }
+
+    /// A file mapping that code ran from.
+    pub fn map(&mut self, m: &FileMap) {
+        self.close_run();
+        self.buf.push(TAG_MAP);
+        for v in [m.start, m.end, m.offset, m.major.into(), m.minor.into(), m.inode] {
+            put(&mut self.buf, v);
+        }
+        put(&mut self.buf, m.path.len() as u64);
+        self.buf.extend_from_slice(m.path.as_bytes());
+    }
+
+    /// A note.
+    pub fn note(&mut self, kind: NoteKind, value: u64, text: &str) {
+        self.close_run();
+        self.buf.push(TAG_NOTE);
+        self.buf.push(kind.code());
+        put(&mut self.buf, value);
+        put(&mut self.buf, text.len() as u64);
+        self.buf.extend_from_slice(text.as_bytes());
+    }
+
+    /// The end record, with the number of executions seen.
+    pub fn end(&mut self) {
+        self.end_with(self.executed);
+    }
+
+    /// The end record, with `executed`: every thread's executions (QE15).
+    pub fn end_with(&mut self, executed: u64) {
+        self.close_run();
+        self.buf.push(TAG_END);
+        put(&mut self.buf, executed);
+    }
+
+    /// The records after this are thread `tid`'s (0: the whole process's).
+    pub fn thread(&mut self, tid: u64) {
+        self.close_run();
+        self.buf.push(TAG_THREAD);
+        put(&mut self.buf, tid);
+        self.last_exec = u64::MAX;
+    }
+
+    /// Executions this writer counted.
+    pub fn executed(&self) -> u64 {
+        self.executed
+    }
+
+    /// A writer for a thread's records (no magic: its chunks go into a stream that has one).
+    pub fn chunks() -> Self {
+        let mut w = Writer::new();
+        w.buf.clear();
+        w
+    }
+
+    /// [`Writer::take`] behind a thread record for `tid` (0: the whole process): nothing when
+    /// nothing is waiting. The next chunk starts afresh (its first execution is not a run).
+    pub fn take_chunk(&mut self, tid: u64, send: &mut dyn FnMut(&[u8])) {
+        self.close_run();
+        if self.buf.is_empty() {
+            return;
+        }
+        let mut head = vec![TAG_THREAD];
+        put(&mut head, tid);
+        send(&head);
+        send(&self.buf);
+        self.buf.clear();
+        self.last_exec = u64::MAX;
+    }
+
+    /// Bytes waiting to be sent.
+    pub fn pending(&self) -> usize {
+        self.buf.len() + usize::from(self.run > 0)
+    }
+
+    /// Everything written so far, for the caller to send; the buffer is empty afterwards.
+    pub fn take(&mut self, send: &mut dyn FnMut(&[u8])) {
+        self.close_run();
+        send(&self.buf);
+        self.buf.clear();
+    }
+
+    #[inline(always)]
+    fn close_run(&mut self) {
+        if self.run > 0 {
+            self.buf.push(TAG_RUN);
+            put(&mut self.buf, self.run);
+            self.run = 0;
+        }
+    }
+}
+
+/// Appends `v` as an unsigned LEB128 varint. Written out here, not prost's
+/// `encode_varint`, because the plugin calls it once for every block QEMU executes and it must
+/// inline into that callback (prost's is not inlined across crates: measured 14% of QEMU's time with the plugin).
+#[inline(always)]
+fn put(buf: &mut Vec<u8>, mut v: u64) {
+    // A byte at a time: a copy of a slice this short is a call to memmove (measured 25%).
+    while v >= 0x80 {
+        buf.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+/// One record, as [`Reader::next_record`] returns it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Record<'a> {
+    /// A translated block: its address, the id of its first instruction, where each
+    /// instruction starts and the code.
+    Block {
+        /// Guest address of the first instruction.
+        vaddr: u64,
+        /// Id of the first instruction.
+        first_id: u64,
+        /// Each instruction's offset from `vaddr` (the first is 0), ascending.
+        offsets: &'a [u32],
+        /// The guest's bytes from `vaddr`.
+        code: &'a [u8],
+    },
+    /// `count` instructions executed, the first with id `first`, each next one the id after.
+    Exec {
+        /// Id of the first.
+        first: u64,
+        /// How many (at least 1).
+        count: u64,
+    },
+    /// A file mapping.
+    Map(FileMap),
+    /// A note.
+    Note {
+        /// What kind.
+        kind: NoteKind,
+        /// Its value.
+        value: u64,
+        /// Its text.
+        text: String,
+    },
+    /// The records after this are thread `tid`'s (0: the whole process's).
+    Thread {
+        /// The thread's id.
+        tid: u64,
+    },
+    /// The end, with the plugin's count of executions.
+    End {
+        /// Executions the plugin counted.
+        executed: u64,
+    },
+}
+
+/// A malformed stream: the byte offset and what is wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("byte offset {offset}: {message}")]
+pub struct WireError {
+    /// Where the bad record starts.
+    pub offset: u64,
+    /// What is wrong.
+    pub message: String,
+    /// The I/O error beneath, if any.
+    #[source]
+    pub io: Option<io::Error>,
+}
+
+/// Reads records from a stream, with a buffer of its own.
+#[derive(Debug)]
+pub struct Reader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    at: usize,
+    filled: usize,
+    /// Stream offset of `buf[0]`.
+    base: u64,
+    next_id: u64,
+    last_exec: u64,
+    started: bool,
+    ended: bool,
+    offsets: Vec<u32>,
+}
+
+/// The most instructions a block record may hold (QEMU's blocks hold at most 512).
+pub const MAX_BLOCK_INSNS: u64 = 4096;
+
+impl<R: Read> Reader<R> {
+    /// A reader of `inner`.
+    pub fn new(inner: R) -> Self {
+        Reader {
+            inner,
+            buf: vec![0; 1 << 16],
+            at: 0,
+            filled: 0,
+            base: 0,
+            next_id: 0,
+            last_exec: u64::MAX,
+            started: false,
+            ended: false,
+            offsets: Vec::new(),
+        }
+    }
+
+    /// Bytes read so far (the offset of the next record).
+    pub fn offset(&self) -> u64 {
+        self.base + self.at as u64
+    }
+
+    /// Ids given so far (one past the last instruction translated).
+    pub fn ids(&self) -> u64 {
+        self.next_id
+    }
+
+    /// Whether the stream's magic was read (the plugin loaded and spoke).
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Whether the end record was read.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// The next record, or `None` at the end of the stream (with or without an end record:
+    /// a process that died never wrote one).
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, WireError> {
+        if !self.started {
+            let mut magic = [0u8; 8];
+            for b in &mut magic {
+                *b = match self.byte()? {
+                    Some(b) => b,
+                    None if self.offset() == 0 => return Ok(None),
+                    None => return Err(self.error(0, "the stream ends inside its magic")),
+                };
+            }
+            if &magic != MAGIC {
+                return Err(self.error(0, "not a ptemu-qemu stream (bad magic or version)"));
+            }
+            self.started = true;
+        }
+        let start = self.offset();
+        let Some(tag) = self.byte()? else {
+            return Ok(None);
+        };
+        if self.ended {
+            return Err(self.error(start, "a record after the end record"));
+        }
+        match tag {
+            TAG_BLOCK => {
+                let vaddr = self.varint(start)?;
+                let n = self.varint(start)?;
+                if n == 0 || n > MAX_BLOCK_INSNS {
+                    return Err(self.error(start, format!("a block of {n} instructions")));
+                }
+                self.offsets.clear();
+                self.offsets.push(0);
+                let mut at = 0u64;
+                for _ in 1..n {
+                    let d = self.varint(start)?;
+                    if d == 0 || d > MAX_INSN_LEN as u64 {
+                        return Err(self.error(start, format!("an instruction of {d} bytes")));
+                    }
+                    at += d;
+                    self.offsets.push(at as u32);
+                }
+                let len = self.varint(start)?;
+                if len <= at || len > at + MAX_INSN_LEN as u64 {
+                    return Err(self.error(
+                        start,
+                        format!("{len} bytes of code for instructions up to offset {at}"),
+                    ));
+                }
+                let len = len as usize;
+                self.need(len, start)?;
+                let first_id = self.next_id;
+                self.next_id += n;
+                let from = self.at;
+                self.at += len;
+                Ok(Some(Record::Block {
+                    vaddr,
+                    first_id,
+                    offsets: &self.offsets,
+                    code: &self.buf[from..from + len],
+                }))
+            }
+            TAG_EXEC => {
+                let id = self.varint(start)?;
+                if id >= self.next_id {
+                    return Err(self.error(
+                        start,
+                        format!("instruction {id} executed before it was translated"),
+                    ));
+                }
+                self.last_exec = id;
+                Ok(Some(Record::Exec { first: id, count: 1 }))
+            }
+            TAG_THREAD => {
+                let tid = self.varint(start)?;
+                self.last_exec = u64::MAX;
+                Ok(Some(Record::Thread { tid }))
+            }
+            TAG_RUN => {
+                let count = self.varint(start)?;
+                if self.last_exec == u64::MAX {
+                    return Err(self.error(start, "a run with no execution before it in its chunk"));
+                }
+                let first = self.last_exec.wrapping_add(1);
+                let last = first.checked_add(count.wrapping_sub(1));
+                if count == 0 || last.is_none_or(|l| l >= self.next_id) {
+                    return Err(self.error(
+                        start,
+                        format!("a run of {count} instructions past the last translated"),
+                    ));
+                }
+                self.last_exec = first + count - 1;
+                Ok(Some(Record::Exec { first, count }))
+            }
+            TAG_MAP => {
+                let mut v = [0u64; 6];
+                for x in &mut v {
+                    *x = self.varint(start)?;
+                }
+                let path = self.text(start)?;
+                let [start_addr, end, offset, major, minor, inode] = v;
+                if end <= start_addr {
+                    return Err(self.error(start, "a mapping that ends before it starts"));
+                }
+                Ok(Some(Record::Map(FileMap {
+                    start: start_addr,
+                    end,
+                    offset,
+                    major: major as u32,
+                    minor: minor as u32,
+                    inode,
+                    path,
+                })))
+            }
+            TAG_NOTE => {
+                let code = self
+                    .byte()?
+                    .ok_or_else(|| self.error(start, "the stream ends inside a note"))?;
+                let kind = NoteKind::from_code(code)
+                    .ok_or_else(|| self.error(start, format!("a note of kind {code}")))?;
+                let value = self.varint(start)?;
+                let text = self.text(start)?;
+                Ok(Some(Record::Note { kind, value, text }))
+            }
+            TAG_END => {
+                let executed = self.varint(start)?;
+                self.ended = true;
+                Ok(Some(Record::End { executed }))
+            }
+            t => Err(self.error(start, format!("unknown record tag {t}"))),
+        }
+    }
+
+    fn error(&self, offset: u64, message: impl Into<String>) -> WireError {
+        WireError {
+            offset,
+            message: message.into(),
+            io: None,
+        }
+    }
+
+    /// Makes `n` unread bytes available in the buffer, or fails at the end of the stream.
+    fn need(&mut self, n: usize, start: u64) -> Result<(), WireError> {
+        if self.filled - self.at >= n {
+            return Ok(());
+        }
+        if self.at > 0 {
+            self.buf.copy_within(self.at..self.filled, 0);
+            self.filled -= self.at;
+            self.base += self.at as u64;
+            self.at = 0;
+        }
+        if self.buf.len() < n {
+            self.buf.resize(n, 0);
+        }
+        while self.filled < n {
+            match self.inner.read(&mut self.buf[self.filled..]) {
+                Ok(0) => return Err(self.error(start, "the stream ends inside a record")),
+                Ok(k) => self.filled += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(WireError {
+                        offset: start,
+                        message: format!("reading the stream: {e}"),
+                        io: Some(e),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn byte(&mut self) -> Result<Option<u8>, WireError> {
+        if self.at == self.filled {
+            self.base += self.filled as u64;
+            self.at = 0;
+            self.filled = 0;
+            loop {
+                match self.inner.read(&mut self.buf) {
+                    Ok(0) => return Ok(None),
+                    Ok(k) => {
+                        self.filled = k;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        return Err(WireError {
+                            offset: self.base,
+                            message: format!("reading the stream: {e}"),
+                            io: Some(e),
+                        })
+                    }
+                }
+            }
+        }
+        let b = self.buf[self.at];
+        self.at += 1;
+        Ok(Some(b))
+    }
+
+    fn varint(&mut self, start: u64) -> Result<u64, WireError> {
+        let mut v = Varint::default();
+        while v.len < 10 {
+            let b = self
+                .byte()?
+                .ok_or_else(|| self.error(start, "the stream ends inside a record"))?;
+            if v.push(b) {
+                return Ok(v.value);
+            }
+        }
+        Err(self.error(start, "a varint longer than 64 bits"))
+    }
+
+    fn text(&mut self, start: u64) -> Result<String, WireError> {
+        let n = self.varint(start)?;
+        if n > 4096 {
+            return Err(self.error(start, format!("a text of {n} bytes")));
+        }
+        let n = n as usize;
+        self.need(n, start)?;
+        let s = String::from_utf8_lossy(&self.buf[self.at..self.at + n]).into_owned();
+        self.at += n;
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(w: &mut Writer) -> Vec<u8> {
+        let mut out = Vec::new();
+        w.take(&mut |b| out.extend_from_slice(b));
+        out
+    }
+
+    #[test]
+    fn every_record_reads_back_and_runs_fold_consecutive_ids() {
+        let mut w = Writer::new();
+        assert_eq!(w.block(0x401000, &[1], &[0x90, 0x48, 0x89, 0xc3]), 0);
+        let map = FileMap {
+            start: 0x400000,
+            end: 0x402000,
+            offset: 0,
+            major: 8,
+            minor: 1,
+            inode: 42,
+            path: "/bin/x".into(),
+        };
+        w.map(&map);
+        for id in [0, 1, 0, 1, 1] {
+            w.exec(id);
+        }
+        w.note(NoteKind::Fork, 77, "child");
+        w.end();
+        let bytes = written(&mut w);
+        let mut r = Reader::new(&bytes[..]);
+        let mut got = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            got.push(format!("{rec:?}"));
+        }
+        assert_eq!(got.len(), 9, "{got:#?}");
+        assert!(got[0].starts_with("Block { vaddr: 4198400, first_id: 0, offsets: [0, 1]"));
+        // The first execution is never a run (QE15: each chunk starts with one).
+        assert_eq!(got[2], "Exec { first: 0, count: 1 }");
+        assert_eq!(got[3], "Exec { first: 1, count: 1 }");
+        assert_eq!(got[4], "Exec { first: 0, count: 1 }");
+        assert_eq!(got[5], "Exec { first: 1, count: 1 }");
+        assert_eq!(got[6], "Exec { first: 1, count: 1 }");
+        assert!(got[7].contains("Fork"));
+        assert_eq!(got[8], "End { executed: 5 }");
+        assert!(r.ended());
+    }
+
+    #[test]
+    fn a_cut_or_bad_stream_names_the_offset() {
+        let mut w = Writer::new();
+        w.block(0x1000, &[], &[0x90]);
+        w.exec(0);
+        let bytes = written(&mut w);
+        let cut = &bytes[..bytes.len() - 1];
+        let mut r = Reader::new(cut);
+        assert!(matches!(r.next_record(), Ok(Some(Record::Block { .. }))));
+        let e = r.next_record().unwrap_err();
+        assert_eq!(e.offset, 8 + 6);
+        let mut bad = bytes.clone();
+        bad[8 + 6] = 3; // a run with no execution before it
+        let mut r = Reader::new(&bad[..]);
+        r.next_record().unwrap();
+        let e = r.next_record().unwrap_err();
+        assert!(e.message.contains("no execution before it"), "{e}");
+        let mut bad = bytes.clone();
+        bad.extend_from_slice(&[3, 9]); // a run of ids never translated
+        let mut r = Reader::new(&bad[..]);
+        r.next_record().unwrap();
+        r.next_record().unwrap();
+        let e = r.next_record().unwrap_err();
+        assert!(e.message.contains("past the last translated"), "{e}");
+        let mut bad = bytes.clone();
+        bad[8 + 6 + 1] = 1; // an exec of id 1, never translated
+        let mut r = Reader::new(&bad[..]);
+        r.next_record().unwrap();
+        let e = r.next_record().unwrap_err();
+        assert!(e.message.contains("before it was translated"), "{e}");
+        let e = Reader::new(&b"PTEMUQ\x00\x09"[..]).next_record().unwrap_err();
+        assert!(e.message.contains("magic"), "{e}");
+    }
+}
+
+/// A varint taken one byte at a time, for a reader that gets its bytes one by one (the
+/// stream's fields, and ptemu's gem5 reader's length prefixes).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Varint {
+    /// The 7-bit groups so far, least significant first.
+    pub value: u64,
+    /// Bytes taken.
+    pub len: u32,
+}
+
+impl Varint {
+    /// Takes the next byte; `true` when it is the last one (its continuation bit clear). Groups
+    /// past the 64th bit are dropped (the caller bounds the length).
+    pub fn push(&mut self, b: u8) -> bool {
+        if self.len < 10 {
+            self.value |= u64::from(b & 0x7f) << (7 * self.len);
+        }
+        self.len += 1;
+        b < 0x80
+    }
+}
