@@ -60,7 +60,6 @@ impl std::fmt::Display for BlockEnd {
 pub struct Block {
     start: u64,
     last_ip: u64,
-    fall_through: u64,
     end: BlockEnd,
     /// The last instruction's length (kept beside the rest: the one-step path reads only this
     /// record).
@@ -137,7 +136,6 @@ impl Block {
         let last_len = lens[lens.len() - 1];
         Ok(Block {
             start,
-            fall_through: last_ip.wrapping_add(u64::from(last_len)),
             lens: lens.into(),
             end,
             last_ip,
@@ -166,8 +164,9 @@ impl Block {
     }
 
     /// The address after its last instruction.
+    #[inline]
     pub fn fall_through(&self) -> u64 {
-        self.fall_through
+        self.last_ip.wrapping_add(u64::from(self.last_len))
     }
 
     /// How it ends.
@@ -180,8 +179,8 @@ impl Block {
     /// of a direct JMP or CALL, anywhere after an indirect branch or a RET.
     pub fn can_go_to(&self, next: u64) -> bool {
         match self.end {
-            BlockEnd::FallThrough => next == self.fall_through,
-            BlockEnd::Conditional { target } => next == target || next == self.fall_through,
+            BlockEnd::FallThrough => next == self.fall_through(),
+            BlockEnd::Conditional { target } => next == target || next == self.fall_through(),
             BlockEnd::Jump { target } | BlockEnd::Call { target } => next == target,
             BlockEnd::IndirectJump | BlockEnd::IndirectCall | BlockEnd::Return => true,
         }
