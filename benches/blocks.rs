@@ -11,14 +11,14 @@
 //! (issue 51): a block in about 3 ns, so that the tracer's core keeps up with QEMU's at about 2x
 //! QEMU alone; the ratio to the events path is what the block path buys.
 
-use ptemu::regs::RtitCtl;
-use ptemu::tracer::{Block, BlockEnd, BlockExec, Event, ExecMode, Tracer, TracerConfig};
-use ptemu::{CpuProfile, OutputUnit, SparseMemory};
+mod common;
+
+use common::tracer;
+use ptemu::tracer::{Block, BlockEnd, BlockExec, Event};
+use ptemu::SparseMemory;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-const BASE: u64 = 0x1000_0000;
-const RING: u64 = 64 << 20;
 const BLOCKS: usize = 4096;
 
 /// A small generator (xorshift), so the bench needs no crate and is the same every run.
@@ -93,21 +93,6 @@ fn program(n: usize) -> (Vec<Block>, Vec<BlockExec>) {
         };
     }
     (blocks, execs)
-}
-
-fn tracer(mem: &mut SparseMemory) -> Tracer {
-    let unit = OutputUnit::new(CpuProfile::named("icelake").unwrap());
-    let mut t = Tracer::new(unit, TracerConfig::default());
-    t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
-    t.wrmsr(mem, 0x560, BASE, 0x40_0000, 0).unwrap();
-    t.wrmsr(mem, 0x561, RING - 1, 0x40_0000, 0).unwrap();
-    let ctl = RtitCtl::new()
-        .with_trace_en(true)
-        .with_branch_en(true)
-        .with_user(true)
-        .with_tsc_en(true);
-    t.wrmsr(mem, 0x570, ctl.bits(), 0x40_0000, 0).unwrap();
-    t
 }
 
 /// One pass of every execution; (time, bytes written, instructions).

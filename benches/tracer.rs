@@ -17,15 +17,16 @@
 //! the best run is the one least disturbed. (A 10,000-event block, which fits in L2, runs no
 //! faster: the cost is per event, not the event array's memory traffic.)
 
+mod common;
+
+use common::{tracer, BASE, RING};
 use ptemu::packet::{Packet, PacketDecoder, PacketEncoder};
 use ptemu::regs::RtitCtl;
-use ptemu::tracer::{Event, ExecMode, Tracer, TracerConfig};
+use ptemu::tracer::{Event, Tracer};
 use ptemu::{CpuProfile, OutputUnit, SparseMemory};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-const BASE: u64 = 0x1000_0000;
-const RING: u64 = 64 << 20;
 /// Events per [`Tracer::events`] call, as `ptemu simulate` hands them over.
 const BATCH: usize = 256;
 
@@ -63,21 +64,6 @@ fn events(n: usize) -> Vec<Event> {
         });
     }
     v
-}
-
-fn tracer(mem: &mut SparseMemory) -> Tracer {
-    let unit = OutputUnit::new(CpuProfile::named("icelake").unwrap());
-    let mut t = Tracer::new(unit, TracerConfig::default());
-    t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
-    t.wrmsr(mem, 0x560, BASE, 0x40_0000, 0).unwrap();
-    t.wrmsr(mem, 0x561, RING - 1, 0x40_0000, 0).unwrap();
-    let ctl = RtitCtl::new()
-        .with_trace_en(true)
-        .with_branch_en(true)
-        .with_user(true)
-        .with_tsc_en(true);
-    t.wrmsr(mem, 0x570, ctl.bits(), 0x40_0000, 0).unwrap();
-    t
 }
 
 /// Tracer + output: (time, bytes). `batch`: one [`Tracer::events`] call per block, else one

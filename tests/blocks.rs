@@ -103,10 +103,7 @@ fn ctl() -> impl Strategy<Value = (RtitCtl, Option<(u64, u64)>)> {
         prop::option::weighted(0.2, (0u64..0x4000, 0u64..0x2000)),
     )
         .prop_map(|(f, psb, range)| {
-            let mut c = RtitCtl::new()
-                .with_trace_en(true)
-                .with_branch_en(true)
-                .with_user(true)
+            let mut c = user_branches()
                 .with_tsc_en(f[0])
                 .with_dis_retc(f[1])
                 .with_mtc_en(f[2])
@@ -151,22 +148,14 @@ fn run(
 ) -> Seen {
     let (blocks, execs) = p;
     let mut mem = SparseMemory::new();
-    let unit = OutputUnit::new(CpuProfile::named(cpu).unwrap());
     let mut cfg = TracerConfig::default();
     cfg.long_tnt = long_tnt;
     cfg.flush_bytes = flush_bytes;
-    let mut t = Tracer::new(unit, cfg);
+    let mut t = tracing(&mut mem, cpu, cfg, ctl, range, 0x40_0000);
+    // The truth recorder from the enable's packets on: the enable itself is not an execution.
     if truth {
         t.record_truth();
     }
-    t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
-    t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
-    t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
-    if let Some((a, b)) = range {
-        t.wrmsr(&mut mem, 0x580, a, 0, 0).unwrap();
-        t.wrmsr(&mut mem, 0x581, b, 0, 0).unwrap();
-    }
-    t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
     // Both feed the executions in chunks of 13 with a flush after each (a flush can leave a
     // PSB+ due for what comes next), then the same tail of events, whose packets show the
     // IP and the return stack the executions left.
@@ -302,23 +291,12 @@ fn blk1_a_block_stands_for_its_instructions() {
 fn blk2_an_execution_its_block_cannot_make_is_refused_with_its_index() {
     for range in [false, true] {
         let mut mem = SparseMemory::new();
-        let mut t = Tracer::new(
-            OutputUnit::new(CpuProfile::named("skylake").unwrap()),
-            TracerConfig::default(),
-        );
-        t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
-        t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
-        t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
-        let mut ctl = RtitCtl::new()
-            .with_trace_en(true)
-            .with_branch_en(true)
-            .with_user(true);
-        if range {
-            t.wrmsr(&mut mem, 0x580, 0x90_0000, 0, 0).unwrap();
-            t.wrmsr(&mut mem, 0x581, 0x90_0fff, 0, 0).unwrap();
-            ctl = ctl.with_addr0_cfg(2);
-        }
-        t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
+        let (ctl, stop) = if range {
+            (user_branches().with_addr0_cfg(2), Some((0x90_0000, 0x90_0fff)))
+        } else {
+            (user_branches(), None)
+        };
+        let mut t = tracing(&mut mem, "skylake", TracerConfig::default(), ctl, stop, 0x40_0000);
         let blocks = [
             Block::new(0x40_0000, &[2, 2], BlockEnd::Jump { target: 0x40_0100 }).unwrap(),
             Block::new(0x40_0100, &[1], BlockEnd::FallThrough).unwrap(),
@@ -368,20 +346,41 @@ fn blk2_an_execution_its_block_cannot_make_is_refused_with_its_index() {
     }
 }
 
-/// A tracer on `cpu`, BranchEn and User, tracing into the ring.
-fn tracing(mem: &mut SparseMemory, cpu: &str, flush_bytes: usize) -> Tracer {
-    let mut cfg = TracerConfig::default();
-    cfg.flush_bytes = flush_bytes;
+/// BranchEn and User: what every test here traces with, and more with `with_*`.
+fn user_branches() -> RtitCtl {
+    RtitCtl::new()
+        .with_trace_en(true)
+        .with_branch_en(true)
+        .with_user(true)
+}
+
+/// A tracer on `cpu` with `cfg`, tracing into the single-range ring with `ctl` (ADDR0 =
+/// `range` when given), enabled by a WRMSR at `ip`.
+fn tracing<M: PhysMemory>(
+    mem: &mut M,
+    cpu: &str,
+    cfg: TracerConfig,
+    ctl: RtitCtl,
+    range: Option<(u64, u64)>,
+    ip: u64,
+) -> Tracer {
     let mut t = Tracer::new(OutputUnit::new(CpuProfile::named(cpu).unwrap()), cfg);
     t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
     t.wrmsr(mem, 0x560, BASE, 0, 0).unwrap();
     t.wrmsr(mem, 0x561, RING - 1, 0, 0).unwrap();
-    let ctl = RtitCtl::new()
-        .with_trace_en(true)
-        .with_branch_en(true)
-        .with_user(true);
-    t.wrmsr(mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
+    if let Some((a, b)) = range {
+        t.wrmsr(mem, 0x580, a, 0, 0).unwrap();
+        t.wrmsr(mem, 0x581, b, 0, 0).unwrap();
+    }
+    t.wrmsr(mem, 0x570, ctl.bits(), ip, 2).unwrap();
     t
+}
+
+/// [`tracing`] with BranchEn and User and hand-offs of `flush_bytes`.
+fn tracing_user(mem: &mut SparseMemory, cpu: &str, flush_bytes: usize) -> Tracer {
+    let mut cfg = TracerConfig::default();
+    cfg.flush_bytes = flush_bytes;
+    tracing(mem, cpu, cfg, user_branches(), None, 0x40_0000)
 }
 
 /// Disables tracing: the ring's bytes and the statistics.
@@ -425,12 +424,12 @@ fn blk3_psb2_a_psb_due_when_a_feed_begins_goes_where_the_events_put_it() {
     for k in 1500..prefix.len() {
         let mut evs = Vec::new();
         let mut m1 = SparseMemory::new();
-        let mut a = tracing(&mut m1, "generic-max", 1024);
+        let mut a = tracing_user(&mut m1, "generic-max", 1024);
         a.feed_blocks(&mut m1, &blocks, &prefix[..k]).unwrap();
         a.flush(&mut m1).unwrap();
         a.feed_blocks(&mut m1, &blocks, &probe).unwrap();
         let mut m2 = SparseMemory::new();
-        let mut b = tracing(&mut m2, "generic-max", 1024);
+        let mut b = tracing_user(&mut m2, "generic-max", 1024);
         b.feed_blocks(&mut m2, &blocks, &prefix[..k]).unwrap();
         b.flush(&mut m2).unwrap();
         blocks[2].events_into(0x40_3000, &mut evs);
@@ -467,23 +466,14 @@ impl PhysMemory for Refusing {
 fn blk3_a_store_that_fails_inside_a_block_still_feeds_the_execution_whole() {
     let mut cfg = TracerConfig::default();
     cfg.flush_bytes = 1;
-    let mut t = Tracer::new(OutputUnit::new(CpuProfile::named("generic-max").unwrap()), cfg);
     let mut mem = Refusing {
         mem: SparseMemory::new(),
         refuse: false,
     };
-    t.set_state(0x40_0000, 3, 0x1000, ExecMode::Bits64);
-    t.wrmsr(&mut mem, 0x560, BASE, 0, 0).unwrap();
-    t.wrmsr(&mut mem, 0x561, RING - 1, 0, 0).unwrap();
     // IP filter: ADDR0 = [0x40_0000, 0x40_0001]: the block's second instruction leaves it.
-    t.wrmsr(&mut mem, 0x580, 0x40_0000, 0, 0).unwrap();
-    t.wrmsr(&mut mem, 0x581, 0x40_0001, 0, 0).unwrap();
-    let ctl = RtitCtl::new()
-        .with_trace_en(true)
-        .with_branch_en(true)
-        .with_user(true)
-        .with_addr0_cfg(1);
-    t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x3f_fffe, 2).unwrap();
+    let filter = Some((0x40_0000, 0x40_0001));
+    let ctl = user_branches().with_addr0_cfg(1);
+    let mut t = tracing(&mut mem, "generic-max", cfg, ctl, filter, 0x3f_fffe);
     let blocks = [Block::new(0x40_0000, &[2, 2, 2, 2], BlockEnd::Jump { target: 0x40_0000 }).unwrap()];
     let before = t.stats().instructions;
     mem.refuse = true;

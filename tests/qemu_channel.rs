@@ -7,10 +7,10 @@
 mod common;
 
 use common::cli::{s, text};
-use common::qemu::{env, gcc, plugin};
+use common::qemu::{data_program, env, plugin};
 use serde_json::Value;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn ptemu_run(out: &Path, extra: &[&str], program: &[&str]) -> Output {
@@ -32,12 +32,6 @@ fn run_command(out: &Path, extra: &[&str], program: &[&str]) -> Command {
 
 fn report(case: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(case.join("report.json")).unwrap()).unwrap()
-}
-
-/// tests/data/qemu/NAME.c, compiled into `dir`.
-fn data_program(dir: &Path, name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/qemu/{name}.c"));
-    gcc(&src, &dir.join(name), &[])
 }
 
 fn is_root() -> bool {
@@ -95,9 +89,9 @@ fn qe19_another_user_finds_no_way_into_a_run() {
         .tempdir_in("/tmp")
         .unwrap();
     std::fs::set_permissions(tools.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let attacker = data_program(tools.path(), "attacker");
+    let attacker = data_program(tools.path(), "attacker", &[]);
     let dir = tempfile::tempdir().unwrap();
-    let program = data_program(dir.path(), "children");
+    let program = data_program(dir.path(), "children", &[]);
     let args = [s(&program), "children", "1", "300", "1000"];
     let quiet = ptemu_run(&dir.path().join("quiet"), &[], &args);
     assert_eq!(quiet.status.code(), Some(3), "{}", text(&quiet.stderr));
@@ -159,7 +153,7 @@ fn qe19_another_user_finds_no_way_into_a_run() {
 #[test]
 fn qe19_a_stream_not_from_the_child_it_names_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let program = data_program(dir.path(), "handover");
+    let program = data_program(dir.path(), "handover", &[]);
     let out = dir.path().join("out");
     let o = ptemu_run(&out, &[], &[s(&program)]);
     assert_eq!(
@@ -195,7 +189,7 @@ fn qe19_a_stream_not_from_the_child_it_names_is_refused() {
 #[test]
 fn qe19_forked_children_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
-    let program = data_program(dir.path(), "children");
+    let program = data_program(dir.path(), "children", &[]);
     let p = s(&program);
     let refused = |extra: &[&str], args: &[&str], option: &str| {
         let out = dir.path().join(format!("out{}", option));
@@ -267,7 +261,7 @@ fn qe19_a_full_disk_while_children_are_traced_is_exit_2_and_nothing_written() {
         }
     }
     let _unmount = Unmount(&disk);
-    let program = data_program(dir.path(), "children");
+    let program = data_program(dir.path(), "children", &[]);
     // The child's stream (millions of block executions) cannot fit in 12 MiB; the parent's
     // trace does.
     let out = disk.join("out");
@@ -352,7 +346,7 @@ fn children_of(pid: u32) -> Vec<u32> {
 #[test]
 fn qe19_children_one_after_another_keep_ptemu_flat() {
     let dir = tempfile::tempdir().unwrap();
-    let program = data_program(dir.path(), "children");
+    let program = data_program(dir.path(), "children", &[]);
     let peak_maps = |n: &str| {
         let out = dir.path().join(format!("serial{n}"));
         let mut child = run_command(&out, &["--no-truth"], &[s(&program), "serial", n])
@@ -384,7 +378,7 @@ fn qe19_children_one_after_another_keep_ptemu_flat() {
 #[test]
 fn qe18_the_children_of_a_child_that_is_refused_are_traced() {
     let dir = tempfile::tempdir().unwrap();
-    let program = data_program(dir.path(), "children");
+    let program = data_program(dir.path(), "children", &[]);
     let out = dir.path().join("out");
     let o = ptemu_run(&out, &[], &[s(&program), "killmid"]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
@@ -401,7 +395,7 @@ fn qe18_the_children_of_a_child_that_is_refused_are_traced() {
 #[test]
 fn qe19_refused_hand_overs_are_listed_up_to_a_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let program = data_program(dir.path(), "handover");
+    let program = data_program(dir.path(), "handover", &[]);
     let out = dir.path().join("out");
     let o = ptemu_run(&out, &[], &[s(&program), "spam", "200"]);
     assert_eq!(
@@ -423,7 +417,7 @@ fn qe19_refused_hand_overs_are_listed_up_to_a_bound() {
 #[test]
 fn qe10_shutting_the_plugins_socket_down_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let program = data_program(dir.path(), "handover");
+    let program = data_program(dir.path(), "handover", &[]);
     let out = dir.path().join("out");
     let o = ptemu_run(&out, &[], &[s(&program), "shut"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));

@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 
 use common::harness as libipt_decode;
 
-use common::qemu::{c_program, env, gcc, plugin, which};
+use common::qemu::{c_program, data_program, env, plugin, which};
 
 fn feed(mut cmd: Command, stdin: &[u8]) -> Output {
     let mut child = cmd
@@ -557,7 +557,7 @@ fn qe17_a_program_rewriting_code_past_the_bound_is_refused() {
 #[test]
 fn qe8_qe9_qe18_forked_children_are_processes_of_their_own() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = test_program(dir.path(), "fork");
+    let exe = data_program(dir.path(), "fork", &["-no-pie"]);
     let out = dir.path().join("o");
     let o = ptemu_run(&out, &["--perf-data"], &[s(&exe)], b"");
     let native = native(&[s(&exe)], b"");
@@ -838,12 +838,6 @@ fn symbol(exe: &Path, symbol: &str) -> u64 {
     u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap()
 }
 
-/// Compiles tests/data/qemu/NAME.c with gcc, linked where it runs (-no-pie).
-fn test_program(dir: &Path, name: &str) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/qemu/{name}.c"));
-    gcc(&src, &dir.join(name), &["-no-pie"])
-}
-
 /// Issue 41's proof: a program of two threads, a signal handler, and code it writes and
 /// rewrites (tests/data/qemu/proof.c), traced with CYC packets (QE17: decoders load each version
 /// of the code at the time it was written). Its output is its own; each thread's truth is
@@ -853,7 +847,7 @@ fn test_program(dir: &Path, name: &str) -> PathBuf {
 #[test]
 fn qe15_qe16_qe17_pd8_threads_signals_and_written_code_are_traced_exactly() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = test_program(dir.path(), "proof");
+    let exe = data_program(dir.path(), "proof", &["-no-pie"]);
     let handler = symbol(&exe, "on_usr1");
     let out = dir.path().join("o");
     let ips = dir.path().join("interrupted.txt");

@@ -54,3 +54,9 @@ pub fn gcc(src: &Path, exe: &Path, extra: &[&str]) -> PathBuf {
     assert!(o.status.success(), "{}", text(&o.stderr));
     exe.to_path_buf()
 }
+
+/// tests/data/qemu/NAME.c compiled into `dir` with gcc's `extra` options.
+pub fn data_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/qemu/{name}.c"));
+    gcc(&src, &dir.join(name), extra)
+}

@@ -28,12 +28,6 @@ pub fn read_arbitrary(data: &[u8]) {
 mod tests {
     use super::*;
 
-    fn written(w: &mut Writer) -> Vec<u8> {
-        let mut out = Vec::new();
-        w.take(&mut |b| out.extend_from_slice(b));
-        out
-    }
-
     /// The fuzz target's body on every prefix and every one-byte change of a real stream:
     /// returns, never panics.
     #[test]
@@ -45,7 +39,8 @@ mod tests {
         }
         w.note(NoteKind::Exec, 0, "/bin/x");
         w.end();
-        let bytes = written(&mut w);
+        let mut bytes = Vec::new();
+        w.take(&mut |b| bytes.extend_from_slice(b));
         for n in 0..=bytes.len() {
             read_arbitrary(&bytes[..n]);
         }
