@@ -232,12 +232,9 @@ pub(super) fn execute(
         SimError::Sink(_) | SimError::Events(_) | SimError::Truth(_) => {
             Failure::output(format!("{}: {e}", r.out.display()))
         }
-        // Under `ptemu run` the only files a source reads or writes are the run's own (the
-        // plugin's stream and the spools in the staging directory): an I/O error there is the
-        // run's, as a full disk.
-        SimError::Source(s) if opts.format == Format::Qemu && matches!(s.kind, ErrorKind::Io(_)) => {
-            Failure::output(s.to_string())
-        }
+        // A file the source puts aside (`ptemu run`'s other threads) could not be written: the
+        // run's own output failed, not the input.
+        SimError::Source(s) if matches!(s.kind, ErrorKind::Write(_)) => Failure::output(s.to_string()),
         e => Failure::input(e.to_string()),
     };
     // On an error `dir` is dropped, which removes everything the run made.

@@ -37,6 +37,10 @@ pub enum ErrorKind {
     /// Reading the file failed.
     #[error(transparent)]
     Io(io::Error),
+    /// Writing what the source puts aside for a later pass failed (one of the run's own files,
+    /// not the input: a full disk, say). The run fails as when an output cannot be written.
+    #[error(transparent)]
+    Write(io::Error),
     /// The file ends inside a record.
     #[error("truncated record")]
     Truncated,

@@ -1004,7 +1004,7 @@ impl<R: Read> QemuEvents<R> {
                         }
                         if let Some(e) = sp.error {
                             let why = format!("writing the other threads' records aside: {e}");
-                            return Err(self.error(at, ErrorKind::Io(e), why));
+                            return Err(self.error(at, ErrorKind::Write(e), why));
                         }
                     }
                     return Ok(out.len() > from);
