@@ -467,12 +467,11 @@ fn trace_children(
                 let _ = std::fs::remove_file(&stream);
                 continue;
             }
-            match trace_child(run, opts, name, &stream, staged.staging(), &expected, seen) {
-                Ok(Some(case)) => {
+            match trace_child(run, opts, name, &stream, p, staged.staging(), &expected, seen) {
+                Ok(case) => {
                     expected.extend(case.1.iter().map(|&c| (c, Some(case.0.pid))));
                     traced.push(case.0);
                 }
-                Ok(None) => {}
                 // Writing the outputs failed (a full disk): the run fails, nothing is written.
                 Err(f) if f.is_output() => return Err(f),
                 // One child that cannot be traced does not cost the program its trace: it is
@@ -570,21 +569,20 @@ fn stream_forks(path: &Path) -> Vec<u64> {
     forks
 }
 
-/// One child's stream traced into `staging/processes/<pid>/` (its threads and perf.data as
-/// for the program); `None` for a child that ran nothing (it died before its first block).
-/// Returns the case and the children it forked.
+/// The stream of child `pid` (its first thread, [`stream_pid`]) traced into
+/// `staging/processes/<pid>/` (its threads and perf.data as for the program). Returns the case
+/// and the children it forked.
+#[allow(clippy::too_many_arguments)]
 fn trace_child(
     run: &RunArgs,
     opts: &simulate::Options,
     name: &str,
     stream: &Path,
+    pid: u64,
     staging: &Path,
     expected: &[(u64, Option<u64>)],
     reused: usize,
-) -> Result<Option<(ProcessCase, Vec<u64>)>, Failure> {
-    let Some(pid) = stream_pid(stream) else {
-        return Ok(None);
-    };
+) -> Result<(ProcessCase, Vec<u64>), Failure> {
     // The `reused`-th process the system gave this pid (0: the first).
     let parent = expected
         .iter()
@@ -652,7 +650,7 @@ fn trace_child(
     done.staged.commit(&args.out)?;
     let mut forks = side.lock().expect("not poisoned").forks.clone();
     forks.extend(threads.iter().flat_map(|t| t.forks.iter().copied()));
-    Ok(Some((
+    Ok((
         ProcessCase {
             pid,
             case,
@@ -661,7 +659,7 @@ fn trace_child(
             threads: threads.len(),
         },
         forks,
-    )))
+    ))
 }
 
 /// DIR's report.json, staged, with the children traced (`program.processes`) and those no
