@@ -489,7 +489,17 @@ impl<R: Read> Reader<R> {
                     ));
                 }
                 self.last_exec = id;
-                Ok(Some(Record::Exec { first: id, count: 1 }))
+                // A block's execution is its first id and the run of the rest: one record,
+                // when the run is already read.
+                let count = match self.buffered_run() {
+                    Some((count, len)) if count < self.next_id - id => {
+                        self.at += len;
+                        self.last_exec = id + count;
+                        count + 1
+                    }
+                    _ => 1,
+                };
+                Ok(Some(Record::Exec { first: id, count }))
             }
             TAG_THREAD => {
                 let tid = self.varint(start)?;
@@ -616,6 +626,60 @@ impl<R: Read> Reader<R> {
         let b = self.buf[self.at];
         self.at += 1;
         Ok(Some(b))
+    }
+
+    /// The next record when it is an execution (with the run after it) that lies whole in what
+    /// was read already: the hot path's way past [`Reader::next_record`] (the same checks, no
+    /// [`Record`] made). `None` with nothing consumed otherwise.
+    #[inline]
+    pub fn buffered_exec(&mut self) -> Option<(u64, u64)> {
+        if !self.started {
+            return None;
+        }
+        let rest = &self.buf[self.at..self.filled];
+        if rest.first() != Some(&TAG_EXEC) {
+            return None;
+        }
+        let mut v = Varint::default();
+        let mut len = 0;
+        for (k, &b) in rest[1..].iter().take(10).enumerate() {
+            if v.push(b) {
+                len = k + 2;
+                break;
+            }
+        }
+        if len == 0 || v.value >= self.next_id {
+            return None;
+        }
+        let id = v.value;
+        self.at += len;
+        self.last_exec = id;
+        let count = match self.buffered_run() {
+            Some((count, len)) if count < self.next_id - id => {
+                self.at += len;
+                self.last_exec = id + count;
+                count + 1
+            }
+            _ => 1,
+        };
+        Some((id, count))
+    }
+
+    /// A run record that lies whole in what was read already: its count (at least 1) and its
+    /// length in bytes; nothing is consumed.
+    #[inline]
+    fn buffered_run(&self) -> Option<(u64, usize)> {
+        let rest = &self.buf[self.at..self.filled];
+        if rest.first() != Some(&TAG_RUN) {
+            return None;
+        }
+        let mut v = Varint::default();
+        for (k, &b) in rest[1..].iter().take(10).enumerate() {
+            if v.push(b) {
+                return (v.value > 0).then_some((v.value, k + 2));
+            }
+        }
+        None
     }
 
     fn varint(&mut self, start: u64) -> Result<u64, WireError> {
