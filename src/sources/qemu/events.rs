@@ -119,6 +119,21 @@ fn interrupted_at(x: u64) -> Event {
     )
 }
 
+/// QE21: the exception a fault signal stands for, as Linux makes the signal from it: SIGFPE
+/// #DE (0), SIGILL #UD (6), SIGTRAP #BP (3), SIGBUS and SIGSEGV with SEGV_MAPERR or SEGV_ACCERR
+/// a page fault (14) at `si_addr` (CR2), any other SIGSEGV #GP (13), SIGSYS #UD.
+fn fault_kind(signo: u32, code: i32, addr: u64) -> FarKind {
+    let (vector, cr2) = match signo {
+        8 => (0, None),
+        4 | 31 => (6, None),
+        5 => (3, None),
+        7 => (14, Some(addr)),
+        11 if code == 1 || code == 2 => (14, Some(addr)),
+        _ => (13, None),
+    };
+    FarKind::Exception { vector, cr2 }
+}
+
 /// A signal delivered after a branch whose outcome the handler's return tells (QE16).
 #[derive(Debug)]
 struct Suspended {
@@ -193,6 +208,12 @@ pub struct QemuEvents<R> {
     seen: HashSet<u64>,
     /// The other threads' records, when wanted.
     spool: Option<Spool>,
+    /// Whether a handler of a fault signal is installed: then the plain instructions of the
+    /// last block run wait in `held` until the thread's next record shows that no fault
+    /// stopped the block (QE21).
+    fault_handled: bool,
+    /// The last block's plain instructions, held back (QE21).
+    held: Vec<Event>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -255,6 +276,8 @@ impl<R: Read> QemuEvents<R> {
             current: 0,
             seen: HashSet::new(),
             spool: None,
+            fault_handled: false,
+            held: Vec::new(),
         }
     }
 
@@ -623,6 +646,106 @@ impl<R: Read> QemuEvents<R> {
         )
     }
 
+    /// QE21: the plain instructions of the block that ran last, which a fault may have stopped
+    /// part-way, are taken out of `out` (those after `from` and after a suspended signal's
+    /// handler began) into `held`, until the thread's next record shows that it ran to its
+    /// end. A block of written code is not held (the runs of its versions point into `out`).
+    fn hold_last_block(&mut self, out: &mut Vec<Event>, from: usize) {
+        let Some(id) = self.pending_id else { return };
+        let pos = usize::from(self.position[id]);
+        let first = id - pos;
+        let floor = from.max(self.suspended.as_ref().map_or(0, |s| s.mark));
+        // The block's plain instructions before the pending one are the last events, in order.
+        let mut n = 0;
+        while n < pos && out.len() - n > floor {
+            let insn = self.table[first + pos - 1 - n];
+            if out[out.len() - 1 - n]
+                != (Event::Retire {
+                    ip: insn.ip,
+                    len: insn.len,
+                })
+            {
+                break;
+            }
+            n += 1;
+        }
+        let cut = out.len() - n;
+        if n == 0 || self.runs.iter().any(|r| r.1 >= cut) {
+            return;
+        }
+        self.held.extend(out.drain(cut..));
+    }
+
+    /// QE21: the plugin read the signal frame of a fault's handler: the instruction at `rip`,
+    /// in the block that ran last, raised the fault (a kernel-made signal, `si_code` > 0) and
+    /// did not complete; the instructions after it in the block did not run. The fault leaves
+    /// user mode at it (FUP there, TIP.PGD) and tracing comes back at the handler (TIP.PGE).
+    /// Anything else (a frame that names another instruction, a signal another process sent)
+    /// is left to QE16, which refuses the handler.
+    fn fault(&mut self, rip: u64, text: &str, out: &mut Vec<Event>) {
+        let mut words = text.split_whitespace();
+        let signo = words.next().and_then(|w| w.parse::<u32>().ok());
+        let code = words.next().and_then(|w| w.parse::<i32>().ok());
+        let hex = |w: Option<&str>| w.and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
+        let addr = hex(words.next());
+        let handler = hex(words.next());
+        let (Some(signo), Some(code), Some(addr), Some(handler), Some(id)) =
+            (signo, code, addr, handler, self.pending_id)
+        else {
+            out.append(&mut self.held);
+            return;
+        };
+        let pos = usize::from(self.position[id]);
+        let first = id - pos;
+        let from = pos - self.held.len();
+        let hit = (from..=pos).find(|&j| {
+            let insn = self.table[first + j];
+            insn.ip == rip && insn.kind != Kind::Undone
+        });
+        let Some(signals) = self.handler(handler) else {
+            out.append(&mut self.held);
+            return;
+        };
+        // Without the siginfo (a handler without SA_SIGINFO) the signal may have come from
+        // another process after the block ran to its end and went to `rip`: taken as the fault
+        // only where the last instruction could not have gone there.
+        let p = self.table[id];
+        let could_go = match p.kind {
+            Kind::Plain | Kind::Undone | Kind::RepString | Kind::Syscall | Kind::SoftwareInterrupt(_) => {
+                rip == p.next()
+            }
+            Kind::Conditional => rip == p.next() || rip == p.target,
+            Kind::Jump | Kind::Call => rip == p.target,
+            Kind::Return | Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => true,
+        };
+        let made_by_kernel = if signo == 0 { !could_go } else { code > 0 };
+        let (Some(j), true) = (hit, made_by_kernel) else {
+            out.append(&mut self.held);
+            return;
+        };
+        let signo = match signals & FAULT_SIGNALS {
+            _ if signo != 0 => signo,
+            bits if bits.count_ones() == 1 => bits.trailing_zeros(),
+            _ => 11,
+        };
+        self.held.truncate(j - from);
+        self.instructions -= (pos - j) as u64;
+        out.append(&mut self.held);
+        self.pending = None;
+        self.pending_id = None;
+        self.counts.signals += 1;
+        let kind = fault_kind(signo, code, addr);
+        out.push(Event::far(kind, rip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
+        // The kernel enters the handler: tracing comes back there.
+        out.push(Event::far(
+            FarKind::Iret,
+            SYSRET_FROM,
+            handler,
+            3,
+            ExecMode::Bits64,
+        ));
+    }
+
     /// Whether `nx` is an instruction of the block the pending instruction ends, other than its
     /// first (QE13).
     fn inside_own_block(&self, nx: u64) -> bool {
@@ -859,6 +982,7 @@ impl<R: Read> QemuEvents<R> {
                     Some(h) => h.1 |= bit,
                     None => self.handlers.push((value, bit)),
                 }
+                self.fault_handled |= bit & FAULT_SIGNALS != 0;
                 Ok(())
             }
             NoteKind::Fork => {
@@ -869,6 +993,9 @@ impl<R: Read> QemuEvents<R> {
                 self.side.lock().expect("not poisoned").execs.push(text);
                 Ok(())
             }
+            // A thread's own (QE21), taken where it is read: one in the process's records
+            // says nothing of a thread.
+            NoteKind::Fault => Ok(()),
             // A kind a newer ptemu-wire knows and this reader does not.
             kind => refuse(self, format!("a note this ptemu does not know: {kind:?}")),
         }
@@ -937,7 +1064,11 @@ impl<R: Read> QemuEvents<R> {
             // The common record first: the traced thread's blocks ran.
             if let (true, Some(Record::Exec { first, count })) = (mine, &rec) {
                 let (first, count) = (*first, *count);
+                out.append(&mut self.held);
                 self.run_ids(first, count, out, at)?;
+                if self.fault_handled {
+                    self.hold_last_block(out, from);
+                }
                 continue;
             }
             if let (Some(sp), Some(r)) = (self.spool.as_mut(), rec.as_ref()) {
@@ -971,6 +1102,16 @@ impl<R: Read> QemuEvents<R> {
                 }
                 r => r,
             };
+            let ran_on = match &rec {
+                None => true,
+                Some(Record::Note { kind, .. }) => *kind != NoteKind::Fault,
+                _ => false,
+            };
+            if ran_on {
+                // The traced thread went on (or the stream ended): its last block ran to its
+                // end (QE21).
+                out.append(&mut self.held);
+            }
             match rec {
                 None => {
                     // QE7: without the end record the program was killed (or exec'd another);
@@ -1076,6 +1217,11 @@ impl<R: Read> QemuEvents<R> {
                 Some(Record::Exec { .. }) => unreachable!("taken above"),
                 Some(Record::Thread { .. }) => unreachable!("taken above"),
                 Some(Record::Map(m)) => self.add_map(m, at)?,
+                Some(Record::Note {
+                    kind: NoteKind::Fault,
+                    value,
+                    text,
+                }) => self.fault(value, &text, out),
                 Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,
                 Some(Record::End { executed }) => {
                     let mut side = self.side.lock().expect("not poisoned");
