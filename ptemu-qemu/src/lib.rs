@@ -545,15 +545,18 @@ struct Frame {
     addr: u64,
 }
 
-/// QE21: the signal frame at or above `access - 8` (a push's store lies 8 below the stack pointer
-/// at entry, which is the frame's start) within [`FRAME_REACH`], the lowest one whose restorer
-/// is one of `handlers`' (for the signal its siginfo holds, for an SA_SIGINFO handler) and whose
-/// FP state pointer points where QEMU puts it. Its signal number and `si_code` are 0 when QEMU
-/// wrote no siginfo (a handler without SA_SIGINFO: that part of the frame is the stack's old
-/// bytes).
+/// QE21: the signal frame near `access`, a memory access of the handler's first block: a frame
+/// is where a restorer of `handlers` is followed, at the offsets QEMU writes, by an FP state
+/// pointer to where QEMU puts the FP state (and, for an SA_SIGINFO handler, a siginfo of a
+/// signal it handles). The frame the access lies in (the handler reads its siginfo or
+/// context) if there is one, else the lowest at or above `access - 8` (a push's store lies 8
+/// below the stack pointer at entry, which is the frame's start), within [`FRAME_REACH`]: a
+/// stale frame of an earlier signal deeper down the stack is below the handler's accesses.
+/// Its signal number and `si_code` are 0 when QEMU wrote no siginfo (a handler without
+/// SA_SIGINFO: that part of the frame is the stack's old bytes).
 fn find_frame(maps: &maps::Known, access: u64, handlers: &[Handler]) -> Option<Frame> {
-    let lo = access.checked_sub(8)? & !7;
-    let hi = lo.checked_add(FRAME_REACH)?;
+    let lo = access.checked_sub(FRAME_REACH / 2)? & !7;
+    let hi = access.checked_add(FRAME_REACH)?;
     // Page by page: a page that cannot be read (the stack's end) leaves zeros, which match no
     // restorer.
     let len = (hi + FRAME_SIGNO + 32 - lo) as usize;
@@ -570,29 +573,39 @@ fn find_frame(maps: &maps::Known, access: u64, handlers: &[Handler]) -> Option<F
         let o = off as usize;
         u64::from_le_bytes(window[o..o + 8].try_into().expect("8 bytes"))
     };
+    let frame_at = |off: u64| -> Option<Frame> {
+        let restorer = u64_at(off + FRAME_RESTORER);
+        if restorer == 0 || u64_at(off + FRAME_FPREGS) != lo + off + FRAME_FPSTATE {
+            return None;
+        }
+        let signo = u64_at(off + FRAME_SIGNO) as u32;
+        let code = (u64_at(off + FRAME_CODE) & 0xffff_ffff) as u32 as i32;
+        let h = handlers.iter().find(|h| {
+            h.restorer == restorer
+                && (!h.siginfo || (signo < 64 && h.signals & (1 << signo) & FAULT_SIGNALS != 0))
+        })?;
+        let (signo, code) = if h.siginfo { (signo, code) } else { (0, 0) };
+        Some(Frame {
+            rip: u64_at(off + FRAME_RIP),
+            signo,
+            code,
+            addr: u64_at(off + FRAME_CR2),
+        })
+    };
+    let (mut inside, mut above) = (None, None);
     let mut off = 0;
     while lo + off < hi {
-        let restorer = u64_at(off + FRAME_RESTORER);
-        if restorer != 0 && u64_at(off + FRAME_FPREGS) == lo + off + FRAME_FPSTATE {
-            let signo = u64_at(off + FRAME_SIGNO) as u32;
-            let code = (u64_at(off + FRAME_CODE) & 0xffff_ffff) as u32 as i32;
-            let found = handlers.iter().find(|h| {
-                h.restorer == restorer
-                    && (!h.siginfo || (signo < 64 && h.signals & (1 << signo) & FAULT_SIGNALS != 0))
-            });
-            if let Some(h) = found {
-                let (signo, code) = if h.siginfo { (signo, code) } else { (0, 0) };
-                return Some(Frame {
-                    rip: u64_at(off + FRAME_RIP),
-                    signo,
-                    code,
-                    addr: u64_at(off + FRAME_CR2),
-                });
+        let f = lo + off;
+        if let Some(frame) = frame_at(off) {
+            if f <= access && access < f + FRAME_FPSTATE {
+                inside = Some(frame);
+            } else if f + 8 >= access && above.is_none() {
+                above = Some(frame);
             }
         }
         off += 8;
     }
-    None
+    inside.or(above)
 }
 
 const SYS_EXIT: i64 = 60;

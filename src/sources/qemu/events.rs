@@ -120,16 +120,16 @@ fn interrupted_at(x: u64) -> Event {
 }
 
 /// QE21: the exception a fault signal stands for, as Linux makes the signal from it: SIGFPE
-/// #DE (0), SIGILL #UD (6), SIGTRAP #BP (3), SIGBUS and SIGSEGV with SEGV_MAPERR or SEGV_ACCERR
-/// a page fault (14) at `si_addr` (CR2), any other SIGSEGV #GP (13), SIGSYS #UD.
-fn fault_kind(signo: u32, code: i32, addr: u64) -> FarKind {
+/// #DE (0), SIGILL and SIGSYS #UD (6), SIGTRAP #BP (3), SIGSEGV with SI_KERNEL (0x80) #GP (13),
+/// any other SIGSEGV (SEGV_MAPERR, SEGV_ACCERR, or no siginfo to tell) and SIGBUS a page fault
+/// (14) at the frame's CR2.
+fn fault_kind(signo: u32, code: i32, cr2: u64) -> FarKind {
     let (vector, cr2) = match signo {
         8 => (0, None),
         4 | 31 => (6, None),
         5 => (3, None),
-        7 => (14, Some(addr)),
-        11 if code == 1 || code == 2 => (14, Some(addr)),
-        _ => (13, None),
+        11 if code == 0x80 => (13, None),
+        _ => (14, Some(cr2)),
     };
     FarKind::Exception { vector, cr2 }
 }
