@@ -95,10 +95,19 @@ struct Thread {
     /// Its exit began and its count went out (QE15); an exit that QEMU restarts (a signal came)
     /// goes on counting in the same slot.
     ended: bool,
-    /// The execution of a fault handler's first block, held back until its signal frame is
-    /// read (QE21): the fault's note must come before it.
-    handler_exec: Option<u64>,
+    /// The executions from a fault handler's first block on, held back until a memory access
+    /// finds its signal frame (QE21): the fault's note must come before them.
+    held: Vec<u64>,
 }
+
+/// Threads holding executions back (QE21): while there are any, every block translated gets the
+/// memory callbacks that look for the signal frame (the handler's blocks after its first, whose
+/// accesses may be the first to reach the frame).
+static HOLDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The most executions a thread holds back looking for a fault's signal frame (QE21): past
+/// them it writes them and `ptemu run` refuses the handler (QE16).
+const MAX_HELD: usize = 256;
 
 /// A vCPU's slot. Only the vCPU's own thread touches it, but for `on_exit` (the process's end)
 /// and a forked child (which has one thread), both under the conditions they state.
@@ -151,7 +160,7 @@ unsafe fn thread(vcpu: c_uint) -> Option<&'static mut Thread> {
             forking: false,
             returned: None,
             ended: false,
-            handler_exec: None,
+            held: Vec::new(),
         });
     }
     t.as_mut()
@@ -250,13 +259,19 @@ impl Thread {
         }
     }
 
-    /// QE21: a fault handler's first block held back, written now: no frame was found before
-    /// it ended (`ptemu run` refuses the handler then, as QE16 says).
+    /// QE21: the executions held back, written now: after the fault's note, or without one
+    /// when no frame was found before the thread made a system call, ended or held
+    /// [`MAX_HELD`] (`ptemu run` refuses the handler then, as QE16 says).
     fn release_handler_exec(&mut self) {
-        if let Some(data) = self.handler_exec.take() {
+        if self.held.is_empty() {
+            return;
+        }
+        for &data in &self.held {
             self.writer
                 .exec_block(data >> COUNT_BITS, data & ((1 << COUNT_BITS) - 1));
         }
+        self.held.clear();
+        HOLDING.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The thread's last chunk: its count of executions so far (QE15).
@@ -432,14 +447,16 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             .handlers
             .iter()
             .any(|h| h.entry == vaddr && h.signals & FAULT_SIGNALS != 0);
-        if fault_handler {
-            sh.handler_blocks.push((id, vaddr));
-            // QE21: the first block of a fault's handler finds the signal frame through its
-            // memory accesses (QEMU 7.2 shows no registers), and its execution waits for it.
-            (api.register_tb_exec)(tb, on_handler_exec, CB_NO_REGS, block_data(id, n));
+        if fault_handler || HOLDING.load(Ordering::Relaxed) > 0 {
+            // QE21: the blocks of a fault's handler find the signal frame through their memory
+            // accesses (QEMU 7.2 shows no registers); the executions wait for it.
             for &insn in &insns {
                 (api.register_mem)(insn, on_handler_mem, CB_NO_REGS, api::MEM_RW, block_data(id, n));
             }
+        }
+        if fault_handler {
+            sh.handler_blocks.push((id, vaddr));
+            (api.register_tb_exec)(tb, on_handler_exec, CB_NO_REGS, block_data(id, n));
             return;
         }
         // One callback a block (QE13): QEMU runs a block's instructions one after another to
@@ -464,11 +481,18 @@ unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void) {
     let Some(t) = (unsafe { thread(vcpu) }) else {
         return;
     };
-    t.release_handler_exec();
+    let data = data as usize as u64;
+    if !t.held.is_empty() {
+        // QE21: a fault's handler runs on, its frame not found yet.
+        t.held.push(data);
+        if t.held.len() >= MAX_HELD {
+            t.release_handler_exec();
+        }
+        return;
+    }
     if let Some(num) = t.returned.take() {
         t.note(NoteKind::Returned, num, "", false);
     }
-    let data = data as usize as u64;
     t.writer
         .exec_block(data >> COUNT_BITS, data & ((1 << COUNT_BITS) - 1));
     if t.writer.pending() >= SEND_AT {
@@ -476,20 +500,21 @@ unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void) {
     }
 }
 
-/// QE21: the first block of a fault signal's handler starts: its execution is held back until
-/// one of its memory accesses finds the signal frame (`on_handler_mem`), so the fault's note
-/// precedes it in the stream; a block with no access that finds it is written when the thread
-/// runs on.
+/// QE21: the first block of a fault signal's handler starts: its execution and the ones after
+/// it are held back until a memory access finds the signal frame (`on_handler_mem`), so the
+/// fault's note precedes them in the stream.
 unsafe extern "C" fn on_handler_exec(vcpu: c_uint, data: *mut c_void) {
     // SAFETY: a callback of `vcpu`, on its thread.
     let Some(t) = (unsafe { thread(vcpu) }) else {
         return;
     };
+    // A handler entered again before the frame of the first was found: that one is given up.
     t.release_handler_exec();
     if let Some(num) = t.returned.take() {
         t.note(NoteKind::Returned, num, "", false);
     }
-    t.handler_exec = Some(data as usize as u64);
+    t.held.push(data as usize as u64);
+    HOLDING.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Where the fields QE21 reads lie in the signal frame QEMU 7.2 writes for an x86-64 guest (its
@@ -508,20 +533,20 @@ const FRAME_FPSTATE: u64 = 448;
 /// How far from a handler's memory access its signal frame is looked for (QE21).
 const FRAME_REACH: u64 = 4096;
 
-/// QE21: a memory access of a fault handler's first block, whose execution is held back: the
-/// signal frame is looked for near it, and found, it goes out as a note before the execution.
-unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, data: *mut c_void) {
+/// QE21: a memory access of a block that runs while the thread holds its executions back from a
+/// fault handler's entry on: the signal frame is looked for near it, and found, it goes out as
+/// a note before the executions.
+unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, _data: *mut c_void) {
     // SAFETY: a callback of `vcpu`, on its thread.
     let Some(t) = (unsafe { thread(vcpu) }) else {
         return;
     };
-    let data = data as usize as u64;
-    if t.handler_exec != Some(data) {
+    let Some(&entry_block) = t.held.first() else {
         return;
-    }
+    };
     let mut guard = shared();
     let Some(sh) = guard.as_mut() else { return };
-    let first = data >> COUNT_BITS;
+    let first = entry_block >> COUNT_BITS;
     let Some(&(_, entry)) = sh.handler_blocks.iter().find(|b| b.0 == first) else {
         return;
     };

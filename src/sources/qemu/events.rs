@@ -708,7 +708,9 @@ impl<R: Read> QemuEvents<R> {
         };
         // Without the siginfo (a handler without SA_SIGINFO) the signal may have come from
         // another process after the block ran to its end and went to `rip`: taken as the fault
-        // only where the last instruction could not have gone there.
+        // only where the last instruction could not have gone there. A RET or indirect branch
+        // is taken to go to no instruction of its own block but its first (one into the middle
+        // of its block is QE13's store case, which is refused).
         let p = self.table[id];
         let could_go = match p.kind {
             Kind::Plain | Kind::Undone | Kind::RepString | Kind::Syscall | Kind::SoftwareInterrupt(_) => {
@@ -716,7 +718,9 @@ impl<R: Read> QemuEvents<R> {
             }
             Kind::Conditional => rip == p.next() || rip == p.target,
             Kind::Jump | Kind::Call => rip == p.target,
-            Kind::Return | Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => true,
+            Kind::Return | Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => {
+                rip == self.table[first].ip
+            }
         };
         let made_by_kernel = if signo == 0 { !could_go } else { code > 0 };
         let (Some(j), true) = (hit, made_by_kernel) else {
