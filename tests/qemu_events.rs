@@ -770,7 +770,7 @@ fn faulted(dir: &Path, loops: usize, rip: u64, signal: u32, code: i32) -> Result
     w.note(
         NoteKind::Fault,
         rip,
-        &format!("{signal} {code} 0x0 {:#x}", a(0x10)),
+        &format!("{signal} {code} 0x0 {:#x} -", a(0x10)),
     );
     w.exec_block(4, 2);
     events(finish(&mut w, true))

@@ -519,10 +519,11 @@ unsafe extern "C" fn on_handler_exec(vcpu: c_uint, data: *mut c_void) {
 
 /// Where the fields QE21 reads lie in the signal frame QEMU 7.2 writes for an x86-64 guest (its
 /// `rt_sigframe`, as Linux lays it out), from the frame's start, the handler's stack pointer at
-/// entry: the restorer, `uc_mcontext.rip`, `.cr2` and `.fpregs`, `siginfo`'s `si_signo` and
+/// entry: the restorer, `uc_mcontext.rsp`, `.rip`, `.cr2` and `.fpregs`, `siginfo`'s `si_signo` and
 /// `si_code` (QEMU writes the siginfo only for an SA_SIGINFO handler: zeros otherwise); the FP
 /// state follows the siginfo at this offset.
 const FRAME_RESTORER: u64 = 0;
+const FRAME_RSP: u64 = 8 + 40 + 15 * 8;
 const FRAME_RIP: u64 = 8 + 40 + 16 * 8;
 const FRAME_CR2: u64 = 8 + 40 + 22 * 8;
 const FRAME_FPREGS: u64 = 8 + 40 + 23 * 8;
@@ -552,10 +553,17 @@ unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, _data:
     };
     let handlers: Vec<Handler> = sh.handlers.iter().copied().filter(|h| h.entry == entry).collect();
     if let Some(f) = find_frame(&sh.maps, vaddr, &handlers) {
+        // The word below the interrupted stack pointer: what a RET just before the signal
+        // would have popped (QE21 tells a fault from a signal sent after a RET by it).
+        let below = f
+            .rsp
+            .checked_sub(8)
+            .and_then(|a| sh.maps.read_u64(a))
+            .map_or("-".to_string(), |w| format!("{w:#x}"));
         t.writer.note(
             NoteKind::Fault,
             f.rip,
-            &format!("{} {} {:#x} {entry:#x}", f.signo, f.code, f.addr),
+            &format!("{} {} {:#x} {entry:#x} {below}", f.signo, f.code, f.addr),
         );
         drop(guard);
         t.release_handler_exec();
@@ -565,6 +573,7 @@ unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, _data:
 /// A signal frame found (QE21).
 struct Frame {
     rip: u64,
+    rsp: u64,
     signo: u32,
     code: i32,
     addr: u64,
@@ -612,6 +621,7 @@ fn find_frame(maps: &maps::Known, access: u64, handlers: &[Handler]) -> Option<F
         let (signo, code) = if h.siginfo { (signo, code) } else { (0, 0) };
         Some(Frame {
             rip: u64_at(off + FRAME_RIP),
+            rsp: u64_at(off + FRAME_RSP),
             signo,
             code,
             addr: u64_at(off + FRAME_CR2),

@@ -77,7 +77,8 @@ pub enum NoteKind {
     /// A fault signal's handler was entered (QE21): the value is the interrupted instruction's
     /// address from the signal frame QEMU wrote (`uc_mcontext.rip`); the text is the signal's
     /// number and `si_code` (both 0 when the frame holds no siginfo: a handler without
-    /// SA_SIGINFO), the frame's CR2 and the handler's address, in hex but the first two. Sent
+    /// SA_SIGINFO), the frame's CR2, the handler's address and the word below the interrupted
+    /// stack pointer (`-` if unreadable), in hex but the first two. Sent
     /// before the handler block's execution, in the chunk of the thread that faulted.
     Fault,
 }

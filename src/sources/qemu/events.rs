@@ -689,6 +689,9 @@ impl<R: Read> QemuEvents<R> {
         let hex = |w: Option<&str>| w.and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
         let addr = hex(words.next());
         let handler = hex(words.next());
+        // The word below the interrupted stack pointer (QEMU leaves it: the frame goes below
+        // the red zone): what a RET just before the signal would have popped.
+        let below = hex(words.next());
         let (Some(signo), Some(code), Some(addr), Some(handler), Some(id)) =
             (signo, code, addr, handler, self.pending_id)
         else {
@@ -710,7 +713,8 @@ impl<R: Read> QemuEvents<R> {
         // another process after the block ran to its end and went to `rip`: taken as the fault
         // only where the last instruction could not have gone there. A RET or indirect branch
         // is taken to go to no instruction of its own block but its first (one into the middle
-        // of its block is QE13's store case, which is refused).
+        // of its block is QE13's store case, which is refused); a RET goes to its block's first
+        // only if that is the word below the interrupted stack pointer, which it popped.
         let p = self.table[id];
         let could_go = match p.kind {
             Kind::Plain | Kind::Undone | Kind::RepString | Kind::Syscall | Kind::SoftwareInterrupt(_) => {
@@ -718,9 +722,8 @@ impl<R: Read> QemuEvents<R> {
             }
             Kind::Conditional => rip == p.next() || rip == p.target,
             Kind::Jump | Kind::Call => rip == p.target,
-            Kind::Return | Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => {
-                rip == self.table[first].ip
-            }
+            Kind::Return => rip == self.table[first].ip && below.is_none_or(|w| w == rip),
+            Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => rip == self.table[first].ip,
         };
         let made_by_kernel = if signo == 0 { !could_go } else { code > 0 };
         let (Some(j), true) = (hit, made_by_kernel) else {
