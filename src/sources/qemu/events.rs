@@ -1133,7 +1133,8 @@ impl<R: Read> QemuEvents<R> {
                             "the program was killed outside a system call: QEMU gives the plugin no \
                              chance to send what it ran last, so the trace's end is unknown and nothing \
                              is written (a program killed inside a system call, or that exits or \
-                             execs, is traced to its end)",
+                             execs, is traced to its end; a fault the program has a handler for is \
+                             traced to the faulting instruction, QE21)",
                         ));
                     }
                     if let Some(s) = self.suspended.as_ref().filter(|s| !s.confirmed) {
