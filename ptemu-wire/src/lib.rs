@@ -74,6 +74,13 @@ pub enum NoteKind {
     /// The thread's last record (the value: the instructions it executed, by the plugin's
     /// count): it left by the exit system call, or the process ended (QE15).
     ThreadEnd,
+    /// A fault signal's handler was entered (QE21): the value is the interrupted instruction's
+    /// address from the signal frame QEMU wrote (`uc_mcontext.rip`); the text is the signal's
+    /// number and `si_code` (both 0 when the frame holds no siginfo: a handler without
+    /// SA_SIGINFO), the frame's CR2, the handler's address and the word below the interrupted
+    /// stack pointer (`-` if unreadable), in hex but the first two. Sent
+    /// before the handler block's execution, in the chunk of the thread that faulted.
+    Fault,
 }
 
 impl NoteKind {
@@ -88,6 +95,7 @@ impl NoteKind {
             NoteKind::Returned => 7,
             NoteKind::Syscall => 8,
             NoteKind::ThreadEnd => 9,
+            NoteKind::Fault => 10,
         }
     }
 
@@ -102,6 +110,7 @@ impl NoteKind {
             7 => NoteKind::Returned,
             8 => NoteKind::Syscall,
             9 => NoteKind::ThreadEnd,
+            10 => NoteKind::Fault,
             _ => return None,
         })
     }

@@ -82,6 +82,27 @@ impl Steps {
         self.events
     }
 
+    /// The events so far.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Where the events after the last execution begin (the events' length when the batch
+    /// ends with an execution).
+    pub fn trailing_events_start(&self) -> usize {
+        if self.execs.len() > self.open_execs() {
+            self.events.len()
+        } else {
+            self.bounds.last().map_or(0, |b| b.0)
+        }
+    }
+
+    /// Moves the events from `cut` on (all after the last execution) to the end of `into`.
+    pub fn take_events_from(&mut self, cut: usize, into: &mut Vec<Event>) {
+        debug_assert!(cut >= self.trailing_events_start());
+        into.extend(self.events.drain(cut..));
+    }
+
     /// Appends an execution of a block of `instructions` instructions.
     #[inline]
     pub fn exec(&mut self, x: BlockExec, instructions: usize) {

@@ -120,6 +120,21 @@ fn interrupted_at(x: u64) -> Event {
     )
 }
 
+/// QE21: the exception a fault signal stands for, as Linux makes the signal from it: SIGFPE
+/// #DE (0), SIGILL and SIGSYS #UD (6), SIGTRAP #BP (3), SIGSEGV with SI_KERNEL (0x80) #GP (13),
+/// any other SIGSEGV (SEGV_MAPERR, SEGV_ACCERR, or no siginfo to tell) and SIGBUS a page fault
+/// (14) at the frame's CR2.
+fn fault_kind(signo: u32, code: i32, cr2: u64) -> FarKind {
+    let (vector, cr2) = match signo {
+        8 => (0, None),
+        4 | 31 => (6, None),
+        5 => (3, None),
+        11 if code == 0x80 => (13, None),
+        _ => (14, Some(cr2)),
+    };
+    FarKind::Exception { vector, cr2 }
+}
+
 /// A signal delivered after a branch whose outcome the handler's return tells (QE16).
 #[derive(Debug)]
 struct Suspended {
@@ -212,6 +227,12 @@ pub struct QemuEvents<R> {
     pending_block: Option<u32>,
     /// A batch reused by [`EventSource::next_events`].
     expand: Steps,
+    /// Whether a handler of a fault signal is installed: then the plain instructions of the
+    /// last block run wait in `held` until the thread's next record shows that no fault
+    /// stopped the block (QE21), and blocks go instruction by instruction.
+    fault_handled: bool,
+    /// The last block's plain instructions, held back (QE21).
+    held: Vec<Event>,
 }
 
 /// What an execution of a block needs of it (BLK1), in one place.
@@ -301,6 +322,8 @@ impl<R: Read> QemuEvents<R> {
             block_info: Vec::new(),
             pending_block: None,
             expand: Steps::default(),
+            fault_handled: false,
+            held: Vec::new(),
         }
     }
 
@@ -675,6 +698,125 @@ impl<R: Read> QemuEvents<R> {
         )
     }
 
+    /// QE21: the plain instructions of the block that ran last, which a fault may have stopped
+    /// part-way, are taken out of `out` (those after `from` and after a suspended signal's
+    /// handler began) into `held`, until the thread's next record shows that it ran to its
+    /// end. A block of written code is not held (the runs of its versions point into `out`).
+    fn hold_last_block(&mut self, out: &mut Steps, from: usize) {
+        let Some(id) = self.pending_id else { return };
+        let pos = usize::from(self.position[id]);
+        let first = id - pos;
+        let floor = from
+            .max(self.suspended.as_ref().map_or(0, |s| s.mark))
+            .max(out.trailing_events_start());
+        let events = out.events();
+        // The block's plain instructions before the pending one are the last events, in order.
+        let mut n = 0;
+        while n < pos && events.len() - n > floor {
+            let insn = self.table[first + pos - 1 - n];
+            if events[events.len() - 1 - n]
+                != (Event::Retire {
+                    ip: insn.ip,
+                    len: insn.len,
+                })
+            {
+                break;
+            }
+            n += 1;
+        }
+        let cut = events.len() - n;
+        if n == 0 || self.runs.iter().any(|r| r.1 >= self.ordinal(out) - n as u64) {
+            return;
+        }
+        out.take_events_from(cut, &mut self.held);
+    }
+
+    /// QE21: the held instructions ran after all: into `out`.
+    #[inline]
+    fn release_held(&mut self, out: &mut Steps) {
+        if !self.held.is_empty() {
+            out.extend_events(&self.held);
+            self.held.clear();
+        }
+    }
+
+    /// QE21: the plugin read the signal frame of a fault's handler: the instruction at `rip`,
+    /// in the block that ran last, raised the fault (a kernel-made signal, `si_code` > 0) and
+    /// did not complete; the instructions after it in the block did not run. The fault leaves
+    /// user mode at it (FUP there, TIP.PGD) and tracing comes back at the handler (TIP.PGE).
+    /// Anything else (a frame that names another instruction, a signal another process sent)
+    /// is left to QE16, which refuses the handler.
+    fn fault(&mut self, rip: u64, text: &str, out: &mut Steps) {
+        let mut words = text.split_whitespace();
+        let signo = words.next().and_then(|w| w.parse::<u32>().ok());
+        let code = words.next().and_then(|w| w.parse::<i32>().ok());
+        let hex = |w: Option<&str>| w.and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
+        let addr = hex(words.next());
+        let handler = hex(words.next());
+        // The word below the interrupted stack pointer (QEMU leaves it: the frame goes below
+        // the red zone): what a RET just before the signal would have popped.
+        let below = hex(words.next());
+        let (Some(signo), Some(code), Some(addr), Some(handler), Some(id)) =
+            (signo, code, addr, handler, self.pending_id)
+        else {
+            self.release_held(out);
+            return;
+        };
+        let pos = usize::from(self.position[id]);
+        let first = id - pos;
+        let from = pos - self.held.len();
+        let hit = (from..=pos).find(|&j| {
+            let insn = self.table[first + j];
+            insn.ip == rip && insn.kind != Kind::Undone
+        });
+        let Some(signals) = self.handler(handler) else {
+            self.release_held(out);
+            return;
+        };
+        // Without the siginfo (a handler without SA_SIGINFO) the signal may have come from
+        // another process after the block ran to its end and went to `rip`: taken as the fault
+        // only where the last instruction could not have gone there. A RET or indirect branch
+        // is taken to go to no instruction of its own block but its first (one into the middle
+        // of its block is QE13's store case, which is refused); a RET goes to its block's first
+        // only if that is the word below the interrupted stack pointer, which it popped.
+        let p = self.table[id];
+        let could_go = match p.kind {
+            Kind::Plain | Kind::Undone | Kind::RepString | Kind::Syscall | Kind::SoftwareInterrupt(_) => {
+                rip == p.next()
+            }
+            Kind::Conditional => rip == p.next() || rip == p.target,
+            Kind::Jump | Kind::Call => rip == p.target,
+            Kind::Return => rip == self.table[first].ip && below.is_none_or(|w| w == rip),
+            Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => rip == self.table[first].ip,
+        };
+        let made_by_kernel = if signo == 0 { !could_go } else { code > 0 };
+        let (Some(j), true) = (hit, made_by_kernel) else {
+            self.release_held(out);
+            return;
+        };
+        let signo = match signals & FAULT_SIGNALS {
+            _ if signo != 0 => signo,
+            bits if bits.count_ones() == 1 => bits.trailing_zeros(),
+            _ => 11,
+        };
+        self.held.truncate(j - from);
+        self.instructions -= (pos - j) as u64;
+        self.release_held(out);
+        self.pending = None;
+        self.pending_id = None;
+        self.counts.signals += 1;
+        let kind = fault_kind(signo, code, addr);
+        out.event(Event::far(kind, rip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
+        // The kernel enters the handler: tracing comes back there.
+        out.event(Event::far(
+            FarKind::Iret,
+            SYSRET_FROM,
+            handler,
+            3,
+            ExecMode::Bits64,
+        ));
+    }
+
     /// Whether `nx` is an instruction of the block the pending instruction ends, other than its
     /// first (QE13).
     fn inside_own_block(&self, nx: u64) -> bool {
@@ -736,6 +878,7 @@ impl<R: Read> QemuEvents<R> {
             // being held back: those events go in where the handler's began, QE16).
             if let Some(b) = self.block_at[id].checked_sub(1) {
                 if self.suspended.is_none()
+                    && !self.fault_handled
                     && id + self.block_info[b as usize].ids as usize <= end
                     && self.begin_block(b, out, at)?
                 {
@@ -1067,6 +1210,7 @@ impl<R: Read> QemuEvents<R> {
                     Some(h) => h.1 |= bit,
                     None => self.handlers.push((value, bit)),
                 }
+                self.fault_handled |= bit & FAULT_SIGNALS != 0;
                 Ok(())
             }
             NoteKind::Fork => {
@@ -1077,6 +1221,9 @@ impl<R: Read> QemuEvents<R> {
                 self.side.lock().expect("not poisoned").execs.push(text);
                 Ok(())
             }
+            // A thread's own (QE21), taken where it is read: one in the process's records
+            // says nothing of a thread.
+            NoteKind::Fault => Ok(()),
             // A kind a newer ptemu-wire knows and this reader does not.
             kind => refuse(self, format!("a note this ptemu does not know: {kind:?}")),
         }
@@ -1128,6 +1275,7 @@ impl<R: Read> QemuEvents<R> {
             return Ok(false);
         }
         let from = out.len();
+        let from_events = out.events_len();
         while out.len() == from || self.suspended.is_some() {
             if let Some(s) = &self.suspended {
                 if out.events_len() - s.mark > MAX_SUSPENDED_EVENTS {
@@ -1143,8 +1291,9 @@ impl<R: Read> QemuEvents<R> {
                     ));
                 }
             }
-            if self.mine.is_none_or(|m| m == self.current) {
-                // The hot path: the traced thread's executions, as long as they come.
+            if !self.fault_handled && self.mine.is_none_or(|m| m == self.current) {
+                // The hot path: the traced thread's executions, as long as they come (not
+                // while a fault's handler is installed: each block is held then, QE21).
                 let mut n = 0;
                 while n < 64 {
                     let at = self.reader.offset();
@@ -1167,7 +1316,11 @@ impl<R: Read> QemuEvents<R> {
             // The common record first: the traced thread's blocks ran.
             if let (true, Some(Record::Exec { first, count })) = (mine, &rec) {
                 let (first, count) = (*first, *count);
+                self.release_held(out);
                 self.run_ids(first, count, out, at)?;
+                if self.fault_handled {
+                    self.hold_last_block(out, from_events);
+                }
                 continue;
             }
             if let (Some(sp), Some(r)) = (self.spool.as_mut(), rec.as_ref()) {
@@ -1201,6 +1354,17 @@ impl<R: Read> QemuEvents<R> {
                 }
                 r => r,
             };
+            let ran_on = match &rec {
+                None => true,
+                Some(Record::Note { kind, .. }) => *kind != NoteKind::Fault,
+                _ => false,
+            };
+            if ran_on {
+                // The traced thread went on (or the stream ended): its last block ran to its
+                // end (QE21).
+                out.extend_events(&self.held);
+                self.held.clear();
+            }
             match rec {
                 None => {
                     // QE7: without the end record the program was killed (or exec'd another);
@@ -1215,7 +1379,8 @@ impl<R: Read> QemuEvents<R> {
                             "the program was killed outside a system call: QEMU gives the plugin no \
                              chance to send what it ran last, so the trace's end is unknown and nothing \
                              is written (a program killed inside a system call, or that exits or \
-                             execs, is traced to its end)",
+                             execs, is traced to its end; a fault the program has a handler for is \
+                             traced to the faulting instruction, QE21)",
                         ));
                     }
                     if let Some(s) = self.suspended.as_ref().filter(|s| !s.confirmed) {
@@ -1307,6 +1472,11 @@ impl<R: Read> QemuEvents<R> {
                 Some(Record::Exec { .. }) => unreachable!("taken above"),
                 Some(Record::Thread { .. }) => unreachable!("taken above"),
                 Some(Record::Map(m)) => self.add_map(m, at)?,
+                Some(Record::Note {
+                    kind: NoteKind::Fault,
+                    value,
+                    text,
+                }) => self.fault(value, &text, out),
                 Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,
                 Some(Record::End { executed }) => {
                     let mut side = self.side.lock().expect("not poisoned");
