@@ -1444,7 +1444,7 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
             )
         })
         .map(|f| match f {
-            Fact::Insn { .. } => "insn",
+            Fact::Insn { .. } | Fact::Exec { .. } => "insn",
             Fact::Enable { .. } => "enable",
             Fact::Disable { .. } => "disable",
             Fact::Async { .. } => "async",

@@ -479,7 +479,8 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                     off: ctx.delivery.map(start),
                 }
             }
-            Fact::Psb { .. } => continue,
+            // The spool gives an execution as its instructions (TR14).
+            Fact::Psb { .. } | Fact::Exec { .. } => continue,
             Fact::Mark {
                 packet,
                 status,
