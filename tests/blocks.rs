@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use ptemu::tracer::Fact;
 use ptemu::tracer::{Block, BlockEnd, BlockError, BlockExec, ExecMode, TracerStats};
-use ptemu::truth::{spool, Context, Delivery};
+use ptemu::truth::{compact, spool, Context, Delivery};
 use ptemu::MemError;
 use ptemu::{CpuProfile, Event, OutputUnit, PhysMemory, RtitCtl, SparseMemory, Tracer, TracerConfig};
 
@@ -229,6 +229,15 @@ fn run(
             };
             let mut out = Vec::new();
             ptemu::truth::write(&spool[..], &ctx, &mut out).unwrap();
+            // TR15: `truth.bin` (runs where the executions were one step each), dumped, is
+            // `truth.jsonl` byte for byte.
+            let mut bin = Vec::new();
+            ptemu::truth::write_compact(&spool[..], &ctx, &mut bin).unwrap();
+            let bin = compact::Bytes::Owned(bin);
+            let checked = bin.check().unwrap();
+            let mut dumped = Vec::new();
+            ptemu::truth::json::from_compact(&bin, &checked, &mut dumped).unwrap();
+            assert!(dumped == out, "TR15: truth.bin dumped is not truth.jsonl");
             (facts, String::from_utf8(out).unwrap())
         }
         None => (Vec::new(), String::new()),

@@ -400,6 +400,17 @@ impl<R: Read> Reader<R> {
         }
     }
 
+    /// The next fact as written: a block's execution whole (TR14), its block in
+    /// [`Reader::blocks`]. Do not mix with [`Reader::next_fact`].
+    pub fn next_unexpanded(&mut self) -> io::Result<Option<Fact>> {
+        self.next_record()
+    }
+
+    /// The blocks read so far, by the index [`Fact::Exec`] names them by.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
     fn byte(&mut self) -> io::Result<u8> {
         let k = *self.buf.get(self.pos).ok_or_else(cut)?;
         self.pos += 1;
