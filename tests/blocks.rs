@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use ptemu::tracer::Fact;
 use ptemu::tracer::{Block, BlockEnd, BlockError, BlockExec, ExecMode, TracerStats};
-use ptemu::truth::{compact, spool, Context, Delivery};
+use ptemu::truth::{compact, spool, Cause, Context, Damage, Delivery};
 use ptemu::MemError;
 use ptemu::{CpuProfile, Event, OutputUnit, PhysMemory, RtitCtl, SparseMemory, Tracer, TracerConfig};
 
@@ -219,9 +219,23 @@ fn run(
             }
             let spool = spool.finish().unwrap();
             let stored = t.stats().bytes;
+            // Damage to the stream somewhere (from the executions' packets themselves), so that
+            // runs are lost, undefined and optional too (TR3-TR7).
+            let damage = match (stored, t.stats().instructions as usize) {
+                (0..=8, _) | (_, 0) => Vec::new(),
+                (n, k) => {
+                    let from = (n * (k as u64 % 7 + 1)) / 9;
+                    let cause = Cause::ALL[k % Cause::ALL.len()];
+                    vec![Damage {
+                        cause,
+                        from,
+                        to: (from + 3).min(n),
+                    }]
+                }
+            };
             let ctx = Context {
                 stored,
-                damage: Vec::new(),
+                damage,
                 delivery: Delivery::whole(stored),
                 psbs,
                 truncated: false,
