@@ -1121,6 +1121,106 @@ mod tests {
         e.into_inner()
     }
 
+    /// Blocks, runs of them (predicted and not, taken and not, with and without a successor,
+    /// a carrier change, a class change) between other records, written as `truth.bin`; and
+    /// the records a decoder must give back.
+    fn with_runs() -> (Vec<u8>, Vec<Record>) {
+        let blocks = [
+            Block::new(0x1000, &[2, 3], BlockEnd::Conditional { target: 0x2000 }).unwrap(),
+            Block::new(0x2000, &[4], BlockEnd::Return).unwrap(),
+            Block::new(0x1005, &[1, 1, 1], BlockEnd::Jump { target: 0x1000 }).unwrap(),
+            Block::new(0x1000, &[5], BlockEnd::IndirectCall).unwrap(),
+        ];
+        let run = |i, block, next, off, class| Run {
+            i,
+            block,
+            n: blocks[block as usize].instructions() as u32,
+            next,
+            off,
+            class,
+        };
+        let runs = [
+            run(1, 0, 0x2000, Some(7), Class::Required),
+            run(3, 1, 0x1005, Some(7), Class::Required),
+            run(4, 2, 0x1000, Some(9), Class::Optional),
+            run(7, 0, 0x1005, None, Class::Lost(Cause::Wrap)),
+            run(9, 3, 0x9999_0000, None, Class::Lost(Cause::Wrap)),
+        ];
+        let mut e = Encoder::new(Vec::new());
+        e.header(&serde_json::json!({})).unwrap();
+        for b in &blocks {
+            e.block(b).unwrap();
+        }
+        let first = Record::Insn {
+            i: 0,
+            ip: 0xfff,
+            branch: None,
+            off: Some(5),
+            class: Class::Required,
+        };
+        e.record(&first).unwrap();
+        let mut want = vec![first];
+        let mut counts = Counts::default();
+        counts.add(&first);
+        for (k, r) in runs.iter().enumerate() {
+            if k == 2 {
+                let m = Record::Time {
+                    tsc: 77,
+                    slack: 0,
+                    off: Some(8),
+                };
+                e.record(&m).unwrap();
+                want.push(m);
+            }
+            e.run(r).unwrap();
+            counts.add_run(r);
+            r.each_insn(&blocks[r.block as usize], |i| want.push(i));
+        }
+        let end = Record::End { counts };
+        e.record(&end).unwrap();
+        want.push(end);
+        e.finish().unwrap();
+        (e.into_inner(), want)
+    }
+
+    /// TR15: runs come back as their instructions, each at a position of its own, around the
+    /// other records; the file is version 4 with its table.
+    #[test]
+    fn tr15_runs_round_trip() {
+        let (bytes, want) = with_runs();
+        assert_eq!(bytes[8], 4);
+        let checked = Bytes::Owned(bytes.clone()).check().unwrap();
+        assert_eq!((checked.table.len(), checked.counts.instructions), (4, 10));
+        let mut d = checked.decoder(&bytes);
+        let (mut back, mut pos) = (Vec::new(), Vec::new());
+        while let Some((at, r)) = d.next_record().unwrap() {
+            back.push(r);
+            pos.push(at);
+        }
+        assert_eq!(back, want);
+        assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
+    }
+
+    /// TR1, TR15: a version 4 file cut anywhere (its table, its pointer) or with any byte
+    /// changed is an error naming a byte within it, or reads; never a panic.
+    #[test]
+    fn tr1_tr15_a_cut_or_damaged_table_is_an_error_with_its_byte() {
+        let (bytes, _) = with_runs();
+        for n in 0..bytes.len() {
+            let e = Bytes::Owned(bytes[..n].to_vec()).check().unwrap_err();
+            assert!(e.at <= n, "{n}: {e}");
+        }
+        for k in 0..bytes.len() {
+            for v in [0u8, 1, 0x7f, 0x80, 0xff, 160, 175] {
+                let mut b = bytes.clone();
+                b[k] = v;
+                if let Err(e) = Bytes::Owned(b).check() {
+                    assert!(e.at <= bytes.len(), "{k}: {e}");
+                }
+            }
+        }
+    }
+
     /// TR9: every kind of record, class and offset comes back as it went in.
     #[test]
     fn tr9_records_round_trip() {
@@ -1129,7 +1229,9 @@ mod tests {
         let (h, start, counts) = validate(&bytes, |_| {}).unwrap();
         assert_eq!(h, serde_json::json!({"truncated": true}));
         assert_eq!(counts.instructions, 10);
-        let mut d = Decoder::new(&bytes, start);
+        let checked = Bytes::Owned(bytes.clone()).check().unwrap();
+        assert_eq!(checked.start, start);
+        let mut d = checked.decoder(&bytes);
         let mut back = Vec::new();
         while let Some((_, r)) = d.next_record().unwrap() {
             back.push(r);
@@ -1153,11 +1255,20 @@ mod tests {
                 let _ = validate(&b, |_| {});
             }
         }
-        let mut more = bytes.clone();
+        // A byte between the end record and the block table (the pointer moved past it), and
+        // one after the pointer.
+        let n = bytes.len();
+        let table = u64::from_le_bytes(bytes[n - 8..].try_into().unwrap()) as usize;
+        let mut more = bytes[..table].to_vec();
         more.push(0);
+        more.extend_from_slice(&bytes[table..n - 8]);
+        more.extend_from_slice(&(table as u64 + 1).to_le_bytes());
         assert!(validate(&more, |_| {})
             .unwrap_err()
             .msg
             .contains("after the end record"));
+        let mut more = bytes.clone();
+        more.push(0);
+        assert!(validate(&more, |_| {}).is_err());
     }
 }
