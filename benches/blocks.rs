@@ -14,7 +14,8 @@
 mod common;
 
 use common::tracer;
-use ptemu::tracer::{Block, BlockEnd, BlockExec, Event};
+use ptemu::tracer::{Block, BlockEnd, BlockExec, Event, Tracer};
+use ptemu::truth::spool;
 use ptemu::SparseMemory;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -95,25 +96,106 @@ fn program(n: usize) -> (Vec<Block>, Vec<BlockExec>) {
     (blocks, execs)
 }
 
-/// One pass of every execution; (time, bytes written, instructions).
-fn run(blocks: &[Block], execs: &[BlockExec], events: Option<&[Event]>) -> (Duration, u64, u64) {
+/// One pass of every execution; (time, bytes written, instructions). `truth`: with the truth
+/// recorder, its facts spooled after each chunk as `ptemu simulate` spools them (TR14), into a
+/// sink.
+fn run(blocks: &[Block], execs: &[BlockExec], events: Option<&[Event]>, truth: bool) -> (Duration, u64, u64) {
     let mut mem = SparseMemory::new();
     let mut t = tracer(&mut mem);
+    let mut spool = truth.then(|| {
+        t.record_truth();
+        spool::Writer::new(std::io::sink())
+    });
+    let mut spooled = |t: &mut Tracer| {
+        if let (Some(w), Some(p)) = (spool.as_mut(), t.probe_mut()) {
+            w.blocks(p.blocks()).unwrap();
+            for f in p.drain() {
+                w.write(&f).unwrap();
+            }
+            w.pass_on().unwrap();
+        }
+    };
     let start = Instant::now();
     match events {
         Some(evs) => {
             for chunk in evs.chunks(256) {
                 t.events(&mut mem, black_box(chunk)).unwrap();
+                spooled(&mut t);
             }
         }
         None => {
             for chunk in execs.chunks(4096) {
                 t.feed_blocks(&mut mem, blocks, black_box(chunk)).unwrap();
+                spooled(&mut t);
             }
         }
     }
     t.flush(&mut mem).unwrap();
+    spooled(&mut t);
     (start.elapsed(), t.stats().bytes, t.stats().instructions)
+}
+
+/// TR15: the truth of the executions (spooled, then classified into `truth.bin` version 4 with
+/// no damage): its size a instruction, the time to classify and write it, and to check it whole
+/// (every instruction decoded, as `verify` and `truth dump` walk it). Written to
+/// target/bench-data/blocks.truth.bin for a look with other tools.
+fn truth_file(blocks: &[Block], execs: &[BlockExec], insns: u64) {
+    let mut mem = SparseMemory::new();
+    let mut t = tracer(&mut mem);
+    t.record_truth();
+    let mut w = spool::Writer::new(Vec::new());
+    let mut psbs = Vec::new();
+    for chunk in execs.chunks(4096) {
+        t.feed_blocks(&mut mem, blocks, chunk).unwrap();
+        let p = t.probe_mut().unwrap();
+        w.blocks(p.blocks()).unwrap();
+        for f in p.drain() {
+            if let ptemu::tracer::Fact::Psb { start } = f {
+                psbs.push(start);
+            }
+            w.write(&f).unwrap();
+        }
+    }
+    t.flush(&mut mem).unwrap();
+    let p = t.probe_mut().unwrap();
+    p.finish();
+    w.blocks(p.blocks()).unwrap();
+    for f in p.drain() {
+        w.write(&f).unwrap();
+    }
+    let spooled = w.finish().unwrap();
+    let stored = t.stats().bytes;
+    let ctx = ptemu::truth::Context {
+        stored,
+        damage: Vec::new(),
+        delivery: ptemu::truth::Delivery::whole(stored),
+        psbs,
+        truncated: false,
+        run: serde_json::json!({}),
+    };
+    let start = Instant::now();
+    let mut bin = Vec::new();
+    let counts = ptemu::truth::write_compact(&spooled[..], &ctx, &mut bin).unwrap();
+    let write = start.elapsed();
+    assert_eq!(
+        counts.instructions, insns,
+        "TR14: the truth has every instruction"
+    );
+    let size = bin.len();
+    let _ = std::fs::create_dir_all("target/bench-data");
+    let _ = std::fs::write("target/bench-data/blocks.truth.bin", &bin);
+    let bytes = ptemu::truth::compact::Bytes::Owned(bin);
+    let start = Instant::now();
+    let checked = bytes.check().unwrap();
+    let check = start.elapsed();
+    assert_eq!(checked.counts.instructions, insns);
+    println!(
+        "  truth.bin (TR15): {:.3} bytes/instruction ({size} bytes, spool {:.3}); classified and written at {:.0} M instructions/s, checked whole at {:.0} M instructions/s",
+        size as f64 / insns as f64,
+        spooled.len() as f64 / insns as f64,
+        insns as f64 / write.as_secs_f64() / 1e6,
+        insns as f64 / check.as_secs_f64() / 1e6,
+    );
 }
 
 fn main() {
@@ -125,14 +207,21 @@ fn main() {
         blocks[x.block as usize].events_into(x.next, &mut events);
     }
     let (mut best_blocks, mut best_events) = (Duration::MAX, Duration::MAX);
+    let (mut truth_blocks, mut truth_events) = (Duration::MAX, Duration::MAX);
     let (mut bytes, mut insns) = (0, 0);
     for _ in 0..if bench { 7 } else { 1 } {
-        let (d, b, i) = run(&blocks, &execs, None);
-        let (e, eb, ei) = run(&blocks, &execs, Some(&events));
+        let (d, b, i) = run(&blocks, &execs, None, false);
+        let (e, eb, ei) = run(&blocks, &execs, Some(&events), false);
         assert_eq!((b, i), (eb, ei), "BLK3: blocks write what their events write");
         (bytes, insns) = (b, i);
         best_blocks = best_blocks.min(d);
         best_events = best_events.min(e);
+        let (d, b, i) = run(&blocks, &execs, None, true);
+        assert_eq!((b, i), (bytes, insns), "BLK3: the truth changes no byte");
+        truth_blocks = truth_blocks.min(d);
+        if !bench || truth_events == Duration::MAX {
+            truth_events = truth_events.min(run(&blocks, &execs, Some(&events), true).0);
+        }
     }
     let per_block = |d: Duration| d.as_secs_f64() * 1e9 / n as f64;
     let share = |f: &dyn Fn(BlockEnd) -> bool| {
@@ -168,6 +257,16 @@ fn main() {
     );
     let ratio = best_events.as_secs_f64() / best_blocks.as_secs_f64();
     println!("  blocks are {ratio:.2}x the events path (target: 3 ns a block)");
+    // TR14, issue 51 §5: the truth recorder on the block path, its facts spooled.
+    let truth_cost = truth_blocks.as_secs_f64() / best_blocks.as_secs_f64();
+    println!(
+        "  feed_blocks with the truth (spooled): {:.2} ns a block, {truth_cost:.2}x without (target: 1.25x); \
+         the events with the truth: {:.2} ns a block, {:.2}x the events without",
+        per_block(truth_blocks),
+        per_block(truth_events),
+        truth_events.as_secs_f64() / best_events.as_secs_f64()
+    );
+    truth_file(&blocks, &execs, insns);
     if bench && per_block(best_blocks) > 3.0 {
         println!("  MISSED: {:.2} ns a block (target 3 ns)", per_block(best_blocks));
     }

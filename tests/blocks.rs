@@ -6,7 +6,9 @@
 //! they may take is checked against the general one in ptemu-core's own tests.)
 
 use proptest::prelude::*;
+use ptemu::tracer::Fact;
 use ptemu::tracer::{Block, BlockEnd, BlockError, BlockExec, ExecMode, TracerStats};
+use ptemu::truth::{compact, spool, Cause, Context, Damage, Delivery};
 use ptemu::MemError;
 use ptemu::{CpuProfile, Event, OutputUnit, PhysMemory, RtitCtl, SparseMemory, Tracer, TracerConfig};
 
@@ -134,6 +136,7 @@ type Seen = (
     u64,
     Vec<ptemu::OutputEvent>,
     Vec<ptemu::tracer::Fact>,
+    String,
 );
 
 /// Feeds `p` as `feed` says on CPU `cpu` (`skylake` lays packets out as the hardware does;
@@ -197,12 +200,61 @@ fn run(
         .iter()
         .map(|&m| t.rdmsr(m).unwrap())
         .collect();
-    let facts = match t.probe_mut() {
+    // TR14: the facts as the probe gives them (an execution on the one-step path is one),
+    // spooled and classified as `simulate` does; and expanded into instructions.
+    let (facts, json) = match t.probe_mut() {
         Some(p) => {
             p.finish();
-            p.drain().collect()
+            let raw: Vec<Fact> = p.drain().collect();
+            let mut spool = spool::Writer::new(Vec::new());
+            spool.blocks(p.blocks()).unwrap();
+            let mut facts = Vec::new();
+            let mut psbs = Vec::new();
+            for f in &raw {
+                spool.write(f).unwrap();
+                f.expand(p.blocks(), |i| facts.push(i));
+                if let Fact::Psb { start } = f {
+                    psbs.push(*start);
+                }
+            }
+            let spool = spool.finish().unwrap();
+            let stored = t.stats().bytes;
+            // Damage to the stream somewhere (from the executions' packets themselves), so that
+            // runs are lost, undefined and optional too (TR3-TR7).
+            let damage = match (stored, t.stats().instructions as usize) {
+                (0..=8, _) | (_, 0) => Vec::new(),
+                (n, k) => {
+                    let from = (n * (k as u64 % 7 + 1)) / 9;
+                    let cause = Cause::ALL[k % Cause::ALL.len()];
+                    vec![Damage {
+                        cause,
+                        from,
+                        to: (from + 3).min(n),
+                    }]
+                }
+            };
+            let ctx = Context {
+                stored,
+                damage,
+                delivery: Delivery::whole(stored),
+                psbs,
+                truncated: false,
+                run: serde_json::json!({}),
+            };
+            let mut out = Vec::new();
+            ptemu::truth::write(&spool[..], &ctx, &mut out).unwrap();
+            // TR15: `truth.bin` (runs where the executions were one step each), dumped, is
+            // `truth.jsonl` byte for byte.
+            let mut bin = Vec::new();
+            ptemu::truth::write_compact(&spool[..], &ctx, &mut bin).unwrap();
+            let bin = compact::Bytes::Owned(bin);
+            let checked = bin.check().unwrap();
+            let mut dumped = Vec::new();
+            ptemu::truth::json::from_compact(&bin, &checked, &mut dumped).unwrap();
+            assert!(dumped == out, "TR15: truth.bin dumped is not truth.jsonl");
+            (facts, String::from_utf8(out).unwrap())
         }
-        None => Vec::new(),
+        None => (Vec::new(), String::new()),
     };
     let pmis = t.drain_output_events().collect();
     (
@@ -213,6 +265,7 @@ fn run(
         t.clock().cycles(),
         pmis,
         facts,
+        json,
     )
 }
 
@@ -238,8 +291,75 @@ proptest! {
         prop_assert_eq!(blocks.4, reference.4, "core cycles");
         prop_assert_eq!(&blocks.5, &reference.5, "the output unit's events (PMIs)");
         prop_assert!(blocks.6 == reference.6, "the truth differs");
+        prop_assert!(blocks.7 == reference.7, "truth.jsonl differs");
         prop_assert!(blocks.0 == reference.0, "the trace bytes differ");
     }
+
+    /// TR14, BLK3: with the truth on, executions on the one-step path are one fact each, and
+    /// they stand for exactly the instruction facts the events give: spooled and classified,
+    /// the same `truth.jsonl` line for line (settings as above: packing, PSBFreq, long TNT,
+    /// hand-off sizes, IP filters and TraceStop, MTC, CYC, DisTNT, RET compression).
+    #[test]
+    fn tr14_blk3_the_truth_of_blocks_is_the_truth_of_their_events(
+        (ctl, range) in ctl(),
+        long_tnt in any::<bool>(),
+        flush_bytes in prop_oneof![Just(1usize), Just(64), Just(256), Just(1024)],
+        skylake in any::<bool>(),
+        p in program(),
+    ) {
+        let (cpu, ctl) = if skylake { ("skylake", ctl.with_dis_tnt(false)) } else { ("generic-max", ctl) };
+        let reference = run(Feed::Events, cpu, (long_tnt, true, flush_bytes), ctl, range, &p);
+        let blocks = run(Feed::Blocks, cpu, (long_tnt, true, flush_bytes), ctl, range, &p);
+        prop_assert!(blocks.0 == reference.0, "the trace bytes differ");
+        prop_assert_eq!(&blocks.6, &reference.6, "the facts differ");
+        prop_assert_eq!(&blocks.7, &reference.7, "truth.jsonl differs");
+    }
+}
+
+/// TR14, BLK4: with the truth on, an execution the one-step path takes is one fact, naming its
+/// block by its place in the probe's table (each block recorded once, the first time it runs),
+/// however many instructions it has: no instruction fact at all under the one-step settings.
+#[test]
+fn tr14_an_execution_on_the_one_step_path_is_one_fact() {
+    let mut mem = SparseMemory::new();
+    let mut t = tracing_user(&mut mem, "skylake", 1024);
+    t.record_truth();
+    let blocks = vec![
+        Block::new(0x40_0000, &[2, 3, 4], BlockEnd::Conditional { target: 0x40_0000 }).unwrap(),
+        Block::new(0x40_0009, &[5], BlockEnd::IndirectJump).unwrap(),
+    ];
+    let mut execs = Vec::new();
+    for i in 0..1000u64 {
+        execs.push(BlockExec {
+            block: 0,
+            next: if i % 3 == 0 { 0x40_0009 } else { 0x40_0000 },
+        });
+        if i % 3 == 0 {
+            execs.push(BlockExec {
+                block: 1,
+                next: 0x40_0000,
+            });
+        }
+    }
+    t.feed_blocks(&mut mem, &blocks, &execs).unwrap();
+    let p = t.probe_mut().unwrap();
+    p.finish();
+    let facts: Vec<Fact> = p.drain().collect();
+    let runs = facts.iter().filter(|f| matches!(f, Fact::Exec { .. })).count();
+    let insns = facts.iter().filter(|f| matches!(f, Fact::Insn { .. })).count();
+    assert_eq!((runs, insns), (execs.len(), 0));
+    assert_eq!(
+        p.blocks(),
+        &blocks[..],
+        "each block recorded once, in the order first run"
+    );
+    let mut expanded = 0;
+    for f in &facts {
+        f.expand(p.blocks(), |i| {
+            expanded += matches!(i, Fact::Insn { .. }) as usize
+        });
+    }
+    assert_eq!(expanded as u64, t.stats().instructions);
 }
 
 /// BLK1: a block's events: a retirement of each instruction but the last, then the last one's

@@ -1444,7 +1444,7 @@ fn tr2_the_probe_reports_enable_branches_async_and_disable_with_their_packets() 
             )
         })
         .map(|f| match f {
-            Fact::Insn { .. } => "insn",
+            Fact::Insn { .. } | Fact::Exec { .. } => "insn",
             Fact::Enable { .. } => "enable",
             Fact::Disable { .. } => "disable",
             Fact::Async { .. } => "async",
@@ -1531,6 +1531,29 @@ fn tr1_tr9_the_bundled_samples_truth_is_the_committed_file() {
     let got = common::cli::truth_jsonl(&out);
     let want = fs::read_to_string("tests/data/truth/sjeng-1K.truth.jsonl").unwrap();
     assert_eq!(got, want);
+}
+
+/// TR1, TR9, TR15: a version 3 `truth.bin` (before runs and the block table; the bundled
+/// sample's, written by the version 3 writer and committed, tests/data/SOURCE.md) is still read:
+/// `truth dump` gives the same lines as the version 4 file, and `verify` takes it.
+#[test]
+fn tr1_tr15_a_version_3_truth_bin_is_still_read() {
+    let old = "tests/data/truth/sjeng-1K.v3.truth.bin";
+    assert_eq!(fs::read(old).unwrap()[8], 3, "the file is version 3");
+    let o = ptemu(&["truth", "dump", old]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let want = fs::read_to_string("tests/data/truth/sjeng-1K.truth.jsonl").unwrap();
+    assert!(text(&o.stdout) == want, "the dump of the version 3 file differs");
+    let ips: String = want
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["k"] == "insn")
+        .map(|v| format!("{}\n", v["ip"].as_str().unwrap()))
+        .collect();
+    for truth in [old, "tests/data/truth/sjeng-1K.truth.bin"] {
+        let o = ptemu_stdin(&["verify", truth, "--ips", "-", "-q"], ips.as_bytes());
+        assert!(o.status.success(), "{truth}: {}", text(&o.stderr));
+    }
 }
 
 /// FLT2, FLT6, TR4, TR6, TR7 on the places the random tests hit least (found in review): a

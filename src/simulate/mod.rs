@@ -495,6 +495,8 @@ fn spool_facts(
     let (Some(w), Some(probe)) = (facts.as_mut(), tracer.probe_mut()) else {
         return Ok(());
     };
+    // The blocks the facts name come before them (TR14).
+    w.blocks(probe.blocks()).map_err(SimError::Truth)?;
     for f in probe.drain() {
         if let Fact::Psb { start } = f {
             psbs.push(start);

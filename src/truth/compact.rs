@@ -17,17 +17,26 @@
 //!
 //! An offset is 0 for "not delivered", else 1 + the zigzag of its difference from the
 //! last offset written.
+//!
+//! Version 4 (TR15) adds runs: a whole execution of a block, one tag byte [`RUN`] `| flags`
+//! (`NEW_OFF`, `TAKEN`, `NEXT`, `BLOCK`), then the block's index when it is not the one
+//! predicted (the first block of the table that starts at the predicted IP), the carrier's
+//! offset when it changed, the successor (a signed varint from the block's fall-through) when
+//! the block's end does not give it. The blocks are a table after the end record, which the
+//! file's last 8 bytes point to (little-endian). A decoder gives a run as its instructions, each
+//! at a position of its own ([`Decoder::pos`]: `byte << POS_SHIFT | k`).
 
 use super::mark::Text;
-use super::record::{Branch, BranchKind, Class, Record, Sink};
+use super::record::{Branch, BranchKind, Class, Record, Run, Sink};
 use super::{Cause, Counts};
+use crate::tracer::{Block, BlockEnd};
 use prost::encoding::encode_varint;
 use std::io::{self, Write};
 
 /// The first bytes of `truth.bin`.
 pub const MAGIC: &[u8; 8] = b"PTEMUTRU";
 /// The version of `truth.bin` (TR1): it changes when a field changes meaning.
-pub const VERSION: u64 = 3;
+pub const VERSION: u64 = 4;
 /// The oldest version this ptemu still reads (version 2 has no mark records, TR11).
 pub const OLDEST: u64 = 2;
 
@@ -45,6 +54,77 @@ const CLASS_UNDEFINED: u8 = 152;
 const END: u8 = 153;
 const MARK: u8 = 154;
 const TIME: u8 = 155;
+/// A run (TR15): `RUN | flags`, 160 to 175.
+pub const RUN: u8 = 160;
+const NEW_OFF: u8 = 1;
+const TAKEN: u8 = 2;
+const NEXT: u8 = 4;
+const BLOCK: u8 = 8;
+
+/// Positions ([`Decoder::pos`]) are the byte a record starts at, shifted by this, plus the
+/// index of an instruction within a run.
+pub const POS_SHIFT: u32 = 12;
+/// The most instructions a block of the table may have.
+const MAX_BLOCK: usize = 1 << POS_SHIFT;
+
+/// The byte offset of a position ([`Decoder::pos`]).
+pub fn byte_of(pos: usize) -> usize {
+    pos >> POS_SHIFT
+}
+
+/// The blocks a truth's runs name (TR15), and the first of them at each start (a run's block
+/// is predicted from where the flow goes).
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    blocks: Vec<Block>,
+    first_at: rustc_hash::FxHashMap<u64, u32>,
+}
+
+impl Table {
+    fn push(&mut self, b: Block) {
+        self.first_at.entry(b.start()).or_insert(self.blocks.len() as u32);
+        self.blocks.push(b);
+    }
+
+    /// The block predicted to run at `ip`.
+    fn predict(&self, ip: u64) -> Option<u32> {
+        self.first_at.get(&ip).copied()
+    }
+
+    /// How many blocks it has.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+}
+
+/// A block's end as its table code, and its target for 1-3.
+fn end_code(end: BlockEnd) -> (u8, Option<u64>) {
+    match end {
+        BlockEnd::Conditional { target } => (1, Some(target)),
+        BlockEnd::Jump { target } => (2, Some(target)),
+        BlockEnd::Call { target } => (3, Some(target)),
+        BlockEnd::IndirectJump => (4, None),
+        BlockEnd::IndirectCall => (5, None),
+        BlockEnd::Return => (6, None),
+        _ => (0, None),
+    }
+}
+
+/// Where an execution of `b` went when its end says so: the fall-through or direct target,
+/// the taken target of a conditional branch when `taken`.
+fn implied_next(b: &Block, taken: bool) -> Option<u64> {
+    match b.end() {
+        BlockEnd::Conditional { target } if taken => Some(target),
+        BlockEnd::Jump { target } | BlockEnd::Call { target } => Some(target),
+        BlockEnd::IndirectJump | BlockEnd::IndirectCall | BlockEnd::Return => None,
+        _ => Some(b.fall_through()),
+    }
+}
 
 use crate::sources::varint::{unzigzag, zigzag};
 
@@ -96,6 +176,10 @@ pub struct Encoder<W: Write> {
     out: W,
     buf: Vec<u8>,
     t: Track,
+    /// The blocks given ([`Sink::block`]), written after the end record.
+    table: Table,
+    /// Bytes passed on to `out`.
+    written: u64,
 }
 
 impl<W: Write> Encoder<W> {
@@ -105,6 +189,8 @@ impl<W: Write> Encoder<W> {
             out,
             buf: Vec::with_capacity(1 << 16),
             t: Track::default(),
+            table: Table::default(),
+            written: 0,
         }
     }
 
@@ -126,9 +212,42 @@ impl<W: Write> Encoder<W> {
     fn spill(&mut self) -> io::Result<()> {
         if self.buf.len() >= 1 << 15 {
             self.out.write_all(&self.buf)?;
+            self.written += self.buf.len() as u64;
             self.buf.clear();
         }
         Ok(())
+    }
+
+    /// A class record when the instructions that follow have another class.
+    fn class(&mut self, class: Class) {
+        if class != self.t.class {
+            match class {
+                Class::Required => self.buf.push(CLASS_REQUIRED),
+                Class::Optional => self.buf.push(CLASS_OPTIONAL),
+                Class::Lost(c) => self.buf.extend_from_slice(&[CLASS_LOST, cause_code(c)]),
+                Class::Undefined(c) => self.buf.extend_from_slice(&[CLASS_UNDEFINED, cause_code(c)]),
+            }
+            self.t.class = class;
+        }
+    }
+
+    /// TR15: the block table and the 8 bytes that point to it.
+    fn table(&mut self) {
+        let at = self.written + self.buf.len() as u64;
+        encode_varint(self.table.blocks.len() as u64, &mut self.buf);
+        let mut last = 0u64;
+        for b in &self.table.blocks {
+            encode_varint(zigzag(b.start().wrapping_sub(last) as i64), &mut self.buf);
+            last = b.start();
+            encode_varint(b.instructions() as u64, &mut self.buf);
+            self.buf.extend_from_slice(b.lengths());
+            let (code, target) = end_code(b.end());
+            self.buf.push(code);
+            if let Some(t) = target {
+                encode_varint(zigzag(t.wrapping_sub(b.start()) as i64), &mut self.buf);
+            }
+        }
+        self.buf.extend_from_slice(&at.to_le_bytes());
     }
 }
 
@@ -155,15 +274,7 @@ impl<W: Write> Sink for Encoder<W> {
                 class,
                 ..
             } => {
-                if class != self.t.class {
-                    match class {
-                        Class::Required => self.buf.push(CLASS_REQUIRED),
-                        Class::Optional => self.buf.push(CLASS_OPTIONAL),
-                        Class::Lost(c) => self.buf.extend_from_slice(&[CLASS_LOST, cause_code(c)]),
-                        Class::Undefined(c) => self.buf.extend_from_slice(&[CLASS_UNDEFINED, cause_code(c)]),
-                    }
-                    self.t.class = class;
-                }
+                self.class(class);
                 let d = ip.wrapping_sub(self.t.next_ip);
                 let new_off = off != self.t.insn_off;
                 let dcode = if d < 7 { d as u8 } else { 7 };
@@ -238,6 +349,7 @@ impl<W: Write> Sink for Encoder<W> {
             }
             Record::End { counts } => {
                 self.buf.push(END);
+
                 for v in [
                     counts.instructions,
                     counts.required,
@@ -253,8 +365,58 @@ impl<W: Write> Sink for Encoder<W> {
         self.spill()
     }
 
+    fn block(&mut self, b: &Block) -> io::Result<()> {
+        if b.instructions() > MAX_BLOCK {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "a block of {} instructions (at most {MAX_BLOCK})",
+                    b.instructions()
+                ),
+            ));
+        }
+        self.table.push(b.clone());
+        Ok(())
+    }
+
+    fn run(&mut self, r: &Run) -> io::Result<()> {
+        let Some(b) = self.table.blocks.get(r.block as usize) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("an execution of block {}, not given before it", r.block),
+            ));
+        };
+        let taken = matches!(b.end(), BlockEnd::Conditional { target } if r.next == target);
+        let implied = implied_next(b, taken) == Some(r.next);
+        let predicted = self.table.predict(self.t.next_ip) == Some(r.block);
+        let new_off = r.off != self.t.insn_off;
+        let fall_through = b.fall_through();
+        self.class(r.class);
+        let mut tag = RUN;
+        tag |= if new_off { NEW_OFF } else { 0 };
+        tag |= if taken { TAKEN } else { 0 };
+        tag |= if implied { 0 } else { NEXT };
+        tag |= if predicted { 0 } else { BLOCK };
+        self.buf.push(tag);
+        if !predicted {
+            encode_varint(u64::from(r.block), &mut self.buf);
+        }
+        if new_off {
+            self.off(r.off);
+            self.t.insn_off = r.off;
+        }
+        if !implied {
+            encode_varint(zigzag(r.next.wrapping_sub(fall_through) as i64), &mut self.buf);
+        }
+        self.t.next_ip = r.next;
+        self.t.i += u64::from(r.n);
+        self.spill()
+    }
+
     fn finish(&mut self) -> io::Result<()> {
+        self.table();
         self.out.write_all(&self.buf)?;
+        self.written += self.buf.len() as u64;
         self.buf.clear();
         self.out.flush()
     }
@@ -277,6 +439,84 @@ fn bad(at: usize, msg: impl Into<String>) -> FormatError {
 
 /// The header of a `truth.bin`: its JSON, and where the records start.
 pub fn read_header(bytes: &[u8]) -> Result<(serde_json::Value, usize), FormatError> {
+    read_versioned(bytes).map(|(h, start, _)| (h, start))
+}
+
+/// The block table of a version 4 `truth.bin` (TR15) and where the records end (the table's
+/// offset); an empty table and the end of the bytes for earlier versions.
+pub fn read_table(bytes: &[u8], version: u64, start: usize) -> Result<(Table, usize), FormatError> {
+    let mut table = Table::default();
+    if version < 4 {
+        return Ok((table, bytes.len()));
+    }
+    let Some(tail) = bytes.len().checked_sub(8).filter(|&t| t >= start) else {
+        return Err(bad(
+            bytes.len(),
+            "cut short: no block table (version 4 ends with one)",
+        ));
+    };
+    let at = u64::from_le_bytes(bytes[tail..].try_into().expect("8 bytes"));
+    let at = usize::try_from(at)
+        .ok()
+        .filter(|&a| (start..tail).contains(&a))
+        .ok_or_else(|| {
+            bad(
+                tail,
+                format!("the block table's offset {at} is not within the records"),
+            )
+        })?;
+    let mut pos = at;
+    let varint = |pos: &mut usize| -> Result<u64, FormatError> {
+        let (v, next) = crate::sources::varint::read(&bytes[..tail], *pos, 10)
+            .ok_or_else(|| bad(*pos, "the block table cut short"))?;
+        *pos = next;
+        Ok(v)
+    };
+    let n = varint(&mut pos)?;
+    let mut last = 0u64;
+    for k in 0..n {
+        let from = pos;
+        let start = last.wrapping_add(unzigzag(varint(&mut pos)?) as u64);
+        last = start;
+        let count = varint(&mut pos)?;
+        let lens = usize::try_from(count)
+            .ok()
+            .filter(|&c| c <= MAX_BLOCK)
+            .and_then(|c| bytes[..tail].get(pos..pos + c))
+            .ok_or_else(|| {
+                bad(
+                    pos,
+                    format!("block {k}: {count} instructions (at most {MAX_BLOCK}) or cut short"),
+                )
+            })?;
+        pos += lens.len();
+        let code = *bytes[..tail]
+            .get(pos)
+            .ok_or_else(|| bad(pos, "the block table cut short"))?;
+        pos += 1;
+        let mut target =
+            || -> Result<u64, FormatError> { Ok(start.wrapping_add(unzigzag(varint(&mut pos)?) as u64)) };
+        let end = match code {
+            0 => BlockEnd::FallThrough,
+            1 => BlockEnd::Conditional { target: target()? },
+            2 => BlockEnd::Jump { target: target()? },
+            3 => BlockEnd::Call { target: target()? },
+            4 => BlockEnd::IndirectJump,
+            5 => BlockEnd::IndirectCall,
+            6 => BlockEnd::Return,
+            c => return Err(bad(pos - 1, format!("block {k}: end {c} (0 to 6 are defined)"))),
+        };
+        let b = Block::new(start, lens, end).map_err(|e| bad(from, format!("block {k}: {e}")))?;
+        table.push(b);
+    }
+    if pos != tail {
+        return Err(bad(pos, "bytes after the block table"));
+    }
+    Ok((table, at))
+}
+
+/// [`read_header`], and the version.
+fn read_versioned(bytes: &[u8]) -> Result<(serde_json::Value, usize, u64), FormatError> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(bad(0, "not a truth.bin file: no PTEMUTRU magic"));
     }
@@ -306,7 +546,7 @@ pub fn read_header(bytes: &[u8]) -> Result<(serde_json::Value, usize), FormatErr
     if !header.is_object() {
         return Err(bad(at, "the header is not a JSON object"));
     }
-    Ok((header, end))
+    Ok((header, end, v))
 }
 
 /// Reads the records of a `truth.bin` from any record boundary: a copy of it is a cursor a
@@ -316,6 +556,21 @@ pub struct Decoder<'a> {
     bytes: &'a [u8],
     pos: usize,
     t: Track,
+    /// The blocks runs name (TR15).
+    table: Option<&'a Table>,
+    /// The run being given back, instruction by instruction.
+    run: Option<RunAt>,
+}
+
+/// A run being given back: where its record starts, its block, the next instruction's index in
+/// it and IP, where the run goes after it.
+#[derive(Clone, Copy, Debug)]
+struct RunAt {
+    at: usize,
+    block: u32,
+    k: u32,
+    ip: u64,
+    next: u64,
 }
 
 impl<'a> Decoder<'a> {
@@ -325,12 +580,115 @@ impl<'a> Decoder<'a> {
             bytes,
             pos: start,
             t: Track::default(),
+            table: None,
+            run: None,
         }
     }
 
-    /// The offset of the next record.
+    /// A decoder at the first record of a version 4 truth (TR15), whose records are
+    /// `bytes[start..end]` (from [`read_table`]) and name the blocks of `table`.
+    pub fn with_table(bytes: &'a [u8], start: usize, end: usize, table: &'a Table) -> Self {
+        Decoder {
+            bytes: &bytes[..end.min(bytes.len())],
+            pos: start,
+            t: Track::default(),
+            table: Some(table),
+            run: None,
+        }
+    }
+
+    /// The position of the next record, or of the next instruction of a run: the byte it
+    /// starts at ([`byte_of`]) shifted by [`POS_SHIFT`], plus the instruction's index in its run.
     pub fn pos(&self) -> usize {
-        self.pos
+        match self.run {
+            Some(r) => r.at << POS_SHIFT | r.k as usize,
+            None => self.pos << POS_SHIFT,
+        }
+    }
+
+    /// The next instruction of the run being given back.
+    fn run_insn(&mut self, mut r: RunAt) -> Result<(usize, Record), FormatError> {
+        let b = self
+            .table
+            .and_then(|t| t.blocks.get(r.block as usize))
+            .ok_or_else(|| bad(r.at, format!("a run of block {}, not in the table", r.block)))?;
+        let lens = b.lengths();
+        let k = r.k as usize;
+        let last = k + 1 >= lens.len();
+        let ip = r.ip;
+        let pos = r.at << POS_SHIFT | k;
+        let branch = if last {
+            super::record::branch_of(b, r.next)
+        } else {
+            None
+        };
+        if last {
+            self.run = None;
+            self.t.next_ip = r.next;
+        } else {
+            r.k += 1;
+            r.ip = ip.wrapping_add(u64::from(lens[k]));
+            self.run = Some(r);
+        }
+        let i = self.t.i;
+        self.t.i += 1;
+        Ok((
+            pos,
+            Record::Insn {
+                i,
+                ip,
+                branch,
+                off: self.t.insn_off,
+                class: self.t.class,
+            },
+        ))
+    }
+
+    /// A run's record (its tag read, at `at`): the run set up.
+    fn run_record(&mut self, at: usize, tag: u8) -> Result<RunAt, FormatError> {
+        let table = self.table.ok_or_else(|| {
+            bad(
+                at,
+                "a run in a truth.bin without a block table (version 4 has one)",
+            )
+        })?;
+        let block = if tag & BLOCK != 0 {
+            let v = self.varint()?;
+            u32::try_from(v).map_err(|_| bad(at, format!("a run of block {v}")))?
+        } else {
+            table.predict(self.t.next_ip).ok_or_else(|| {
+                bad(
+                    at,
+                    format!(
+                        "a run of the block predicted at {:#x}: none starts there",
+                        self.t.next_ip
+                    ),
+                )
+            })?
+        };
+        let b = table.blocks.get(block as usize).ok_or_else(|| {
+            bad(
+                at,
+                format!(
+                    "a run of block {block}, not among the {} of the table",
+                    table.len()
+                ),
+            )
+        })?;
+        if tag & NEW_OFF != 0 {
+            self.t.insn_off = self.off()?;
+        }
+        let next = match (tag & NEXT != 0, implied_next(b, tag & TAKEN != 0)) {
+            (false, Some(n)) => n,
+            _ => b.fall_through().wrapping_add(unzigzag(self.varint()?) as u64),
+        };
+        Ok(RunAt {
+            at,
+            block,
+            k: 0,
+            ip: b.start(),
+            next,
+        })
     }
 
     fn varint(&mut self) -> Result<u64, FormatError> {
@@ -374,6 +732,9 @@ impl<'a> Decoder<'a> {
     /// The next record and the offset it starts at; `None` at the end of the bytes.
     #[inline]
     pub fn next_record(&mut self) -> Result<Option<(usize, Record)>, FormatError> {
+        if let Some(r) = self.run {
+            return self.run_insn(r).map(Some);
+        }
         loop {
             let at = self.pos;
             let Some(&tag) = self.bytes.get(at) else {
@@ -381,6 +742,10 @@ impl<'a> Decoder<'a> {
             };
             self.pos += 1;
             let r = match tag {
+                t if t & !15 == RUN => {
+                    let r = self.run_record(at, t)?;
+                    return self.run_insn(r).map(Some);
+                }
                 t if t < FIRST_OTHER => {
                     let kind = t >> 4;
                     let mut ip = self.t.next_ip.wrapping_add(u64::from(t & 7));
@@ -500,7 +865,7 @@ impl<'a> Decoder<'a> {
                 }
                 t => return Err(bad(at, format!("unknown record tag {t}"))),
             };
-            return Ok(Some((at, r)));
+            return Ok(Some((at << POS_SHIFT, r)));
         }
     }
 }
@@ -509,35 +874,44 @@ impl<'a> Decoder<'a> {
 /// those of the records before it. Returns the header, where the records start, and the counts.
 pub fn validate(
     bytes: &[u8],
-    mut progress: impl FnMut(usize),
+    progress: impl FnMut(usize),
 ) -> Result<(serde_json::Value, usize, Counts), FormatError> {
-    let (header, start) = read_header(bytes)?;
-    let mut d = Decoder::new(bytes, start);
+    validate_all(bytes, progress).map(|c| (c.header, c.start, c.counts))
+}
+
+/// [`validate`], with the block table and where the records end.
+fn validate_all(bytes: &[u8], mut progress: impl FnMut(usize)) -> Result<Checked, FormatError> {
+    let (header, start, version) = read_versioned(bytes)?;
+    let (table, end) = read_table(bytes, version, start)?;
+    let mut d = Decoder::with_table(bytes, start, end, &table);
     let mut seen = Counts::default();
     let mut n = 0u32;
     while let Some((at, r)) = d.next_record()? {
         if let Record::End { counts } = r {
             if let Some((what, said, has)) = counts.first_difference(&seen) {
                 return Err(bad(
-                    at,
+                    byte_of(at),
                     format!("the end record counts {said} {what}(s), the records before it have {has}"),
                 ));
             }
-            if d.pos() != bytes.len() {
-                return Err(bad(d.pos(), "bytes after the end record"));
+            if d.pos != end {
+                return Err(bad(d.pos, "bytes after the end record"));
             }
-            return Ok((header, start, seen));
+            return Ok(Checked {
+                header,
+                start,
+                counts: seen,
+                end,
+                table,
+            });
         }
         seen.add(&r);
         n = n.wrapping_add(1);
         if n.is_multiple_of(1 << 20) {
-            progress(d.pos());
+            progress(d.pos);
         }
     }
-    Err(bad(
-        bytes.len(),
-        "the file ends without its end record: cut short?",
-    ))
+    Err(bad(end, "the file ends without its end record: cut short?"))
 }
 
 /// A truth's bytes in `truth.bin`'s form: a mapped file, or bytes in memory (a `truth.jsonl`
@@ -596,6 +970,17 @@ pub struct Checked {
     pub start: usize,
     /// The counts of the records (those of the end record).
     pub counts: Counts,
+    /// Where the records end (the block table's offset in version 4, TR15).
+    pub end: usize,
+    /// The blocks runs name (TR15).
+    pub table: Table,
+}
+
+impl Checked {
+    /// A decoder at the first record of `bytes`, the truth checked.
+    pub fn decoder<'a>(&'a self, bytes: &'a [u8]) -> Decoder<'a> {
+        Decoder::with_table(bytes, self.start, self.end, &self.table)
+    }
 }
 
 impl Bytes {
@@ -603,16 +988,12 @@ impl Bytes {
     /// is read whole before anything is judged or printed, in flat memory).
     pub fn check(&self) -> Result<Checked, FormatError> {
         let mut released = 0;
-        let (header, start, counts) = validate(self.get(), |pos| {
+        let checked = validate_all(self.get(), |pos| {
             self.release(released, pos);
             released = pos;
         })?;
         self.release(released, self.get().len());
-        Ok(Checked {
-            header,
-            start,
-            counts,
-        })
+        Ok(checked)
     }
 }
 
@@ -740,6 +1121,106 @@ mod tests {
         e.into_inner()
     }
 
+    /// Blocks, runs of them (predicted and not, taken and not, with and without a successor,
+    /// a carrier change, a class change) between other records, written as `truth.bin`; and
+    /// the records a decoder must give back.
+    fn with_runs() -> (Vec<u8>, Vec<Record>) {
+        let blocks = [
+            Block::new(0x1000, &[2, 3], BlockEnd::Conditional { target: 0x2000 }).unwrap(),
+            Block::new(0x2000, &[4], BlockEnd::Return).unwrap(),
+            Block::new(0x1005, &[1, 1, 1], BlockEnd::Jump { target: 0x1000 }).unwrap(),
+            Block::new(0x1000, &[5], BlockEnd::IndirectCall).unwrap(),
+        ];
+        let run = |i, block, next, off, class| Run {
+            i,
+            block,
+            n: blocks[block as usize].instructions() as u32,
+            next,
+            off,
+            class,
+        };
+        let runs = [
+            run(1, 0, 0x2000, Some(7), Class::Required),
+            run(3, 1, 0x1005, Some(7), Class::Required),
+            run(4, 2, 0x1000, Some(9), Class::Optional),
+            run(7, 0, 0x1005, None, Class::Lost(Cause::Wrap)),
+            run(9, 3, 0x9999_0000, None, Class::Lost(Cause::Wrap)),
+        ];
+        let mut e = Encoder::new(Vec::new());
+        e.header(&serde_json::json!({})).unwrap();
+        for b in &blocks {
+            e.block(b).unwrap();
+        }
+        let first = Record::Insn {
+            i: 0,
+            ip: 0xfff,
+            branch: None,
+            off: Some(5),
+            class: Class::Required,
+        };
+        e.record(&first).unwrap();
+        let mut want = vec![first];
+        let mut counts = Counts::default();
+        counts.add(&first);
+        for (k, r) in runs.iter().enumerate() {
+            if k == 2 {
+                let m = Record::Time {
+                    tsc: 77,
+                    slack: 0,
+                    off: Some(8),
+                };
+                e.record(&m).unwrap();
+                want.push(m);
+            }
+            e.run(r).unwrap();
+            counts.add_run(r);
+            r.each_insn(&blocks[r.block as usize], |i| want.push(i));
+        }
+        let end = Record::End { counts };
+        e.record(&end).unwrap();
+        want.push(end);
+        e.finish().unwrap();
+        (e.into_inner(), want)
+    }
+
+    /// TR15: runs come back as their instructions, each at a position of its own, around the
+    /// other records; the file is version 4 with its table.
+    #[test]
+    fn tr15_runs_round_trip() {
+        let (bytes, want) = with_runs();
+        assert_eq!(bytes[8], 4);
+        let checked = Bytes::Owned(bytes.clone()).check().unwrap();
+        assert_eq!((checked.table.len(), checked.counts.instructions), (4, 10));
+        let mut d = checked.decoder(&bytes);
+        let (mut back, mut pos) = (Vec::new(), Vec::new());
+        while let Some((at, r)) = d.next_record().unwrap() {
+            back.push(r);
+            pos.push(at);
+        }
+        assert_eq!(back, want);
+        assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
+    }
+
+    /// TR1, TR15: a version 4 file cut anywhere (its table, its pointer) or with any byte
+    /// changed is an error naming a byte within it, or reads; never a panic.
+    #[test]
+    fn tr1_tr15_a_cut_or_damaged_table_is_an_error_with_its_byte() {
+        let (bytes, _) = with_runs();
+        for n in 0..bytes.len() {
+            let e = Bytes::Owned(bytes[..n].to_vec()).check().unwrap_err();
+            assert!(e.at <= n, "{n}: {e}");
+        }
+        for k in 0..bytes.len() {
+            for v in [0u8, 1, 0x7f, 0x80, 0xff, 160, 175] {
+                let mut b = bytes.clone();
+                b[k] = v;
+                if let Err(e) = Bytes::Owned(b).check() {
+                    assert!(e.at <= bytes.len(), "{k}: {e}");
+                }
+            }
+        }
+    }
+
     /// TR9: every kind of record, class and offset comes back as it went in.
     #[test]
     fn tr9_records_round_trip() {
@@ -748,7 +1229,9 @@ mod tests {
         let (h, start, counts) = validate(&bytes, |_| {}).unwrap();
         assert_eq!(h, serde_json::json!({"truncated": true}));
         assert_eq!(counts.instructions, 10);
-        let mut d = Decoder::new(&bytes, start);
+        let checked = Bytes::Owned(bytes.clone()).check().unwrap();
+        assert_eq!(checked.start, start);
+        let mut d = checked.decoder(&bytes);
         let mut back = Vec::new();
         while let Some((_, r)) = d.next_record().unwrap() {
             back.push(r);
@@ -772,11 +1255,20 @@ mod tests {
                 let _ = validate(&b, |_| {});
             }
         }
-        let mut more = bytes.clone();
+        // A byte between the end record and the block table (the pointer moved past it), and
+        // one after the pointer.
+        let n = bytes.len();
+        let table = u64::from_le_bytes(bytes[n - 8..].try_into().unwrap()) as usize;
+        let mut more = bytes[..table].to_vec();
         more.push(0);
+        more.extend_from_slice(&bytes[table..n - 8]);
+        more.extend_from_slice(&(table as u64 + 1).to_le_bytes());
         assert!(validate(&more, |_| {})
             .unwrap_err()
             .msg
             .contains("after the end record"));
+        let mut more = bytes.clone();
+        more.push(0);
+        assert!(validate(&more, |_| {}).is_err());
     }
 }

@@ -59,6 +59,8 @@ fn put_off(b: &mut Vec<u8>, off: Option<u64>) {
 pub struct Writer<W: Write> {
     out: W,
     line: Vec<u8>,
+    /// The blocks runs name (TR15).
+    blocks: Vec<crate::tracer::Block>,
 }
 
 impl<W: Write> Writer<W> {
@@ -67,6 +69,7 @@ impl<W: Write> Writer<W> {
         Writer {
             out,
             line: Vec::with_capacity(256),
+            blocks: Vec::new(),
         }
     }
 }
@@ -203,6 +206,24 @@ pub fn header_line(header: &serde_json::Value) -> String {
 impl<W: Write> Sink for Writer<W> {
     fn header(&mut self, header: &serde_json::Value) -> io::Result<()> {
         self.out.write_all(header_line(header).as_bytes())
+    }
+
+    fn block(&mut self, b: &crate::tracer::Block) -> io::Result<()> {
+        self.blocks.push(b.clone());
+        Ok(())
+    }
+
+    /// A run is its instructions' lines (TR15).
+    fn run(&mut self, r: &super::record::Run) -> io::Result<()> {
+        let b = self.blocks.get(r.block as usize).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("an execution of block {}, not given before it", r.block),
+            )
+        })?;
+        self.line.clear();
+        r.each_insn(b, |i| put_record(&mut self.line, &i));
+        self.out.write_all(&self.line)
     }
 
     fn record(&mut self, r: &Record) -> io::Result<()> {
@@ -486,15 +507,16 @@ pub fn from_compact(
     let invalid = |e: super::compact::FormatError| io::Error::new(io::ErrorKind::InvalidData, e.to_string());
     let mut w = Writer::new(out);
     w.header(&checked.header)?;
-    let mut d = super::compact::Decoder::new(truth.get(), checked.start);
+    let mut d = checked.decoder(truth.get());
     let mut n = 0u32;
     let mut released = checked.start;
     while let Some((_, r)) = d.next_record().map_err(invalid)? {
         w.record(&r)?;
         n = n.wrapping_add(1);
         if n.is_multiple_of(1 << 20) {
-            truth.release(released, d.pos());
-            released = d.pos();
+            let pos = super::compact::byte_of(d.pos());
+            truth.release(released, pos);
+            released = pos;
         }
     }
     w.finish()

@@ -15,7 +15,7 @@ pub mod spool;
 pub mod verify;
 
 use crate::tracer::{Carrier, Fact, Loss, Timing};
-use record::{Branch, BranchKind, Class, Record, Sink};
+use record::{Branch, BranchKind, Class, Record, Run, Sink};
 use std::io::{self, Read, Write};
 
 /// The version of the `truth.jsonl` format (TR1). It changes when a field changes meaning.
@@ -221,12 +221,12 @@ fn place(
     queue: &mut std::collections::VecDeque<(u64, Record)>,
 ) {
     if group.0.is_some_and(|g| g > start) && queue.is_empty() {
-        let first = held
-            .records
-            .iter()
-            .rposition(|x| matches!(x, Record::Insn { i, .. } if *i == group.1));
+        let first = held.records.iter().rposition(
+            |x| matches!(x, Item::Record(Record::Insn { i, .. }) | Item::Run(Run { i, .. }) if *i == group.1),
+        );
         if let Some(k) = first {
-            held.records.insert(k, with_early(r, group.1 - prev_first));
+            held.records
+                .insert(k, Item::Record(with_early(r, group.1 - prev_first)));
             if k < *split {
                 *split += 1;
             }
@@ -256,10 +256,41 @@ fn with_early(r: Record, early: u64) -> Record {
     }
 }
 
+/// What one instruction fact or block execution stands for (TR15).
+#[derive(Clone, Copy)]
+enum Unit {
+    Insn {
+        ip: u64,
+        branch: Option<crate::tracer::BranchFact>,
+    },
+    Run {
+        block: u32,
+        n: u32,
+        next: u64,
+    },
+}
+
+impl Unit {
+    /// Its instructions.
+    fn len(&self) -> u64 {
+        match *self {
+            Unit::Insn { .. } => 1,
+            Unit::Run { n, .. } => u64::from(n),
+        }
+    }
+}
+
+/// A record, or a whole execution of a block (TR15).
+#[derive(Clone, Copy, Debug)]
+enum Item {
+    Record(Record),
+    Run(Run),
+}
+
 /// Records held back until it is known whether lost instructions follow them (TR3).
 #[derive(Default)]
 struct Held {
-    records: Vec<Record>,
+    records: Vec<Item>,
 }
 
 impl Held {
@@ -268,7 +299,21 @@ impl Held {
         if n == 0 {
             return Ok(());
         }
+        let class = if optional {
+            Class::Optional
+        } else {
+            Class::Required
+        };
         for r in self.records.drain(..n) {
+            let r = match r {
+                Item::Run(run) => {
+                    let run = Run { class, ..run };
+                    c.add_run(&run);
+                    out.run(&run)?;
+                    continue;
+                }
+                Item::Record(r) => r,
+            };
             let r = match r {
                 Record::Insn {
                     i, ip, branch, off, ..
@@ -277,11 +322,7 @@ impl Held {
                     ip,
                     branch,
                     off,
-                    class: if optional {
-                        Class::Optional
-                    } else {
-                        Class::Required
-                    },
+                    class,
                 },
                 r => r,
             };
@@ -332,6 +373,8 @@ fn header(ctx: &Context) -> serde_json::Value {
 /// before each run of lost or undefined instructions, the end record.
 pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io::Result<Counts> {
     let mut spool = spool::Reader::new(spool);
+    // The spool's blocks given to `out` (TR15), before the first run that names each.
+    let mut blocks_given = 0;
     let resync: Vec<Resync> = ctx
         .damage
         .iter()
@@ -365,16 +408,38 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
     let mut prev_first = 0u64;
     // A decoder's time is unknown until the next intact TSC (TR13).
     let mut time_unknown = false;
-    while let Some(fact) = spool.next_fact()? {
-        let record = match fact {
+    while let Some(fact) = spool.next_unexpanded()? {
+        // An instruction, or a whole execution of a block (TR14, TR15): its instructions share
+        // the carrier and the stream offset, so what the first one decides holds for all.
+        let unit = match fact {
             Fact::Insn {
                 ip,
                 exec,
                 carrier,
                 branch,
+            } => Some((Unit::Insn { ip, branch }, exec, carrier)),
+            Fact::Exec {
+                block,
+                next,
+                exec,
+                carrier,
             } => {
+                for b in spool.blocks().get(blocks_given..).unwrap_or(&[]) {
+                    out.block(b)?;
+                }
+                blocks_given = spool.blocks().len();
+                let n = spool
+                    .blocks()
+                    .get(block as usize)
+                    .map_or(0, |b| b.instructions() as u32);
+                Some((Unit::Run { block, n, next }, exec, carrier))
+            }
+            _ => None,
+        };
+        let record = match (unit, fact) {
+            (Some((unit, exec, carrier)), _) => {
                 let i = instructions;
-                instructions += 1;
+                instructions += unit.len();
                 let from = match carrier {
                     Carrier::Packet { start, .. } => Some(start),
                     Carrier::Lost(_) => None,
@@ -390,7 +455,7 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                     if held.records.is_empty() {
                         out.record(&m)?;
                     } else {
-                        held.records.push(m);
+                        held.records.push(Item::Record(m));
                     }
                 }
                 if from != group.0 {
@@ -401,12 +466,22 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                     Carrier::Packet { start, .. } => ctx.delivery.map(start),
                     Carrier::Lost(_) => None,
                 };
-                let insn = |class| Record::Insn {
-                    i,
-                    ip,
-                    branch: branch_record(branch),
-                    off,
-                    class,
+                let insn = |class| match unit {
+                    Unit::Insn { ip, branch } => Item::Record(Record::Insn {
+                        i,
+                        ip,
+                        branch: branch_record(branch),
+                        off,
+                        class,
+                    }),
+                    Unit::Run { block, n, next } => Item::Run(Run {
+                        i,
+                        block,
+                        n,
+                        next,
+                        off,
+                        class,
+                    }),
                 };
                 match classify(carrier, exec, ctx, &resync) {
                     None => {
@@ -450,43 +525,53 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                             counts.add(&s);
                             out.record(&s)?;
                         }
-                        let r = insn(if cause.undefined() {
+                        match insn(if cause.undefined() {
                             Class::Undefined(cause)
                         } else {
                             Class::Lost(cause)
-                        });
-                        counts.add(&r);
-                        out.record(&r)?;
+                        }) {
+                            Item::Record(r) => {
+                                counts.add(&r);
+                                out.record(&r)?;
+                            }
+                            Item::Run(r) => {
+                                counts.add_run(&r);
+                                out.run(&r)?;
+                            }
+                        }
                     }
                 }
                 continue;
             }
-            Fact::Enable { ip, start, .. } => Record::Enable {
+            (_, Fact::Enable { ip, start, .. }) => Record::Enable {
                 ip,
                 off: ctx.delivery.map(start),
             },
-            Fact::Disable { start, .. } => Record::Disable {
+            (_, Fact::Disable { start, .. }) => Record::Disable {
                 off: ctx.delivery.map(start),
             },
-            Fact::Async { from, to, start, .. } => Record::Async {
+            (_, Fact::Async { from, to, start, .. }) => Record::Async {
                 from,
                 to,
                 off: ctx.delivery.map(start),
             },
-            Fact::Overflow { start, .. } => {
+            (_, Fact::Overflow { start, .. }) => {
                 time_unknown = true;
                 Record::Overflow {
                     off: ctx.delivery.map(start),
                 }
             }
-            Fact::Psb { .. } => continue,
-            Fact::Mark {
-                packet,
-                status,
-                ip,
-                start,
-                ..
-            } => {
+            (_, Fact::Psb { .. } | Fact::Insn { .. } | Fact::Exec { .. }) => continue,
+            (
+                _,
+                Fact::Mark {
+                    packet,
+                    status,
+                    ip,
+                    start,
+                    ..
+                },
+            ) => {
                 if let Some((text, restated)) = marker.mark(&packet) {
                     let m = Record::Mark {
                         text,
@@ -499,12 +584,15 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                 }
                 continue;
             }
-            Fact::Time {
-                tsc,
-                slack,
-                kind,
-                start,
-            } => {
+            (
+                _,
+                Fact::Time {
+                    tsc,
+                    slack,
+                    kind,
+                    start,
+                },
+            ) => {
                 // A timing packet lost or damaged, or an overflow (cycles lost with the packets),
                 // leaves a decoder's time unknown until the next TSC that reaches it intact (TR13).
                 let off = ctx.delivery.map(start);
@@ -530,7 +618,7 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
         if held.records.is_empty() {
             out.record(&record)?;
         } else {
-            held.records.push(record);
+            held.records.push(Item::Record(record));
         }
     }
     // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is optional
@@ -540,7 +628,8 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
         .filter(|&k| !spanned[k] && resync[k].d.from < ctx.stored)
         .collect();
     for (_, m) in marks {
-        held.records.push(with_early(m, instructions - group.1));
+        held.records
+            .push(Item::Record(with_early(m, instructions - group.1)));
     }
     let n = held.records.len();
     held.flush(n, ctx.truncated || !tail.is_empty(), out, &mut counts)?;

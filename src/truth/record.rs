@@ -4,6 +4,7 @@
 
 use super::mark::Text;
 use super::{Cause, Counts};
+use crate::tracer::{Block, BlockEnd};
 use std::io;
 
 /// What a branch is (TR2's `"branch"`).
@@ -165,10 +166,70 @@ pub enum Record {
     },
 }
 
+/// A whole execution of a block (TR14, TR15): its `n` instructions, `i` to `i + n - 1`, are the
+/// block's, in order, the last one a branch toward `next` when the block ends in one; they share
+/// a carrier offset and a class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// The index of its first instruction.
+    pub i: u64,
+    /// The block: its index in the table [`Sink::block`] gave.
+    pub block: u32,
+    /// How many instructions the block has.
+    pub n: u32,
+    /// Where the code went after it.
+    pub next: u64,
+    /// The delivered offset of its instructions' carrier, if delivered.
+    pub off: Option<u64>,
+    /// How a decoder must treat its instructions.
+    pub class: Class,
+}
+
+impl Run {
+    /// Its instructions' records, in order, given to `f` (`b`: its block).
+    pub fn each_insn(&self, b: &Block, mut f: impl FnMut(Record)) {
+        let mut ip = b.start();
+        let lens = b.lengths();
+        for (k, &len) in lens.iter().enumerate() {
+            let last = k + 1 == lens.len();
+            f(Record::Insn {
+                i: self.i + k as u64,
+                ip,
+                branch: if last { branch_of(b, self.next) } else { None },
+                off: self.off,
+                class: self.class,
+            });
+            ip = ip.wrapping_add(u64::from(len));
+        }
+    }
+}
+
+/// The branch fields of the last instruction of an execution of `b` that went on at `next`.
+pub fn branch_of(b: &Block, next: u64) -> Option<Branch> {
+    let (kind, taken) = match b.end() {
+        BlockEnd::Conditional { target } => (BranchKind::Cond, next == target),
+        BlockEnd::Jump { .. } => (BranchKind::Jump, true),
+        BlockEnd::Call { .. } => (BranchKind::Call, true),
+        BlockEnd::IndirectJump => (BranchKind::IndJump, true),
+        BlockEnd::IndirectCall => (BranchKind::IndCall, true),
+        BlockEnd::Return => (BranchKind::Ret, true),
+        _ => return None,
+    };
+    Some(Branch {
+        kind,
+        to: next,
+        taken,
+    })
+}
+
 /// Where records go: `truth.bin`'s encoder, `truth.jsonl`'s writer.
 pub trait Sink {
     /// The header (TR1: sizes, damage, the run), before any record.
     fn header(&mut self, header: &serde_json::Value) -> io::Result<()>;
+    /// The next block of the table [`Run`]s name (TR15), before the first run that names it.
+    fn block(&mut self, b: &Block) -> io::Result<()>;
+    /// The next record: a whole execution of a block.
+    fn run(&mut self, r: &Run) -> io::Result<()>;
     /// The next record.
     fn record(&mut self, r: &Record) -> io::Result<()>;
     /// After the end record: flushes.
@@ -190,6 +251,18 @@ impl Counts {
             }
             Record::Span { .. } => self.spans += 1,
             _ => {}
+        }
+    }
+
+    /// Counts the instructions of `r`.
+    pub fn add_run(&mut self, r: &Run) {
+        let n = u64::from(r.n);
+        self.instructions += n;
+        match r.class {
+            Class::Required => self.required += n,
+            Class::Optional => self.optional += n,
+            Class::Lost(_) => self.lost += n,
+            Class::Undefined(_) => self.undefined += n,
         }
     }
 

@@ -1,11 +1,15 @@
 //! The facts of a run, spooled to a file as they come (memory stays flat however long the run),
 //! read back once the damage is known. A private format: a tag byte, then varints, each number
 //! written as its difference from the one before it of its kind (an IP from the last IP, an
-//! offset from the last offset), so an instruction takes a few bytes.
+//! offset from the last offset), so an instruction takes a few bytes. A block execution taken
+//! in one step (TR14, [`Fact::Exec`]) is one record naming its block, whose description
+//! ([`Writer::blocks`]) comes before the first record that names it; [`Reader`] gives its
+//! instructions back one by one, as [`Fact::expand`] does.
 
 use crate::packet::{Packet, MAX_PACKET_LEN};
-use crate::tracer::{BranchFact, Carrier, Fact, Loss, Timing};
+use crate::tracer::{Block, BlockEnd, BranchFact, Carrier, Fact, Loss, Timing};
 use prost::encoding::encode_varint;
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 
 const INSN: u8 = 1;
@@ -16,6 +20,49 @@ const OVERFLOW: u8 = 5;
 const PSB: u8 = 6;
 const MARK: u8 = 7;
 const TIME: u8 = 8;
+/// A block's description (TR14): the next index of the table.
+const BLOCK: u8 = 9;
+/// An execution of a block: flags (the carrier's kind, `SAME_CARRIER`, `TAKEN`, `NEXT`), the
+/// block's index, the execution's offset, the carrier, the successor when the block's end does
+/// not give it.
+const EXEC: u8 = 10;
+const SAME_CARRIER: u8 = 0x08;
+const TAKEN: u8 = 0x10;
+const NEXT: u8 = 0x20;
+
+/// How a block ends, as a byte of a [`BLOCK`] record (a target follows for 1-3).
+fn end_code(end: BlockEnd) -> (u8, Option<u64>) {
+    match end {
+        BlockEnd::Conditional { target } => (1, Some(target)),
+        BlockEnd::Jump { target } => (2, Some(target)),
+        BlockEnd::Call { target } => (3, Some(target)),
+        BlockEnd::IndirectJump => (4, None),
+        BlockEnd::IndirectCall => (5, None),
+        BlockEnd::Return => (6, None),
+        _ => (0, None),
+    }
+}
+
+/// Where an execution of `b` went, when its end says so without a record of it: the
+/// fall-through or direct target, the taken target of a conditional branch when `taken`.
+fn implied_next(b: &Block, taken: bool) -> Option<u64> {
+    match b.end() {
+        BlockEnd::Conditional { target } if taken => Some(target),
+        BlockEnd::Conditional { .. } => Some(b.fall_through()),
+        BlockEnd::Jump { target } | BlockEnd::Call { target } => Some(target),
+        BlockEnd::IndirectJump | BlockEnd::IndirectCall | BlockEnd::Return => None,
+        _ => Some(b.fall_through()),
+    }
+}
+
+/// The kind bits of a carrier in an instruction's or an execution's flags.
+fn carrier_bits(c: Carrier) -> u8 {
+    match c {
+        Carrier::Packet { .. } => 0,
+        Carrier::Lost(Loss::Overflow) => 0x20,
+        Carrier::Lost(Loss::Stopped) => 0x40,
+    }
+}
 
 const BRANCH_KINDS: [&str; 7] = ["cond", "jump", "call", "ind-jump", "ind-call", "ret", "far"];
 
@@ -54,6 +101,10 @@ pub struct Writer<W: Write> {
     out: W,
     buf: Vec<u8>,
     last: Last,
+    /// The blocks written ([`Writer::blocks`]), by index.
+    blocks: Vec<Block>,
+    /// The last execution's carrier.
+    carrier: Option<Carrier>,
 }
 
 impl<W: Write> Writer<W> {
@@ -63,7 +114,34 @@ impl<W: Write> Writer<W> {
             out,
             buf: Vec::with_capacity(1 << 17),
             last: Last::default(),
+            blocks: Vec::new(),
+            carrier: None,
         }
+    }
+
+    /// Writes the blocks of `table` (the tracer's [`crate::tracer::Probe::blocks`]) past those
+    /// written before: call it before writing facts drained after them, so that each
+    /// [`Fact::Exec`] comes after its block (TR14).
+    pub fn blocks(&mut self, table: &[Block]) -> io::Result<()> {
+        for b in table.get(self.blocks.len()..).unwrap_or(&[]) {
+            let buf = &mut self.buf;
+            buf.push(BLOCK);
+            encode_varint(zigzag(b.start().wrapping_sub(self.last.ip)), buf);
+            self.last.ip = b.start();
+            encode_varint(b.instructions() as u64, buf);
+            buf.extend_from_slice(b.lengths());
+            let (code, target) = end_code(b.end());
+            buf.push(code);
+            if let Some(t) = target {
+                encode_varint(zigzag(t.wrapping_sub(b.start())), buf);
+            }
+            self.blocks.push(b.clone());
+            if self.buf.len() >= 1 << 16 {
+                self.out.write_all(&self.buf)?;
+                self.buf.clear();
+            }
+        }
+        Ok(())
     }
 
     /// Writes `f`.
@@ -71,6 +149,39 @@ impl<W: Write> Writer<W> {
     pub fn write(&mut self, f: &Fact) -> io::Result<()> {
         let (b, last) = (&mut self.buf, &mut self.last);
         match *f {
+            Fact::Exec {
+                block,
+                next,
+                exec,
+                carrier,
+            } => {
+                let Some(blk) = self.blocks.get(block as usize) else {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("fact spool: an execution of block {block}, not written before it"),
+                    ));
+                };
+                let taken = matches!(blk.end(), BlockEnd::Conditional { target } if next == target);
+                let implied = implied_next(blk, taken) == Some(next);
+                let same = self.carrier == Some(carrier);
+                self.carrier = Some(carrier);
+                b.push(EXEC);
+                b.push(
+                    carrier_bits(carrier) >> 5
+                        | if same { SAME_CARRIER } else { 0 }
+                        | if taken { TAKEN } else { 0 }
+                        | if implied { 0 } else { NEXT },
+                );
+                encode_varint(u64::from(block), b);
+                last.off(b, exec);
+                if let (false, Carrier::Packet { start, end }) = (same, carrier) {
+                    last.off(b, start);
+                    encode_varint(end.wrapping_sub(start), b);
+                }
+                if !implied {
+                    encode_varint(zigzag(next.wrapping_sub(blk.fall_through())), b);
+                }
+            }
             Fact::Insn {
                 ip,
                 exec,
@@ -81,11 +192,7 @@ impl<W: Write> Writer<W> {
                     1 + BRANCH_KINDS.iter().position(|&k| k == b.kind).unwrap_or(0) as u8
                         + if b.taken { 0x10 } else { 0 }
                 });
-                let c = match carrier {
-                    Carrier::Packet { .. } => 0,
-                    Carrier::Lost(Loss::Overflow) => 0x20,
-                    Carrier::Lost(Loss::Stopped) => 0x40,
-                };
+                let c = carrier_bits(carrier);
                 b.push(INSN);
                 b.push(k | c);
                 last.ip(b, ip);
@@ -195,10 +302,20 @@ pub struct Reader<R: Read> {
     pos: usize,
     eof: bool,
     last: Last,
+    /// The blocks read so far, by index.
+    blocks: Vec<Block>,
+    /// The last execution's carrier.
+    carrier: Option<Carrier>,
+    /// The instructions of the execution being given back.
+    pending: VecDeque<Fact>,
 }
 
-/// The longest a fact can be: a tag, a byte, five varints (or a packet and three).
-const MAX_FACT: usize = 2 + 5 * 10 + MAX_PACKET_LEN;
+/// The longest a fact can be: a tag, a byte, five varints (or a packet and three; or a block:
+/// a tag, three varints, its lengths and a byte).
+const MAX_FACT: usize = 2 + 5 * 10 + MAX_PACKET_LEN + MAX_BLOCK;
+
+/// The most instructions a spooled block has (more is refused as damage).
+const MAX_BLOCK: usize = 4096;
 
 fn cut() -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, "fact spool: a fact cut short")
@@ -213,6 +330,9 @@ impl<R: Read> Reader<R> {
             pos: 0,
             eof: false,
             last: Last::default(),
+            blocks: Vec::new(),
+            carrier: None,
+            pending: VecDeque::new(),
         }
     }
 
@@ -262,15 +382,122 @@ impl<R: Read> Reader<R> {
         Ok((start, start.wrapping_add(self.varint()?)))
     }
 
-    /// The next fact; `None` at the end of the spool.
+    /// The next fact; `None` at the end of the spool. An execution of a block (TR14) is given
+    /// as its instructions ([`Fact::expand`]).
     #[inline]
     pub fn next_fact(&mut self) -> io::Result<Option<Fact>> {
-        self.fill()?;
+        loop {
+            if let Some(f) = self.pending.pop_front() {
+                return Ok(Some(f));
+            }
+            match self.next_record()? {
+                Some(f @ Fact::Exec { .. }) => {
+                    let pending = &mut self.pending;
+                    f.expand(&self.blocks, |i| pending.push_back(i));
+                }
+                f => return Ok(f),
+            }
+        }
+    }
+
+    /// The next fact as written: a block's execution whole (TR14), its block in
+    /// [`Reader::blocks`]. Do not mix with [`Reader::next_fact`].
+    pub fn next_unexpanded(&mut self) -> io::Result<Option<Fact>> {
+        self.next_record()
+    }
+
+    /// The blocks read so far, by the index [`Fact::Exec`] names them by.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    fn byte(&mut self) -> io::Result<u8> {
+        let k = *self.buf.get(self.pos).ok_or_else(cut)?;
+        self.pos += 1;
+        Ok(k)
+    }
+
+    /// A block record's body.
+    fn block(&mut self) -> io::Result<()> {
+        let start = self.ip()?;
+        let n = self.varint()? as usize;
+        if n > MAX_BLOCK {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("fact spool: a block of {n} instructions"),
+            ));
+        }
+        let lens = self.buf.get(self.pos..self.pos + n).ok_or_else(cut)?.to_vec();
+        self.pos += n;
+        let code = self.byte()?;
+        let mut target = || -> io::Result<u64> { Ok(start.wrapping_add(unzigzag(self.varint()?))) };
+        let end = match code {
+            0 => BlockEnd::FallThrough,
+            1 => BlockEnd::Conditional { target: target()? },
+            2 => BlockEnd::Jump { target: target()? },
+            3 => BlockEnd::Call { target: target()? },
+            4 => BlockEnd::IndirectJump,
+            5 => BlockEnd::IndirectCall,
+            _ => BlockEnd::Return,
+        };
+        let b = Block::new(start, &lens, end)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("fact spool: {e}")))?;
+        self.blocks.push(b);
+        Ok(())
+    }
+
+    /// An execution record's body.
+    fn exec(&mut self) -> io::Result<Fact> {
+        let k = self.byte()?;
+        let block = self.varint()?;
+        let blk = self
+            .blocks
+            .get(block as usize)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "fact spool: an unknown block"))?;
+        let (implied, fall_through) = (implied_next(blk, k & TAKEN != 0), blk.fall_through());
+        let exec = self.off()?;
+        let carrier = match (k & SAME_CARRIER != 0, self.carrier) {
+            (true, Some(c)) => c,
+            (true, None) => return Err(cut()),
+            (false, _) => match k & 3 {
+                0 => {
+                    let (start, end) = self.span()?;
+                    Carrier::Packet { start, end }
+                }
+                1 => Carrier::Lost(Loss::Overflow),
+                _ => Carrier::Lost(Loss::Stopped),
+            },
+        };
+        self.carrier = Some(carrier);
+        let next = match (k & NEXT != 0, implied) {
+            (false, Some(n)) => n,
+            _ => fall_through.wrapping_add(unzigzag(self.varint()?)),
+        };
+        Ok(Fact::Exec {
+            block: block as u32,
+            next,
+            exec,
+            carrier,
+        })
+    }
+
+    /// The next record as written: an execution whole, a block's description read into the
+    /// table.
+    fn next_record(&mut self) -> io::Result<Option<Fact>> {
+        loop {
+            self.fill()?;
+            if self.buf.get(self.pos) != Some(&BLOCK) {
+                break;
+            }
+            self.pos += 1;
+            self.block()?;
+        }
         let Some(&tag) = self.buf.get(self.pos) else {
             return Ok(None);
         };
         self.pos += 1;
         let f = match tag {
+            EXEC => self.exec()?,
             INSN => {
                 let k = *self.buf.get(self.pos).ok_or_else(cut)?;
                 self.pos += 1;

@@ -419,6 +419,9 @@ struct Ctx {
 pub struct Pattern {
     bytes: Bytes,
     start: usize,
+    /// Where the records end, and the blocks their runs name (TR15).
+    end: usize,
+    table: compact::Table,
     truncated: bool,
     /// The TSC's frequency (the header's `run.tsc_hz`), to read perf's times (TR13).
     tsc_hz: Option<u64>,
@@ -480,6 +483,8 @@ impl Pattern {
             header,
             start,
             counts,
+            end,
+            table,
         } = bytes.check().map_err(err)?;
         Ok(Pattern {
             truncated: header
@@ -489,6 +494,8 @@ impl Pattern {
             tsc_hz: header.pointer("/run/tsc_hz").and_then(serde_json::Value::as_u64),
             bytes,
             start,
+            end,
+            table,
             instructions: counts.required + counts.optional,
         })
     }
@@ -510,7 +517,7 @@ fn format_error(e: compact::FormatError) -> io::Error {
 fn read_record(next: &mut Decoder<'_>) -> io::Result<(usize, Record)> {
     next.next_record().map_err(format_error)?.ok_or_else(|| {
         format_error(compact::FormatError {
-            at: next.pos(),
+            at: compact::byte_of(next.pos()),
             msg: "no end record".into(),
         })
     })
@@ -705,7 +712,7 @@ impl<'a> Matcher<'a> {
             follow: false,
             before: Before::Nothing,
         };
-        let first = next_item(Decoder::new(p.bytes.get(), p.start), ctx)?;
+        let first = next_item(Decoder::with_table(p.bytes.get(), p.start, p.end, &p.table), ctx)?;
         m.add(Way {
             at: first,
             err: false,
@@ -1007,7 +1014,7 @@ struct Marks<'a> {
 impl<'a> Marks<'a> {
     fn new(p: &'a Pattern, perf: bool) -> Self {
         Marks {
-            next: Decoder::new(p.bytes.get(), p.start),
+            next: Decoder::with_table(p.bytes.get(), p.start, p.end, &p.table),
             truncated: p.truncated,
             perf,
             count: 0,
@@ -1134,7 +1141,7 @@ const TIMES_KEPT: usize = 256;
 impl<'a> Times<'a> {
     fn new(p: &'a Pattern) -> Self {
         Times {
-            next: Decoder::new(p.bytes.get(), p.start),
+            next: Decoder::with_table(p.bytes.get(), p.start, p.end, &p.table),
             count: 0,
             prev: None,
             upcoming: None,
@@ -1514,6 +1521,7 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
             if options.events {
                 low = low.min(marks.next.pos());
             }
+            let low = compact::byte_of(low);
             pattern.bytes.release(released, low);
             released = released.max(low);
         }

@@ -274,7 +274,7 @@ impl Tracer {
             // A PSB+ or a hand-off already due (after a `flush`, say) goes out after the next
             // instruction on the per-instruction path: this execution takes that path.
             let due = self.hot.psb_bytes >= self.psb_interval() || self.hot.len >= self.cfg.flush_bytes;
-            let (fed, bad) = if self.fast && !due {
+            let (fed, bad) = if self.fast_blocks && !due {
                 let (done, bad) = self.fast_blocks(blocks, rest, index);
                 rest = &rest[done..];
                 let fed = if done > 0 {

@@ -7,6 +7,7 @@
 //! and writes it back at the end of each run of fast events, so that the compiler keeps the state
 //! in registers instead of reading and writing the tracer once per event.
 
+use super::probe::FastPacket;
 use super::{Clock, Event, RetStack, Tracer, TracerStats};
 use crate::packet::{IpPayload, Ipc, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
 use crate::packing::{Packing, Repacker, SliceWriter};
@@ -49,6 +50,11 @@ pub(super) struct Hot {
     /// No TIP, TIP.PGE or TIP.PGD since the last PSB: with a hardware style the next TIP is not
     /// compressed (HW6).
     pub(super) ip_fresh: bool,
+    /// The last packets the fast path sent (TNT bits or TIP, encoded length, the buffer's
+    /// length after), for the truth recorder on the one-step path (TR14): `sent` counts them,
+    /// wrapping; an event sends two at most.
+    pub(super) sent_log: [(u8, u8, usize); 2],
+    pub(super) sent: u8,
 }
 
 /// The packets that carry an IP, for choosing its form ([`Hot::ip_payload`]).
@@ -346,8 +352,14 @@ impl Hot {
     #[inline(always)]
     fn put(&mut self, p: Packet, kind: usize, buf: &mut [u8]) {
         debug_assert_eq!(FAST_KINDS[kind], p.kind_index());
-        if self.emit(&p, buf).is_some() {
+        if let Some(n) = self.emit(&p, buf) {
             self.fast_packets[kind] += 1;
+            let bits = match p {
+                Packet::Tnt8(t) | Packet::Tnt64(t) => t.count,
+                _ => FastPacket::TIP,
+            };
+            self.sent_log[usize::from(self.sent & 1)] = (bits, n as u8, self.len);
+            self.sent = self.sent.wrapping_add(1);
         }
     }
 }
@@ -392,9 +404,13 @@ impl Tracer {
         execs: &[super::BlockExec],
         index: usize,
     ) -> (usize, Option<super::BlockError>) {
-        debug_assert!(self.fast_allowed());
+        debug_assert!(self.fast_blocks_allowed());
         let fixed = self.fixed();
         let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());
+        // TR14: with the truth recorder, each execution is one fact, at the stream offset it
+        // ran at (nothing is handed to the output unit inside this loop).
+        let mut probe = self.probe.as_deref_mut();
+        let base = self.stats.bytes;
         let mut done = 0;
         let mut bad = None;
         for (k, x) in execs.iter().enumerate() {
@@ -415,6 +431,7 @@ impl Tracer {
             hot.instructions += plain;
             clock.advance(plain * fixed.cycles_per_instruction);
             hot.ip = b.last_ip();
+            let (exec, sent) = (base + hot.len as u64, hot.sent);
             let taken = hot.step(
                 &b.last_event(x.next),
                 &mut self.buf,
@@ -423,6 +440,20 @@ impl Tracer {
                 fixed,
             );
             debug_assert!(taken, "every block end is an event the fast path takes");
+            if let Some(p) = probe.as_deref_mut() {
+                let n = hot.sent.wrapping_sub(sent);
+                let mut packets = [FastPacket::default(); 2];
+                for (j, slot) in packets.iter_mut().enumerate().take(usize::from(n)) {
+                    let (bits, len, after) = hot.sent_log[usize::from(sent.wrapping_add(j as u8) & 1)];
+                    let end = base + after as u64;
+                    *slot = FastPacket {
+                        bits,
+                        start: end - u64::from(len),
+                        end,
+                    };
+                }
+                p.block_exec(x.block, b, x.next, exec, &packets[..usize::from(n)], hot.tnt_bits);
+            }
             done += 1;
             if hot.psb_bytes >= fixed.psb_due || hot.len >= fixed.flush_bytes {
                 break;

@@ -104,6 +104,9 @@ pub struct Tracer {
     /// Whether the next event may take the fast path ([`Tracer::fast_run`]); kept by [`Tracer::refresh_fast`]
     /// after everything that can change what it depends on.
     fast: bool,
+    /// Whether a block execution may take the one-step path ([`Tracer::fast_blocks_allowed`]),
+    /// kept with `fast`.
+    fast_blocks: bool,
     /// Off in the tests that check the fast path against the general one.
     fast_path: bool,
     /// Output stopped or failed while TraceEn stayed 1 (TriggerEn went to 0, OUT2).
@@ -146,6 +149,8 @@ impl Tracer {
                 pack: Repacker::new(cfg.packing_on(unit.cpu())),
                 style: cfg.style_on(unit.cpu()),
                 ip_fresh: true,
+                sent_log: [(0, 0, 0); 2],
+                sent: 0,
             },
             stats: TracerStats::default(),
             clock: Clock::new(cfg.clock),
@@ -170,6 +175,7 @@ impl Tracer {
             kinds: [0; 64],
             nkinds: 0,
             fast: false,
+            fast_blocks: false,
             fast_path: true,
             probe: None,
             block_events: Vec::new(),
@@ -208,7 +214,9 @@ impl Tracer {
     }
 
     /// Records the ground truth from now on (`spec/truth.md`): every traced instruction with the
-    /// packet that carries it. Events then take the general path only.
+    /// packet that carries it. Events then take the general path only; block executions
+    /// ([`Tracer::feed_blocks`]) still take the one-step path where it applies, each one fact
+    /// (TR14).
     pub fn record_truth(&mut self) {
         self.probe.get_or_insert_with(Box::default);
         self.refresh_fast();
@@ -341,6 +349,12 @@ impl Tracer {
     /// whose rules the fast path leaves out (back-pressure, ADDRn ranges, TraceStop, CYC, MTC,
     /// DisTNT). Everything else stays as [`Tracer::general_event`] would leave it.
     fn fast_allowed(&self) -> bool {
+        self.fast_blocks_allowed() && self.probe.is_none()
+    }
+
+    /// Whether a block execution may take the one-step path (BLK4): the fast path's settings,
+    /// the truth recorder on or off (TR14: it takes a whole execution as one fact).
+    fn fast_blocks_allowed(&self) -> bool {
         self.fast_path
             && self.triggered
             && self.packet_en
@@ -351,7 +365,6 @@ impl Tracer {
             && !self.ctl.cyc_en()
             && !self.ctl.mtc_en()
             && !self.ctl.dis_tnt()
-            && self.probe.is_none()
     }
 
     /// After a run on the fast path: the PSB+ it made due (PSB2), and the hand-off to the output
@@ -376,7 +389,8 @@ impl Tracer {
 
     #[inline]
     fn refresh_fast(&mut self) {
-        self.fast = self.fast_allowed();
+        self.fast_blocks = self.fast_blocks_allowed();
+        self.fast = self.fast_blocks && self.probe.is_none();
     }
 
     /// [`Tracer::event`] with every rule (out of line, so that the fast path inlines into the

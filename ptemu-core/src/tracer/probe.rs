@@ -10,8 +10,9 @@
 //! Offsets are positions in the generated stream: bytes the tracer handed to the output unit,
 //! before any loss downstream of it.
 
+use super::block::Block;
 use super::event::{Event, FarKind};
-use crate::packet::Packet;
+use crate::packet::{IpPayload, Packet};
 use std::collections::VecDeque;
 
 /// Why no packet carries an instruction.
@@ -106,6 +107,20 @@ pub enum Fact {
         start: u64,
         /// One past it.
         end: u64,
+    },
+    /// A whole execution of a block on the one-step path (spec/truth.md TR14, BLK4): its
+    /// instructions, in order, are the [`Fact::Insn`]s [`Fact::expand`] gives, every one reached
+    /// through `carrier` and executed with the stream at `exec` (a block's instructions but the
+    /// last send nothing, so they share both with the last one).
+    Exec {
+        /// The block: its index in [`Probe::blocks`] (not the caller's id).
+        block: u32,
+        /// Where the code went after it.
+        next: u64,
+        /// The generated-stream offset when it executed.
+        exec: u64,
+        /// The packet that lets a decoder reach its instructions.
+        carrier: Carrier,
     },
     /// A PSB, where a decoder can synchronize.
     Psb {
@@ -241,6 +256,10 @@ pub struct Probe {
     unbound: Option<Fact>,
     /// The last MTC's or TSC's time, and the excess a decoder may add to the CYCs after it.
     time_base: Option<(u64, Option<u64>)>,
+    /// The blocks [`Fact::Exec`]s name ([`Probe::blocks`]).
+    blocks: Vec<Block>,
+    /// The index in `blocks` of each caller's block id seen (`u32::MAX`: none).
+    ids: Vec<u32>,
 }
 
 impl Default for Probe {
@@ -256,6 +275,8 @@ impl Default for Probe {
             current: None,
             unbound: None,
             time_base: None,
+            blocks: Vec::new(),
+            ids: Vec::new(),
         }
     }
 }
@@ -293,7 +314,166 @@ fn branch_of(ev: &Event) -> Option<BranchFact> {
     }
 }
 
+impl Fact {
+    /// TR14: the instruction facts an [`Fact::Exec`] of `block` stands for, in order, given to
+    /// `f`: every instruction of the block at its IP, reached through the execution's carrier,
+    /// the last one with its branch toward `next`; any other fact is given as it is.
+    pub fn expand(&self, blocks: &[Block], mut f: impl FnMut(Fact)) {
+        let Fact::Exec {
+            block,
+            next,
+            exec,
+            carrier,
+        } = *self
+        else {
+            return f(*self);
+        };
+        let Some(b) = blocks.get(block as usize) else {
+            return;
+        };
+        let mut ip = b.start();
+        let lens = b.lengths();
+        for &len in &lens[..lens.len() - 1] {
+            f(Fact::Insn {
+                ip,
+                exec,
+                carrier,
+                branch: None,
+            });
+            ip = ip.wrapping_add(u64::from(len));
+        }
+        f(Fact::Insn {
+            ip,
+            exec,
+            carrier,
+            branch: branch_of(&b.last_event(next)),
+        });
+    }
+}
+
+/// A packet the one-step path sent for an execution ([`Probe::block_exec`]): a TNT of `bits`
+/// bits or, with `bits` = [`FastPacket::TIP`], a TIP; its stream offsets.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct FastPacket {
+    pub(super) bits: u8,
+    pub(super) start: u64,
+    pub(super) end: u64,
+}
+
+impl FastPacket {
+    /// The `bits` of a TIP.
+    pub(super) const TIP: u8 = u8::MAX;
+}
+
 impl Probe {
+    /// Every block an [`Fact::Exec`] names, at the index it names it by: a block is added the
+    /// first time it is executed on the one-step path, and again if the caller's id comes to
+    /// name another block (TR14). Only ever grows, so a consumer writes the blocks past those
+    /// it has seen before the facts it drains.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// The index in [`Probe::blocks`] of the caller's block `id`, which is `b`: added when it is
+    /// new or `id` named another block before (its start, last instruction, end or size
+    /// changed).
+    #[inline]
+    fn intern(&mut self, id: u32, b: &Block) -> u32 {
+        if let Some(&k) = self.ids.get(id as usize) {
+            if let Some(have) = self.blocks.get(k as usize) {
+                if have.start() == b.start()
+                    && have.last_ip() == b.last_ip()
+                    && have.end() == b.end()
+                    && have.instructions() == b.instructions()
+                {
+                    return k;
+                }
+            }
+        }
+        self.intern_new(id, b)
+    }
+
+    #[inline(never)]
+    fn intern_new(&mut self, id: u32, b: &Block) -> u32 {
+        let k = self.blocks.len() as u32;
+        self.blocks.push(b.clone());
+        let i = id as usize;
+        if self.ids.len() <= i {
+            self.ids.resize(i + 1, u32::MAX);
+        }
+        self.ids[i] = k;
+        k
+    }
+
+    /// TR14: a whole execution of block `id` (`b`) on the one-step path, which went on at
+    /// `next`, executed with the stream at `exec`, its last instruction having sent `packets`
+    /// (a TNT and a TIP at most), with `total_bits` TNT bits added so far: what
+    /// [`Probe::begin`], [`Probe::instruction`] and [`Probe::end`] make of its instructions one
+    /// by one, as one fact (no back-pressure on that path: its packets are kept).
+    #[inline]
+    pub(super) fn block_exec(
+        &mut self,
+        id: u32,
+        b: &Block,
+        next: u64,
+        exec: u64,
+        packets: &[FastPacket],
+        total_bits: u64,
+    ) {
+        let block = self.intern(id, b);
+        let before = self.added;
+        let bit = match self.chain {
+            Key::Bit(b) => Some(b),
+            _ => None,
+        };
+        self.push(
+            Fact::Exec {
+                block,
+                next,
+                exec,
+                carrier: carrier_of(self.chain),
+            },
+            bit,
+        );
+        for p in packets {
+            let note = if p.bits == FastPacket::TIP {
+                Note::Flow {
+                    packet: Packet::Tip(IpPayload::SUPPRESSED),
+                    ip: Some(next),
+                    start: p.start,
+                    end: p.end,
+                }
+            } else {
+                Note::Tnt {
+                    bits: u64::from(p.bits),
+                    start: p.start,
+                    end: p.end,
+                }
+            };
+            self.apply(note);
+        }
+        self.after_bits(before, total_bits);
+    }
+
+    /// The end of an event whose packets were kept: `total_bits` TNT bits added so far,
+    /// `before` of them before the event. The next instruction waits for the last bit if it is
+    /// still pending, else is carried by the TNT that held it, when that TNT is later than the
+    /// carrier so far.
+    fn after_bits(&mut self, before: u64, total_bits: u64) {
+        self.added = self.added.max(total_bits);
+        if self.added > before {
+            let last = self.added - 1;
+            if self.emitted <= last {
+                self.chain = Key::Bit(last);
+            } else if self.last_tnt.2 > self.end_of(self.chain) {
+                self.chain = Key::Packet {
+                    start: self.last_tnt.1,
+                    end: self.last_tnt.2,
+                };
+            }
+        }
+    }
+
     /// Takes the facts whose carriers are known, in order.
     pub fn drain(&mut self) -> std::vec::Drain<'_, Fact> {
         self.ready.drain(..)
@@ -409,18 +589,7 @@ impl Probe {
             for n in notes_after {
                 self.apply(*n);
             }
-            self.added = self.added.max(total_bits);
-            if self.added > before {
-                let last = self.added - 1;
-                if self.emitted <= last {
-                    self.chain = Key::Bit(last);
-                } else if self.last_tnt.2 > self.end_of(self.chain) {
-                    self.chain = Key::Packet {
-                        start: self.last_tnt.1,
-                        end: self.last_tnt.2,
-                    };
-                }
-            }
+            self.after_bits(before, total_bits);
             if let Some((_, from, to)) = c.far {
                 if let Key::Packet { start, end } = self.chain {
                     self.push(Fact::Async { from, to, start, end }, None);
@@ -584,7 +753,7 @@ impl Probe {
         for (fact, bit) in self.waiting.iter_mut() {
             if let Some(b) = *bit {
                 if (from..to).contains(&b) {
-                    if let Fact::Insn { carrier, .. } = fact {
+                    if let Fact::Insn { carrier, .. } | Fact::Exec { carrier, .. } = fact {
                         *carrier = carrier_of(key);
                     }
                     *bit = None;
