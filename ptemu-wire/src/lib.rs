@@ -500,8 +500,8 @@ fn le32(b: &[u8]) -> u32 {
 #[inline(always)]
 fn block_span(firsts: &[u64], index: u32) -> Option<(u64, u64)> {
     let i = index as usize;
-    match (firsts.get(i), firsts.get(i + 1)) {
-        (Some(&f), Some(&next)) => Some((f, next - f)),
+    match firsts.get(i..i + 2) {
+        Some(&[f, next]) => Some((f, next - f)),
         _ => None,
     }
 }
@@ -627,20 +627,16 @@ impl<R: Read> Reader<R> {
         self.next_inner(true)
     }
 
-    /// The next index of the batch being read, with its offset; checked.
-    #[inline]
-    fn batch_index(&mut self) -> Result<(u64, u64), WireError> {
-        let at = self.offset();
-        self.need(4, at)?;
-        let index = le32(&self.buf[self.at..self.at + 4]);
-        let Some(span) = block_span(&self.firsts, index) else {
-            return Err(self.unknown_block(at, index));
-        };
-        self.at += 4;
-        self.batch_left -= 1;
-        Ok(span)
+    /// The next index of the batch being read (not consumed).
+    #[inline(always)]
+    fn peek_index(&mut self) -> Result<u32, WireError> {
+        if self.filled - self.at < 4 {
+            self.need(4, self.offset())?;
+        }
+        Ok(le32(&self.buf[self.at..self.at + 4]))
     }
 
+    #[cold]
     fn unknown_block(&self, at: u64, index: u32) -> WireError {
         self.error(
             at,
@@ -653,13 +649,17 @@ impl<R: Read> Reader<R> {
 
     /// The next executed block of the batch being read, with the blocks after it that continue
     /// its ids, as an execution record.
+    #[inline]
     fn exec_from_batch(&mut self) -> Result<Record<'_>, WireError> {
-        let (first, count) = self.batch_index()?;
+        let index = self.peek_index()?;
+        let Some((first, count)) = block_span(&self.firsts, index) else {
+            return Err(self.unknown_block(self.offset(), index));
+        };
+        self.at += 4;
+        self.batch_left -= 1;
         let mut end = first + count;
         while self.batch_left > 0 {
-            let at = self.offset();
-            self.need(4, at)?;
-            let index = le32(&self.buf[self.at..self.at + 4]);
+            let index = self.peek_index()?;
             match block_span(&self.firsts, index) {
                 Some((f, n)) if f == end => {
                     self.at += 4;
@@ -869,6 +869,7 @@ impl<R: Read> Reader<R> {
     }
 
     /// Makes `n` unread bytes available in the buffer, or fails at the end of the stream.
+    #[inline(never)]
     fn need(&mut self, n: usize, start: u64) -> Result<(), WireError> {
         if self.filled - self.at >= n {
             return Ok(());
