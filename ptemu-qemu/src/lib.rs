@@ -25,8 +25,9 @@ use std::sync::{Mutex, OnceLock};
 #[used]
 pub static qemu_plugin_version: c_int = 1;
 
-/// Executed blocks a thread gathers before they go to the socket (4 bytes each: 256 KiB; 64 KiB
-/// cost 0.08 s more of CPU on the bench's gzip, in twice as many writes and wake-ups of the reader).
+/// Executed blocks a thread gathers before they go to the socket (4 bytes each: 256 KiB). On the
+/// `qemu_run` bench's gzip, 64 KiB cost 0.08-0.12 s more CPU (four times the writes and the
+/// reader's wake-ups); 1 MiB measured the same as 256 KiB.
 const IDS: usize = 1 << 16;
 
 /// The most vCPUs (guest threads alive at once) the plugin keeps apart; QEMU gives a new thread
