@@ -798,3 +798,99 @@ fn qe5_qe19_a_mapping_is_read_only_as_a_regular_file_as_mapped() {
     };
     assert_eq!(ran(&piped), Ok(()));
 }
+
+// QE21's program, at BASE: one block of plain instructions that ends in a JMP back, and a
+// handler:
+//   0x00 mov rbx, rax          48 89 c3
+//   0x03 mov eax, [rbx]        8b 03
+//   0x05 add eax, 1            83 c0 01
+//   0x08 jmp 0x00              eb f6
+//   0x0a nop x6
+//   0x10 nop                   90       (the handler)
+//   0x11 ret                   c3
+const FAULTING: [u8; 0x12] = [
+    0x48, 0x89, 0xc3, 0x8b, 0x03, 0x83, 0xc0, 0x01, 0xeb, 0xf6, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90, 0x90,
+    0xc3,
+];
+
+/// [`FAULTING`]'s block run `loops` times, then a fault's note naming `rip` (with `signal` and
+/// `code`: the frame's siginfo, both 0 for a handler without SA_SIGINFO), then its handler.
+fn faulted(dir: &Path, loops: usize, rip: u64, signal: u32, code: i32) -> Result<Given, String> {
+    let map = code_file(dir, &FAULTING);
+    let mut w = Writer::new();
+    w.map(&map);
+    let p = &FAULTING;
+    assert_eq!(block(&mut w, 0x00, &[&p[0..3], &p[3..5], &p[5..8], &p[8..10]]), 0);
+    assert_eq!(block(&mut w, 0x10, &[&p[0x10..0x11], &p[0x11..0x12]]), 4);
+    w.note(NoteKind::Handler, a(0x10), "11 0x0");
+    for _ in 0..loops {
+        w.exec_block(0, 4);
+    }
+    w.note(
+        NoteKind::Fault,
+        rip,
+        &format!("{signal} {code} 0x0 {:#x} -", a(0x10)),
+    );
+    w.exec_block(4, 2);
+    events(finish(&mut w, true))
+}
+
+#[test]
+fn qe21_a_handled_fault_stops_its_block_at_the_faulting_instruction() {
+    let dir = tempfile::tempdir().unwrap();
+    let page_fault = FarKind::Exception {
+        vector: 14,
+        cr2: Some(0),
+    };
+    let enter = far(FarKind::Iret, SYSRET_FROM, a(0x10), 3);
+    // The load at 0x03 faulted in the block's second run: the instructions before it ran, the
+    // ones after it did not; the fault leaves user mode at it (FUP 0x03, TIP.PGD) and tracing
+    // comes back at the handler.
+    let (ev, _, n) = faulted(dir.path(), 2, a(3), 11, 1).unwrap();
+    let first_run = [
+        Event::Retire { ip: a(0), len: 3 },
+        Event::Retire { ip: a(3), len: 2 },
+        Event::Retire { ip: a(5), len: 3 },
+        Event::Jump {
+            ip: a(8),
+            target: a(0),
+        },
+    ];
+    let mut want = first_run.to_vec();
+    want.extend([
+        Event::Retire { ip: a(0), len: 3 },
+        far(page_fault, a(3), SYSCALL_ENTRY, 0),
+        enter,
+        Event::Retire { ip: a(0x10), len: 1 },
+        // The stream ends at the handler's RET, which never showed where it went (QE7).
+        far(FarKind::Interrupt { vector: 0 }, a(0x11), SYSCALL_ENTRY, 0),
+    ]);
+    assert_eq!(ev, want);
+    assert_eq!(n, 4 + 1 + 1);
+    // The block's first instruction and its last (the pending one) can fault too.
+    let (ev, ..) = faulted(dir.path(), 1, a(0), 11, 1).unwrap();
+    assert_eq!(ev[..2], [far(page_fault, a(0), SYSCALL_ENTRY, 0), enter]);
+    let (ev, ..) = faulted(dir.path(), 1, a(8), 11, 1).unwrap();
+    assert_eq!(ev[..3], first_run[..3]);
+    assert_eq!(ev[3..5], [far(page_fault, a(8), SYSCALL_ENTRY, 0), enter]);
+    // SIGSEGV with SI_KERNEL is a general protection fault; SIGFPE a divide error.
+    let (ev, ..) = faulted(dir.path(), 1, a(5), 11, 0x80).unwrap();
+    let gp = FarKind::Exception {
+        vector: 13,
+        cr2: None,
+    };
+    assert_eq!(ev[2], far(gp, a(5), SYSCALL_ENTRY, 0));
+    // A handler without SA_SIGINFO: no si_code to tell a fault from a signal another process
+    // sent after the block ran to its end; taken as the fault where the block's last
+    // instruction could not have gone: the JMP goes to 0x00, so there it is refused.
+    let (ev, ..) = faulted(dir.path(), 1, a(3), 0, 0).unwrap();
+    assert_eq!(ev[1], far(page_fault, a(3), SYSCALL_ENTRY, 0));
+    let e = faulted(dir.path(), 1, a(0), 0, 0).unwrap_err();
+    assert!(e.contains("an instruction raises") && e.contains("QE16"), "{e}");
+    // A signal another process sent (si_code <= 0), or a frame that names no instruction of the
+    // block: QE16 refuses the handler.
+    let e = faulted(dir.path(), 1, a(3), 11, 0).unwrap_err();
+    assert!(e.contains("an instruction raises"), "{e}");
+    let e = faulted(dir.path(), 1, a(0x0a), 11, 1).unwrap_err();
+    assert!(e.contains("an instruction raises"), "{e}");
+}

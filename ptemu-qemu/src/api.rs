@@ -42,6 +42,11 @@ pub const CB_NO_REGS: c_int = 0;
 pub type TbTransCb = unsafe extern "C" fn(PluginId, *mut Tb);
 /// An execution callback (a block's or an instruction's): vCPU index and the data given.
 pub type InsnExecCb = unsafe extern "C" fn(c_uint, *mut c_void);
+/// A memory-access callback: vCPU index, the access's description, its guest address and the
+/// data given.
+pub type MemCb = unsafe extern "C" fn(c_uint, u32, u64, *mut c_void);
+/// `QEMU_PLUGIN_MEM_RW`: reads and writes.
+pub const MEM_RW: c_int = 3;
 /// The at-exit callback.
 pub type AtexitCb = unsafe extern "C" fn(PluginId, *mut c_void);
 /// A system-call callback: number and eight arguments.
@@ -54,6 +59,7 @@ pub type SyscallRetCb = unsafe extern "C" fn(PluginId, c_uint, i64, i64);
 pub struct Api {
     pub register_tb_trans: unsafe extern "C" fn(PluginId, TbTransCb),
     pub register_tb_exec: unsafe extern "C" fn(*mut Tb, InsnExecCb, c_int, *mut c_void),
+    pub register_mem: unsafe extern "C" fn(*mut TbInsn, MemCb, c_int, c_int, *mut c_void),
     pub register_atexit: unsafe extern "C" fn(PluginId, AtexitCb, *mut c_void),
     pub register_syscall: unsafe extern "C" fn(PluginId, SyscallCb),
     pub register_syscall_ret: unsafe extern "C" fn(PluginId, SyscallRetCb),
@@ -87,6 +93,7 @@ impl Api {
         Ok(Api {
             register_tb_trans: sym!("qemu_plugin_register_vcpu_tb_trans_cb"),
             register_tb_exec: sym!("qemu_plugin_register_vcpu_tb_exec_cb"),
+            register_mem: sym!("qemu_plugin_register_vcpu_mem_cb"),
             register_atexit: sym!("qemu_plugin_register_atexit_cb"),
             register_syscall: sym!("qemu_plugin_register_vcpu_syscall_cb"),
             register_syscall_ret: sym!("qemu_plugin_register_vcpu_syscall_ret_cb"),

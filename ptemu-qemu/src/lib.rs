@@ -55,7 +55,25 @@ struct Shared {
     /// Every process record sent so far (blocks, mappings, handlers): a forked child's stream
     /// starts with them, so that its blocks keep their ids (QE18).
     history: Vec<u8>,
+    /// The signal handlers installed (QE16, QE21): each with the signals it handles (a bit each)
+    /// and its restorer (where it returns to, the first word of the signal frame).
+    handlers: Vec<Handler>,
+    /// The fault handlers' first blocks translated: first instruction id and address (QE21).
+    handler_blocks: Vec<(u64, u64)>,
 }
+
+/// A signal handler the program installed (QE21).
+#[derive(Clone, Copy, Debug)]
+struct Handler {
+    entry: u64,
+    signals: u64,
+    restorer: u64,
+    /// SA_SIGINFO: QEMU writes the siginfo into the frame only then.
+    siginfo: bool,
+}
+
+/// SIGILL, SIGTRAP, SIGBUS, SIGFPE, SIGSEGV, SIGSYS: the signals an instruction raises (QE21).
+const FAULT_SIGNALS: u64 = 1 << 4 | 1 << 5 | 1 << 7 | 1 << 8 | 1 << 11 | 1 << 31;
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
 
@@ -93,6 +111,9 @@ struct Thread {
     /// Its exit began and its count went out (QE15); an exit that QEMU restarts (a signal came)
     /// goes on counting in the same slot.
     ended: bool,
+    /// The executions from a fault handler's first block on, held back until a memory access
+    /// finds its signal frame (QE21): the fault's note must come before them.
+    held: Vec<u64>,
 }
 
 impl Thread {
@@ -107,6 +128,7 @@ impl Thread {
         forking: false,
         returned: None,
         ended: false,
+        held: Vec::new(),
     };
 
     /// The slot made empty, keeping its buffer.
@@ -124,7 +146,34 @@ impl Thread {
         // touches it (see `Slot`).
         unsafe { std::slice::from_raw_parts_mut(self.ids, self.len as usize) }
     }
+
+    /// A note of this thread's, after every block it stored: those go into the writer first
+    /// (as a batch record) when there are any, so that a chunk, the writer's records and then
+    /// the stored indices, keeps the order things happened in.
+    fn put_note(&mut self, kind: NoteKind, value: u64, text: &str) {
+        self.seal();
+        self.writer.note(kind, value, text);
+    }
+
+    /// The stored indices moved into the writer as a batch record.
+    fn seal(&mut self) {
+        if self.len > 0 {
+            let mut writer = std::mem::replace(&mut self.writer, Writer::chunks());
+            writer.exec_blocks(self.ids());
+            self.writer = writer;
+            self.len = 0;
+        }
+    }
 }
+
+/// Threads holding executions back (QE21): while there are any, every block translated gets the
+/// memory callbacks that look for the signal frame (the handler's blocks after its first, whose
+/// accesses may be the first to reach the frame).
+static HOLDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The most executions a thread holds back looking for a fault's signal frame (QE21): past
+/// them it writes them and `ptemu run` refuses the handler (QE16).
+const MAX_HELD: usize = 256;
 
 /// A vCPU's slot. Only the vCPU's own thread touches it, but for `on_exit` (the process's end)
 /// and a forked child (which has one thread), both under the conditions they state.
@@ -261,8 +310,8 @@ impl Shared {
             ok = ok && send_all(fd, b);
         });
         if let Some(t) = thread {
-            // The blocks it executed, then its notes, which came after them (every note is sent
-            // before the next block is stored, see `Thread`): one write, the indices not copied.
+            // Its records (notes, and the blocks stored before each, `Thread::put_note`), then
+            // the blocks it executed since: one write, those indices not copied.
             let tid = t.tid;
             let mut writer = std::mem::replace(&mut t.writer, Writer::chunks());
             writer.take_chunk_with(tid, t.ids(), &mut |parts| ok = ok && send_parts(fd, parts));
@@ -320,11 +369,34 @@ impl Thread {
 
     /// A note of this thread's, sent at once; with `stop`, the last thing the plugin sends.
     fn note(&mut self, kind: NoteKind, value: u64, text: &str, stop: bool) {
-        self.writer.note(kind, value, text);
+        self.put_note(kind, value, text);
         self.send();
         if stop {
             OFF.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// QE21: the executions held back, stored now: after the fault's note, or without one
+    /// when no frame was found before the thread made a system call, ended or held
+    /// [`MAX_HELD`] (`ptemu run` refuses the handler then, as QE16 says). Sends nothing (its
+    /// callers may hold the lock): a full buffer goes into the writer.
+    fn release_handler_exec(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        for &data in &held {
+            if self.len as usize >= IDS {
+                self.seal();
+            }
+            // SAFETY: `thread` allocated `IDS` indices, and `len < IDS` now.
+            unsafe { *self.ids.add(self.len as usize) = data as u32 };
+            self.len += 1;
+            self.executed += data >> 32;
+        }
+        self.held = held;
+        self.held.clear();
+        HOLDING.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// The thread's last chunk: its count of executions so far (QE15). Its next execution, if
@@ -334,8 +406,9 @@ impl Thread {
         if self.ended {
             return;
         }
+        self.release_handler_exec();
         let n = self.executed;
-        self.writer.note(NoteKind::ThreadEnd, n, "");
+        self.put_note(NoteKind::ThreadEnd, n, "");
         sh.send(Some(self));
         self.ended = true;
         self.limit = 0;
@@ -439,6 +512,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
         executed: 0,
         fork_fd,
         history: Vec::new(),
+        handlers: Vec::new(),
+        handler_blocks: Vec::new(),
     });
     // SAFETY: registering callbacks of the documented signatures with QEMU's own id.
     unsafe {
@@ -506,6 +581,28 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             return;
         }
         sh.writer.block(vaddr, &distances, &code);
+        let fault_handler = sh
+            .handlers
+            .iter()
+            .any(|h| h.entry == vaddr && h.signals & FAULT_SIGNALS != 0);
+        if fault_handler || HOLDING.load(Ordering::Relaxed) > 0 {
+            // QE21: the blocks of a fault's handler find the signal frame through their memory
+            // accesses (QEMU 7.2 shows no registers); the executions wait for it.
+            for &insn in &insns {
+                (api.register_mem)(
+                    insn,
+                    on_handler_mem,
+                    CB_NO_REGS,
+                    api::MEM_RW,
+                    block_data(index as u32, n),
+                );
+            }
+        }
+        if fault_handler {
+            sh.handler_blocks.push((index, vaddr));
+            (api.register_tb_exec)(tb, on_handler_exec, CB_NO_REGS, block_data(index as u32, n));
+            return;
+        }
         // One callback a block (QE13): QEMU runs a block's instructions one after another to
         // its end, but for a fault, so its index says what ran.
         (api.register_tb_exec)(tb, on_exec, CB_NO_REGS, block_data(index as u32, n));
@@ -559,6 +656,16 @@ unsafe fn on_exec_slow(vcpu: c_uint, data: *mut c_void) {
         }
         return;
     };
+    let data = data as usize as u64;
+    if !t.held.is_empty() {
+        // QE21: a fault's handler runs on, its frame not found yet (the limit stays 0).
+        t.held.push(data);
+        if t.held.len() >= MAX_HELD {
+            t.release_handler_exec();
+            t.limit = IDS as u32;
+        }
+        return;
+    }
     if let Some(num) = t.returned.take() {
         // QE7: the call returned and the program runs on: said at once.
         t.note(NoteKind::Returned, num, "", false);
@@ -566,12 +673,157 @@ unsafe fn on_exec_slow(vcpu: c_uint, data: *mut c_void) {
     if t.len as usize >= IDS {
         t.send();
     }
-    let data = data as usize as u64;
     // SAFETY: `thread` allocated `IDS` indices, and `len < IDS` now.
     unsafe { *t.ids.add(t.len as usize) = data as u32 };
     t.len += 1;
     t.executed += data >> 32;
     t.limit = IDS as u32;
+}
+
+/// QE21: the first block of a fault signal's handler starts: its execution and the ones after
+/// it are held back until a memory access finds the signal frame (`on_handler_mem`), so the
+/// fault's note precedes them in the stream.
+unsafe extern "C" fn on_handler_exec(vcpu: c_uint, data: *mut c_void) {
+    // SAFETY: a callback of `vcpu`, on its thread.
+    let Some(t) = (unsafe { thread(vcpu) }) else {
+        return;
+    };
+    // A handler entered again before the frame of the first was found: that one is given up.
+    t.release_handler_exec();
+    if let Some(num) = t.returned.take() {
+        t.note(NoteKind::Returned, num, "", false);
+    }
+    t.held.push(data as usize as u64);
+    HOLDING.fetch_add(1, Ordering::Relaxed);
+    // The blocks after it are held too: the slow path holds them.
+    t.limit = 0;
+}
+
+/// Where the fields QE21 reads lie in the signal frame QEMU 7.2 writes for an x86-64 guest (its
+/// `rt_sigframe`, as Linux lays it out), from the frame's start, the handler's stack pointer at
+/// entry: the restorer, `uc_mcontext.rsp`, `.rip`, `.cr2` and `.fpregs`, `siginfo`'s `si_signo` and
+/// `si_code` (QEMU writes the siginfo only for an SA_SIGINFO handler: zeros otherwise); the FP
+/// state follows the siginfo at this offset.
+const FRAME_RESTORER: u64 = 0;
+const FRAME_RSP: u64 = 8 + 40 + 15 * 8;
+const FRAME_RIP: u64 = 8 + 40 + 16 * 8;
+const FRAME_CR2: u64 = 8 + 40 + 22 * 8;
+const FRAME_FPREGS: u64 = 8 + 40 + 23 * 8;
+const FRAME_SIGNO: u64 = 8 + 304;
+const FRAME_CODE: u64 = FRAME_SIGNO + 8;
+const FRAME_FPSTATE: u64 = 448;
+
+/// How far from a handler's memory access its signal frame is looked for (QE21).
+const FRAME_REACH: u64 = 4096;
+
+/// QE21: a memory access of a block that runs while the thread holds its executions back from a
+/// fault handler's entry on: the signal frame is looked for near it, and found, it goes out as
+/// a note before the executions.
+unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, _data: *mut c_void) {
+    // SAFETY: a callback of `vcpu`, on its thread.
+    let Some(t) = (unsafe { thread(vcpu) }) else {
+        return;
+    };
+    let Some(&entry_block) = t.held.first() else {
+        return;
+    };
+    let mut guard = shared();
+    let Some(sh) = guard.as_mut() else { return };
+    let index = u64::from(entry_block as u32);
+    let Some(&(_, entry)) = sh.handler_blocks.iter().find(|b| b.0 == index) else {
+        return;
+    };
+    let handlers: Vec<Handler> = sh.handlers.iter().copied().filter(|h| h.entry == entry).collect();
+    if let Some(f) = find_frame(&sh.maps, vaddr, &handlers) {
+        // The word below the interrupted stack pointer: what a RET just before the signal
+        // would have popped (QE21 tells a fault from a signal sent after a RET by it).
+        let below = f
+            .rsp
+            .checked_sub(8)
+            .and_then(|a| sh.maps.read_u64(a))
+            .map_or("-".to_string(), |w| format!("{w:#x}"));
+        t.put_note(
+            NoteKind::Fault,
+            f.rip,
+            &format!("{} {} {:#x} {entry:#x} {below}", f.signo, f.code, f.addr),
+        );
+        drop(guard);
+        t.release_handler_exec();
+        t.limit = IDS as u32;
+    }
+}
+
+/// A signal frame found (QE21).
+struct Frame {
+    rip: u64,
+    rsp: u64,
+    signo: u32,
+    code: i32,
+    addr: u64,
+}
+
+/// QE21: the signal frame near `access`, a memory access of the handler's first block: a frame
+/// is where a restorer of `handlers` is followed, at the offsets QEMU writes, by an FP state
+/// pointer to where QEMU puts the FP state (and, for an SA_SIGINFO handler, a siginfo of a
+/// signal it handles). The frame the access lies in (the handler reads its siginfo or
+/// context) if there is one, else the lowest at or above `access - 8` (a push's store lies 8
+/// below the stack pointer at entry, which is the frame's start), within [`FRAME_REACH`]: a
+/// stale frame of an earlier signal deeper down the stack is below the handler's accesses.
+/// Its signal number and `si_code` are 0 when QEMU wrote no siginfo (a handler without
+/// SA_SIGINFO: that part of the frame is the stack's old bytes).
+fn find_frame(maps: &maps::Known, access: u64, handlers: &[Handler]) -> Option<Frame> {
+    let lo = access.checked_sub(FRAME_REACH / 2)? & !7;
+    let hi = access.checked_add(FRAME_REACH)?;
+    // Page by page: a page that cannot be read (the stack's end) leaves zeros, which match no
+    // restorer.
+    let len = (hi + FRAME_SIGNO + 32 - lo) as usize;
+    let mut window = vec![0u8; len];
+    let mut at = 0usize;
+    while at < len {
+        let addr = lo + at as u64;
+        let n = ((0x1000 - (addr & 0xfff)) as usize).min(len - at);
+        let got = maps.read_code(addr, n);
+        window[at..at + got.len()].copy_from_slice(&got);
+        at += n;
+    }
+    let u64_at = |off: u64| -> u64 {
+        let o = off as usize;
+        u64::from_le_bytes(window[o..o + 8].try_into().expect("8 bytes"))
+    };
+    let frame_at = |off: u64| -> Option<Frame> {
+        let restorer = u64_at(off + FRAME_RESTORER);
+        if restorer == 0 || u64_at(off + FRAME_FPREGS) != lo + off + FRAME_FPSTATE {
+            return None;
+        }
+        let signo = u64_at(off + FRAME_SIGNO) as u32;
+        let code = (u64_at(off + FRAME_CODE) & 0xffff_ffff) as u32 as i32;
+        let h = handlers.iter().find(|h| {
+            h.restorer == restorer
+                && (!h.siginfo || (signo < 64 && h.signals & (1 << signo) & FAULT_SIGNALS != 0))
+        })?;
+        let (signo, code) = if h.siginfo { (signo, code) } else { (0, 0) };
+        Some(Frame {
+            rip: u64_at(off + FRAME_RIP),
+            rsp: u64_at(off + FRAME_RSP),
+            signo,
+            code,
+            addr: u64_at(off + FRAME_CR2),
+        })
+    };
+    let (mut inside, mut above) = (None, None);
+    let mut off = 0;
+    while lo + off < hi {
+        let f = lo + off;
+        if let Some(frame) = frame_at(off) {
+            if f <= access && access < f + FRAME_FPSTATE {
+                inside = Some(frame);
+            } else if f + 8 >= access && above.is_none() {
+                above = Some(frame);
+            }
+        }
+        off += 8;
+    }
+    inside.or(above)
 }
 
 const SYS_EXIT: i64 = 60;
@@ -587,6 +839,7 @@ const SYS_VFORK: i64 = 58;
 const SYS_EXECVE: i64 = 59;
 const SYS_EXECVEAT: i64 = 322;
 const SYS_CLONE3: i64 = 435;
+const SA_SIGINFO: u64 = 4;
 const CLONE_VM: u64 = 0x100;
 const CLONE_VFORK: u64 = 0x4000;
 
@@ -618,7 +871,8 @@ unsafe extern "C" fn on_syscall(
     if OFF.load(Ordering::Relaxed) {
         return;
     }
-    t.writer.note(NoteKind::Syscall, num as u64, "");
+    t.release_handler_exec();
+    t.put_note(NoteKind::Syscall, num as u64, "");
     if num == SYS_EXIT {
         // The thread leaves (exit_group ends the process: its threads end in `on_exit`): its
         // last chunk. Its slot goes to the next thread QEMU gives this vCPU index.
@@ -631,7 +885,7 @@ unsafe extern "C" fn on_syscall(
     let (low, high) = (ours.min(forks), ours.max(forks));
     // Everything below writes the thread's records with the lock held (see above).
     let fail = |t: &mut Thread, sh: &mut Shared, value: u64, why: &str| {
-        t.writer.note(NoteKind::Failure, value, why);
+        t.put_note(NoteKind::Failure, value, why);
         sh.send(Some(t));
         OFF.store(true, Ordering::Relaxed);
     };
@@ -663,13 +917,37 @@ unsafe extern "C" fn on_syscall(
         SYS_FORK | SYS_VFORK => t.forking = true,
         SYS_EXECVE | SYS_EXECVEAT => {
             let path = sh.maps.read_str(if num == SYS_EXECVE { a1 } else { a2 });
-            t.writer.note(NoteKind::Exec, 0, &path.unwrap_or_default());
+            t.put_note(NoteKind::Exec, 0, &path.unwrap_or_default());
             sh.send(Some(t));
         }
         SYS_RT_SIGACTION if a2 != 0 => {
             // The new action's handler is its first field (0 and 1 are SIG_DFL and SIG_IGN),
             // its restorer the third: a signal's handler returns there (QE16).
-            if let Some(h) = sh.maps.read_u64(a2).filter(|&h| h > 1) {
+            let handler = sh.maps.read_u64(a2);
+            if a1 < 64 {
+                let bit = 1u64 << a1;
+                for old in &mut sh.handlers {
+                    old.signals &= !bit;
+                }
+                if let Some(entry) = handler.filter(|&h| h > 1) {
+                    let restorer = sh.maps.read_u64(a2 + 16).unwrap_or(0);
+                    let siginfo = sh.maps.read_u64(a2 + 8).is_some_and(|f| f & SA_SIGINFO != 0);
+                    match sh
+                        .handlers
+                        .iter_mut()
+                        .find(|o| o.entry == entry && o.restorer == restorer && o.siginfo == siginfo)
+                    {
+                        Some(o) => o.signals |= bit,
+                        None => sh.handlers.push(Handler {
+                            entry,
+                            signals: bit,
+                            restorer,
+                            siginfo,
+                        }),
+                    }
+                }
+            }
+            if let Some(h) = handler.filter(|&h| h > 1) {
                 let restorer = sh.maps.read_u64(a2 + 16).unwrap_or(0);
                 // The text: the signal's number (a fault's handler is refused) and the
                 // restorer.
@@ -732,10 +1010,10 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
     if matches!(num, SYS_CLONE | SYS_CLONE3) && ret > 0 && !forked {
         // A thread started (QE15): the parent says so in its chunk; the child's own chunks
         // start with its first block.
-        t.writer.note(NoteKind::Thread, ret as u64, "");
+        t.put_note(NoteKind::Thread, ret as u64, "");
     }
     if forked && ret > 0 {
-        t.writer.note(NoteKind::Fork, ret as u64, "");
+        t.put_note(NoteKind::Fork, ret as u64, "");
     }
     // QE7: said (and sent) when the next block runs, which takes the slow path for it: a stream
     // that ends without it ended inside the system call (a signal the call sent kills the

@@ -51,9 +51,8 @@ const TAG_END: u8 = 6;
 const TAG_THREAD: u8 = 7;
 const TAG_BLOCKS: u8 = 8;
 
-/// The longest head [`Writer::take_chunk_with`] puts before a batch: a thread record and a batch
-/// record's tag and count (a tag and a 10-byte varint each).
-const MAX_HEAD: usize = 22;
+/// The longest head of a record of one varint field: a tag and 10 bytes.
+const HEAD: usize = 11;
 
 /// The longest x86 instruction.
 pub const MAX_INSN_LEN: usize = 15;
@@ -88,6 +87,13 @@ pub enum NoteKind {
     /// The thread's last record (the value: the instructions it executed, by the plugin's
     /// count): it left by the exit system call, or the process ended (QE15).
     ThreadEnd,
+    /// A fault signal's handler was entered (QE21): the value is the interrupted instruction's
+    /// address from the signal frame QEMU wrote (`uc_mcontext.rip`); the text is the signal's
+    /// number and `si_code` (both 0 when the frame holds no siginfo: a handler without
+    /// SA_SIGINFO), the frame's CR2, the handler's address and the word below the interrupted
+    /// stack pointer (`-` if unreadable), in hex but the first two. Sent
+    /// before the handler block's execution, in the chunk of the thread that faulted.
+    Fault,
 }
 
 impl NoteKind {
@@ -102,6 +108,7 @@ impl NoteKind {
             NoteKind::Returned => 7,
             NoteKind::Syscall => 8,
             NoteKind::ThreadEnd => 9,
+            NoteKind::Fault => 10,
         }
     }
 
@@ -116,6 +123,7 @@ impl NoteKind {
             7 => NoteKind::Returned,
             8 => NoteKind::Syscall,
             9 => NoteKind::ThreadEnd,
+            10 => NoteKind::Fault,
             _ => return None,
         })
     }
@@ -315,10 +323,10 @@ impl Writer {
     }
 
     /// Sends thread `tid`'s chunk (0: the whole process) in one call of `send`, without copying
-    /// `indices`: a thread record, a batch record of `indices` (the blocks the thread executed
-    /// since its last chunk, in order) and then the records this writer holds, which came after
-    /// them. `send` gets the slices to write one after another (a gathering write); it is not
-    /// called when there is nothing to send. The buffer is empty afterwards.
+    /// `indices`: a thread record, the records this writer holds, and then a batch record of
+    /// `indices` (the blocks the thread executed after them, in order). `send` gets the slices
+    /// to write one after another (a gathering write); it is not called when there is nothing
+    /// to send. The buffer is empty afterwards.
     ///
     /// `indices` go out as they lie in memory, which is the stream's little-endian layout on a
     /// little-endian host (a big-endian one swaps them in place first).
@@ -327,18 +335,12 @@ impl Writer {
         if self.buf.is_empty() && indices.is_empty() {
             return;
         }
-        let mut head = [0u8; MAX_HEAD];
-        let mut n = 0;
-        let mut push = |b: u8| {
-            head[n] = b;
-            n += 1;
+        let (mut thread, mut batch) = ([0u8; HEAD], [0u8; HEAD]);
+        let thread_len = record_head(TAG_THREAD, tid, &mut thread);
+        let batch_len = match indices.len() {
+            0 => 0,
+            k => record_head(TAG_BLOCKS, k as u64, &mut batch),
         };
-        push(TAG_THREAD);
-        varint_into(tid, &mut push);
-        if !indices.is_empty() {
-            push(TAG_BLOCKS);
-            varint_into(indices.len() as u64, &mut push);
-        }
         #[cfg(target_endian = "big")]
         for i in indices.iter_mut() {
             *i = i.to_le();
@@ -348,7 +350,7 @@ impl Writer {
         let ids = unsafe {
             std::slice::from_raw_parts(indices.as_ptr().cast::<u8>(), std::mem::size_of_val(indices))
         };
-        send(&[&head[..n], ids, &self.buf]);
+        send(&[&thread[..thread_len], &self.buf, &batch[..batch_len], ids]);
         self.buf.clear();
         self.last_exec = u64::MAX;
     }
@@ -382,6 +384,17 @@ impl Writer {
 fn put(buf: &mut Vec<u8>, v: u64) {
     // A byte at a time: a copy of a slice this short is a call to memmove (measured 25%).
     varint_into(v, &mut |b| buf.push(b));
+}
+
+/// A record's tag and one varint field into `out`; its length.
+fn record_head(tag: u8, v: u64, out: &mut [u8; HEAD]) -> usize {
+    let mut n = 1;
+    out[0] = tag;
+    varint_into(v, &mut |b| {
+        out[n] = b;
+        n += 1;
+    });
+    n
 }
 
 /// `v` as an unsigned LEB128 varint, a byte at a time into `push`.
@@ -798,7 +811,17 @@ impl<R: Read> Reader<R> {
                     ));
                 }
                 self.last_exec = id;
-                Ok(Some(Batched::Record(Record::Exec { first: id, count: 1 })))
+                // A block's execution is its first id and the run of the rest: one record,
+                // when the run is already read.
+                let count = match self.buffered_run() {
+                    Some((count, len)) if count < self.next_id - id => {
+                        self.at += len;
+                        self.last_exec = id + count;
+                        count + 1
+                    }
+                    _ => 1,
+                };
+                Ok(Some(Batched::Record(Record::Exec { first: id, count })))
             }
             TAG_THREAD => {
                 let tid = self.varint(start)?;
@@ -928,6 +951,103 @@ impl<R: Read> Reader<R> {
         Ok(Some(b))
     }
 
+    /// The next record when it is an execution (with the run after it) that lies whole in what
+    /// was read already, or the next executed block of a batch (with the blocks after it whose
+    /// ids follow on, as far as they were read): the hot path's way past [`Reader::next_record`]
+    /// (the same checks, no [`Record`] made). `None` otherwise, with nothing consumed but maybe
+    /// a batch record's head (the batch goes on in `next_record`).
+    #[inline]
+    pub fn buffered_exec(&mut self) -> Option<(u64, u64)> {
+        if !self.started {
+            return None;
+        }
+        if self.batch_left == 0 && !self.ended && self.buf[self.at..self.filled].first() == Some(&TAG_BLOCKS)
+        {
+            // A batch record's head, when it lies whole in what was read: the batch begins.
+            let mut v = Varint::default();
+            let rest = &self.buf[self.at + 1..self.filled];
+            let len = rest.iter().take(10).position(|&b| v.push(b))?;
+            if v.value == 0 {
+                return None;
+            }
+            self.at += len + 2;
+            self.batch_left = v.value;
+        }
+        if self.batch_left > 0 {
+            return self.buffered_batch_exec();
+        }
+        let rest = &self.buf[self.at..self.filled];
+        if rest.first() != Some(&TAG_EXEC) {
+            return None;
+        }
+        let mut v = Varint::default();
+        let mut len = 0;
+        for (k, &b) in rest[1..].iter().take(10).enumerate() {
+            if v.push(b) {
+                len = k + 2;
+                break;
+            }
+        }
+        if len == 0 || v.value >= self.next_id {
+            return None;
+        }
+        let id = v.value;
+        self.at += len;
+        self.last_exec = id;
+        let count = match self.buffered_run() {
+            Some((count, len)) if count < self.next_id - id => {
+                self.at += len;
+                self.last_exec = id + count;
+                count + 1
+            }
+            _ => 1,
+        };
+        Some((id, count))
+    }
+
+    /// The next executed block of the batch being read, folded with the ones after it whose ids
+    /// follow on, as far as what was read already holds them; `None`, nothing consumed, when
+    /// its index is not read yet or names no block (`next_record` then says where).
+    #[inline]
+    fn buffered_batch_exec(&mut self) -> Option<(u64, u64)> {
+        if self.filled - self.at < 4 {
+            return None;
+        }
+        let (first, count) = block_span(&self.firsts, le32(&self.buf[self.at..self.at + 4]))?;
+        self.at += 4;
+        self.batch_left -= 1;
+        let mut end = first + count;
+        while self.batch_left > 0 && self.filled - self.at >= 4 {
+            match block_span(&self.firsts, le32(&self.buf[self.at..self.at + 4])) {
+                Some((f, n)) if f == end => {
+                    self.at += 4;
+                    self.batch_left -= 1;
+                    end += n;
+                }
+                _ => break,
+            }
+        }
+        self.last_exec = end - 1;
+        Some((first, end - first))
+    }
+
+    /// A run record that lies whole in what was read already: its count (at least 1) and its
+    /// length in bytes; nothing is consumed.
+    #[inline]
+    fn buffered_run(&self) -> Option<(u64, usize)> {
+        let rest = &self.buf[self.at..self.filled];
+        if rest.first() != Some(&TAG_RUN) {
+            return None;
+        }
+        let mut v = Varint::default();
+        for (k, &b) in rest[1..].iter().take(10).enumerate() {
+            if v.push(b) {
+                return (v.value > 0).then_some((v.value, k + 2));
+            }
+        }
+        None
+    }
+
     fn varint(&mut self, start: u64) -> Result<u64, WireError> {
         let mut v = Varint::default();
         while v.len < 10 {
@@ -989,16 +1109,15 @@ mod tests {
         while let Some(rec) = r.next_record().unwrap() {
             got.push(format!("{rec:?}"));
         }
-        assert_eq!(got.len(), 9, "{got:#?}");
+        assert_eq!(got.len(), 7, "{got:#?}");
         assert!(got[0].starts_with("Block { vaddr: 4198400, first_id: 0, offsets: [0, 1]"));
-        // The first execution is never a run (QE15: each chunk starts with one).
-        assert_eq!(got[2], "Exec { first: 0, count: 1 }");
-        assert_eq!(got[3], "Exec { first: 1, count: 1 }");
-        assert_eq!(got[4], "Exec { first: 0, count: 1 }");
-        assert_eq!(got[5], "Exec { first: 1, count: 1 }");
-        assert_eq!(got[6], "Exec { first: 1, count: 1 }");
-        assert!(got[7].contains("Fork"));
-        assert_eq!(got[8], "End { executed: 5 }");
+        // The first execution is never a run (QE15: each chunk starts with one); an execution
+        // record and the run after it read as one record.
+        assert_eq!(got[2], "Exec { first: 0, count: 2 }");
+        assert_eq!(got[3], "Exec { first: 0, count: 2 }");
+        assert_eq!(got[4], "Exec { first: 1, count: 1 }");
+        assert!(got[5].contains("Fork"));
+        assert_eq!(got[6], "End { executed: 5 }");
         assert!(r.ended());
     }
 
@@ -1099,8 +1218,8 @@ mod tests {
         let mut ids = vec![1u32, 0x0102_0304];
         let mut calls = Vec::new();
         w.take_chunk_with(300, &mut ids, &mut |parts| calls.push(parts.concat()));
-        // Thread 300 (a varint: 0xac 0x02), the batch, then the note the writer held.
-        let chunk = [7, 0xac, 2, 8, 2, 1, 0, 0, 0, 4, 3, 2, 1, 5, 8, 60, 0];
+        // Thread 300 (a varint: 0xac 0x02), the note the writer held, then the batch.
+        let chunk = [7, 0xac, 2, 5, 8, 60, 0, 8, 2, 1, 0, 0, 0, 4, 3, 2, 1];
         assert_eq!(calls, [chunk.to_vec()]);
         assert_eq!(w.pending(), 0);
         w.take_chunk_with(300, &mut [], &mut |_| panic!("nothing to send"));
@@ -1187,6 +1306,31 @@ mod tests {
             got.last().unwrap(),
             &format!("error byte offset {at}: a batch of no blocks")
         );
+    }
+
+    /// The hot path's `buffered_exec` reads a batch as `next_record` does, block for block.
+    #[test]
+    fn qe13_buffered_exec_reads_batches_as_next_record() {
+        let bytes = two_blocks_then(&[0, 1, 1, 0, 0, 1]);
+        let mut r = Reader::new(&bytes[..]);
+        let mut got = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            if let Record::Exec { first, count } = rec {
+                got.push((first, count));
+            }
+            while let Some(e) = r.buffered_exec() {
+                got.push(e);
+            }
+        }
+        assert_eq!(got, [(0, 3), (2, 1), (0, 2), (0, 3)]);
+        // An index no block had: not taken by the hot path, refused by next_record.
+        let bytes = two_blocks_then(&[0, 5]);
+        let mut r = Reader::new(&bytes[..]);
+        r.next_record().unwrap();
+        r.next_record().unwrap();
+        assert_eq!(r.buffered_exec(), Some((0, 2)));
+        assert_eq!(r.buffered_exec(), None);
+        assert!(r.next_record().unwrap_err().message.contains("block 5"));
     }
 
     /// Gives its bytes `step` at a time.

@@ -6,8 +6,8 @@
 use super::{SimError, PROGRESS_EVERY};
 use crate::image::ImageBuilder;
 use crate::sources::penn::PennEvents;
+use crate::sources::steps::Steps;
 use crate::sources::EventSource;
-use crate::tracer::Event;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
@@ -33,9 +33,9 @@ pub(super) enum Feed {
 impl Feed {
     /// The next record's events; an image past its bounds ends the run at once (SIM9), not after
     /// the whole input.
-    fn next(&mut self, out: &mut Vec<Event>, name: &str) -> Result<bool, SimError> {
+    fn next(&mut self, out: &mut Steps, name: &str) -> Result<bool, SimError> {
         match self {
-            Feed::Penn(src, image) => match src.push_macro_op(out)? {
+            Feed::Penn(src, image) => match src.push_macro_op(out.events_mut())? {
                 None => Ok(false),
                 Some(op) => {
                     if let Some(b) = image {
@@ -51,7 +51,7 @@ impl Feed {
                     Ok(true)
                 }
             },
-            Feed::Other(src) => Ok(src.next_events(out)?),
+            Feed::Other(src) => Ok(src.next_steps(out)?),
         }
     }
 
@@ -63,9 +63,9 @@ impl Feed {
         }
     }
 
-    /// Appends the next batch: whole records' events until there are [`BATCH`] or more, or the
+    /// Appends the next batch: whole records' steps until there are [`BATCH`] or more, or the
     /// input ends (false).
-    fn fill(&mut self, out: &mut Vec<Event>, name: &str) -> Result<bool, SimError> {
+    fn fill(&mut self, out: &mut Steps, name: &str) -> Result<bool, SimError> {
         let from = out.len();
         while out.len() - from < BATCH {
             if !self.next(out, name)? {
@@ -82,7 +82,7 @@ impl Feed {
         self,
         name: &str,
         threads: usize,
-        batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+        batch: &mut dyn FnMut(&Steps) -> Result<(), SimError>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Feed, SimError> {
         if threads >= 2 {
@@ -95,17 +95,17 @@ impl Feed {
     fn drive_here(
         mut self,
         name: &str,
-        batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+        batch: &mut dyn FnMut(&Steps) -> Result<(), SimError>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Feed, SimError> {
-        let mut events = Vec::with_capacity(BATCH + 64);
+        let mut steps = Steps::default();
         let (mut count, mut next_report) = (0u64, PROGRESS_EVERY);
         let mut more = true;
         while more {
-            more = self.fill(&mut events, name)?;
-            batch(&events)?;
-            count += events.len() as u64;
-            events.clear();
+            more = self.fill(&mut steps, name)?;
+            batch(&steps)?;
+            count += steps.len() as u64;
+            steps.clear();
             if count >= next_report {
                 next_report = count + PROGRESS_EVERY;
                 progress(self.source().stats().records);
@@ -123,7 +123,7 @@ impl Feed {
     fn drive_pipelined(
         self,
         name: &str,
-        batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+        batch: &mut dyn FnMut(&Steps) -> Result<(), SimError>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Feed, SimError> {
         let (full_tx, full_rx) = sync_channel::<Result<Chunk, SimError>>(CHUNKS_QUEUED);
@@ -169,26 +169,29 @@ impl Feed {
         let mut more = true;
         while more && !stop.load(Ordering::Relaxed) {
             let mut chunk = spent.try_recv().unwrap_or_default();
-            chunk.events.clear();
-            chunk.ends.clear();
+            chunk.used = 0;
             chunk.records = None;
-            while more && chunk.ends.len() < BATCHES_PER_CHUNK {
-                match self.fill(&mut chunk.events, name) {
+            while more && chunk.used < BATCHES_PER_CHUNK {
+                if chunk.batches.len() == chunk.used {
+                    chunk.batches.push(Steps::default());
+                }
+                let steps = &mut chunk.batches[chunk.used];
+                steps.clear();
+                match self.fill(steps, name) {
                     Ok(m) => more = m,
                     Err(e) => {
                         // As on one thread: the batches before the error are traced, the
                         // partial one is not.
-                        chunk.events.truncate(chunk.ends.last().copied().unwrap_or(0));
-                        if !chunk.ends.is_empty() && full.send(Ok(chunk)).is_err() {
+                        if chunk.used > 0 && full.send(Ok(chunk)).is_err() {
                             return self;
                         }
                         let _ = full.send(Err(e));
                         return self;
                     }
                 }
-                chunk.ends.push(chunk.events.len());
+                count += steps.len() as u64;
+                chunk.used += 1;
             }
-            count += chunk.events.len() as u64;
             if count >= next_report {
                 next_report = count + PROGRESS_EVERY;
                 chunk.records = Some(self.source().stats().records);
@@ -204,9 +207,9 @@ impl Feed {
 /// Batches from the reader thread, in one message.
 #[derive(Default)]
 struct Chunk {
-    events: Vec<Event>,
-    /// Where each batch of `events` ends.
-    ends: Vec<usize>,
+    /// The batches, the first `used` of them filled (the rest are buffers kept for reuse).
+    batches: Vec<Steps>,
+    used: usize,
     /// Records read so far, when a progress report is due.
     records: Option<u64>,
 }
@@ -216,15 +219,13 @@ struct Chunk {
 fn trace_chunks(
     full: Receiver<Result<Chunk, SimError>>,
     spent: SyncSender<Chunk>,
-    batch: &mut dyn FnMut(&[Event]) -> Result<(), SimError>,
+    batch: &mut dyn FnMut(&Steps) -> Result<(), SimError>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), SimError> {
     for chunk in full {
         let chunk = chunk?;
-        let mut from = 0;
-        for &end in &chunk.ends {
-            batch(&chunk.events[from..end])?;
-            from = end;
+        for steps in &chunk.batches[..chunk.used] {
+            batch(steps)?;
         }
         if let Some(records) = chunk.records {
             progress(records);

@@ -25,8 +25,9 @@ use crate::regs::check::check_write;
 use crate::regs::msr::IA32_RTIT_CTL;
 use crate::regs::{Msr, RtitCtl};
 use crate::sources::penn::PennEvents;
+use crate::sources::steps::{Piece, Steps};
 use crate::sources::{self, Format, Input, ReadOptions, SourceError, SourceStats};
-use crate::tracer::{Event, Fact, Tracer, TracerConfig, TracerStats};
+use crate::tracer::{Block, BlockError, Fact, Tracer, TracerConfig, TracerStats};
 use feed::Feed;
 use std::io::{self, Write};
 use std::path::Path;
@@ -194,6 +195,9 @@ pub enum SimError {
     /// The reader thread could not be started.
     #[error("starting the reader thread: {0}")]
     Thread(io::Error),
+    /// The source's executions of blocks cannot be traced (BLK2): a source's own error.
+    #[error("the source's block executions: {0}")]
+    Blocks(BlockError),
 }
 
 /// What a simulation produced.
@@ -334,32 +338,46 @@ fn run_feed<W: Write>(
     let start = feed.source().start_state();
     let mut ip: Option<u64> = None;
     let mut count = 0u64;
-    let mut batch = |events: &[Event]| -> Result<(), SimError> {
-        let mut rest = events;
-        if ip.is_none() {
-            if let Some(k) = rest.iter().position(|ev| ev.ip().is_some()) {
-                tracer.events(&mut mem, &rest[..k])?;
-                rest = &rest[k..];
-                let first = rest[0].ip().expect("found by its IP");
-                let at = first.wrapping_sub(u64::from(WRMSR_LEN));
-                tracer.set_state(at, start.cpl, start.cr3, start.mode);
-                ctl_write(&mut tracer, &mut mem, opts.ctl.bits(), at)?;
-                tracing::debug!(
-                    ip = format_args!("{first:#x}"),
-                    "tracing enabled before the first instruction"
-                );
-                ip = Some(first);
+    // The blocks the source described so far (BLK1), indexed as its executions name them.
+    let mut table: Vec<Block> = Vec::new();
+    let mut batch = |steps: &Steps| -> Result<(), SimError> {
+        table.extend_from_slice(steps.blocks());
+        for piece in steps.pieces() {
+            match piece {
+                Piece::Events(events) => {
+                    let mut rest = events;
+                    if ip.is_none() {
+                        if let Some(k) = rest.iter().position(|ev| ev.ip().is_some()) {
+                            tracer.events(&mut mem, &rest[..k])?;
+                            rest = &rest[k..];
+                            let first = rest[0].ip().expect("found by its IP");
+                            enable_before(opts, &mut tracer, &mut mem, start, first)?;
+                            ip = Some(first);
+                        }
+                    }
+                    tracer.events(&mut mem, rest)?;
+                    if ip.is_some() {
+                        // An event at an IP moves it wherever the IP was before (`Event::next_ip`),
+                        // so the last such event of the batch says where the flow is.
+                        if let Some(last) = rest.iter().rfind(|ev| ev.ip().is_some()) {
+                            ip = Some(last.next_ip(0));
+                        }
+                    }
+                }
+                Piece::Blocks(execs) => {
+                    if ip.is_none() {
+                        let first = table.get(execs[0].block as usize).map_or(0, |b| b.start());
+                        enable_before(opts, &mut tracer, &mut mem, start, first)?;
+                    }
+                    tracer.feed_blocks(&mut mem, &table, execs).map_err(|e| match e {
+                        BlockError::Memory { error, .. } => SimError::Memory(error),
+                        e => SimError::Blocks(e),
+                    })?;
+                    ip = execs.last().map(|x| x.next);
+                }
             }
         }
-        tracer.events(&mut mem, rest)?;
-        if ip.is_some() {
-            // An event at an IP moves it wherever the IP was before (`Event::next_ip`), so the
-            // last such event of the batch says where the flow is.
-            if let Some(last) = rest.iter().rfind(|ev| ev.ip().is_some()) {
-                ip = Some(last.next_ip(0));
-            }
-        }
-        count += events.len() as u64;
+        count += steps.len() as u64;
         spool_facts(&mut tracer, &mut facts, &mut psbs)?;
         events_log
             .extend(tracer.drain_output_events().inspect(|e| cut.note(e)))
@@ -447,6 +465,25 @@ impl Cuts {
             _ => {}
         }
     }
+}
+
+/// Enables tracing just before the first instruction, at `first` (the WRMSR that sets TraceEn
+/// is the instruction before it), in the state the source's code runs in.
+fn enable_before<M: crate::PhysMemory>(
+    opts: &Options,
+    tracer: &mut Tracer,
+    mem: &mut M,
+    start: sources::StartState,
+    first: u64,
+) -> Result<(), SimError> {
+    let at = first.wrapping_sub(u64::from(WRMSR_LEN));
+    tracer.set_state(at, start.cpl, start.cr3, start.mode);
+    ctl_write(tracer, mem, opts.ctl.bits(), at)?;
+    tracing::debug!(
+        ip = format_args!("{first:#x}"),
+        "tracing enabled before the first instruction"
+    );
+    Ok(())
 }
 
 /// Moves the tracer's finished facts to the spool, keeping the PSB offsets.

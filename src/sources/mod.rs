@@ -17,6 +17,7 @@ pub mod penn;
 pub mod qemu;
 mod ring;
 pub mod rng;
+pub mod steps;
 pub(crate) mod varint;
 
 pub use error::{ErrorKind, Position, SourceError};
@@ -170,6 +171,13 @@ pub trait EventSource {
     /// returns `Ok(false)` at the end of the input. May append nothing for a record that maps
     /// to no event. Never allocates per record once `out` has grown.
     fn next_events(&mut self, out: &mut Vec<Event>) -> error::Result<bool>;
+
+    /// As [`EventSource::next_events`], into a batch that may also hold executions of blocks
+    /// (spec/generation.md BLK1): a source that thinks in blocks gives them, described in the
+    /// batch before their first execution; the default gives events only.
+    fn next_steps(&mut self, out: &mut steps::Steps) -> error::Result<bool> {
+        self.next_events(out.events_mut())
+    }
 
     /// The state the traced code runs in.
     fn start_state(&self) -> StartState;

@@ -7,8 +7,9 @@ use super::wire::{FileMap, NoteKind, Reader, Record, WireError};
 use super::written::{CodeVersion, TooManyVersions, Written, MAX_VERSIONS};
 use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
+use crate::sources::steps::Steps;
 use crate::sources::{EventSource, SourceStats, StartState};
-use crate::tracer::{Event, ExecMode, FarKind};
+use crate::tracer::{Block, BlockEnd, BlockExec, Event, ExecMode, FarKind};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -119,6 +120,21 @@ fn interrupted_at(x: u64) -> Event {
     )
 }
 
+/// QE21: the exception a fault signal stands for, as Linux makes the signal from it: SIGFPE
+/// #DE (0), SIGILL and SIGSYS #UD (6), SIGTRAP #BP (3), SIGSEGV with SI_KERNEL (0x80) #GP (13),
+/// any other SIGSEGV (SEGV_MAPERR, SEGV_ACCERR, or no siginfo to tell) and SIGBUS a page fault
+/// (14) at the frame's CR2.
+fn fault_kind(signo: u32, code: i32, cr2: u64) -> FarKind {
+    let (vector, cr2) = match signo {
+        8 => (0, None),
+        4 | 31 => (6, None),
+        5 => (3, None),
+        11 if code == 0x80 => (13, None),
+        _ => (14, Some(cr2)),
+    };
+    FarKind::Exception { vector, cr2 }
+}
+
 /// A signal delivered after a branch whose outcome the handler's return tells (QE16).
 #[derive(Debug)]
 struct Suspended {
@@ -130,6 +146,8 @@ struct Suspended {
     depth: u32,
     /// Where in the caller's events the handler's begin.
     mark: usize,
+    /// The instruction (of the source's, from 0) the handler's begin with (QE17's clock).
+    mark_ordinal: u64,
     /// Whether a handler returned to its restorer since: a signal for sure. Needed after an
     /// indirect JMP, which may also be a jump into the handler's function (a PLT stub).
     confirmed: bool,
@@ -155,8 +173,10 @@ pub struct QemuEvents<R> {
     pending_id: Option<usize>,
     /// Code written at run time (QE17).
     written: Written,
-    /// Versions run in this batch, with the index in the batch's events where (QE17).
-    runs: Vec<(usize, usize)>,
+    /// Versions run in this batch, with the instruction (the source's, from 0) where (QE17).
+    runs: Vec<(usize, u64)>,
+    /// The batch's instructions before this source's call began.
+    batch_base: u64,
     /// The model's instructions in the batches returned so far.
     model_instructions: u64,
     /// Whether the traced thread's count came (QE15).
@@ -193,6 +213,47 @@ pub struct QemuEvents<R> {
     seen: HashSet<u64>,
     /// The other threads' records, when wanted.
     spool: Option<Spool>,
+    /// The blocks of straight-line code this source gives as executions (BLK1), in the order
+    /// described: translated blocks whose instructions but the last are plain and whose last
+    /// one is a near branch or plain (a block of written code, or ending at a system call, a
+    /// REP string or a far transfer, goes instruction by instruction).
+    blocks: Vec<Block>,
+    /// For each instruction id: the block it starts plus one, or 0.
+    block_at: Vec<u32>,
+    /// For each block, what its executions are resolved with (one record: read once a block).
+    block_info: Vec<BlockInfo>,
+    /// The block whose execution is pending (its outcome comes with the next one); `pending`
+    /// is `None` while it is set.
+    pending_block: Option<u32>,
+    /// A batch reused by [`EventSource::next_events`].
+    expand: Steps,
+    /// Whether a handler of a fault signal is installed: then the plain instructions of the
+    /// last block run wait in `held` until the thread's next record shows that no fault
+    /// stopped the block (QE21), and blocks go instruction by instruction.
+    fault_handled: bool,
+    /// The last block's plain instructions, held back (QE21).
+    held: Vec<Event>,
+}
+
+/// What an execution of a block needs of it (BLK1), in one place.
+#[derive(Clone, Copy, Debug)]
+struct BlockInfo {
+    /// Its first instruction's address.
+    start: u64,
+    /// Its last instruction's address.
+    last_ip: u64,
+    /// The address after its last instruction.
+    fall_through: u64,
+    /// The last instruction's direct target (0 for others).
+    target: u64,
+    /// Its first instruction id.
+    first: u32,
+    /// How many ids an execution covers (a QE14 instruction into the next page included).
+    ids: u32,
+    /// Its instructions.
+    whole: u32,
+    /// Its last instruction's kind.
+    kind: Kind,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -234,6 +295,7 @@ impl<R: Read> QemuEvents<R> {
             pending_id: None,
             written: Written::default(),
             runs: Vec::new(),
+            batch_base: 0,
             model_instructions: 0,
             thread_ended: false,
             pending: None,
@@ -255,6 +317,13 @@ impl<R: Read> QemuEvents<R> {
             current: 0,
             seen: HashSet::new(),
             spool: None,
+            blocks: Vec::new(),
+            block_at: Vec::new(),
+            block_info: Vec::new(),
+            pending_block: None,
+            expand: Steps::default(),
+            fault_handled: false,
+            held: Vec::new(),
         }
     }
 
@@ -371,17 +440,22 @@ impl<R: Read> QemuEvents<R> {
 
     /// Steps the flow to instruction `insn`, emitting the events of the one before it.
     #[inline]
-    fn step(&mut self, insn: Insn, out: &mut Vec<Event>, at: u64) -> Result<()> {
+    fn step(&mut self, insn: Insn, out: &mut Steps, at: u64) -> Result<()> {
         self.executions += 1;
         if insn.kind == Kind::Undone {
             // QE14: counted by the plugin, run by the next block.
+            return Ok(());
+        }
+        if let Some(b) = self.pending_block.take() {
+            self.resolve_block(b, insn.ip, out, at)?;
+            self.pending = Some(insn);
             return Ok(());
         }
         if let Some(p) = self.pending {
             if p.kind == Kind::Plain && insn.ip == p.next() {
                 // The common case, inside a block: on to the next instruction.
                 self.instructions += 1;
-                out.push(Event::Retire { ip: p.ip, len: p.len });
+                out.event(Event::Retire { ip: p.ip, len: p.len });
                 self.pending = Some(insn);
                 return Ok(());
             }
@@ -396,7 +470,7 @@ impl<R: Read> QemuEvents<R> {
     }
 
     /// The events of `p`, which QEMU followed with the instruction at `nx` (QE3).
-    fn resolve(&mut self, p: Insn, nx: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+    fn resolve(&mut self, p: Insn, nx: u64, out: &mut Steps, at: u64) -> Result<()> {
         let (ip, len) = (p.ip, p.len);
         // QE16: a transfer to a signal handler that the instruction does not make is the signal
         // delivered after it. A branch that can go anywhere and goes to a handler is taken as
@@ -463,14 +537,14 @@ impl<R: Read> QemuEvents<R> {
                     return Err(unexplained(self));
                 }
                 self.counts.rep += u64::from(p.kind == Kind::RepString);
-                out.push(Event::Retire { ip, len });
+                out.event(Event::Retire { ip, len });
             }
             Kind::Conditional => {
                 if nx != p.target && nx != p.next() {
                     return Err(unexplained(self));
                 }
                 self.counts.conditional += 1;
-                out.push(Event::CondBranch {
+                out.event(Event::CondBranch {
                     ip,
                     len,
                     target: p.target,
@@ -482,7 +556,7 @@ impl<R: Read> QemuEvents<R> {
                     return Err(unexplained(self));
                 }
                 self.counts.direct += 1;
-                out.push(if p.kind == Kind::Jump {
+                out.event(if p.kind == Kind::Jump {
                     Event::Jump { ip, target: nx }
                 } else {
                     Event::Call { ip, len, target: nx }
@@ -490,18 +564,18 @@ impl<R: Read> QemuEvents<R> {
             }
             Kind::IndirectJump => {
                 self.counts.indirect += 1;
-                out.push(Event::IndirectJump { ip, target: nx });
+                out.event(Event::IndirectJump { ip, target: nx });
             }
             Kind::IndirectCall => {
                 self.counts.indirect += 1;
-                out.push(Event::IndirectCall { ip, len, target: nx });
+                out.event(Event::IndirectCall { ip, len, target: nx });
             }
             Kind::Return => {
                 self.counts.returns += 1;
                 if let Some(s) = self.suspended.as_mut() {
                     s.confirmed |= self.restorers.contains(&nx);
                 }
-                out.push(Event::Return { ip, target: nx });
+                out.event(Event::Return { ip, target: nx });
             }
             Kind::Syscall | Kind::SoftwareInterrupt(_) => {
                 // QE16: a system call comes back after itself, at a signal handler (a signal
@@ -532,8 +606,8 @@ impl<R: Read> QemuEvents<R> {
                     Kind::SoftwareInterrupt(vector) => (FarKind::SoftwareInterrupt { vector }, FarKind::Iret),
                     _ => unreachable!("matched above"),
                 };
-                out.push(Event::far(into, ip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
-                out.push(Event::far(back, SYSRET_FROM, nx, 3, ExecMode::Bits64));
+                out.event(Event::far(into, ip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
+                out.event(Event::far(back, SYSRET_FROM, nx, 3, ExecMode::Bits64));
                 if sigreturn {
                     self.counts.sigreturns += 1;
                     if let Some(s) = self.suspended.as_mut() {
@@ -551,7 +625,7 @@ impl<R: Read> QemuEvents<R> {
                     FarKind::FarBranch
                 };
                 self.counts.indirect += 1;
-                out.push(Event::far(kind, ip, nx, 3, ExecMode::Bits64));
+                out.event(Event::far(kind, ip, nx, 3, ExecMode::Bits64));
             }
         }
         Ok(())
@@ -561,7 +635,7 @@ impl<R: Read> QemuEvents<R> {
     /// at `h` runs next. The interrupt comes at the instruction `p` went to: where `p` always
     /// goes, that is known now; after a branch or REP string instruction, it is the address the
     /// handler's rt_sigreturn comes back to, and everything until then waits in `out`.
-    fn deliver(&mut self, p: Insn, h: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+    fn deliver(&mut self, p: Insn, h: u64, out: &mut Steps, at: u64) -> Result<()> {
         if self.handler(h).is_some_and(|s| s & FAULT_SIGNALS != 0) {
             return Err(self.fault_handler(p.ip, h, at));
         }
@@ -574,7 +648,7 @@ impl<R: Read> QemuEvents<R> {
         match went {
             Some(x) => {
                 self.resolve(p, x, out, at)?;
-                out.push(interrupted_at(x));
+                out.event(interrupted_at(x));
                 if let Some(s) = self.suspended.as_mut() {
                     s.depth += 1;
                 }
@@ -595,13 +669,14 @@ impl<R: Read> QemuEvents<R> {
                     insn: p,
                     handler: h,
                     depth: 1,
-                    mark: out.len(),
+                    mark: out.events_len(),
+                    mark_ordinal: self.ordinal(out),
                     confirmed: p.kind != Kind::IndirectJump,
                 });
             }
         }
         // The kernel enters the handler: tracing comes back there.
-        out.push(Event::far(FarKind::Iret, SYSRET_FROM, h, 3, ExecMode::Bits64));
+        out.event(Event::far(FarKind::Iret, SYSRET_FROM, h, 3, ExecMode::Bits64));
         Ok(())
     }
 
@@ -623,6 +698,125 @@ impl<R: Read> QemuEvents<R> {
         )
     }
 
+    /// QE21: the plain instructions of the block that ran last, which a fault may have stopped
+    /// part-way, are taken out of `out` (those after `from` and after a suspended signal's
+    /// handler began) into `held`, until the thread's next record shows that it ran to its
+    /// end. A block of written code is not held (the runs of its versions point into `out`).
+    fn hold_last_block(&mut self, out: &mut Steps, from: usize) {
+        let Some(id) = self.pending_id else { return };
+        let pos = usize::from(self.position[id]);
+        let first = id - pos;
+        let floor = from
+            .max(self.suspended.as_ref().map_or(0, |s| s.mark))
+            .max(out.trailing_events_start());
+        let events = out.events();
+        // The block's plain instructions before the pending one are the last events, in order.
+        let mut n = 0;
+        while n < pos && events.len() - n > floor {
+            let insn = self.table[first + pos - 1 - n];
+            if events[events.len() - 1 - n]
+                != (Event::Retire {
+                    ip: insn.ip,
+                    len: insn.len,
+                })
+            {
+                break;
+            }
+            n += 1;
+        }
+        let cut = events.len() - n;
+        if n == 0 || self.runs.iter().any(|r| r.1 >= self.ordinal(out) - n as u64) {
+            return;
+        }
+        out.take_events_from(cut, &mut self.held);
+    }
+
+    /// QE21: the held instructions ran after all: into `out`.
+    #[inline]
+    fn release_held(&mut self, out: &mut Steps) {
+        if !self.held.is_empty() {
+            out.extend_events(&self.held);
+            self.held.clear();
+        }
+    }
+
+    /// QE21: the plugin read the signal frame of a fault's handler: the instruction at `rip`,
+    /// in the block that ran last, raised the fault (a kernel-made signal, `si_code` > 0) and
+    /// did not complete; the instructions after it in the block did not run. The fault leaves
+    /// user mode at it (FUP there, TIP.PGD) and tracing comes back at the handler (TIP.PGE).
+    /// Anything else (a frame that names another instruction, a signal another process sent)
+    /// is left to QE16, which refuses the handler.
+    fn fault(&mut self, rip: u64, text: &str, out: &mut Steps) {
+        let mut words = text.split_whitespace();
+        let signo = words.next().and_then(|w| w.parse::<u32>().ok());
+        let code = words.next().and_then(|w| w.parse::<i32>().ok());
+        let hex = |w: Option<&str>| w.and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
+        let addr = hex(words.next());
+        let handler = hex(words.next());
+        // The word below the interrupted stack pointer (QEMU leaves it: the frame goes below
+        // the red zone): what a RET just before the signal would have popped.
+        let below = hex(words.next());
+        let (Some(signo), Some(code), Some(addr), Some(handler), Some(id)) =
+            (signo, code, addr, handler, self.pending_id)
+        else {
+            self.release_held(out);
+            return;
+        };
+        let pos = usize::from(self.position[id]);
+        let first = id - pos;
+        let from = pos - self.held.len();
+        let hit = (from..=pos).find(|&j| {
+            let insn = self.table[first + j];
+            insn.ip == rip && insn.kind != Kind::Undone
+        });
+        let Some(signals) = self.handler(handler) else {
+            self.release_held(out);
+            return;
+        };
+        // Without the siginfo (a handler without SA_SIGINFO) the signal may have come from
+        // another process after the block ran to its end and went to `rip`: taken as the fault
+        // only where the last instruction could not have gone there. A RET or indirect branch
+        // is taken to go to no instruction of its own block but its first (one into the middle
+        // of its block is QE13's store case, which is refused); a RET goes to its block's first
+        // only if that is the word below the interrupted stack pointer, which it popped.
+        let p = self.table[id];
+        let could_go = match p.kind {
+            Kind::Plain | Kind::Undone | Kind::RepString | Kind::Syscall | Kind::SoftwareInterrupt(_) => {
+                rip == p.next()
+            }
+            Kind::Conditional => rip == p.next() || rip == p.target,
+            Kind::Jump | Kind::Call => rip == p.target,
+            Kind::Return => rip == self.table[first].ip && below.is_none_or(|w| w == rip),
+            Kind::IndirectJump | Kind::IndirectCall | Kind::Far | Kind::Iret => rip == self.table[first].ip,
+        };
+        let made_by_kernel = if signo == 0 { !could_go } else { code > 0 };
+        let (Some(j), true) = (hit, made_by_kernel) else {
+            self.release_held(out);
+            return;
+        };
+        let signo = match signals & FAULT_SIGNALS {
+            _ if signo != 0 => signo,
+            bits if bits.count_ones() == 1 => bits.trailing_zeros(),
+            _ => 11,
+        };
+        self.held.truncate(j - from);
+        self.instructions -= (pos - j) as u64;
+        self.release_held(out);
+        self.pending = None;
+        self.pending_id = None;
+        self.counts.signals += 1;
+        let kind = fault_kind(signo, code, addr);
+        out.event(Event::far(kind, rip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
+        // The kernel enters the handler: tracing comes back there.
+        out.event(Event::far(
+            FarKind::Iret,
+            SYSRET_FROM,
+            handler,
+            3,
+            ExecMode::Bits64,
+        ));
+    }
+
     /// Whether `nx` is an instruction of the block the pending instruction ends, other than its
     /// first (QE13).
     fn inside_own_block(&self, nx: u64) -> bool {
@@ -637,13 +831,13 @@ impl<R: Read> QemuEvents<R> {
 
     /// QE16: the handler of the suspended signal returned to `x`: the interrupted instruction's
     /// outcome and the interrupt go in where the handler's events begin.
-    fn resume(&mut self, x: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+    fn resume(&mut self, x: u64, out: &mut Steps, at: u64) -> Result<()> {
         let s = self.suspended.take().expect("suspended");
         let p = s.insn;
         if !s.confirmed {
             return Err(self.unconfirmed(&s, at));
         }
-        let mut head = Vec::new();
+        let mut head = Steps::default();
         if p.kind == Kind::RepString && x == p.ip {
             // Interrupted between iterations: the REP instruction has not retired; it goes on
             // after the handler.
@@ -667,18 +861,31 @@ impl<R: Read> QemuEvents<R> {
             }
             self.resolve(p, x, &mut head, at)?;
         }
-        head.push(interrupted_at(x));
-        self.shift_runs(s.mark, head.len());
-        out.splice(s.mark..s.mark, head);
+        head.event(interrupted_at(x));
+        let head = head.into_events();
+        self.shift_runs(s.mark_ordinal, head.len());
+        out.insert_events(s.mark, head);
         Ok(())
     }
 
     /// The instructions `first..first + count` ran, one after another.
     #[inline]
-    fn run_ids(&mut self, first: u64, count: u64, out: &mut Vec<Event>, at: u64) -> Result<()> {
+    fn run_ids(&mut self, first: u64, count: u64, out: &mut Steps, at: u64) -> Result<()> {
         self.entered = false;
         let (mut id, end) = (first as usize, (first + count) as usize);
         while id < end {
+            // BLK1: a whole block in one step where it is one (and no signal's handler is
+            // being held back: those events go in where the handler's began, QE16).
+            if let Some(b) = self.block_at[id].checked_sub(1) {
+                if self.suspended.is_none()
+                    && !self.fault_handled
+                    && id + self.block_info[b as usize].ids as usize <= end
+                    && self.begin_block(b, out, at)?
+                {
+                    id += self.block_info[b as usize].ids as usize;
+                    continue;
+                }
+            }
             self.step(self.table[id], out, at)?;
             if self.table[id].kind != Kind::Undone {
                 self.pending_id = Some(id);
@@ -687,16 +894,22 @@ impl<R: Read> QemuEvents<R> {
             // events are copied, not worked out one by one.
             let n = (self.stretch[id] as usize).min(end - id);
             if self.version[id] != 0 {
+                // When each version first and last ran (a run of one version keeps its first
+                // and its latest entry): the load time lies between one version's last run and
+                // the next one's first (QE17), however long the batch.
+                let at = self.ordinal(out);
                 for k in id..id + n.max(1) {
                     if let Some(v) = self.version[k].checked_sub(1) {
-                        if self.runs.last().is_none_or(|r| r.0 != v as usize) {
-                            self.runs.push((v as usize, out.len()));
+                        let (v, o) = (v as usize, at + (k - id) as u64);
+                        match self.runs.as_mut_slice() {
+                            [.., a, b] if a.0 == v && b.0 == v => b.1 = o,
+                            _ => self.runs.push((v, o)),
                         }
                     }
                 }
             }
             if n > 1 {
-                out.extend_from_slice(&self.retire[id..id + n - 1]);
+                out.extend_events(&self.retire[id..id + n - 1]);
                 self.instructions += n as u64 - 1;
                 self.executions += n as u64 - 1;
                 self.pending = Some(self.table[id + n - 1]);
@@ -705,6 +918,133 @@ impl<R: Read> QemuEvents<R> {
             id += n.max(1);
         }
         Ok(())
+    }
+
+    /// BLK1: the block translated last (instruction ids `first..`), as a block this source
+    /// gives whole executions of, when it is one: its instructions but the last are plain, the
+    /// last one is plain or a near branch (a QE14 instruction into the next page left out), and
+    /// no file lacks its code (written code goes instruction by instruction, QE17).
+    fn describe_block(&mut self, first: usize, out: &mut Steps) {
+        let end = self.table.len();
+        self.block_at.resize(end, 0);
+        let ids = end - first;
+        let whole = ids - usize::from(ids > 0 && self.table[end - 1].kind == Kind::Undone);
+        if whole == 0 || self.version[first..end].iter().any(|&v| v != 0) {
+            return;
+        }
+        let insns = &self.table[first..first + whole];
+        if insns[..whole - 1].iter().any(|i| i.kind != Kind::Plain) {
+            return;
+        }
+        let last = insns[whole - 1];
+        let ends = match last.kind {
+            Kind::Plain => BlockEnd::FallThrough,
+            Kind::Conditional => BlockEnd::Conditional { target: last.target },
+            Kind::Jump => BlockEnd::Jump { target: last.target },
+            Kind::Call => BlockEnd::Call { target: last.target },
+            Kind::IndirectJump => BlockEnd::IndirectJump,
+            Kind::IndirectCall => BlockEnd::IndirectCall,
+            Kind::Return => BlockEnd::Return,
+            _ => return,
+        };
+        let lens: Vec<u8> = insns.iter().map(|i| i.len).collect();
+        let (Ok(block), Ok(n), Ok(f)) = (
+            Block::new(insns[0].ip, &lens, ends),
+            u32::try_from(self.blocks.len() + 1),
+            u32::try_from(first),
+        ) else {
+            return;
+        };
+        self.block_at[first] = n;
+        self.block_info.push(BlockInfo {
+            start: insns[0].ip,
+            last_ip: last.ip,
+            fall_through: last.next(),
+            target: last.target,
+            first: f,
+            ids: ids as u32,
+            whole: whole as u32,
+            kind: last.kind,
+        });
+        out.define(block.clone());
+        self.blocks.push(block);
+    }
+
+    /// BLK1: an execution of block `b` begins: the step before it is resolved (it went to the
+    /// block's start) and the block's execution is pending. False, with nothing done, where the
+    /// block must go instruction by instruction after all: the instruction before it is a REP
+    /// string instruction iterating, or its outcome held a signal's handler back (QE16).
+    #[inline]
+    fn begin_block(&mut self, b: u32, out: &mut Steps, at: u64) -> Result<bool> {
+        let info = self.block_info[b as usize];
+        if let Some(p) = self.pending {
+            if p.kind == Kind::RepString && p.ip == info.start {
+                return Ok(false);
+            }
+            self.pending = None;
+            if p.kind == Kind::Plain && info.start == p.next() {
+                self.instructions += 1;
+                out.event(Event::Retire { ip: p.ip, len: p.len });
+            } else {
+                self.resolve(p, info.start, out, at)?;
+            }
+        } else if let Some(q) = self.pending_block.take() {
+            self.resolve_block(q, info.start, out, at)?;
+        }
+        if self.suspended.is_some() {
+            // The block runs as the handler's first instructions: one by one, from no pending
+            // instruction.
+            return Ok(false);
+        }
+        self.executions += u64::from(info.ids);
+        self.pending_id = Some((info.first + info.whole - 1) as usize);
+        self.pending_block = Some(b);
+        Ok(true)
+    }
+
+    /// BLK1: the pending execution of block `b` went on at `nx`: one step where that is where
+    /// its last instruction goes by itself (what [`QemuEvents::resolve`] takes without a second
+    /// look); otherwise its instructions but the last retire and the last one is resolved as
+    /// one instruction is, which finds the signal or refuses what cannot be traced.
+    #[inline]
+    fn resolve_block(&mut self, b: u32, nx: u64, out: &mut Steps, at: u64) -> Result<()> {
+        let info = self.block_info[b as usize];
+        let plain = match info.kind {
+            Kind::Plain => nx == info.fall_through,
+            Kind::Conditional => nx == info.fall_through || nx == info.target,
+            Kind::Jump | Kind::Call => nx == info.target,
+            Kind::IndirectJump | Kind::IndirectCall | Kind::Return => {
+                self.handler(nx).is_none()
+                    && !(info.start < nx && nx <= info.last_ip && self.inside_own_block(nx))
+            }
+            _ => false,
+        };
+        if plain {
+            match info.kind {
+                Kind::Conditional => self.counts.conditional += 1,
+                Kind::Jump | Kind::Call => self.counts.direct += 1,
+                Kind::IndirectJump | Kind::IndirectCall => self.counts.indirect += 1,
+                Kind::Return => self.counts.returns += 1,
+                _ => {}
+            }
+            self.instructions += u64::from(info.whole);
+            out.exec(BlockExec { next: nx, block: b }, info.whole as usize);
+            return Ok(());
+        }
+        self.open_block(b, out);
+        let p = self.pending.take().expect("the block's last instruction");
+        self.resolve(p, nx, out, at)
+    }
+
+    /// The pending execution of block `b`, instruction by instruction: its instructions but the
+    /// last retire, and the last one is pending.
+    fn open_block(&mut self, b: u32, out: &mut Steps) {
+        let info = self.block_info[b as usize];
+        let (first, last_id) = (info.first as usize, (info.first + info.whole - 1) as usize);
+        out.extend_events(&self.retire[first..last_id]);
+        self.instructions += (last_id - first) as u64;
+        self.pending_id = Some(last_id);
+        self.pending = Some(self.table[last_id]);
     }
 
     /// QE16: an indirect JMP to a handler's entry that no return to a restorer showed to be a
@@ -722,24 +1062,35 @@ impl<R: Read> QemuEvents<R> {
         )
     }
 
-    /// `n` events go in at `mark`: the runs of written code after it move with them.
-    fn shift_runs(&mut self, mark: usize, n: usize) {
+    /// `n` events go in at instruction `mark`: the runs of written code after it move with them.
+    fn shift_runs(&mut self, mark: u64, n: usize) {
         for r in &mut self.runs {
             if r.1 >= mark {
-                r.1 += n;
+                r.1 += n as u64;
             }
         }
     }
 
+    /// The source's instruction (from 0) that the next step in `out` begins with: every event
+    /// this source makes is an instruction (the kernel's SYSRET included), an execution its
+    /// block's instructions, which is what the tracer's clock counts (QE17).
+    #[inline]
+    fn ordinal(&self, out: &Steps) -> u64 {
+        self.model_instructions + (out.instructions() - self.batch_base)
+    }
+
     /// QE7: the last instruction QEMU began, when the stream ends.
-    fn finish(&mut self, out: &mut Vec<Event>) {
+    fn finish(&mut self, out: &mut Steps) {
         if let Some(s) = self.suspended.take() {
             // QE16: the handler never returned (it exited, or jumped out with longjmp): the
             // instruction before the signal is traced as interrupted before it, as a stop
             // between blocks is (QE15).
-            self.shift_runs(s.mark, 1);
-            out.insert(s.mark, interrupted_at(s.insn.ip));
+            self.shift_runs(s.mark_ordinal, 1);
+            out.insert_events(s.mark, vec![interrupted_at(s.insn.ip)]);
             self.counts.unreturned += 1;
+        }
+        if let Some(b) = self.pending_block.take() {
+            self.open_block(b, out);
         }
         let Some(p) = self.pending.take() else { return };
         match p.kind {
@@ -747,7 +1098,7 @@ impl<R: Read> QemuEvents<R> {
                 // exit, exit_group, a successful execve, or a signal the program sent itself.
                 self.instructions += 1;
                 self.counts.syscalls += 1;
-                out.push(Event::far(
+                out.event(Event::far(
                     FarKind::Syscall,
                     p.ip,
                     SYSCALL_ENTRY,
@@ -758,7 +1109,7 @@ impl<R: Read> QemuEvents<R> {
             _ => {
                 // The process was stopped there (a fault or a kill): the instruction did not
                 // complete; the trace leaves user mode before it.
-                out.push(Event::far(
+                out.event(Event::far(
                     FarKind::Interrupt { vector: 0 },
                     p.ip,
                     SYSCALL_ENTRY,
@@ -859,6 +1210,7 @@ impl<R: Read> QemuEvents<R> {
                     Some(h) => h.1 |= bit,
                     None => self.handlers.push((value, bit)),
                 }
+                self.fault_handled |= bit & FAULT_SIGNALS != 0;
                 Ok(())
             }
             NoteKind::Fork => {
@@ -869,6 +1221,9 @@ impl<R: Read> QemuEvents<R> {
                 self.side.lock().expect("not poisoned").execs.push(text);
                 Ok(())
             }
+            // A thread's own (QE21), taken where it is read: one in the process's records
+            // says nothing of a thread.
+            NoteKind::Fault => Ok(()),
             // A kind a newer ptemu-wire knows and this reader does not.
             kind => refuse(self, format!("a note this ptemu does not know: {kind:?}")),
         }
@@ -877,24 +1232,31 @@ impl<R: Read> QemuEvents<R> {
 
 impl<R: Read> QemuEvents<R> {
     /// QE17: when the thread ran each version of written code it ran in this batch, as the
-    /// model's count of instructions before the event where it ran: every event this source
-    /// makes is an instruction (the kernel's SYSRET included), which is what the tracer's clock
-    /// counts.
-    fn settle_runs(&mut self, out: &[Event], from: usize) {
-        debug_assert!(out[from..].iter().all(Event::is_instruction));
+    /// model's count of instructions before the step where it ran.
+    fn settle_runs(&mut self, out: &Steps) {
         for &(v, k) in &self.runs {
-            self.written.ran(v, self.model_instructions + (k - from) as u64);
+            self.written.ran(v, k);
         }
         self.runs.clear();
-        self.model_instructions += (out.len() - from) as u64;
+        self.model_instructions += out.instructions() - self.batch_base;
     }
 }
 
 impl<R: Read> EventSource for QemuEvents<R> {
+    /// The steps as events: the executions of blocks expanded (BLK1).
     fn next_events(&mut self, out: &mut Vec<Event>) -> Result<bool> {
-        let from = out.len();
+        let mut steps = std::mem::take(&mut self.expand);
+        steps.clear();
+        let r = self.next_steps(&mut steps);
+        steps.expand_into(&self.blocks, out);
+        self.expand = steps;
+        r
+    }
+
+    fn next_steps(&mut self, out: &mut Steps) -> Result<bool> {
+        self.batch_base = out.instructions();
         let r = self.next_events_unsettled(out);
-        self.settle_runs(out, from);
+        self.settle_runs(out);
         r
     }
 
@@ -908,14 +1270,15 @@ impl<R: Read> EventSource for QemuEvents<R> {
 }
 
 impl<R: Read> QemuEvents<R> {
-    fn next_events_unsettled(&mut self, out: &mut Vec<Event>) -> Result<bool> {
+    fn next_events_unsettled(&mut self, out: &mut Steps) -> Result<bool> {
         if self.done {
             return Ok(false);
         }
         let from = out.len();
+        let from_events = out.events_len();
         while out.len() == from || self.suspended.is_some() {
             if let Some(s) = &self.suspended {
-                if out.len() - s.mark > MAX_SUSPENDED_EVENTS {
+                if out.events_len() - s.mark > MAX_SUSPENDED_EVENTS {
                     return Err(self.error(
                         self.reader.offset(),
                         ErrorKind::Inconsistent,
@@ -928,6 +1291,22 @@ impl<R: Read> QemuEvents<R> {
                     ));
                 }
             }
+            if !self.fault_handled && self.mine.is_none_or(|m| m == self.current) {
+                // The hot path: the traced thread's executions, as long as they come (not
+                // while a fault's handler is installed: each block is held then, QE21).
+                let mut n = 0;
+                while n < 64 {
+                    let at = self.reader.offset();
+                    let Some((first, count)) = self.reader.buffered_exec() else {
+                        break;
+                    };
+                    self.run_ids(first, count, out, at)?;
+                    n += 1;
+                }
+                if n > 0 {
+                    continue;
+                }
+            }
             let at = self.reader.offset();
             let rec = match self.reader.next_record() {
                 Ok(r) => r,
@@ -937,7 +1316,11 @@ impl<R: Read> QemuEvents<R> {
             // The common record first: the traced thread's blocks ran.
             if let (true, Some(Record::Exec { first, count })) = (mine, &rec) {
                 let (first, count) = (*first, *count);
+                self.release_held(out);
                 self.run_ids(first, count, out, at)?;
+                if self.fault_handled {
+                    self.hold_last_block(out, from_events);
+                }
                 continue;
             }
             if let (Some(sp), Some(r)) = (self.spool.as_mut(), rec.as_ref()) {
@@ -971,21 +1354,33 @@ impl<R: Read> QemuEvents<R> {
                 }
                 r => r,
             };
+            let ran_on = match &rec {
+                None => true,
+                Some(Record::Note { kind, .. }) => *kind != NoteKind::Fault,
+                _ => false,
+            };
+            if ran_on {
+                // The traced thread went on (or the stream ended): its last block ran to its
+                // end (QE21).
+                out.extend_events(&self.held);
+                self.held.clear();
+            }
             match rec {
                 None => {
                     // QE7: without the end record the program was killed (or exec'd another);
                     // the plugin sends everything before each system call and right after it
                     // returns, so the stream holds all it ran only if it ended inside one.
                     let in_syscall = self.entered && self.pending.is_some_and(|p| p.kind == Kind::Syscall);
-                    if self.reader.started() && !self.reader.ended() && self.pending.is_some() && !in_syscall
-                    {
+                    let pending = self.pending.is_some() || self.pending_block.is_some();
+                    if self.reader.started() && !self.reader.ended() && pending && !in_syscall {
                         return Err(self.error(
                             at,
                             ErrorKind::Truncated,
                             "the program was killed outside a system call: QEMU gives the plugin no \
                              chance to send what it ran last, so the trace's end is unknown and nothing \
                              is written (a program killed inside a system call, or that exits or \
-                             execs, is traced to its end)",
+                             execs, is traced to its end; a fault the program has a handler for is \
+                             traced to the faulting instruction, QE21)",
                         ));
                     }
                     if let Some(s) = self.suspended.as_ref().filter(|s| !s.confirmed) {
@@ -1071,11 +1466,17 @@ impl<R: Read> QemuEvents<R> {
                     }
                     self.scratch = scratch;
                     self.starts = starts;
+                    self.describe_block(first_id as usize, out);
                 }
                 // The traced thread's are taken first, the others' passed over above.
                 Some(Record::Exec { .. }) => unreachable!("taken above"),
                 Some(Record::Thread { .. }) => unreachable!("taken above"),
                 Some(Record::Map(m)) => self.add_map(m, at)?,
+                Some(Record::Note {
+                    kind: NoteKind::Fault,
+                    value,
+                    text,
+                }) => self.fault(value, &text, out),
                 Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,
                 Some(Record::End { executed }) => {
                     let mut side = self.side.lock().expect("not poisoned");

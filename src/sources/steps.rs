@@ -1,0 +1,251 @@
+//! A batch of the tracer's input in the order it happened: events one instruction each, and
+//! executions of blocks (spec/generation.md BLK1), each a whole block in one step. A source that
+//! thinks in blocks (`ptemu run`'s QEMU stream) fills one with [`Steps::exec`] where it can and
+//! with events elsewhere; every other source gives events only ([`EventSource::next_steps`]).
+//!
+//! [`EventSource::next_steps`]: super::EventSource::next_steps
+
+use crate::tracer::{Block, BlockExec, Event};
+
+/// Events and block executions, in order, and the blocks first described in the batch.
+#[derive(Debug, Default, Clone)]
+pub struct Steps {
+    events: Vec<Event>,
+    execs: Vec<BlockExec>,
+    /// Blocks described in this batch, to be added to the table before its first execution:
+    /// the table's next indices, in order.
+    blocks: Vec<Block>,
+    /// The batch as pairs of a stretch of events and then one of executions: where each pair
+    /// but the last (open) one ends, in `events` and `execs`.
+    bounds: Vec<(usize, usize)>,
+    /// Instructions the executions stand for.
+    exec_instructions: u64,
+}
+
+/// One stretch of a batch.
+#[derive(Debug, Clone, Copy)]
+pub enum Piece<'a> {
+    /// Events, one instruction each.
+    Events(&'a [Event]),
+    /// Executions of blocks.
+    Blocks(&'a [BlockExec]),
+}
+
+impl Steps {
+    /// Empties the batch, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.events.clear();
+        self.execs.clear();
+        self.blocks.clear();
+        self.bounds.clear();
+        self.exec_instructions = 0;
+    }
+
+    /// Where the open pair's executions begin.
+    #[inline]
+    fn open_execs(&self) -> usize {
+        self.bounds.last().map_or(0, |b| b.1)
+    }
+
+    /// The events vector to append to, after everything in the batch so far.
+    #[inline]
+    pub fn events_mut(&mut self) -> &mut Vec<Event> {
+        if self.execs.len() > self.open_execs() {
+            self.bounds.push((self.events.len(), self.execs.len()));
+        }
+        &mut self.events
+    }
+
+    /// Appends one event.
+    #[inline]
+    pub fn event(&mut self, e: Event) {
+        self.events_mut().push(e);
+    }
+
+    /// Appends events.
+    #[inline]
+    pub fn extend_events(&mut self, events: &[Event]) {
+        self.events_mut().extend_from_slice(events);
+    }
+
+    /// Inserts `events` at `mark`, an index into the events (as [`Steps::events_len`] gave it),
+    /// with no execution after it: they go in before the events at and after `mark`.
+    pub fn insert_events(&mut self, mark: usize, events: Vec<Event>) {
+        self.events_mut();
+        debug_assert!(self.bounds.last().is_none_or(|b| b.0 <= mark) && mark <= self.events.len());
+        self.events.splice(mark..mark, events);
+    }
+
+    /// The events, for a batch that holds no execution.
+    pub fn into_events(self) -> Vec<Event> {
+        debug_assert!(self.execs.is_empty());
+        self.events
+    }
+
+    /// The events so far.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Where the events after the last execution begin (the events' length when the batch
+    /// ends with an execution).
+    pub fn trailing_events_start(&self) -> usize {
+        if self.execs.len() > self.open_execs() {
+            self.events.len()
+        } else {
+            self.bounds.last().map_or(0, |b| b.0)
+        }
+    }
+
+    /// Moves the events from `cut` on (all after the last execution) to the end of `into`.
+    pub fn take_events_from(&mut self, cut: usize, into: &mut Vec<Event>) {
+        debug_assert!(cut >= self.trailing_events_start());
+        into.extend(self.events.drain(cut..));
+    }
+
+    /// Appends an execution of a block of `instructions` instructions.
+    #[inline]
+    pub fn exec(&mut self, x: BlockExec, instructions: usize) {
+        self.execs.push(x);
+        self.exec_instructions += instructions as u64;
+    }
+
+    /// Describes the table's next block (its index: the number of blocks described before).
+    pub fn define(&mut self, block: Block) {
+        self.blocks.push(block);
+    }
+
+    /// The blocks first described in this batch, in order.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// The events so far (a mark for [`Steps::insert_events`]).
+    #[inline]
+    pub fn events_len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Events and executions so far.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.events.len() + self.execs.len()
+    }
+
+    /// Whether the batch holds no event and no execution.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Instructions so far: an event is one, an execution its block's.
+    #[inline]
+    pub fn instructions(&self) -> u64 {
+        self.events.len() as u64 + self.exec_instructions
+    }
+
+    /// The events, when the batch holds no execution.
+    pub fn only_events(&self) -> Option<&[Event]> {
+        self.execs.is_empty().then_some(&self.events[..])
+    }
+
+    /// The batch's stretches, in order (empty ones left out).
+    pub fn pieces(&self) -> impl Iterator<Item = Piece<'_>> + '_ {
+        let last = (self.events.len(), self.execs.len());
+        let mut from = (0, 0);
+        self.bounds
+            .iter()
+            .copied()
+            .chain(std::iter::once(last))
+            .flat_map(move |(e, x)| {
+                let pair = [
+                    Piece::Events(&self.events[from.0..e]),
+                    Piece::Blocks(&self.execs[from.1..x]),
+                ];
+                from = (e, x);
+                pair
+            })
+            .filter(|p| match p {
+                Piece::Events(e) => !e.is_empty(),
+                Piece::Blocks(x) => !x.is_empty(),
+            })
+    }
+
+    /// Every step as events, the executions expanded by `table` (which holds the blocks this
+    /// batch describes too), appended to `out`.
+    pub fn expand_into(&self, table: &[Block], out: &mut Vec<Event>) {
+        for p in self.pieces() {
+            match p {
+                Piece::Events(e) => out.extend_from_slice(e),
+                Piece::Blocks(xs) => {
+                    for x in xs {
+                        table[x.block as usize].events_into(x.next, out);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracer::BlockEnd;
+
+    fn kinds(s: &Steps) -> Vec<(char, usize)> {
+        s.pieces()
+            .map(|p| match p {
+                Piece::Events(e) => ('e', e.len()),
+                Piece::Blocks(x) => ('b', x.len()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blk1_pieces_keep_the_order_events_and_executions_came_in() {
+        let mut s = Steps::default();
+        let r = Event::Retire { ip: 1, len: 1 };
+        let x = BlockExec { next: 0, block: 0 };
+        s.exec(x, 2);
+        s.event(r);
+        s.event(r);
+        s.exec(x, 2);
+        s.exec(x, 2);
+        s.event(r);
+        assert_eq!(kinds(&s), [('b', 1), ('e', 2), ('b', 2), ('e', 1)]);
+        assert_eq!(s.instructions(), 3 + 6);
+        let mark = s.events_len();
+        s.event(r);
+        s.insert_events(mark, vec![Event::Retire { ip: 9, len: 1 }]);
+        assert_eq!(kinds(&s), [('b', 1), ('e', 2), ('b', 2), ('e', 3)]);
+        s.clear();
+        assert!(s.is_empty() && s.pieces().next().is_none());
+    }
+
+    #[test]
+    fn blk1_expanded_executions_are_their_blocks_events() {
+        let b = Block::new(0x100, &[2, 3], BlockEnd::Jump { target: 0x100 }).unwrap();
+        let mut s = Steps::default();
+        s.define(b.clone());
+        s.event(Event::Retire { ip: 0x50, len: 1 });
+        s.exec(
+            BlockExec {
+                next: 0x100,
+                block: 0,
+            },
+            2,
+        );
+        let mut out = Vec::new();
+        s.expand_into(std::slice::from_ref(&b), &mut out);
+        assert_eq!(
+            out,
+            [
+                Event::Retire { ip: 0x50, len: 1 },
+                Event::Retire { ip: 0x100, len: 2 },
+                Event::Jump {
+                    ip: 0x102,
+                    target: 0x100
+                }
+            ]
+        );
+    }
+}
