@@ -88,7 +88,8 @@ static FORK_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new
 /// execution touches (`on_exec`): it stores the block's index and counts while `len < limit`;
 /// everything else a thread must do between two blocks sets `limit` to 0, so that the next
 /// execution takes the slow path (`on_exec_slow`) and does it there: the start of a thread, the
-/// QE7 note that a system call returned, a full buffer, a slot another thread may take over.
+/// QE7 note that a system call returned, a full buffer, a slot another thread may take over,
+/// the executions of a fault's handler held back until its signal frame is found (QE21).
 struct Thread {
     /// Indices stored in `ids`.
     len: u32,
