@@ -5,10 +5,20 @@
 //! with the truth, for the time and memory it adds. Prints the ratio (target <= 2, goal 1.3),
 //! instructions per second, trace bytes per instruction and the truth's cost.
 //!
+//! The plugin's own cost (issue 51 §3, QE13), in the same run: QEMU with the yardstick, a C
+//! plugin whose block callback only stores a u32 id in a buffer that goes to /dev/null
+//! (`benches/data/store_ids.c`, built here with gcc), and QEMU with ptemu's plugin whose stream
+//! a thread of this bench reads and throws away (its CPU time counted with QEMU's: it stands for
+//! the reads `ptemu run` makes). Prints both against the yardstick (target <= 1.3).
+//!
 //! Without `--bench` (under `cargo test --all-targets`) a smoke run on 64 KiB, once each. Skips,
 //! saying so, where qemu-x86_64, gzip or the plugin is missing (`cargo xtask bench` builds the
 //! plugin first).
 
+use ptemu::sources::qemu::wire;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,6 +33,110 @@ fn children_cpu() -> Duration {
     };
     let t = |v: libc::timeval| Duration::new(v.tv_sec as u64, v.tv_usec as u32 * 1000);
     t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// User + system CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct it is given.
+    let u = unsafe {
+        libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr());
+        u.assume_init()
+    };
+    let t = |v: libc::timeval| Duration::new(v.tv_sec as u64, v.tv_usec as u32 * 1000);
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+/// What the thread that takes the plugin's stream does with it.
+#[derive(Clone, Copy, PartialEq)]
+enum Take {
+    /// Reads it and throws it away.
+    Drop,
+    /// Reads its records with `ptemu_wire::Reader::next_record` (the view `ptemu run`'s events
+    /// take: each executed block an execution record).
+    Records,
+    /// Reads them with `Reader::next_batched` (executed blocks as batches of indices).
+    Batches,
+}
+
+/// QEMU running gzip with ptemu's plugin, its stream taken by a thread of ours as `take` says:
+/// QEMU's CPU time, the thread's, and the stream's bytes (with `Drop`) or the executed blocks
+/// read (with `Batches`) or the execution records read (with `Records`).
+fn plugin_drained(
+    qemu: &Path,
+    plugin: &Path,
+    gzip: &Path,
+    file: &Path,
+    take: Take,
+) -> (Duration, Duration, u64) {
+    let (mut ours, theirs) = UnixStream::pair().expect("a socket pair");
+    let fd = theirs.as_raw_fd();
+    // QEMU inherits its end (as `ptemu run` gives it, QE19).
+    // SAFETY: fcntl on a descriptor we own.
+    assert!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == 0);
+    let reader = std::thread::spawn(move || {
+        let start = thread_cpu();
+        let mut n = 0u64;
+        if take == Take::Drop {
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                match ours.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(k) => n += k as u64,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => panic!("reading the plugin's stream: {e}"),
+                }
+            }
+        } else {
+            let mut r = wire::Reader::new(ours);
+            if take == Take::Records {
+                while let Some(rec) = r.next_record().expect("a good stream") {
+                    n += u64::from(matches!(rec, wire::Record::Exec { .. }));
+                }
+            } else {
+                while let Some(rec) = r.next_batched().expect("a good stream") {
+                    if let wire::Batched::Blocks(b) = rec {
+                        n += b.len() as u64;
+                    }
+                }
+            }
+        }
+        (thread_cpu() - start, n)
+    });
+    let mut cmd = Command::new(qemu);
+    cmd.arg("-plugin")
+        .arg(format!("{},fd={fd}", plugin.display()))
+        .arg(gzip)
+        .arg("-c")
+        .arg(file)
+        .stdout(Stdio::null());
+    let before = children_cpu();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    drop(theirs);
+    let st = child.wait().expect("wait for QEMU");
+    assert!(st.success(), "{cmd:?}: {st}");
+    let qemu_cpu = children_cpu() - before;
+    let (read_cpu, bytes) = reader.join().expect("the reader");
+    assert!(bytes > 8, "the plugin sent nothing");
+    (qemu_cpu, read_cpu, bytes)
+}
+
+/// `benches/data/store_ids.c` built into `dir` (None, said, without gcc).
+fn store_ids_plugin(dir: &Path) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/data/store_ids.c");
+    let so = dir.join("libstore_ids.so");
+    let built = Command::new("gcc")
+        .args(["-O2", "-shared", "-fPIC", "-Wall", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status();
+    match built {
+        Ok(st) if st.success() => Some(so),
+        other => {
+            println!("qemu_run: the C plugin that stores ids is not built (gcc: {other:?}): its comparison is skipped");
+            None
+        }
+    }
 }
 
 /// Runs `cmd` (stdout to /dev/null); its CPU time and wall time.
@@ -98,6 +212,46 @@ fn main() {
         c.arg(&gzip).arg("-c").arg(&file);
         c
     });
+    // The plugin's own cost against the yardstick, in the same run (QE13).
+    if let Some(store_ids) = store_ids_plugin(dir.path()) {
+        let (yardstick, _) = best(&|| {
+            let mut c = Command::new(&qemu);
+            c.arg("-plugin").arg(&store_ids).arg(&gzip).arg("-c").arg(&file);
+            c
+        });
+        let (q, r, bytes) = (0..rounds)
+            .map(|_| plugin_drained(&qemu, &plugin, &gzip, &file, Take::Drop))
+            .min_by_key(|&(q, r, _)| q + r)
+            .expect("at least one round");
+        let (y, a) = (yardstick.as_secs_f64(), alone.as_secs_f64());
+        let total = (q + r).as_secs_f64();
+        let ratio = total / y;
+        println!(
+            "qemu_run: the plugin's cost, gzip -c of {} KiB, CPU: QEMU alone {alone:.2?}; with the C plugin \
+             that stores u32 ids {yardstick:.2?} ({:.2}x QEMU alone); with ptemu's plugin {q:.2?} + {r:.2?} \
+             reading its {} MB stream = {:.2} s ({ratio:.2}x the C plugin's, target <= 1.3; QEMU's part {:.2}x; \
+             above QEMU alone {:.2}x the C plugin's){}",
+            len >> 10,
+            y / a,
+            bytes / 1_000_000,
+            total,
+            q.as_secs_f64() / y,
+            (total - a) / (y - a).max(1e-9),
+            if !bench || ratio <= 1.3 { "" } else { "  MISSED" }
+        );
+        // The reader's own cost on the same stream, both views, once each.
+        let (_, records_cpu, records) = plugin_drained(&qemu, &plugin, &gzip, &file, Take::Records);
+        let (_, batches_cpu, blocks) = plugin_drained(&qemu, &plugin, &gzip, &file, Take::Batches);
+        let ns = |d: Duration| d.as_secs_f64() * 1e9 / blocks.max(1) as f64;
+        println!(
+            "qemu_run: reading the stream ({blocks} executed blocks): next_record {records_cpu:.2?} CPU \
+             ({records} execution records, {:.1} ns a block), next_batched {batches_cpu:.2?} ({:.1} ns a block), \
+             reading it alone {r:.2?} ({:.1} ns a block)",
+            ns(records_cpu),
+            ns(batches_cpu),
+            ns(r),
+        );
+    }
     let run = |truth: bool| {
         let mut c = Command::new(&ptemu);
         c.args(["run", "-q", "--out"])

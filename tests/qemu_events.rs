@@ -196,6 +196,65 @@ fn qe2_qe3_every_class_of_instruction_becomes_its_event() {
     assert_eq!(side.maps.len(), 1);
 }
 
+/// QE1, QE13: the plugin sends executions as batches of block indices; read back they are the
+/// executions the same blocks give as execution and run records, event for event. Each
+/// instruction of the program is a block of its own here (as `qemu-x86_64 -singlestep` cuts
+/// them), so the flow of `qe2_qe3_every_class_of_instruction_becomes_its_event` is a list of
+/// whole blocks, and blocks translated one after another fold as runs do.
+#[test]
+fn qe13_batches_of_block_indices_give_the_events_runs_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let map = code_file(dir.path(), &PROGRAM);
+    let p = &PROGRAM;
+    let starts = [
+        0x00, 0x03, 0x05, 0x0a, 0x10, 0x12, 0x14, 0x20, 0x21, 0x23, 0x05, 0x25,
+    ];
+    let ends = [
+        0x03, 0x05, 0x0a, 0x0c, 0x12, 0x14, 0x16, 0x21, 0x23, 0x25, 0x0a, 0x27,
+    ];
+    let translated = |w: &mut Writer| {
+        w.map(&map);
+        for (k, (&s, &e)) in starts.iter().zip(&ends).enumerate() {
+            assert_eq!(block(w, s, &[&p[s as usize..e as usize]]), k as u64);
+        }
+    };
+    let ids = [0u32, 1, 4, 5, 5, 5, 6, 10, 7, 3, 8, 0, 1, 2, 7, 9, 11];
+    let mut w = Writer::new();
+    translated(&mut w);
+    for &id in &ids[..3] {
+        w.exec(id.into());
+    }
+    w.note(NoteKind::Syscall, 1, "");
+    for &id in &ids[3..] {
+        w.exec(id.into());
+    }
+    let runs = events(finish(&mut w, true)).unwrap();
+    let mut w = Writer::new();
+    translated(&mut w);
+    w.exec_blocks(&ids[..3]);
+    w.note(NoteKind::Syscall, 1, "");
+    // The rest in two batches, the second of one block.
+    w.exec_blocks(&ids[3..16]);
+    w.exec_blocks(&ids[16..]);
+    w.end_with(ids.len() as u64);
+    let batches = events(finish(&mut w, false)).unwrap();
+    assert_eq!(batches.0, runs.0);
+    assert_eq!(batches.1.executed, Some(17));
+    assert_eq!(format!("{:?}", batches.1), format!("{:?}", runs.1));
+    assert_eq!((batches.2, runs.2), (15, 15));
+    // An index no block had yet is refused at its own byte (QE1).
+    let mut w = Writer::new();
+    translated(&mut w);
+    w.exec_blocks(&[0, 12]);
+    let bytes = finish(&mut w, false);
+    let at = bytes.len() - 4;
+    let e = events(bytes).unwrap_err();
+    assert!(
+        e.contains(&format!("byte offset {at}")) && e.contains("block 12 executed before it was translated"),
+        "{e}"
+    );
+}
+
 #[test]
 fn qe4_a_rep_string_instruction_is_one_instruction() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,8 +25,10 @@ use std::sync::{Mutex, OnceLock};
 #[used]
 pub static qemu_plugin_version: c_int = 1;
 
-/// Bytes a thread gathers before they go to the socket.
-const SEND_AT: usize = 1 << 16;
+/// Executed blocks a thread gathers before they go to the socket (4 bytes each: 256 KiB). On the
+/// `qemu_run` bench's gzip, 64 KiB cost 0.08-0.12 s more CPU (four times the writes and the
+/// reader's wake-ups); 1 MiB measured the same as 256 KiB.
+const IDS: usize = 1 << 16;
 
 /// The most vCPUs (guest threads alive at once) the plugin keeps apart; QEMU gives a new thread
 /// the lowest index above every live one.
@@ -82,11 +84,26 @@ static FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 /// The fork descriptor (QE19), or -1: closed with [`FD`] by a child that is not traced.
 static FORK_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
-/// One guest thread's state, in the slot of its vCPU index.
+/// One guest thread's state, in the slot of its vCPU index. The first fields are all a block's
+/// execution touches (`on_exec`): it stores the block's index and counts while `len < limit`;
+/// everything else a thread must do between two blocks sets `limit` to 0, so that the next
+/// execution takes the slow path (`on_exec_slow`) and does it there: the start of a thread, the
+/// QE7 note that a system call returned, a full buffer, a slot another thread may take over,
+/// the executions of a fault's handler held back until its signal frame is found (QE21).
 struct Thread {
-    /// Its tid (0 until its first callback).
+    /// Indices stored in `ids`.
+    len: u32,
+    /// `IDS`, or 0 when the next execution must take the slow path.
+    limit: u32,
+    /// Instructions executed (the blocks' instruction counts: REP iterations each), by the
+    /// plugin's count (QE15).
+    executed: u64,
+    /// `IDS` indices of the blocks executed since the last chunk (allocated when the slot is
+    /// first used, kept when another thread takes the slot over), or null.
+    ids: *mut u32,
+    /// Its tid (0: the slot holds no thread).
     tid: u64,
-    /// Its executions and notes, sent in chunks behind a thread record.
+    /// Its notes, sent in chunks behind a thread record after its executions.
     writer: Writer,
     /// A fork or clone3 in flight (its return tells parent from child).
     forking: bool,
@@ -100,6 +117,56 @@ struct Thread {
     held: Vec<u64>,
 }
 
+impl Thread {
+    /// A slot with no thread.
+    const EMPTY: Thread = Thread {
+        len: 0,
+        limit: 0,
+        executed: 0,
+        ids: std::ptr::null_mut(),
+        tid: 0,
+        writer: Writer::chunks(),
+        forking: false,
+        returned: None,
+        ended: false,
+        held: Vec::new(),
+    };
+
+    /// The slot made empty, keeping its buffer.
+    fn clear(&mut self) {
+        let ids = self.ids;
+        *self = Thread { ids, ..Thread::EMPTY };
+    }
+
+    /// The blocks executed since the last chunk.
+    fn ids(&mut self) -> &mut [u32] {
+        if self.ids.is_null() {
+            return &mut [];
+        }
+        // SAFETY: `ids` holds `IDS` indices, `len` of them stored; the slot's thread alone
+        // touches it (see `Slot`).
+        unsafe { std::slice::from_raw_parts_mut(self.ids, self.len as usize) }
+    }
+
+    /// A note of this thread's, after every block it stored: those go into the writer first
+    /// (as a batch record) when there are any, so that a chunk, the writer's records and then
+    /// the stored indices, keeps the order things happened in.
+    fn put_note(&mut self, kind: NoteKind, value: u64, text: &str) {
+        self.seal();
+        self.writer.note(kind, value, text);
+    }
+
+    /// The stored indices moved into the writer as a batch record.
+    fn seal(&mut self) {
+        if self.len > 0 {
+            let mut writer = std::mem::replace(&mut self.writer, Writer::chunks());
+            writer.exec_blocks(self.ids());
+            self.writer = writer;
+            self.len = 0;
+        }
+    }
+}
+
 /// Threads holding executions back (QE21): while there are any, every block translated gets the
 /// memory callbacks that look for the signal frame (the handler's blocks after its first, whose
 /// accesses may be the first to reach the frame).
@@ -111,12 +178,12 @@ const MAX_HELD: usize = 256;
 
 /// A vCPU's slot. Only the vCPU's own thread touches it, but for `on_exit` (the process's end)
 /// and a forked child (which has one thread), both under the conditions they state.
-struct Slot(UnsafeCell<Option<Thread>>);
+struct Slot(UnsafeCell<Thread>);
 
 // SAFETY: see `Slot`: one thread at a time.
 unsafe impl Sync for Slot {}
 
-static SLOTS: [Slot; MAX_VCPUS] = [const { Slot(UnsafeCell::new(None)) }; MAX_VCPUS];
+static SLOTS: [Slot; MAX_VCPUS] = [const { Slot(UnsafeCell::new(Thread::EMPTY)) }; MAX_VCPUS];
 
 /// The calling vCPU's thread state, if tracing is on.
 ///
@@ -140,30 +207,76 @@ unsafe fn thread(vcpu: c_uint) -> Option<&'static mut Thread> {
     };
     // SAFETY: the caller's contract.
     let t = unsafe { &mut *slot.0.get() };
-    if let Some(old) = t.as_mut().filter(|t| t.ended) {
+    if t.tid != 0 && t.ended {
         // SAFETY: gettid has no preconditions.
-        if unsafe { libc::gettid() } as u64 == old.tid {
-            old.ended = false;
+        if unsafe { libc::gettid() } as u64 == t.tid {
+            t.ended = false;
         } else {
             // Another thread has the vCPU index of one that exited.
             if let Some(sh) = shared().as_mut() {
-                sh.executed += old.writer.executed();
+                sh.executed += t.executed;
             }
-            *t = None;
+            t.clear();
         }
     }
-    if t.is_none() {
-        *t = Some(Thread {
-            // SAFETY: gettid has no preconditions.
-            tid: unsafe { libc::gettid() } as u64,
-            writer: Writer::chunks(),
-            forking: false,
-            returned: None,
-            ended: false,
-            held: Vec::new(),
-        });
+    if t.tid == 0 {
+        // SAFETY: gettid has no preconditions.
+        t.tid = unsafe { libc::gettid() } as u64;
+        if t.ids.is_null() {
+            t.ids = Box::into_raw(vec![0u32; IDS].into_boxed_slice()).cast::<u32>();
+        }
     }
-    t.as_mut()
+    Some(t)
+}
+
+/// Sends `parts` to `fd` one after another, in one gathering write when the socket takes them
+/// whole; false when `ptemu run` is gone (the program runs on, untraced).
+fn send_parts(fd: c_int, parts: &[&[u8]]) -> bool {
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 4];
+    let mut n = 0;
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        if n == iov.len() {
+            return parts.iter().all(|p| send_all(fd, p));
+        }
+        iov[n] = libc::iovec {
+            iov_base: p.as_ptr().cast_mut().cast(),
+            iov_len: p.len(),
+        };
+        n += 1;
+    }
+    let mut at = 0;
+    while at < n {
+        // SAFETY: a message of `n - at` valid buffers; MSG_NOSIGNAL: a closed peer is EPIPE, not
+        // a signal.
+        let sent = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = iov[at..].as_mut_ptr();
+            msg.msg_iovlen = (n - at) as _;
+            libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL)
+        };
+        if sent < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            OFF.store(true, Ordering::Relaxed);
+            return false;
+        }
+        // A short write: on from where it stopped.
+        let mut sent = sent as usize;
+        while at < n && sent >= iov[at].iov_len {
+            sent -= iov[at].iov_len;
+            at += 1;
+        }
+        if at < n {
+            // SAFETY: within the buffer: `sent` is less than its length.
+            iov[at].iov_base = unsafe { iov[at].iov_base.cast::<u8>().add(sent) }.cast();
+            iov[at].iov_len -= sent;
+        }
+    }
+    true
 }
 
 /// Sends `bytes` to `fd`; false when `ptemu run` is gone (the program runs on, untraced).
@@ -198,8 +311,13 @@ impl Shared {
             ok = ok && send_all(fd, b);
         });
         if let Some(t) = thread {
-            t.writer
-                .take_chunk(t.tid, &mut |b: &[u8]| ok = ok && send_all(fd, b));
+            // Its records (notes, and the blocks stored before each, `Thread::put_note`), then
+            // the blocks it executed since: one write, those indices not copied.
+            let tid = t.tid;
+            let mut writer = std::mem::replace(&mut t.writer, Writer::chunks());
+            writer.take_chunk_with(tid, t.ids(), &mut |parts| ok = ok && send_parts(fd, parts));
+            t.writer = writer;
+            t.len = 0;
         }
     }
 
@@ -252,38 +370,49 @@ impl Thread {
 
     /// A note of this thread's, sent at once; with `stop`, the last thing the plugin sends.
     fn note(&mut self, kind: NoteKind, value: u64, text: &str, stop: bool) {
-        self.writer.note(kind, value, text);
+        self.put_note(kind, value, text);
         self.send();
         if stop {
             OFF.store(true, Ordering::Relaxed);
         }
     }
 
-    /// QE21: the executions held back, written now: after the fault's note, or without one
+    /// QE21: the executions held back, stored now: after the fault's note, or without one
     /// when no frame was found before the thread made a system call, ended or held
-    /// [`MAX_HELD`] (`ptemu run` refuses the handler then, as QE16 says).
+    /// [`MAX_HELD`] (`ptemu run` refuses the handler then, as QE16 says). Sends nothing (its
+    /// callers may hold the lock): a full buffer goes into the writer.
     fn release_handler_exec(&mut self) {
         if self.held.is_empty() {
             return;
         }
-        for &data in &self.held {
-            self.writer
-                .exec_block(data >> COUNT_BITS, data & ((1 << COUNT_BITS) - 1));
+        let held = std::mem::take(&mut self.held);
+        for &data in &held {
+            if self.len as usize >= IDS {
+                self.seal();
+            }
+            // SAFETY: `thread` allocated `IDS` indices, and `len < IDS` now.
+            unsafe { *self.ids.add(self.len as usize) = data as u32 };
+            self.len += 1;
+            self.executed += data >> 32;
         }
+        self.held = held;
         self.held.clear();
         HOLDING.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// The thread's last chunk: its count of executions so far (QE15).
+    /// The thread's last chunk: its count of executions so far (QE15). Its next execution, if
+    /// QEMU restarts the exit, takes the slow path, which tells it from another thread that got
+    /// its vCPU index.
     fn end(&mut self, sh: &mut Shared) {
         if self.ended {
             return;
         }
         self.release_handler_exec();
-        let n = self.writer.executed();
-        self.writer.note(NoteKind::ThreadEnd, n, "");
+        let n = self.executed;
+        self.put_note(NoteKind::ThreadEnd, n, "");
         sh.send(Some(self));
         self.ended = true;
+        self.limit = 0;
     }
 }
 
@@ -442,7 +571,17 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             );
             return;
         }
-        let id = sh.writer.block(vaddr, &distances, &code);
+        let index = sh.writer.blocks();
+        if index > u64::from(u32::MAX) {
+            sh.note(
+                NoteKind::Failure,
+                vaddr,
+                "more blocks translated than a 32-bit index names",
+                true,
+            );
+            return;
+        }
+        sh.writer.block(vaddr, &distances, &code);
         let fault_handler = sh
             .handlers
             .iter()
@@ -451,53 +590,95 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             // QE21: the blocks of a fault's handler find the signal frame through their memory
             // accesses (QEMU 7.2 shows no registers); the executions wait for it.
             for &insn in &insns {
-                (api.register_mem)(insn, on_handler_mem, CB_NO_REGS, api::MEM_RW, block_data(id, n));
+                (api.register_mem)(
+                    insn,
+                    on_handler_mem,
+                    CB_NO_REGS,
+                    api::MEM_RW,
+                    block_data(index as u32, n),
+                );
             }
         }
         if fault_handler {
-            sh.handler_blocks.push((id, vaddr));
-            (api.register_tb_exec)(tb, on_handler_exec, CB_NO_REGS, block_data(id, n));
+            sh.handler_blocks.push((index, vaddr));
+            (api.register_tb_exec)(tb, on_handler_exec, CB_NO_REGS, block_data(index as u32, n));
             return;
         }
         // One callback a block (QE13): QEMU runs a block's instructions one after another to
-        // its end, but for a fault, so its first id and count say what ran.
-        (api.register_tb_exec)(tb, on_exec, CB_NO_REGS, block_data(id, n));
+        // its end, but for a fault, so its index says what ran.
+        (api.register_tb_exec)(tb, on_exec, CB_NO_REGS, block_data(index as u32, n));
     }
 }
 
-/// Bits of a block callback's data that hold its instruction count (QEMU's blocks hold at most
-/// 512).
-const COUNT_BITS: u32 = 12;
-
-/// A block's first instruction id and instruction count, as its callback's data.
-fn block_data(first: u64, n: usize) -> *mut c_void {
-    debug_assert!(n < 1 << COUNT_BITS);
-    ((first << COUNT_BITS) | n as u64) as usize as *mut c_void
+/// A block's index (its order of translation, the low 32 bits) and instruction count (the
+/// high ones), as its callback's data.
+fn block_data(index: u32, n: usize) -> *mut c_void {
+    (u64::from(index) | (n as u64) << 32) as usize as *mut c_void
 }
 
-/// A block starts executing: its instructions' ids go into the thread's chunk.
+/// A block starts executing: its index goes into the thread's buffer (QE13). A store and an
+/// increment; everything else waits for the slow path (see `Thread`).
 unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void) {
-    // SAFETY: a callback of `vcpu`, on its thread.
+    if let Some(slot) = SLOTS.get(vcpu as usize) {
+        // SAFETY: a callback of `vcpu`, on its thread (see `Slot`).
+        let t = unsafe { &mut *slot.0.get() };
+        if t.len < t.limit {
+            let data = data as usize as u64;
+            // SAFETY: `len < limit <= IDS`: within the buffer (`limit` is `IDS` only once it is
+            // allocated).
+            unsafe { *t.ids.add(t.len as usize) = data as u32 };
+            t.len += 1;
+            t.executed += data >> 32;
+            return;
+        }
+    }
+    // SAFETY: the same callback.
+    unsafe { on_exec_slow(vcpu, data) }
+}
+
+/// `on_exec` when the thread has something to do first: start, say that a system call returned
+/// (QE7), send a full buffer, or find that another thread has the vCPU index (QE15).
+///
+/// # Safety
+/// Only from `on_exec` (a callback of `vcpu`, on its thread).
+#[cold]
+#[inline(never)]
+unsafe fn on_exec_slow(vcpu: c_uint, data: *mut c_void) {
+    // SAFETY: the caller's contract.
     let Some(t) = (unsafe { thread(vcpu) }) else {
+        // Not traced any more: the program runs on, its blocks stored and dropped.
+        if let Some(slot) = SLOTS.get(vcpu as usize) {
+            // SAFETY: as in `on_exec`.
+            let t = unsafe { &mut *slot.0.get() };
+            if !t.ids.is_null() {
+                t.len = 0;
+                t.limit = IDS as u32;
+            }
+        }
         return;
     };
     let data = data as usize as u64;
     if !t.held.is_empty() {
-        // QE21: a fault's handler runs on, its frame not found yet.
+        // QE21: a fault's handler runs on, its frame not found yet (the limit stays 0).
         t.held.push(data);
         if t.held.len() >= MAX_HELD {
             t.release_handler_exec();
+            t.limit = IDS as u32;
         }
         return;
     }
     if let Some(num) = t.returned.take() {
+        // QE7: the call returned and the program runs on: said at once.
         t.note(NoteKind::Returned, num, "", false);
     }
-    t.writer
-        .exec_block(data >> COUNT_BITS, data & ((1 << COUNT_BITS) - 1));
-    if t.writer.pending() >= SEND_AT {
+    if t.len as usize >= IDS {
         t.send();
     }
+    // SAFETY: `thread` allocated `IDS` indices, and `len < IDS` now.
+    unsafe { *t.ids.add(t.len as usize) = data as u32 };
+    t.len += 1;
+    t.executed += data >> 32;
+    t.limit = IDS as u32;
 }
 
 /// QE21: the first block of a fault signal's handler starts: its execution and the ones after
@@ -515,6 +696,8 @@ unsafe extern "C" fn on_handler_exec(vcpu: c_uint, data: *mut c_void) {
     }
     t.held.push(data as usize as u64);
     HOLDING.fetch_add(1, Ordering::Relaxed);
+    // The blocks after it are held too: the slow path holds them.
+    t.limit = 0;
 }
 
 /// Where the fields QE21 reads lie in the signal frame QEMU 7.2 writes for an x86-64 guest (its
@@ -547,8 +730,8 @@ unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, _data:
     };
     let mut guard = shared();
     let Some(sh) = guard.as_mut() else { return };
-    let first = entry_block >> COUNT_BITS;
-    let Some(&(_, entry)) = sh.handler_blocks.iter().find(|b| b.0 == first) else {
+    let index = u64::from(entry_block as u32);
+    let Some(&(_, entry)) = sh.handler_blocks.iter().find(|b| b.0 == index) else {
         return;
     };
     let handlers: Vec<Handler> = sh.handlers.iter().copied().filter(|h| h.entry == entry).collect();
@@ -560,13 +743,14 @@ unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, _data:
             .checked_sub(8)
             .and_then(|a| sh.maps.read_u64(a))
             .map_or("-".to_string(), |w| format!("{w:#x}"));
-        t.writer.note(
+        t.put_note(
             NoteKind::Fault,
             f.rip,
             &format!("{} {} {:#x} {entry:#x} {below}", f.signo, f.code, f.addr),
         );
         drop(guard);
         t.release_handler_exec();
+        t.limit = IDS as u32;
     }
 }
 
@@ -689,7 +873,7 @@ unsafe extern "C" fn on_syscall(
         return;
     }
     t.release_handler_exec();
-    t.writer.note(NoteKind::Syscall, num as u64, "");
+    t.put_note(NoteKind::Syscall, num as u64, "");
     if num == SYS_EXIT {
         // The thread leaves (exit_group ends the process: its threads end in `on_exit`): its
         // last chunk. Its slot goes to the next thread QEMU gives this vCPU index.
@@ -702,7 +886,7 @@ unsafe extern "C" fn on_syscall(
     let (low, high) = (ours.min(forks), ours.max(forks));
     // Everything below writes the thread's records with the lock held (see above).
     let fail = |t: &mut Thread, sh: &mut Shared, value: u64, why: &str| {
-        t.writer.note(NoteKind::Failure, value, why);
+        t.put_note(NoteKind::Failure, value, why);
         sh.send(Some(t));
         OFF.store(true, Ordering::Relaxed);
     };
@@ -734,7 +918,7 @@ unsafe extern "C" fn on_syscall(
         SYS_FORK | SYS_VFORK => t.forking = true,
         SYS_EXECVE | SYS_EXECVEAT => {
             let path = sh.maps.read_str(if num == SYS_EXECVE { a1 } else { a2 });
-            t.writer.note(NoteKind::Exec, 0, &path.unwrap_or_default());
+            t.put_note(NoteKind::Exec, 0, &path.unwrap_or_default());
             sh.send(Some(t));
         }
         SYS_RT_SIGACTION if a2 != 0 => {
@@ -807,13 +991,14 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
             for (k, slot) in SLOTS.iter().enumerate() {
                 if k != vcpu as usize {
                     // SAFETY: the child has no other thread (see `Slot`).
-                    unsafe { *slot.0.get() = None };
+                    unsafe { (*slot.0.get()).clear() };
                 }
             }
+            // Its one thread's stream starts afresh (the parent sent its blocks before the
+            // fork): its own tid and count.
+            t.clear();
             // SAFETY: gettid has no preconditions.
             t.tid = unsafe { libc::gettid() } as u64;
-            t.writer = Writer::chunks();
-            t.ended = false;
             t.returned = Some(num as u64);
             return;
         }
@@ -826,14 +1011,16 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
     if matches!(num, SYS_CLONE | SYS_CLONE3) && ret > 0 && !forked {
         // A thread started (QE15): the parent says so in its chunk; the child's own chunks
         // start with its first block.
-        t.writer.note(NoteKind::Thread, ret as u64, "");
+        t.put_note(NoteKind::Thread, ret as u64, "");
     }
     if forked && ret > 0 {
-        t.writer.note(NoteKind::Fork, ret as u64, "");
+        t.put_note(NoteKind::Fork, ret as u64, "");
     }
-    // QE7: said (and sent) when the next block runs: a stream that ends without it ended
-    // inside the system call (a signal the call sent kills the program as it returns).
+    // QE7: said (and sent) when the next block runs, which takes the slow path for it: a stream
+    // that ends without it ended inside the system call (a signal the call sent kills the
+    // program as it returns, after this callback).
     t.returned = Some(num as u64);
+    t.limit = 0;
     drop(guard);
 }
 
@@ -852,8 +1039,9 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
         // SAFETY: every thread that could touch its slot waits for the lock first (see
         // `on_syscall`, `on_syscall_ret`) and finds the records gone; no block runs with the
         // plugin's callbacks any more (QEMU flushed them before this).
-        if let Some(t) = unsafe { &mut *slot.0.get() } {
-            total += t.writer.executed();
+        let t = unsafe { &mut *slot.0.get() };
+        if t.tid != 0 {
+            total += t.executed;
             t.end(&mut sh);
         }
     }

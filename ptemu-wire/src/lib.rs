@@ -15,6 +15,7 @@
 //! | 5 | a note | kind (1 byte), value, text length, text |
 //! | 6 | the end | instructions executed (the plugin's own count, every thread's) |
 //! | 7 | whose records follow | a thread's id (its tid), or 0: records of the whole process |
+//! | 8 | executed blocks | count N (at least 1), then N block indices, each 4 bytes little-endian (no varint) |
 //!
 //! The records of a program's threads are interleaved in chunks (QE15): each thread gathers its
 //! executions and notes, and sends them behind a thread record; blocks, file mappings and the
@@ -26,12 +27,20 @@
 //! block is 0, the next one 1, and so on across blocks. Executed instructions mostly follow one
 //! another in a block, so a run record stands for most of them: well under a byte an
 //! instruction.
+//!
+//! Blocks are numbered in translation order too, from 0 (a block's index: how many block
+//! records came before it). The plugin sends executions as batches of block indices (tag 8,
+//! QE13): its callback stores a `u32` and counts, and a batch goes out in one write behind its
+//! thread record; the reader takes each index as 4 bytes and looks its block up in a table.
+//! [`Reader::next_record`] gives each executed block as [`Record::Exec`] (its first id and
+//! instruction count, consecutive blocks folded as runs are), the view the execution and run
+//! records give; [`Reader::next_batched`] gives the indices as they are, a [`Batch`] at a time.
 
 use std::io::{self, Read};
 
-/// The first bytes of the stream: name and version 2 (version 1 sent one execution an
-/// instruction and had no system-call note).
-pub const MAGIC: &[u8; 8] = b"PTEMUQ\x00\x02";
+/// The first bytes of the stream: name and version 3 (version 1 sent one execution an
+/// instruction and had no system-call note; version 2 had no batches of block indices).
+pub const MAGIC: &[u8; 8] = b"PTEMUQ\x00\x03";
 
 const TAG_BLOCK: u8 = 1;
 const TAG_EXEC: u8 = 2;
@@ -40,6 +49,10 @@ const TAG_MAP: u8 = 4;
 const TAG_NOTE: u8 = 5;
 const TAG_END: u8 = 6;
 const TAG_THREAD: u8 = 7;
+const TAG_BLOCKS: u8 = 8;
+
+/// The longest head of a record of one varint field: a tag and 10 bytes.
+const HEAD: usize = 11;
 
 /// The longest x86 instruction.
 pub const MAX_INSN_LEN: usize = 15;
@@ -145,6 +158,8 @@ pub struct Writer {
     /// Executions after `last_exec`, each the id after the one before, not yet in `buf`.
     run: u64,
     executed: u64,
+    /// Block records written (the next block's index).
+    blocks: u64,
 }
 
 impl Default for Writer {
@@ -164,6 +179,7 @@ impl Writer {
             last_exec: u64::MAX,
             run: 0,
             executed: 0,
+            blocks: 0,
         }
     }
 
@@ -183,7 +199,29 @@ impl Writer {
         put(&mut self.buf, code.len() as u64);
         self.buf.extend_from_slice(code);
         self.next_id += distances.len() as u64 + 1;
+        self.blocks += 1;
         first
+    }
+
+    /// Block records written so far: the index the next block gets (indices count from 0).
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    /// A batch record: the blocks of `indices` executed, in order (QE13). An empty slice writes
+    /// nothing. The writer does not know the blocks' sizes, so [`Writer::executed`] does not
+    /// count these: a caller that sends an end record counts them itself ([`Writer::end_with`]).
+    pub fn exec_blocks(&mut self, indices: &[u32]) {
+        if indices.is_empty() {
+            return;
+        }
+        self.close_run();
+        self.buf.push(TAG_BLOCKS);
+        put(&mut self.buf, indices.len() as u64);
+        for &i in indices {
+            self.buf.extend_from_slice(&i.to_le_bytes());
+        }
+        self.last_exec = u64::MAX;
     }
 
     /// The instruction `id` executed.
@@ -257,10 +295,16 @@ impl Writer {
     }
 
     /// A writer for a thread's records (no magic: its chunks go into a stream that has one).
-    pub fn chunks() -> Self {
-        let mut w = Writer::new();
-        w.buf.clear();
-        w
+    /// Its buffer grows when the first record comes.
+    pub const fn chunks() -> Self {
+        Writer {
+            buf: Vec::new(),
+            next_id: 0,
+            last_exec: u64::MAX,
+            run: 0,
+            executed: 0,
+            blocks: 0,
+        }
     }
 
     /// [`Writer::take`] behind a thread record for `tid` (0: the whole process): nothing when
@@ -274,6 +318,39 @@ impl Writer {
         put(&mut head, tid);
         send(&head);
         send(&self.buf);
+        self.buf.clear();
+        self.last_exec = u64::MAX;
+    }
+
+    /// Sends thread `tid`'s chunk (0: the whole process) in one call of `send`, without copying
+    /// `indices`: a thread record, the records this writer holds, and then a batch record of
+    /// `indices` (the blocks the thread executed after them, in order). `send` gets the slices
+    /// to write one after another (a gathering write); it is not called when there is nothing
+    /// to send. The buffer is empty afterwards.
+    ///
+    /// `indices` go out as they lie in memory, which is the stream's little-endian layout on a
+    /// little-endian host (a big-endian one swaps them in place first).
+    pub fn take_chunk_with(&mut self, tid: u64, indices: &mut [u32], send: &mut dyn FnMut(&[&[u8]])) {
+        self.close_run();
+        if self.buf.is_empty() && indices.is_empty() {
+            return;
+        }
+        let (mut thread, mut batch) = ([0u8; HEAD], [0u8; HEAD]);
+        let thread_len = record_head(TAG_THREAD, tid, &mut thread);
+        let batch_len = match indices.len() {
+            0 => 0,
+            k => record_head(TAG_BLOCKS, k as u64, &mut batch),
+        };
+        #[cfg(target_endian = "big")]
+        for i in indices.iter_mut() {
+            *i = i.to_le();
+        }
+        // SAFETY: a u32 slice viewed as its bytes (u8 has no alignment or validity needs); on a
+        // little-endian host those are the stream's layout, on a big-endian one swapped above.
+        let ids = unsafe {
+            std::slice::from_raw_parts(indices.as_ptr().cast::<u8>(), std::mem::size_of_val(indices))
+        };
+        send(&[&thread[..thread_len], &self.buf, &batch[..batch_len], ids]);
         self.buf.clear();
         self.last_exec = u64::MAX;
     }
@@ -304,13 +381,30 @@ impl Writer {
 /// `encode_varint`, because the plugin calls it once for every block QEMU executes and it must
 /// inline into that callback (prost's is not inlined across crates: measured 14% of QEMU's time with the plugin).
 #[inline(always)]
-fn put(buf: &mut Vec<u8>, mut v: u64) {
+fn put(buf: &mut Vec<u8>, v: u64) {
     // A byte at a time: a copy of a slice this short is a call to memmove (measured 25%).
+    varint_into(v, &mut |b| buf.push(b));
+}
+
+/// A record's tag and one varint field into `out`; its length.
+fn record_head(tag: u8, v: u64, out: &mut [u8; HEAD]) -> usize {
+    let mut n = 1;
+    out[0] = tag;
+    varint_into(v, &mut |b| {
+        out[n] = b;
+        n += 1;
+    });
+    n
+}
+
+/// `v` as an unsigned LEB128 varint, a byte at a time into `push`.
+#[inline(always)]
+fn varint_into(mut v: u64, push: &mut impl FnMut(u8)) {
     while v >= 0x80 {
-        buf.push(v as u8 | 0x80);
+        push(v as u8 | 0x80);
         v >>= 7;
     }
-    buf.push(v as u8);
+    push(v as u8);
 }
 
 /// One record, as [`Reader::next_record`] returns it.
@@ -358,6 +452,83 @@ pub enum Record<'a> {
     },
 }
 
+/// Executed blocks, in order, as [`Reader::next_batched`] gives them: part or all of one batch
+/// record's indices (as many as the reader's buffer held), each checked to name a block
+/// translated before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batch<'a> {
+    /// The indices, 4 little-endian bytes each.
+    bytes: &'a [u8],
+    /// The first id of every block so far, and one past the last id (see `Reader::firsts`).
+    firsts: &'a [u64],
+}
+
+impl<'a> Batch<'a> {
+    /// How many executed blocks.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / 4
+    }
+
+    /// Whether there are none (never, for a batch the reader gives).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The index of the `k`-th executed block.
+    ///
+    /// # Panics
+    /// If `k` is not below [`Batch::len`].
+    #[inline]
+    pub fn index(&self, k: usize) -> u32 {
+        le32(&self.bytes[4 * k..4 * k + 4])
+    }
+
+    /// The executed blocks' indices, in order.
+    pub fn indices(&self) -> impl ExactSizeIterator<Item = u32> + 'a {
+        self.bytes.chunks_exact(4).map(le32)
+    }
+
+    /// Each executed block as [`Record::Exec`] gives it, one at a time: its first instruction's
+    /// id and its instruction count.
+    pub fn execs(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + 'a {
+        let firsts = self.firsts;
+        self.bytes
+            .chunks_exact(4)
+            .map(move |b| block_span(firsts, le32(b)).expect("checked by the reader"))
+    }
+
+    /// Block `index`'s first instruction id and instruction count, if it was translated before
+    /// this batch.
+    pub fn block(&self, index: u32) -> Option<(u64, u64)> {
+        block_span(self.firsts, index)
+    }
+}
+
+#[inline(always)]
+fn le32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Block `index`'s first id and count from a reader's table of first ids.
+#[inline(always)]
+fn block_span(firsts: &[u64], index: u32) -> Option<(u64, u64)> {
+    let i = index as usize;
+    match firsts.get(i..i + 2) {
+        Some(&[f, next]) => Some((f, next - f)),
+        _ => None,
+    }
+}
+
+/// A record as [`Reader::next_batched`] gives it: executed blocks as their indices, every other
+/// record as [`Reader::next_record`] gives it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Batched<'a> {
+    /// Executed blocks.
+    Blocks(Batch<'a>),
+    /// Any other record (an execution or run record among them).
+    Record(Record<'a>),
+}
+
 /// A malformed stream: the byte offset and what is wrong.
 #[derive(Debug, thiserror::Error)]
 #[error("byte offset {offset}: {message}")]
@@ -385,6 +556,11 @@ pub struct Reader<R> {
     started: bool,
     ended: bool,
     offsets: Vec<u32>,
+    /// The first instruction id of every block translated so far, by index, then one past the
+    /// last id: block `i` is `firsts[i]..firsts[i + 1]`.
+    firsts: Vec<u64>,
+    /// Indices of the batch record being read still to come.
+    batch_left: u64,
 }
 
 /// The most instructions a block record may hold (QEMU's blocks hold at most 512).
@@ -404,7 +580,19 @@ impl<R: Read> Reader<R> {
             started: false,
             ended: false,
             offsets: Vec::new(),
+            firsts: vec![0],
+            batch_left: 0,
         }
+    }
+
+    /// Blocks translated so far (one past the last index a batch may name).
+    pub fn blocks(&self) -> u64 {
+        self.firsts.len() as u64 - 1
+    }
+
+    /// Block `index`'s first instruction id and instruction count, if it was translated.
+    pub fn block_ids(&self, index: u32) -> Option<(u64, u64)> {
+        block_span(&self.firsts, index)
     }
 
     /// Bytes read so far (the offset of the next record).
@@ -428,8 +616,106 @@ impl<R: Read> Reader<R> {
     }
 
     /// The next record, or `None` at the end of the stream (with or without an end record:
-    /// a process that died never wrote one).
+    /// a process that died never wrote one). Each executed block of a batch record comes as
+    /// [`Record::Exec`], folded with the blocks after it in the batch whose ids follow on (a
+    /// block that falls through into the block translated after it), as run records fold them.
     pub fn next_record(&mut self) -> Result<Option<Record<'_>>, WireError> {
+        if self.batch_left > 0 {
+            return self.exec_from_batch().map(Some);
+        }
+        match self.next_inner(false)? {
+            Some(Batched::Record(r)) => Ok(Some(r)),
+            Some(Batched::Blocks(_)) => unreachable!("batches come as executions"),
+            None => Ok(None),
+        }
+    }
+
+    /// As [`Reader::next_record`], but executed blocks come as their indices, as many at once as
+    /// the reader's buffer holds of their batch ([`Batch`]): no call a block. Every index is
+    /// checked to name a block translated before it.
+    pub fn next_batched(&mut self) -> Result<Option<Batched<'_>>, WireError> {
+        if self.batch_left > 0 {
+            return self.batch().map(|b| Some(Batched::Blocks(b)));
+        }
+        self.next_inner(true)
+    }
+
+    /// The next index of the batch being read (not consumed).
+    #[inline(always)]
+    fn peek_index(&mut self) -> Result<u32, WireError> {
+        if self.filled - self.at < 4 {
+            self.need(4, self.offset())?;
+        }
+        Ok(le32(&self.buf[self.at..self.at + 4]))
+    }
+
+    #[cold]
+    fn unknown_block(&self, at: u64, index: u32) -> WireError {
+        self.error(
+            at,
+            format!(
+                "block {index} executed before it was translated ({} blocks so far)",
+                self.blocks()
+            ),
+        )
+    }
+
+    /// The next executed block of the batch being read, with the blocks after it that continue
+    /// its ids, as an execution record.
+    #[inline]
+    fn exec_from_batch(&mut self) -> Result<Record<'_>, WireError> {
+        let index = self.peek_index()?;
+        let Some((first, count)) = block_span(&self.firsts, index) else {
+            return Err(self.unknown_block(self.offset(), index));
+        };
+        self.at += 4;
+        self.batch_left -= 1;
+        let mut end = first + count;
+        while self.batch_left > 0 {
+            let index = self.peek_index()?;
+            match block_span(&self.firsts, index) {
+                Some((f, n)) if f == end => {
+                    self.at += 4;
+                    self.batch_left -= 1;
+                    end += n;
+                }
+                // Another block, or an index the next call refuses at its offset.
+                _ => break,
+            }
+        }
+        self.last_exec = end - 1;
+        Ok(Record::Exec {
+            first,
+            count: end - first,
+        })
+    }
+
+    /// The batch being read: the whole indices the buffer holds (at least one), checked.
+    fn batch(&mut self) -> Result<Batch<'_>, WireError> {
+        let at = self.offset();
+        self.need(4, at)?;
+        let have = ((self.filled - self.at) / 4).min(self.batch_left.min(usize::MAX as u64) as usize);
+        let blocks = self.firsts.len() - 1;
+        let bytes = &self.buf[self.at..self.at + 4 * have];
+        let good = bytes
+            .chunks_exact(4)
+            .position(|b| le32(b) as usize >= blocks)
+            .unwrap_or(have);
+        if good == 0 {
+            return Err(self.unknown_block(at, le32(bytes)));
+        }
+        let last = le32(&bytes[4 * (good - 1)..4 * good]);
+        self.last_exec = self.firsts[last as usize + 1] - 1;
+        let from = self.at;
+        self.at += 4 * good;
+        self.batch_left -= good as u64;
+        Ok(Batch {
+            bytes: &self.buf[from..from + 4 * good],
+            firsts: &self.firsts,
+        })
+    }
+
+    fn next_inner(&mut self, batched: bool) -> Result<Option<Batched<'_>>, WireError> {
         if !self.started {
             let mut magic = [0u8; 8];
             for b in &mut magic {
@@ -439,8 +725,19 @@ impl<R: Read> Reader<R> {
                     None => return Err(self.error(0, "the stream ends inside its magic")),
                 };
             }
+            if magic[..7] == MAGIC[..7] && magic[7] != MAGIC[7] {
+                return Err(self.error(
+                    0,
+                    format!(
+                        "a ptemu-qemu stream of version {}, this ptemu reads version {} (the \
+                         plugin and ptemu come from different builds: build both, cargo build -p \
+                         ptemu-qemu)",
+                        magic[7], MAGIC[7]
+                    ),
+                ));
+            }
             if &magic != MAGIC {
-                return Err(self.error(0, "not a ptemu-qemu stream (bad magic or version)"));
+                return Err(self.error(0, "not a ptemu-qemu stream (bad magic)"));
             }
             self.started = true;
         }
@@ -478,16 +775,32 @@ impl<R: Read> Reader<R> {
                 }
                 let len = len as usize;
                 self.need(len, start)?;
+                if self.firsts.len() > u32::MAX as usize {
+                    return Err(self.error(start, "more blocks than a 32-bit index names"));
+                }
                 let first_id = self.next_id;
                 self.next_id += n;
+                self.firsts.push(self.next_id);
                 let from = self.at;
                 self.at += len;
-                Ok(Some(Record::Block {
+                Ok(Some(Batched::Record(Record::Block {
                     vaddr,
                     first_id,
                     offsets: &self.offsets,
                     code: &self.buf[from..from + len],
-                }))
+                })))
+            }
+            TAG_BLOCKS => {
+                let count = self.varint(start)?;
+                if count == 0 {
+                    return Err(self.error(start, "a batch of no blocks"));
+                }
+                self.batch_left = count;
+                if batched {
+                    self.batch().map(|b| Some(Batched::Blocks(b)))
+                } else {
+                    self.exec_from_batch().map(|r| Some(Batched::Record(r)))
+                }
             }
             TAG_EXEC => {
                 let id = self.varint(start)?;
@@ -508,12 +821,12 @@ impl<R: Read> Reader<R> {
                     }
                     _ => 1,
                 };
-                Ok(Some(Record::Exec { first: id, count }))
+                Ok(Some(Batched::Record(Record::Exec { first: id, count })))
             }
             TAG_THREAD => {
                 let tid = self.varint(start)?;
                 self.last_exec = u64::MAX;
-                Ok(Some(Record::Thread { tid }))
+                Ok(Some(Batched::Record(Record::Thread { tid })))
             }
             TAG_RUN => {
                 let count = self.varint(start)?;
@@ -529,7 +842,7 @@ impl<R: Read> Reader<R> {
                     ));
                 }
                 self.last_exec = first + count - 1;
-                Ok(Some(Record::Exec { first, count }))
+                Ok(Some(Batched::Record(Record::Exec { first, count })))
             }
             TAG_MAP => {
                 let mut v = [0u64; 6];
@@ -541,7 +854,7 @@ impl<R: Read> Reader<R> {
                 if end <= start_addr {
                     return Err(self.error(start, "a mapping that ends before it starts"));
                 }
-                Ok(Some(Record::Map(FileMap {
+                Ok(Some(Batched::Record(Record::Map(FileMap {
                     start: start_addr,
                     end,
                     offset,
@@ -549,7 +862,7 @@ impl<R: Read> Reader<R> {
                     minor: minor as u32,
                     inode,
                     path,
-                })))
+                }))))
             }
             TAG_NOTE => {
                 let code = self
@@ -559,12 +872,12 @@ impl<R: Read> Reader<R> {
                     .ok_or_else(|| self.error(start, format!("a note of kind {code}")))?;
                 let value = self.varint(start)?;
                 let text = self.text(start)?;
-                Ok(Some(Record::Note { kind, value, text }))
+                Ok(Some(Batched::Record(Record::Note { kind, value, text })))
             }
             TAG_END => {
                 let executed = self.varint(start)?;
                 self.ended = true;
-                Ok(Some(Record::End { executed }))
+                Ok(Some(Batched::Record(Record::End { executed })))
             }
             t => Err(self.error(start, format!("unknown record tag {t}"))),
         }
@@ -579,6 +892,7 @@ impl<R: Read> Reader<R> {
     }
 
     /// Makes `n` unread bytes available in the buffer, or fails at the end of the stream.
+    #[inline(never)]
     fn need(&mut self, n: usize, start: u64) -> Result<(), WireError> {
         if self.filled - self.at >= n {
             return Ok(());
@@ -638,12 +952,29 @@ impl<R: Read> Reader<R> {
     }
 
     /// The next record when it is an execution (with the run after it) that lies whole in what
-    /// was read already: the hot path's way past [`Reader::next_record`] (the same checks, no
-    /// [`Record`] made). `None` with nothing consumed otherwise.
+    /// was read already, or the next executed block of a batch (with the blocks after it whose
+    /// ids follow on, as far as they were read): the hot path's way past [`Reader::next_record`]
+    /// (the same checks, no [`Record`] made). `None` otherwise, with nothing consumed but maybe
+    /// a batch record's head (the batch goes on in `next_record`).
     #[inline]
     pub fn buffered_exec(&mut self) -> Option<(u64, u64)> {
         if !self.started {
             return None;
+        }
+        if self.batch_left == 0 && !self.ended && self.buf[self.at..self.filled].first() == Some(&TAG_BLOCKS)
+        {
+            // A batch record's head, when it lies whole in what was read: the batch begins.
+            let mut v = Varint::default();
+            let rest = &self.buf[self.at + 1..self.filled];
+            let len = rest.iter().take(10).position(|&b| v.push(b))?;
+            if v.value == 0 {
+                return None;
+            }
+            self.at += len + 2;
+            self.batch_left = v.value;
+        }
+        if self.batch_left > 0 {
+            return self.buffered_batch_exec();
         }
         let rest = &self.buf[self.at..self.filled];
         if rest.first() != Some(&TAG_EXEC) {
@@ -672,6 +1003,32 @@ impl<R: Read> Reader<R> {
             _ => 1,
         };
         Some((id, count))
+    }
+
+    /// The next executed block of the batch being read, folded with the ones after it whose ids
+    /// follow on, as far as what was read already holds them; `None`, nothing consumed, when
+    /// its index is not read yet or names no block (`next_record` then says where).
+    #[inline]
+    fn buffered_batch_exec(&mut self) -> Option<(u64, u64)> {
+        if self.filled - self.at < 4 {
+            return None;
+        }
+        let (first, count) = block_span(&self.firsts, le32(&self.buf[self.at..self.at + 4]))?;
+        self.at += 4;
+        self.batch_left -= 1;
+        let mut end = first + count;
+        while self.batch_left > 0 && self.filled - self.at >= 4 {
+            match block_span(&self.firsts, le32(&self.buf[self.at..self.at + 4])) {
+                Some((f, n)) if f == end => {
+                    self.at += 4;
+                    self.batch_left -= 1;
+                    end += n;
+                }
+                _ => break,
+            }
+        }
+        self.last_exec = end - 1;
+        Some((first, end - first))
     }
 
     /// A run record that lies whole in what was read already: its count (at least 1) and its
@@ -752,16 +1109,15 @@ mod tests {
         while let Some(rec) = r.next_record().unwrap() {
             got.push(format!("{rec:?}"));
         }
-        assert_eq!(got.len(), 9, "{got:#?}");
+        assert_eq!(got.len(), 7, "{got:#?}");
         assert!(got[0].starts_with("Block { vaddr: 4198400, first_id: 0, offsets: [0, 1]"));
-        // The first execution is never a run (QE15: each chunk starts with one).
-        assert_eq!(got[2], "Exec { first: 0, count: 1 }");
-        assert_eq!(got[3], "Exec { first: 1, count: 1 }");
-        assert_eq!(got[4], "Exec { first: 0, count: 1 }");
-        assert_eq!(got[5], "Exec { first: 1, count: 1 }");
-        assert_eq!(got[6], "Exec { first: 1, count: 1 }");
-        assert!(got[7].contains("Fork"));
-        assert_eq!(got[8], "End { executed: 5 }");
+        // The first execution is never a run (QE15: each chunk starts with one); an execution
+        // record and the run after it read as one record.
+        assert_eq!(got[2], "Exec { first: 0, count: 2 }");
+        assert_eq!(got[3], "Exec { first: 0, count: 2 }");
+        assert_eq!(got[4], "Exec { first: 1, count: 1 }");
+        assert!(got[5].contains("Fork"));
+        assert_eq!(got[6], "End { executed: 5 }");
         assert!(r.ended());
     }
 
@@ -796,7 +1152,229 @@ mod tests {
         let e = r.next_record().unwrap_err();
         assert!(e.message.contains("before it was translated"), "{e}");
         let e = Reader::new(&b"PTEMUQ\x00\x09"[..]).next_record().unwrap_err();
-        assert!(e.message.contains("magic"), "{e}");
+        assert!(e.message.contains("version 9, this ptemu reads version 3"), "{e}");
+        let e = Reader::new(&b"PTEMUX\x00\x03"[..]).next_record().unwrap_err();
+        assert!(e.message.contains("bad magic"), "{e}");
+    }
+
+    /// Two blocks: 0 of two instructions (ids 0, 1) and 1 of one (id 2), then `batch` executed.
+    fn two_blocks_then(batch: &[u32]) -> Vec<u8> {
+        let mut w = Writer::new();
+        assert_eq!(w.blocks(), 0);
+        w.block(0x1000, &[1], &[0x90, 0x90]);
+        assert_eq!(w.blocks(), 1);
+        w.block(0x1002, &[], &[0xc3]);
+        w.exec_blocks(batch);
+        written(&mut w)
+    }
+
+    /// Every record of `bytes` by `next_record`, as text (the first error ends it).
+    fn records(r: &mut Reader<impl Read>) -> Vec<String> {
+        let mut got = Vec::new();
+        loop {
+            match r.next_record() {
+                Ok(Some(rec)) => got.push(format!("{rec:?}")),
+                Ok(None) => return got,
+                Err(e) => {
+                    got.push(format!("error {e}"));
+                    return got;
+                }
+            }
+        }
+    }
+
+    /// Every executed block of `bytes` by `next_batched`, and where it stopped.
+    fn batched(r: &mut Reader<impl Read>) -> (Vec<u32>, Vec<(u64, u64)>, Option<String>) {
+        let (mut ids, mut execs) = (Vec::new(), Vec::new());
+        loop {
+            match r.next_batched() {
+                Ok(Some(Batched::Blocks(b))) => {
+                    assert!(!b.is_empty());
+                    assert_eq!(b.indices().len(), b.len());
+                    for k in 0..b.len() {
+                        assert_eq!(b.block(b.index(k)), b.execs().nth(k));
+                    }
+                    ids.extend(b.indices());
+                    execs.extend(b.execs());
+                }
+                Ok(Some(Batched::Record(_))) => {}
+                Ok(None) => return (ids, execs, None),
+                Err(e) => return (ids, execs, Some(e.to_string())),
+            }
+        }
+    }
+
+    /// QE1, QE13: a batch record is its tag, a varint count and each block's index in 4
+    /// little-endian bytes; behind a thread record when a thread's chunk sends it.
+    #[test]
+    fn qe13_a_batch_is_a_tag_a_count_and_little_endian_indices() {
+        let bytes = two_blocks_then(&[1, 0, 0x0102_0304]);
+        // MAGIC, block 0 (tag, address 0x1000, 2 insns, distance 1, 2 bytes), block 1.
+        let blocks = [1, 0x80, 0x20, 2, 1, 2, 0x90, 0x90, 1, 0x82, 0x20, 1, 1, 0xc3];
+        let batch = [8, 3, 1, 0, 0, 0, 0, 0, 0, 0, 4, 3, 2, 1];
+        assert_eq!(bytes, [&MAGIC[..], &blocks, &batch].concat());
+        let mut w = Writer::chunks();
+        w.note(NoteKind::Syscall, 60, "");
+        let mut ids = vec![1u32, 0x0102_0304];
+        let mut calls = Vec::new();
+        w.take_chunk_with(300, &mut ids, &mut |parts| calls.push(parts.concat()));
+        // Thread 300 (a varint: 0xac 0x02), the note the writer held, then the batch.
+        let chunk = [7, 0xac, 2, 5, 8, 60, 0, 8, 2, 1, 0, 0, 0, 4, 3, 2, 1];
+        assert_eq!(calls, [chunk.to_vec()]);
+        assert_eq!(w.pending(), 0);
+        w.take_chunk_with(300, &mut [], &mut |_| panic!("nothing to send"));
+        // Indices alone, and a note alone.
+        w.take_chunk_with(5, &mut [7], &mut |parts| calls.push(parts.concat()));
+        w.note(NoteKind::Returned, 0, "");
+        w.take_chunk_with(5, &mut [], &mut |parts| calls.push(parts.concat()));
+        assert_eq!(calls[1], [7, 5, 8, 1, 7, 0, 0, 0]);
+        assert_eq!(calls[2], [7, 5, 5, 7, 0, 0]);
+    }
+
+    /// QE13: each index read back is its block's first id and instruction count; blocks whose
+    /// ids follow on fold into one execution record, as runs did.
+    #[test]
+    fn qe13_batch_indices_read_back_as_the_blocks_executions() {
+        let bytes = two_blocks_then(&[0, 1, 1, 0, 0]);
+        let mut r = Reader::new(&bytes[..]);
+        let got = records(&mut r);
+        assert_eq!(
+            got[2..],
+            [
+                "Exec { first: 0, count: 3 }",
+                "Exec { first: 2, count: 1 }",
+                "Exec { first: 0, count: 2 }",
+                "Exec { first: 0, count: 2 }",
+            ]
+        );
+        assert_eq!(
+            (r.blocks(), r.block_ids(1), r.block_ids(2)),
+            (2, Some((2, 1)), None)
+        );
+        let (ids, execs, end) = batched(&mut Reader::new(&bytes[..]));
+        assert_eq!(ids, [0, 1, 1, 0, 0]);
+        assert_eq!(execs, [(0, 2), (2, 1), (2, 1), (0, 2), (0, 2)]);
+        assert_eq!(end, None);
+        // A run record after a batch continues from its last execution (block 0's id 1).
+        let mut more = bytes.clone();
+        more.extend_from_slice(&[3, 1]);
+        assert_eq!(
+            records(&mut Reader::new(&more[..])).last().unwrap(),
+            "Exec { first: 2, count: 1 }"
+        );
+    }
+
+    /// QE1: an index no block had when it came is an error naming its own byte offset, in
+    /// both views; so is a batch the stream cuts, or one of no blocks.
+    #[test]
+    fn qe1_an_index_not_yet_translated_is_an_error_at_its_offset() {
+        let bytes = two_blocks_then(&[1, 0, 2, 0]);
+        let third = (bytes.len() - 8) as u64;
+        let got = records(&mut Reader::new(&bytes[..]));
+        assert_eq!(
+            got[2..4],
+            ["Exec { first: 2, count: 1 }", "Exec { first: 0, count: 2 }"]
+        );
+        assert_eq!(
+            got[4],
+            format!("error byte offset {third}: block 2 executed before it was translated (2 blocks so far)")
+        );
+        assert_eq!(got.len(), 5);
+        let (ids, _, end) = batched(&mut Reader::new(&bytes[..]));
+        assert_eq!(ids, [1, 0]);
+        assert!(end.unwrap().starts_with(&format!("byte offset {third}: block 2")));
+        // Cut inside the last index: the error names where that index starts.
+        let last = (bytes.len() - 4) as u64;
+        let mut ok = two_blocks_then(&[1, 0, 1, 0]);
+        ok.truncate(ok.len() - 1);
+        let got = records(&mut Reader::new(&ok[..]));
+        assert_eq!(
+            got.last().unwrap(),
+            &format!("error byte offset {last}: the stream ends inside a record")
+        );
+        let (_, _, end) = batched(&mut Reader::new(&ok[..]));
+        assert_eq!(
+            end.unwrap(),
+            format!("byte offset {last}: the stream ends inside a record")
+        );
+        // A batch of none, at the record's start.
+        let mut none = two_blocks_then(&[]);
+        let at = none.len() as u64;
+        none.extend_from_slice(&[8, 0]);
+        let got = records(&mut Reader::new(&none[..]));
+        assert_eq!(
+            got.last().unwrap(),
+            &format!("error byte offset {at}: a batch of no blocks")
+        );
+    }
+
+    /// The hot path's `buffered_exec` reads a batch as `next_record` does, block for block.
+    #[test]
+    fn qe13_buffered_exec_reads_batches_as_next_record() {
+        let bytes = two_blocks_then(&[0, 1, 1, 0, 0, 1]);
+        let mut r = Reader::new(&bytes[..]);
+        let mut got = Vec::new();
+        while let Some(rec) = r.next_record().unwrap() {
+            if let Record::Exec { first, count } = rec {
+                got.push((first, count));
+            }
+            while let Some(e) = r.buffered_exec() {
+                got.push(e);
+            }
+        }
+        assert_eq!(got, [(0, 3), (2, 1), (0, 2), (0, 3)]);
+        // An index no block had: not taken by the hot path, refused by next_record.
+        let bytes = two_blocks_then(&[0, 5]);
+        let mut r = Reader::new(&bytes[..]);
+        r.next_record().unwrap();
+        r.next_record().unwrap();
+        assert_eq!(r.buffered_exec(), Some((0, 2)));
+        assert_eq!(r.buffered_exec(), None);
+        assert!(r.next_record().unwrap_err().message.contains("block 5"));
+    }
+
+    /// Gives its bytes `step` at a time.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            let n = self.step.min(out.len()).min(self.bytes.len());
+            out[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    /// QE13: a batch that reaches the reader in pieces (an index split across reads, a batch
+    /// longer than the reader's buffer) reads as the same executions.
+    #[test]
+    fn qe13_a_batch_split_across_reads_reads_the_same() {
+        let pattern: Vec<u32> = (0..40_000u32).map(|k| (k * 7 + k / 3) % 2).collect();
+        let mut w = Writer::new();
+        w.block(0x1000, &[1], &[0x90, 0x90]);
+        w.block(0x1002, &[], &[0xc3]);
+        w.exec_blocks(&pattern);
+        w.note(NoteKind::Returned, 1, "");
+        w.exec_blocks(&pattern[..3]);
+        w.end_with(0);
+        let bytes = written(&mut w);
+        assert!(bytes.len() > 1 << 17, "longer than the reader's buffer");
+        let whole = records(&mut Reader::new(&bytes[..]));
+        let (ids, execs, end) = batched(&mut Reader::new(&bytes[..]));
+        assert_eq!(end, None);
+        let expect: Vec<u32> = pattern.iter().chain(&pattern[..3]).copied().collect();
+        assert_eq!(ids, expect);
+        assert_eq!(execs.len(), expect.len());
+        for step in [1, 3, 5, 4093] {
+            let mut r = Reader::new(Trickle { bytes: &bytes, step });
+            assert_eq!(records(&mut r), whole, "{step} bytes a read");
+            assert!(r.ended());
+            let (got, _, end) = batched(&mut Reader::new(Trickle { bytes: &bytes, step }));
+            assert_eq!((got == expect, end), (true, None), "{step} bytes a read");
+        }
     }
 }
 

@@ -4,21 +4,34 @@
 pub use ptemu_wire::*;
 
 /// Reads arbitrary bytes as a plugin stream to the end or its first error, classifying every
-/// instruction of every block: the body of the `qemu` fuzz target (`fuzz/`, `cargo xtask fuzz`).
-/// Whatever the bytes, this must return, never panic or hang, and allocate in proportion to them.
+/// instruction of every block, then again with executed blocks as batches of indices, each
+/// looked up: the body of the `qemu` fuzz target (`fuzz/`, `cargo xtask fuzz`). Whatever the
+/// bytes, this must return, never panic or hang, and allocate in proportion to them.
 #[doc(hidden)]
 pub fn read_arbitrary(data: &[u8]) {
     let mut r = Reader::new(data);
     while let Ok(Some(rec)) = r.next_record() {
-        if let Record::Block {
-            vaddr, offsets, code, ..
-        } = rec
-        {
-            for &off in offsets {
-                let off = off as usize;
-                if let Some(bytes) = code.get(off..) {
-                    let _ = super::classify(vaddr.wrapping_add(off as u64), bytes);
+        match rec {
+            Record::Block {
+                vaddr, offsets, code, ..
+            } => {
+                for &off in offsets {
+                    let off = off as usize;
+                    if let Some(bytes) = code.get(off..) {
+                        let _ = super::classify(vaddr.wrapping_add(off as u64), bytes);
+                    }
                 }
+            }
+            Record::Exec { first, count } => assert!(first + count <= r.ids()),
+            _ => {}
+        }
+    }
+    let mut r = Reader::new(data);
+    while let Ok(Some(rec)) = r.next_batched() {
+        if let Batched::Blocks(b) = rec {
+            for ((index, (first, count)), k) in b.indices().zip(b.execs()).zip(0..) {
+                assert_eq!(b.index(k), index);
+                assert_eq!(b.block(index), Some((first, count)));
             }
         }
     }
@@ -37,6 +50,8 @@ mod tests {
         for id in [0, 1, 2, 0, 1, 2] {
             w.exec(id);
         }
+        w.block(0x1004, &[], &[0xc3]);
+        w.exec_blocks(&[0, 1, 1, 0]);
         w.note(NoteKind::Exec, 0, "/bin/x");
         w.end();
         let mut bytes = Vec::new();

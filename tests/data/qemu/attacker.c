@@ -33,7 +33,7 @@ static int nseen;
 static void forge(int fd, long pid) {
     unsigned char b[64];
     int n = 0;
-    memcpy(b, "PTEMUQ\0\2", 8);
+    memcpy(b, "PTEMUQ\0\3", 8); /* ptemu-wire's MAGIC: the stream's name and version */
     n = 8;
     b[n++] = 7; /* thread record */
     while (pid >= 0x80) {

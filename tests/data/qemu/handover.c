@@ -38,7 +38,7 @@ static int hand_over(int chan, long tid) {
     close(sv[1]);
     unsigned char b[32];
     int n = 8;
-    memcpy(b, "PTEMUQ\0\2", 8);
+    memcpy(b, "PTEMUQ\0\3", 8); /* ptemu-wire's MAGIC: the stream's name and version */
     b[n++] = 7; /* whose records follow: thread `tid` */
     while (tid >= 0x80) {
         b[n++] = (unsigned char)(tid | 0x80);
