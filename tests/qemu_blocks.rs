@@ -13,6 +13,7 @@ use ptemu::simulate::{self, Options};
 use ptemu::sources::qemu::{QemuEvents, Sideband};
 use ptemu::sources::steps::{Piece, Steps};
 use ptemu::sources::{EventSource, Format, SourceStats, StartState};
+use ptemu::truth::{Context, Delivery};
 use ptemu::Event;
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -70,7 +71,7 @@ impl EventSource for EventsOnly {
     }
 }
 
-/// What a run left: trace bytes, the truth's spool, registers, tracer counts, source counts.
+/// What a run left: trace bytes, the truth (`truth.jsonl`), registers, tracer counts, source counts.
 type Left = (Vec<u8>, Vec<u8>, String, String, String);
 
 fn trace(stream: &[u8], opts: &Options, truth: bool, blocks: bool) -> Left {
@@ -92,9 +93,25 @@ fn trace(stream: &[u8], opts: &Options, truth: bool, blocks: bool) -> Left {
         &mut |_| {},
     )
     .unwrap();
+    // The truth as `truth.jsonl` lines (the spools differ: one is per instruction, the other
+    // holds the blocks and their executions, TR14).
+    let mut json = Vec::new();
+    if truth {
+        let stored = outcome.tracer.bytes;
+        let ctx = Context {
+            stored,
+            damage: Vec::new(),
+            delivery: Delivery::whole(stored),
+            psbs: outcome.psbs.clone(),
+            truncated: outcome.truncated,
+            run: serde_json::json!({}),
+        };
+        ptemu::truth::write(&facts[..], &ctx, &mut json).unwrap();
+        assert!(json.len() > 1000);
+    }
     (
         bytes,
-        facts,
+        json,
         format!("{:?}", outcome.unit.registers()),
         format!("{:?} {:?}", outcome.tracer, outcome.pmis),
         format!("{:?}", outcome.source),
