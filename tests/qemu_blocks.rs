@@ -118,43 +118,22 @@ fn trace(stream: &[u8], opts: &Options, truth: bool, blocks: bool) -> Left {
     )
 }
 
-fn layout(src: &str) -> ptemu::layout::Layout {
-    ptemu::layout::Layout::parse(std::path::Path::new("<test layout>"), src).unwrap()
+/// A one-table ToPA layout of `entries` (then END back to the table).
+fn topa(entries: &str) -> ptemu::layout::Layout {
+    let src = format!(
+        "cpu = \"alderlake\"\n[output]\nscheme = \"topa\"\nbase = 0x10000\nmask_ptrs = 0x7f\n\
+         [[table]]\nbase = 0x10000\nentries = [ {entries} {{ end = 0x10000 }} ]\n"
+    );
+    ptemu::layout::Layout::parse(std::path::Path::new("<test layout>"), &src).unwrap()
 }
 
 /// The settings both paths are run under.
 fn settings(code: (u64, u64)) -> Vec<(&'static str, Options)> {
     let base = Options::new(Format::Qemu, simulate::default_layout());
     let ctl = base.ctl;
-    let small = layout(
-        r#"cpu = "alderlake"
-[output]
-scheme = "topa"
-base = 0x10000
-mask_ptrs = 0x7f
-[[table]]
-base = 0x10000
-entries = [
-  { region = 0x100000, size = "4K", int = true },
-  { region = 0x200000, size = "8K" },
-  { end = 0x10000 },
-]
-"#,
-    );
-    let stop = layout(
-        r#"cpu = "alderlake"
-[output]
-scheme = "topa"
-base = 0x10000
-mask_ptrs = 0x7f
-[[table]]
-base = 0x10000
-entries = [
-  { region = 0x100000, size = "16K", stop = true },
-  { end = 0x10000 },
-]
-"#,
-    );
+    let small =
+        topa(r#"{ region = 0x100000, size = "4K", int = true }, { region = 0x200000, size = "8K" },"#);
+    let stop = topa(r#"{ region = 0x100000, size = "16K", stop = true },"#);
     let mut wrapped = Options::new(Format::Qemu, small);
     wrapped.ctl = ctl;
     let mut stopped = Options::new(Format::Qemu, stop);

@@ -102,30 +102,7 @@ impl Table {
     }
 }
 
-/// A block's end as its table code, and its target for 1-3.
-fn end_code(end: BlockEnd) -> (u8, Option<u64>) {
-    match end {
-        BlockEnd::Conditional { target } => (1, Some(target)),
-        BlockEnd::Jump { target } => (2, Some(target)),
-        BlockEnd::Call { target } => (3, Some(target)),
-        BlockEnd::IndirectJump => (4, None),
-        BlockEnd::IndirectCall => (5, None),
-        BlockEnd::Return => (6, None),
-        _ => (0, None),
-    }
-}
-
-/// Where an execution of `b` went when its end says so: the fall-through or direct target,
-/// the taken target of a conditional branch when `taken`.
-fn implied_next(b: &Block, taken: bool) -> Option<u64> {
-    match b.end() {
-        BlockEnd::Conditional { target } if taken => Some(target),
-        BlockEnd::Jump { target } | BlockEnd::Call { target } => Some(target),
-        BlockEnd::IndirectJump | BlockEnd::IndirectCall | BlockEnd::Return => None,
-        _ => Some(b.fall_through()),
-    }
-}
-
+use super::spool::{end_code, implied_next};
 use crate::sources::varint::{unzigzag, zigzag};
 
 /// What the encoder and the decoder both keep: each record is written relative to it.

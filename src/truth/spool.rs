@@ -31,7 +31,7 @@ const TAKEN: u8 = 0x10;
 const NEXT: u8 = 0x20;
 
 /// How a block ends, as a byte of a [`BLOCK`] record (a target follows for 1-3).
-fn end_code(end: BlockEnd) -> (u8, Option<u64>) {
+pub(super) fn end_code(end: BlockEnd) -> (u8, Option<u64>) {
     match end {
         BlockEnd::Conditional { target } => (1, Some(target)),
         BlockEnd::Jump { target } => (2, Some(target)),
@@ -45,7 +45,7 @@ fn end_code(end: BlockEnd) -> (u8, Option<u64>) {
 
 /// Where an execution of `b` went, when its end says so without a record of it: the
 /// fall-through or direct target, the taken target of a conditional branch when `taken`.
-fn implied_next(b: &Block, taken: bool) -> Option<u64> {
+pub(super) fn implied_next(b: &Block, taken: bool) -> Option<u64> {
     match b.end() {
         BlockEnd::Conditional { target } if taken => Some(target),
         BlockEnd::Conditional { .. } => Some(b.fall_through()),
