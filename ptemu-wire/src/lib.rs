@@ -509,6 +509,14 @@ fn le32(b: &[u8]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
+/// A varint that lies whole at the start of `bytes`: its value and its length.
+#[inline]
+fn buffered_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut v = Varint::default();
+    let k = bytes.iter().take(10).position(|&b| v.push(b))?;
+    Some((v.value, k + 1))
+}
+
 /// Block `index`'s first id and count from a reader's table of first ids.
 #[inline(always)]
 fn block_span(firsts: &[u64], index: u32) -> Option<(u64, u64)> {
@@ -670,20 +678,7 @@ impl<R: Read> Reader<R> {
         };
         self.at += 4;
         self.batch_left -= 1;
-        let mut end = first + count;
-        while self.batch_left > 0 {
-            let index = self.peek_index()?;
-            match block_span(&self.firsts, index) {
-                Some((f, n)) if f == end => {
-                    self.at += 4;
-                    self.batch_left -= 1;
-                    end += n;
-                }
-                // Another block, or an index the next call refuses at its offset.
-                _ => break,
-            }
-        }
-        self.last_exec = end - 1;
+        let end = self.fold_batch(first + count, true)?;
         Ok(Record::Exec {
             first,
             count: end - first,
@@ -810,17 +805,7 @@ impl<R: Read> Reader<R> {
                         format!("instruction {id} executed before it was translated"),
                     ));
                 }
-                self.last_exec = id;
-                // A block's execution is its first id and the run of the rest: one record,
-                // when the run is already read.
-                let count = match self.buffered_run() {
-                    Some((count, len)) if count < self.next_id - id => {
-                        self.at += len;
-                        self.last_exec = id + count;
-                        count + 1
-                    }
-                    _ => 1,
-                };
+                let count = self.with_run_after(id);
                 Ok(Some(Batched::Record(Record::Exec { first: id, count })))
             }
             TAG_THREAD => {
@@ -964,14 +949,12 @@ impl<R: Read> Reader<R> {
         if self.batch_left == 0 && !self.ended && self.buf[self.at..self.filled].first() == Some(&TAG_BLOCKS)
         {
             // A batch record's head, when it lies whole in what was read: the batch begins.
-            let mut v = Varint::default();
-            let rest = &self.buf[self.at + 1..self.filled];
-            let len = rest.iter().take(10).position(|&b| v.push(b))?;
-            if v.value == 0 {
+            let (count, len) = buffered_varint(&self.buf[self.at + 1..self.filled])?;
+            if count == 0 {
                 return None;
             }
-            self.at += len + 2;
-            self.batch_left = v.value;
+            self.at += len + 1;
+            self.batch_left = count;
         }
         if self.batch_left > 0 {
             return self.buffered_batch_exec();
@@ -980,29 +963,9 @@ impl<R: Read> Reader<R> {
         if rest.first() != Some(&TAG_EXEC) {
             return None;
         }
-        let mut v = Varint::default();
-        let mut len = 0;
-        for (k, &b) in rest[1..].iter().take(10).enumerate() {
-            if v.push(b) {
-                len = k + 2;
-                break;
-            }
-        }
-        if len == 0 || v.value >= self.next_id {
-            return None;
-        }
-        let id = v.value;
-        self.at += len;
-        self.last_exec = id;
-        let count = match self.buffered_run() {
-            Some((count, len)) if count < self.next_id - id => {
-                self.at += len;
-                self.last_exec = id + count;
-                count + 1
-            }
-            _ => 1,
-        };
-        Some((id, count))
+        let (id, len) = buffered_varint(&rest[1..]).filter(|&(id, _)| id < self.next_id)?;
+        self.at += len + 1;
+        Some((id, self.with_run_after(id)))
     }
 
     /// The next executed block of the batch being read, folded with the ones after it whose ids
@@ -1016,8 +979,23 @@ impl<R: Read> Reader<R> {
         let (first, count) = block_span(&self.firsts, le32(&self.buf[self.at..self.at + 4]))?;
         self.at += 4;
         self.batch_left -= 1;
-        let mut end = first + count;
-        while self.batch_left > 0 && self.filled - self.at >= 4 {
+        let end = self.fold_batch(first + count, false).ok()?;
+        Some((first, end - first))
+    }
+
+    /// The batch's next executed blocks whose ids go on from `end`, taken: one past the last id
+    /// they reach. An index that is another block's, or names none (the next call refuses it at
+    /// its offset), ends them; so does the end of what was read unless `refill` (which reads on,
+    /// so that the records do not depend on how the stream was cut into reads).
+    #[inline]
+    fn fold_batch(&mut self, mut end: u64, refill: bool) -> Result<u64, WireError> {
+        while self.batch_left > 0 {
+            if self.filled - self.at < 4 {
+                if !refill {
+                    break;
+                }
+                self.need(4, self.offset())?;
+            }
             match block_span(&self.firsts, le32(&self.buf[self.at..self.at + 4])) {
                 Some((f, n)) if f == end => {
                     self.at += 4;
@@ -1028,7 +1006,7 @@ impl<R: Read> Reader<R> {
             }
         }
         self.last_exec = end - 1;
-        Some((first, end - first))
+        Ok(end)
     }
 
     /// A run record that lies whole in what was read already: its count (at least 1) and its
@@ -1039,13 +1017,24 @@ impl<R: Read> Reader<R> {
         if rest.first() != Some(&TAG_RUN) {
             return None;
         }
-        let mut v = Varint::default();
-        for (k, &b) in rest[1..].iter().take(10).enumerate() {
-            if v.push(b) {
-                return (v.value > 0).then_some((v.value, k + 2));
+        let (count, len) = buffered_varint(&rest[1..])?;
+        (count > 0).then_some((count, len + 1))
+    }
+
+    /// After an execution record of `id`: the run record right behind it, when it was read
+    /// already, taken with it (a block's execution is its first id and the run of the rest:
+    /// one record). The instructions both name.
+    #[inline]
+    fn with_run_after(&mut self, id: u64) -> u64 {
+        self.last_exec = id;
+        match self.buffered_run() {
+            Some((count, len)) if count < self.next_id - id => {
+                self.at += len;
+                self.last_exec = id + count;
+                count + 1
             }
+            _ => 1,
         }
-        None
     }
 
     fn varint(&mut self, start: u64) -> Result<u64, WireError> {
