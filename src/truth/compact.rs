@@ -102,7 +102,7 @@ impl Table {
     }
 }
 
-use super::spool::{end_code, implied_next};
+use super::spool::{end_code, end_from_code, implied_next};
 use crate::sources::varint::{unzigzag, zigzag};
 
 /// What the encoder and the decoder both keep: each record is written relative to it.
@@ -471,18 +471,10 @@ pub fn read_table(bytes: &[u8], version: u64, start: usize) -> Result<(Table, us
             .get(pos)
             .ok_or_else(|| bad(pos, "the block table cut short"))?;
         pos += 1;
-        let mut target =
-            || -> Result<u64, FormatError> { Ok(start.wrapping_add(unzigzag(varint(&mut pos)?) as u64)) };
-        let end = match code {
-            0 => BlockEnd::FallThrough,
-            1 => BlockEnd::Conditional { target: target()? },
-            2 => BlockEnd::Jump { target: target()? },
-            3 => BlockEnd::Call { target: target()? },
-            4 => BlockEnd::IndirectJump,
-            5 => BlockEnd::IndirectCall,
-            6 => BlockEnd::Return,
-            c => return Err(bad(pos - 1, format!("block {k}: end {c} (0 to 6 are defined)"))),
-        };
+        let end = end_from_code(code, || -> Result<u64, FormatError> {
+            Ok(start.wrapping_add(unzigzag(varint(&mut pos)?) as u64))
+        })?
+        .ok_or_else(|| bad(pos - 1, format!("block {k}: end {code} (0 to 6 are defined)")))?;
         let b = Block::new(start, lens, end).map_err(|e| bad(from, format!("block {k}: {e}")))?;
         table.push(b);
     }

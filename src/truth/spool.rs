@@ -43,6 +43,24 @@ pub(super) fn end_code(end: BlockEnd) -> (u8, Option<u64>) {
     }
 }
 
+/// The end a table code of [`end_code`] stands for, its target read by `target` for 1-3;
+/// `None` for a code no end has.
+pub(super) fn end_from_code<E>(
+    code: u8,
+    target: impl FnOnce() -> Result<u64, E>,
+) -> Result<Option<BlockEnd>, E> {
+    Ok(Some(match code {
+        0 => BlockEnd::FallThrough,
+        1 => BlockEnd::Conditional { target: target()? },
+        2 => BlockEnd::Jump { target: target()? },
+        3 => BlockEnd::Call { target: target()? },
+        4 => BlockEnd::IndirectJump,
+        5 => BlockEnd::IndirectCall,
+        6 => BlockEnd::Return,
+        _ => return Ok(None),
+    }))
+}
+
 /// Where an execution of `b` went, when its end says so without a record of it: the
 /// fall-through or direct target, the taken target of a conditional branch when `taken`.
 pub(super) fn implied_next(b: &Block, taken: bool) -> Option<u64> {
@@ -430,16 +448,15 @@ impl<R: Read> Reader<R> {
         let lens = self.buf.get(self.pos..self.pos + n).ok_or_else(cut)?.to_vec();
         self.pos += n;
         let code = self.byte()?;
-        let mut target = || -> io::Result<u64> { Ok(start.wrapping_add(unzigzag(self.varint()?))) };
-        let end = match code {
-            0 => BlockEnd::FallThrough,
-            1 => BlockEnd::Conditional { target: target()? },
-            2 => BlockEnd::Jump { target: target()? },
-            3 => BlockEnd::Call { target: target()? },
-            4 => BlockEnd::IndirectJump,
-            5 => BlockEnd::IndirectCall,
-            _ => BlockEnd::Return,
-        };
+        let end = end_from_code(code, || -> io::Result<u64> {
+            Ok(start.wrapping_add(unzigzag(self.varint()?)))
+        })?
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("fact spool: block end {code}"),
+            )
+        })?;
         let b = Block::new(start, &lens, end)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("fact spool: {e}")))?;
         self.blocks.push(b);
