@@ -143,11 +143,6 @@ impl Steps {
         self.events.len() as u64 + self.exec_instructions
     }
 
-    /// The events, when the batch holds no execution.
-    pub fn only_events(&self) -> Option<&[Event]> {
-        self.execs.is_empty().then_some(&self.events[..])
-    }
-
     /// The batch's stretches, in order (empty ones left out).
     pub fn pieces(&self) -> impl Iterator<Item = Piece<'_>> + '_ {
         let last = (self.events.len(), self.execs.len());

@@ -144,10 +144,9 @@ struct Suspended {
     handler: u64,
     /// Handlers entered and not yet returned from.
     depth: u32,
-    /// Where in the caller's events the handler's begin.
+    /// Where in the caller's events the handler's begin (no block execution comes after it
+    /// while the signal is suspended).
     mark: usize,
-    /// The instruction (of the source's, from 0) the handler's begin with (QE17's clock).
-    mark_ordinal: u64,
     /// Whether a handler returned to its restorer since: a signal for sure. Needed after an
     /// indirect JMP, which may also be a jump into the handler's function (a PLT stub).
     confirmed: bool,
@@ -670,7 +669,6 @@ impl<R: Read> QemuEvents<R> {
                     handler: h,
                     depth: 1,
                     mark: out.events_len(),
-                    mark_ordinal: self.ordinal(out),
                     confirmed: p.kind != Kind::IndirectJump,
                 });
             }
@@ -725,7 +723,8 @@ impl<R: Read> QemuEvents<R> {
             n += 1;
         }
         let cut = events.len() - n;
-        if n == 0 || self.runs.iter().any(|r| r.1 >= self.ordinal(out) - n as u64) {
+        let held_from = self.ordinal(out) - n as u64;
+        if n == 0 || self.runs.iter().any(|r| r.1 >= held_from) {
             return;
         }
         out.take_events_from(cut, &mut self.held);
@@ -863,7 +862,7 @@ impl<R: Read> QemuEvents<R> {
         }
         head.event(interrupted_at(x));
         let head = head.into_events();
-        self.shift_runs(s.mark_ordinal, head.len());
+        self.shift_runs(self.ordinal_of_event(out, s.mark), head.len());
         out.insert_events(s.mark, head);
         Ok(())
     }
@@ -971,17 +970,14 @@ impl<R: Read> QemuEvents<R> {
     }
 
     /// BLK1: an execution of block `b` begins: the step before it is resolved (it went to the
-    /// block's start) and the block's execution is pending. False, with nothing done, where the
-    /// block must go instruction by instruction after all: the instruction before it is a REP
-    /// string instruction iterating, or its outcome held a signal's handler back (QE16).
+    /// block's start) and the block's execution is pending. False where the block must go
+    /// instruction by instruction after all: the step before it delivered a signal whose
+    /// handler's events are held back (QE16); no instruction is pending then. (A REP string
+    /// instruction iterating cannot come before it: no block of plain code starts at one.)
     #[inline]
     fn begin_block(&mut self, b: u32, out: &mut Steps, at: u64) -> Result<bool> {
         let info = self.block_info[b as usize];
-        if let Some(p) = self.pending {
-            if p.kind == Kind::RepString && p.ip == info.start {
-                return Ok(false);
-            }
-            self.pending = None;
+        if let Some(p) = self.pending.take() {
             if p.kind == Kind::Plain && info.start == p.next() {
                 self.instructions += 1;
                 out.event(Event::Retire { ip: p.ip, len: p.len });
@@ -1071,6 +1067,11 @@ impl<R: Read> QemuEvents<R> {
         }
     }
 
+    /// The source's instruction (from 0) that event `k` of `out` is, when only events follow it.
+    fn ordinal_of_event(&self, out: &Steps, k: usize) -> u64 {
+        self.ordinal(out) - (out.events_len() - k) as u64
+    }
+
     /// The source's instruction (from 0) that the next step in `out` begins with: every event
     /// this source makes is an instruction (the kernel's SYSRET included), an execution its
     /// block's instructions, which is what the tracer's clock counts (QE17).
@@ -1085,7 +1086,7 @@ impl<R: Read> QemuEvents<R> {
             // QE16: the handler never returned (it exited, or jumped out with longjmp): the
             // instruction before the signal is traced as interrupted before it, as a stop
             // between blocks is (QE15).
-            self.shift_runs(s.mark_ordinal, 1);
+            self.shift_runs(self.ordinal_of_event(out, s.mark), 1);
             out.insert_events(s.mark, vec![interrupted_at(s.insn.ip)]);
             self.counts.unreturned += 1;
         }
