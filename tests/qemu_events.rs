@@ -835,6 +835,8 @@ fn faulted(dir: &Path, loops: usize, rip: u64, signal: u32, code: i32) -> Result
     events(finish(&mut w, true))
 }
 
+/// QE21: the faulting instruction does not retire; the fault is an asynchronous transfer
+/// from it (TIP3, PGD2: FUP there, then TIP.PGD), the handler the way back in (PGE1).
 #[test]
 fn qe21_a_handled_fault_stops_its_block_at_the_faulting_instruction() {
     let dir = tempfile::tempdir().unwrap();

@@ -1042,7 +1042,8 @@ fn cut_at_faults(cpus: &BlockLog, handlers: &[u64], faults: &[u64]) -> (BlockLog
 /// Each thread's truth is exactly what QEMU's log of the same run says it executed, with each
 /// faulting block stopped at the instruction that faulted (where the program's signal frames
 /// and its labels say), and that instruction is where the trace leaves user mode; perf and
-/// libipt decode both threads with no error and `ptemu verify` accepts them. Two programs of
+/// libipt decode both threads with no error and `ptemu verify` accepts them (the packets
+/// there: FUP and TIP.PGD by PGD2/TIP3, TIP.PGE at the handler by PGE1). Two programs of
 /// QE16's day, refused then, are traced now: a fault in a block that ends in a RET, to a
 /// handler installed with `signal`.
 #[test]
