@@ -11,6 +11,9 @@
 //! a thread of this bench reads and throws away (its CPU time counted with QEMU's: it stands for
 //! the reads `ptemu run` makes). Prints both against the yardstick (target <= 1.3).
 //!
+//! Where ptemu's own time goes (issue 51 §1, §3): the plugin's stream recorded once, then read
+//! by the reader alone and by reader and tracer together, in nanoseconds a block execution.
+//!
 //! Without `--bench` (under `cargo test --all-targets`) a smoke run on 64 KiB, once each. Skips,
 //! saying so, where qemu-x86_64, gzip or the plugin is missing (`cargo xtask bench` builds the
 //! plugin first).
@@ -57,6 +60,8 @@ enum Take {
     Records,
     /// Reads them with `Reader::next_batched` (executed blocks as batches of indices).
     Batches,
+    /// Keeps it, in memory, for the stage measurements.
+    Keep,
 }
 
 /// QEMU running gzip with ptemu's plugin, its stream taken by a thread of ours as `take` says:
@@ -69,6 +74,18 @@ fn plugin_drained(
     file: &Path,
     take: Take,
 ) -> (Duration, Duration, u64) {
+    let (q, r, n, _) = plugin_stream(qemu, plugin, gzip, file, take);
+    (q, r, n)
+}
+
+/// [`plugin_drained`], with the stream itself when `take` is [`Take::Keep`].
+fn plugin_stream(
+    qemu: &Path,
+    plugin: &Path,
+    gzip: &Path,
+    file: &Path,
+    take: Take,
+) -> (Duration, Duration, u64, Vec<u8>) {
     let (mut ours, theirs) = UnixStream::pair().expect("a socket pair");
     let fd = theirs.as_raw_fd();
     // QEMU inherits its end (as `ptemu run` gives it, QE19).
@@ -77,7 +94,11 @@ fn plugin_drained(
     let reader = std::thread::spawn(move || {
         let start = thread_cpu();
         let mut n = 0u64;
-        if take == Take::Drop {
+        let mut kept = Vec::new();
+        if take == Take::Keep {
+            ours.read_to_end(&mut kept).expect("the plugin's stream");
+            n = kept.len() as u64;
+        } else if take == Take::Drop {
             let mut buf = vec![0u8; 1 << 20];
             loop {
                 match ours.read(&mut buf) {
@@ -101,7 +122,7 @@ fn plugin_drained(
                 }
             }
         }
-        (thread_cpu() - start, n)
+        (thread_cpu() - start, n, kept)
     });
     let mut cmd = Command::new(qemu);
     cmd.arg("-plugin")
@@ -116,9 +137,81 @@ fn plugin_drained(
     let st = child.wait().expect("wait for QEMU");
     assert!(st.success(), "{cmd:?}: {st}");
     let qemu_cpu = children_cpu() - before;
-    let (read_cpu, bytes) = reader.join().expect("the reader");
+    let (read_cpu, bytes, kept) = reader.join().expect("the reader");
     assert!(bytes > 8, "the plugin sent nothing");
-    (qemu_cpu, read_cpu, bytes)
+    (qemu_cpu, read_cpu, bytes, kept)
+}
+
+/// Where `ptemu run --no-truth`'s own time goes, per executed block, on a stream recorded
+/// once (no QEMU running beside it): the reader alone (`QemuEvents::next_steps`, the plugin's
+/// batches walked into block executions, QE13), then reader and tracer as `ptemu run` drives
+/// them (`simulate::run_source`, the reader on its own thread, BLK1). Each the best of
+/// `rounds` by CPU time of this process.
+fn stages(stream: &[u8], rounds: usize) {
+    use ptemu::simulate::{self, Options};
+    use ptemu::sources::qemu::{QemuEvents, Sideband};
+    use ptemu::sources::steps::Steps;
+    use ptemu::sources::{EventSource, Format};
+    use std::sync::{Arc, Mutex};
+    let source = |bytes: Vec<u8>| {
+        QemuEvents::new(
+            "gzip",
+            std::io::Cursor::new(bytes),
+            Arc::new(Mutex::new(Sideband::default())),
+        )
+    };
+    let mut execs = 0u64;
+    let mut reader = Duration::MAX;
+    let mut both = Duration::MAX;
+    for _ in 0..rounds {
+        let mut src = source(stream.to_vec());
+        let mut steps = Steps::default();
+        let start = process_cpu();
+        execs = 0;
+        loop {
+            steps.clear();
+            if !src.next_steps(&mut steps).expect("a good stream") {
+                break;
+            }
+            execs += (steps.len() - steps.events_len()) as u64;
+        }
+        reader = reader.min(process_cpu() - start);
+        let src = source(stream.to_vec());
+        let opts = Options::new(Format::Qemu, simulate::default_layout());
+        let start = process_cpu();
+        let _: (_, std::io::Sink) = simulate::run_source(
+            &opts,
+            "gzip",
+            Box::new(src),
+            std::io::sink(),
+            None,
+            ptemu::event_log::EventLog::new(16),
+            &mut |_| {},
+        )
+        .expect("a good stream");
+        both = both.min(process_cpu() - start);
+    }
+    let ns = |d: Duration| d.as_secs_f64() * 1e9 / execs.max(1) as f64;
+    println!(
+        "qemu_run: stages on the recorded stream ({execs} block executions): the reader alone {reader:.2?} CPU \
+         ({:.1} ns a block), reader and tracer {both:.2?} ({:.1} ns a block; the tracer and the hand-off \
+         {:.1})",
+        ns(reader),
+        ns(both),
+        ns(both.saturating_sub(reader)),
+    );
+}
+
+/// User + system CPU time of this process (all its threads).
+fn process_cpu() -> Duration {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage fills the struct it is given.
+    let u = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr());
+        u.assume_init()
+    };
+    let t = |v: libc::timeval| Duration::new(v.tv_sec as u64, v.tv_usec as u32 * 1000);
+    t(u.ru_utime) + t(u.ru_stime)
 }
 
 /// `benches/data/store_ids.c` built into `dir` (None, said, without gcc).
@@ -252,6 +345,10 @@ fn main() {
             ns(r),
         );
     }
+    // Where ptemu's own time goes, on a stream recorded once.
+    let (_, _, _, stream) = plugin_stream(&qemu, &plugin, &gzip, &file, Take::Keep);
+    stages(&stream, rounds);
+    drop(stream);
     let run = |truth: bool| {
         let mut c = Command::new(&ptemu);
         c.args(["run", "-q", "--out"])

@@ -968,6 +968,51 @@ impl<R: Read> Reader<R> {
         Some((id, self.with_run_after(id)))
     }
 
+    /// The hot path's way through a batch record: copies into `dst` the batch's next indices
+    /// that lie whole in what was read already and name translated blocks (at most
+    /// `dst.len()`), takes them, and returns how many, with the offset of the first. 0, nothing
+    /// taken but maybe a batch record's head (as [`Reader::buffered_exec`] takes it), when the
+    /// next record is not a batch, its next index is not read yet or names no block
+    /// ([`Reader::next_record`] then says where). Unlike `buffered_exec` it does not fold an
+    /// execution with the ones whose ids follow on: each index is one block's execution.
+    #[inline]
+    pub fn take_buffered_indices(&mut self, dst: &mut [u32]) -> (usize, u64) {
+        if !self.started {
+            return (0, 0);
+        }
+        if self.batch_left == 0 && !self.ended && self.buf[self.at..self.filled].first() == Some(&TAG_BLOCKS)
+        {
+            match buffered_varint(&self.buf[self.at + 1..self.filled]) {
+                Some((count, len)) if count > 0 => {
+                    self.at += len + 1;
+                    self.batch_left = count;
+                }
+                _ => return (0, 0),
+            }
+        }
+        let at = self.offset();
+        let have = ((self.filled - self.at) / 4)
+            .min(usize::try_from(self.batch_left).unwrap_or(usize::MAX))
+            .min(dst.len());
+        let blocks = self.firsts.len() - 1;
+        let bytes = &self.buf[self.at..self.at + 4 * have];
+        let mut n = 0;
+        for (d, b) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+            let index = le32(b);
+            if index as usize >= blocks {
+                break;
+            }
+            *d = index;
+            n += 1;
+        }
+        if n > 0 {
+            self.last_exec = self.firsts[dst[n - 1] as usize + 1] - 1;
+            self.at += 4 * n;
+            self.batch_left -= n as u64;
+        }
+        (n, at)
+    }
+
     /// The next executed block of the batch being read, folded with the ones after it whose ids
     /// follow on, as far as what was read already holds them; `None`, nothing consumed, when
     /// its index is not read yet or names no block (`next_record` then says where).
@@ -1319,6 +1364,67 @@ mod tests {
         r.next_record().unwrap();
         assert_eq!(r.buffered_exec(), Some((0, 2)));
         assert_eq!(r.buffered_exec(), None);
+        assert!(r.next_record().unwrap_err().message.contains("block 5"));
+    }
+
+    /// QE13: the hot path's walk of a batch in place gives each executed block's index as
+    /// `next_batched` does, whatever pieces the stream comes in and however few indices fit
+    /// the caller's buffer, takes a batch's head with its first indices, and leaves an index no
+    /// block had to `next_record`, which refuses it at its offset.
+    #[test]
+    fn qe13_indices_taken_in_place_are_the_batches() {
+        let pattern: Vec<u32> = (0..5_000u32).map(|k| (k * 5 + k / 7) % 2).collect();
+        let mut w = Writer::new();
+        w.block(0x1000, &[1], &[0x90, 0x90]);
+        w.block(0x1002, &[], &[0xc3]);
+        w.exec_blocks(&pattern);
+        w.note(NoteKind::Returned, 1, "");
+        w.exec_blocks(&pattern[..3]);
+        w.end_with(0);
+        let bytes = written(&mut w);
+        let expect: Vec<u32> = pattern.iter().chain(&pattern[..3]).copied().collect();
+        for (step, room) in [(1, 1), (3, 7), (4093, 256), (1 << 20, 256), (5, 1000)] {
+            let mut r = Reader::new(Trickle { bytes: &bytes, step });
+            let mut got = Vec::new();
+            let mut dst = vec![0u32; room];
+            loop {
+                let (n, at) = r.take_buffered_indices(&mut dst);
+                if n > 0 {
+                    assert!(at < bytes.len() as u64 && n <= room);
+                    // The offset is the first index's: its 4 bytes there.
+                    let k = at as usize;
+                    assert_eq!(le32(&bytes[k..k + 4]), dst[0]);
+                    got.extend_from_slice(&dst[..n]);
+                    continue;
+                }
+                match r.next_record().unwrap() {
+                    Some(Record::Exec { first, count }) => {
+                        // The batch's next block, folded with those whose ids follow on.
+                        let mut left = count;
+                        let mut id = first;
+                        while left > 0 {
+                            let (index, n) = if id == 0 { (0, 2) } else { (1, 1) };
+                            got.push(index);
+                            id = (id + n) % 3;
+                            left -= n;
+                        }
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            assert_eq!(got, expect, "{step} bytes a read, room for {room}");
+            assert!(r.ended());
+        }
+        // An index no block had: not taken, refused by next_record at its offset.
+        let bytes = two_blocks_then(&[0, 5]);
+        let mut r = Reader::new(&bytes[..]);
+        r.next_record().unwrap();
+        r.next_record().unwrap();
+        let mut dst = [0u32; 8];
+        let (n, _) = r.take_buffered_indices(&mut dst);
+        assert_eq!((n, dst[0]), (1, 0));
+        assert_eq!(r.take_buffered_indices(&mut dst).0, 0);
         assert!(r.next_record().unwrap_err().message.contains("block 5"));
     }
 

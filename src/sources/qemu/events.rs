@@ -217,12 +217,13 @@ pub struct QemuEvents<R> {
     /// one is a near branch or plain (a block of written code, or ending at a system call, a
     /// REP string or a far transfer, goes instruction by instruction).
     blocks: Vec<Block>,
-    /// For each instruction id: the block it starts plus one, or 0.
+    /// For each instruction id: the translated block it starts plus one, when that is one of
+    /// `blocks`; else 0.
     block_at: Vec<u32>,
-    /// For each block, what its executions are resolved with (one record: read once a block).
-    block_info: Vec<BlockInfo>,
-    /// The block whose execution is pending (its outcome comes with the next one); `pending`
-    /// is `None` while it is set.
+    /// Every block the plugin translated, by its index in the stream's batches.
+    translated: Vec<Translated>,
+    /// The translated block whose execution as one of `blocks` is pending (its outcome comes
+    /// with the next one); `pending` is `None` while it is set.
     pending_block: Option<u32>,
     /// A batch reused by [`EventSource::next_events`].
     expand: Steps,
@@ -234,29 +235,57 @@ pub struct QemuEvents<R> {
     held: Vec<Event>,
 }
 
-/// What an execution of a block needs of it (BLK1), in one place.
+/// A block the plugin translated, by its index in the stream's batches (QE13): all an execution
+/// of it is read and resolved with, in one record (32 bytes: two a cache line, one load a block
+/// on the hot path).
 #[derive(Clone, Copy, Debug)]
-struct BlockInfo {
+#[repr(align(32))]
+struct Translated {
     /// Its first instruction's address.
     start: u64,
-    /// Its last instruction's address.
-    last_ip: u64,
-    /// The address after its last instruction.
-    fall_through: u64,
-    /// The last instruction's direct target (0 for others).
-    target: u64,
+    /// Where an execution goes by itself when its last instruction is no indirect branch or
+    /// RET: the direct target, or the fall-through of a plain instruction (a conditional
+    /// branch also goes to `start + len`, [`FALLS`]).
+    way: u64,
     /// Its first instruction id.
     first: u32,
+    /// The block this source gives whole executions of, plus one (0: none, BLK1).
+    block: u32,
+    /// The whole instructions' bytes (as a block: 0 otherwise).
+    len: u16,
     /// How many ids an execution covers (a QE14 instruction into the next page included).
-    ids: u32,
-    /// Its instructions.
-    whole: u32,
-    /// Its last instruction's kind.
-    kind: Kind,
+    ids: u16,
+    /// Its whole instructions.
+    whole: u16,
+    /// [`FALLS`], [`INDIRECT`].
+    flags: u8,
+    /// The count of the source's statistics its last instruction adds to ([`Counts::ends`]).
+    class: u8,
 }
+
+/// [`Translated::flags`]: the last instruction is a conditional branch, which may also go on at
+/// the block's end.
+const FALLS: u8 = 1;
+/// [`Translated::flags`]: the last instruction is an indirect branch or a RET: it goes anywhere
+/// but a signal handler's first instruction or an instruction inside the block (QE13, QE16).
+const INDIRECT: u8 = 2;
+
+/// [`Counts::ends`]: a block whose last instruction is plain.
+const END_NONE: u8 = 0;
+/// [`Counts::ends`]: a conditional branch.
+const END_CONDITIONAL: u8 = 1;
+/// [`Counts::ends`]: a direct JMP or CALL.
+const END_DIRECT: u8 = 2;
+/// [`Counts::ends`]: an indirect JMP or CALL.
+const END_INDIRECT: u8 = 3;
+/// [`Counts::ends`]: a RET.
+const END_RETURN: u8 = 4;
 
 #[derive(Default, Clone, Copy)]
 struct Counts {
+    /// Whole blocks' executions by the class of their last instruction: [`END_NONE`],
+    /// [`END_CONDITIONAL`], [`END_DIRECT`], [`END_INDIRECT`], [`END_RETURN`].
+    ends: [u64; 5],
     blocks: u64,
     conditional: u64,
     direct: u64,
@@ -318,7 +347,7 @@ impl<R: Read> QemuEvents<R> {
             spool: None,
             blocks: Vec::new(),
             block_at: Vec::new(),
-            block_info: Vec::new(),
+            translated: Vec::new(),
             pending_block: None,
             expand: Steps::default(),
             fault_handled: false,
@@ -875,13 +904,14 @@ impl<R: Read> QemuEvents<R> {
         while id < end {
             // BLK1: a whole block in one step where it is one (and no signal's handler is
             // being held back: those events go in where the handler's began, QE16).
-            if let Some(b) = self.block_at[id].checked_sub(1) {
+            if let Some(t) = self.block_at[id].checked_sub(1) {
+                let ids = usize::from(self.translated[t as usize].ids);
                 if self.suspended.is_none()
                     && !self.fault_handled
-                    && id + self.block_info[b as usize].ids as usize <= end
-                    && self.begin_block(b, out, at)?
+                    && id + ids <= end
+                    && self.begin_block(t, out, at)?
                 {
-                    id += self.block_info[b as usize].ids as usize;
+                    id += ids;
                     continue;
                 }
             }
@@ -919,64 +949,101 @@ impl<R: Read> QemuEvents<R> {
         Ok(())
     }
 
-    /// BLK1: the block translated last (instruction ids `first..`), as a block this source
-    /// gives whole executions of, when it is one: its instructions but the last are plain, the
-    /// last one is plain or a near branch (a QE14 instruction into the next page left out), and
-    /// no file lacks its code (written code goes instruction by instruction, QE17).
-    fn describe_block(&mut self, first: usize, out: &mut Steps) {
+    /// The executions of the blocks the plugin names by `indices` (a batch's, the first at
+    /// stream offset `at`), one after another: each a whole block in one step where it is one
+    /// (BLK1), else its instructions (`run_ids`).
+    #[inline]
+    fn run_indices(&mut self, indices: &[u32], at: u64, out: &mut Steps) -> Result<()> {
+        self.entered = false;
+        for (k, &index) in indices.iter().enumerate() {
+            let at = at + 4 * k as u64;
+            let t = &self.translated[index as usize];
+            let (block, first, ids) = (t.block, t.first, t.ids);
+            if block != 0 && self.suspended.is_none() && self.begin_block(index, out, at)? {
+                continue;
+            }
+            self.run_ids(u64::from(first), u64::from(ids), out, at)?;
+        }
+        Ok(())
+    }
+
+    /// BLK1: the block translated last (instruction ids `first..`, its index `index` in the
+    /// stream's batches), and as a block this source gives whole executions of when it is one:
+    /// its instructions but the last are plain, the last one is plain or a near branch (a QE14
+    /// instruction into the next page left out), and no file lacks its code (written code goes
+    /// instruction by instruction, QE17).
+    fn describe_block(&mut self, first: u32, index: u32, out: &mut Steps) -> Translated {
         let end = self.table.len();
         self.block_at.resize(end, 0);
-        let ids = end - first;
+        let ids = end - first as usize;
+        let mut t = Translated {
+            start: 0,
+            way: 0,
+            first,
+            block: 0,
+            len: 0,
+            ids: ids as u16,
+            whole: 0,
+            flags: 0,
+            class: END_NONE,
+        };
+        let first = first as usize;
         let whole = ids - usize::from(ids > 0 && self.table[end - 1].kind == Kind::Undone);
         if whole == 0 || self.version[first..end].iter().any(|&v| v != 0) {
-            return;
+            return t;
         }
         let insns = &self.table[first..first + whole];
         if insns[..whole - 1].iter().any(|i| i.kind != Kind::Plain) {
-            return;
+            return t;
         }
         let last = insns[whole - 1];
-        let ends = match last.kind {
-            Kind::Plain => BlockEnd::FallThrough,
-            Kind::Conditional => BlockEnd::Conditional { target: last.target },
-            Kind::Jump => BlockEnd::Jump { target: last.target },
-            Kind::Call => BlockEnd::Call { target: last.target },
-            Kind::IndirectJump => BlockEnd::IndirectJump,
-            Kind::IndirectCall => BlockEnd::IndirectCall,
-            Kind::Return => BlockEnd::Return,
-            _ => return,
+        let (ends, way, flags, class) = match last.kind {
+            Kind::Plain => (BlockEnd::FallThrough, last.next(), 0, END_NONE),
+            Kind::Conditional => (
+                BlockEnd::Conditional { target: last.target },
+                last.target,
+                FALLS,
+                END_CONDITIONAL,
+            ),
+            Kind::Jump => (BlockEnd::Jump { target: last.target }, last.target, 0, END_DIRECT),
+            Kind::Call => (BlockEnd::Call { target: last.target }, last.target, 0, END_DIRECT),
+            Kind::IndirectJump => (BlockEnd::IndirectJump, 0, INDIRECT, END_INDIRECT),
+            Kind::IndirectCall => (BlockEnd::IndirectCall, 0, INDIRECT, END_INDIRECT),
+            Kind::Return => (BlockEnd::Return, 0, INDIRECT, END_RETURN),
+            _ => return t,
         };
         let lens: Vec<u8> = insns.iter().map(|i| i.len).collect();
-        let (Ok(block), Ok(n), Ok(f)) = (
+        let (Ok(block), Ok(n), Ok(len)) = (
             Block::new(insns[0].ip, &lens, ends),
             u32::try_from(self.blocks.len() + 1),
-            u32::try_from(first),
+            u16::try_from(last.next() - insns[0].ip),
         ) else {
-            return;
+            return t;
         };
-        self.block_at[first] = n;
-        self.block_info.push(BlockInfo {
+        self.block_at[first] = index + 1;
+        t = Translated {
             start: insns[0].ip,
-            last_ip: last.ip,
-            fall_through: last.next(),
-            target: last.target,
-            first: f,
-            ids: ids as u32,
-            whole: whole as u32,
-            kind: last.kind,
-        });
+            way,
+            block: n,
+            len,
+            whole: whole as u16,
+            flags,
+            class,
+            ..t
+        };
         out.define(block.clone());
         self.blocks.push(block);
+        t
     }
 
-    /// BLK1: an execution of block `b` begins: the step before it is resolved (it went to the
-    /// block's start) and the block's execution is pending. False where the block must go
+    /// BLK1: an execution of translated block `b` (one of `blocks`) begins: the step before it
+    /// is resolved (it went to the block's start) and the block's execution is pending. False where the block must go
     /// instruction by instruction after all: the step before it delivered a signal whose
     /// handler's events are held back (QE16); no instruction is pending then. (A REP string
     /// instruction iterating cannot come before it: no block of plain code starts at one.)
-    #[inline]
+    #[inline(always)]
     fn begin_block(&mut self, b: u32, out: &mut Steps, at: u64) -> Result<bool> {
-        let info = self.block_info[b as usize];
+        let info = self.translated[b as usize];
         if let Some(p) = self.pending.take() {
             if p.kind == Kind::Plain && info.start == p.next() {
                 self.instructions += 1;
@@ -993,7 +1060,7 @@ impl<R: Read> QemuEvents<R> {
             return Ok(false);
         }
         self.executions += u64::from(info.ids);
-        self.pending_id = Some((info.first + info.whole - 1) as usize);
+        self.pending_id = Some(info.first as usize + usize::from(info.whole) - 1);
         self.pending_block = Some(b);
         Ok(true)
     }
@@ -1002,31 +1069,32 @@ impl<R: Read> QemuEvents<R> {
     /// its last instruction goes by itself (what [`QemuEvents::resolve`] takes without a second
     /// look); otherwise its instructions but the last retire and the last one is resolved as
     /// one instruction is, which finds the signal or refuses what cannot be traced.
-    #[inline]
+    #[inline(always)]
     fn resolve_block(&mut self, b: u32, nx: u64, out: &mut Steps, at: u64) -> Result<()> {
-        let info = self.block_info[b as usize];
-        let plain = match info.kind {
-            Kind::Plain => nx == info.fall_through,
-            Kind::Conditional => nx == info.fall_through || nx == info.target,
-            Kind::Jump | Kind::Call => nx == info.target,
-            Kind::IndirectJump | Kind::IndirectCall | Kind::Return => {
-                self.handler(nx).is_none()
-                    && !(info.start < nx && nx <= info.last_ip && self.inside_own_block(nx))
-            }
-            _ => false,
+        let info = &self.translated[b as usize];
+        let plain = if info.flags & INDIRECT != 0 {
+            (self.handlers.is_empty() || self.handler(nx).is_none())
+                && !(nx.wrapping_sub(info.start).wrapping_sub(1) < u64::from(info.len) - 1
+                    && self.inside_own_block(nx))
+        } else {
+            // Without a branch on which way it went: a conditional branch's way is as hard to
+            // predict here as in the program.
+            (nx == info.way) | ((info.flags & FALLS != 0) & (nx == info.start + u64::from(info.len)))
         };
         if plain {
-            match info.kind {
-                Kind::Conditional => self.counts.conditional += 1,
-                Kind::Jump | Kind::Call => self.counts.direct += 1,
-                Kind::IndirectJump | Kind::IndirectCall => self.counts.indirect += 1,
-                Kind::Return => self.counts.returns += 1,
-                _ => {}
-            }
-            self.instructions += u64::from(info.whole);
-            out.exec(BlockExec { next: nx, block: b }, info.whole as usize);
+            self.counts.ends[info.class as usize] += 1;
+            let (whole, block) = (info.whole, info.block - 1);
+            self.instructions += u64::from(whole);
+            out.exec(BlockExec { next: nx, block }, usize::from(whole));
             return Ok(());
         }
+        self.go_off_block(b, nx, out, at)
+    }
+
+    /// The pending execution of block `b` went on at `nx`, where its last instruction does
+    /// not go by itself: it is resolved instruction by instruction (`resolve_block`).
+    #[inline(never)]
+    fn go_off_block(&mut self, b: u32, nx: u64, out: &mut Steps, at: u64) -> Result<()> {
         self.open_block(b, out);
         let p = self.pending.take().expect("the block's last instruction");
         self.resolve(p, nx, out, at)
@@ -1035,8 +1103,9 @@ impl<R: Read> QemuEvents<R> {
     /// The pending execution of block `b`, instruction by instruction: its instructions but the
     /// last retire, and the last one is pending.
     fn open_block(&mut self, b: u32, out: &mut Steps) {
-        let info = self.block_info[b as usize];
-        let (first, last_id) = (info.first as usize, (info.first + info.whole - 1) as usize);
+        let info = self.translated[b as usize];
+        let first = info.first as usize;
+        let last_id = first + usize::from(info.whole) - 1;
         out.extend_events(&self.retire[first..last_id]);
         self.instructions += (last_id - first) as u64;
         self.pending_id = Some(last_id);
@@ -1294,7 +1363,14 @@ impl<R: Read> QemuEvents<R> {
             }
             if !self.fault_handled && self.mine.is_none_or(|m| m == self.current) {
                 // The hot path: the traced thread's executions, as long as they come (not
-                // while a fault's handler is installed: each block is held then, QE21).
+                // while a fault's handler is installed: each block is held then, QE21): a
+                // batch's indices walked as they lie in what was read, else execution records.
+                let mut indices = [0u32; 256];
+                let (n, at) = self.reader.take_buffered_indices(&mut indices);
+                if n > 0 {
+                    self.run_indices(&indices[..n], at, out)?;
+                    continue;
+                }
                 let mut n = 0;
                 while n < 64 {
                     let at = self.reader.offset();
@@ -1413,6 +1489,13 @@ impl<R: Read> QemuEvents<R> {
                 }) => {
                     self.counts.blocks += 1;
                     debug_assert_eq!(first_id as usize, self.table.len());
+                    let Ok(first) = u32::try_from(first_id) else {
+                        return Err(self.error(
+                            at,
+                            ErrorKind::Inconsistent,
+                            format!("a block whose first instruction is the {first_id}th translated: more than 4 G instructions"),
+                        ));
+                    };
                     // The record borrows the reader: copied to buffers that are reused.
                     let mut scratch = std::mem::take(&mut self.scratch);
                     let mut starts = std::mem::take(&mut self.starts);
@@ -1467,7 +1550,9 @@ impl<R: Read> QemuEvents<R> {
                     }
                     self.scratch = scratch;
                     self.starts = starts;
-                    self.describe_block(first_id as usize, out);
+                    let index = self.translated.len() as u32;
+                    let t = self.describe_block(first, index, out);
+                    self.translated.push(t);
                 }
                 // The traced thread's are taken first, the others' passed over above.
                 Some(Record::Exec { .. }) => unreachable!("taken above"),
@@ -1527,10 +1612,10 @@ impl<R: Read> QemuEvents<R> {
                 ("instructions", self.instructions),
                 ("translated_blocks", c.blocks),
                 ("translated_instructions", self.table.len() as u64),
-                ("conditional_branches", c.conditional),
-                ("direct_branches", c.direct),
-                ("indirect_branches", c.indirect),
-                ("returns", c.returns),
+                ("conditional_branches", c.conditional + c.ends[END_CONDITIONAL as usize]),
+                ("direct_branches", c.direct + c.ends[END_DIRECT as usize]),
+                ("indirect_branches", c.indirect + c.ends[END_INDIRECT as usize]),
+                ("returns", c.returns + c.ends[END_RETURN as usize]),
                 ("system_calls", c.syscalls),
                 ("rep_string_instructions", c.rep),
                 ("signals_delivered", c.signals),
