@@ -228,17 +228,28 @@ impl<W: Write> Encoder<W> {
     }
 }
 
+/// The bytes `truth.bin` starts with: the magic, the version, the header (`truth.jsonl`'s
+/// first line without `"truth"`) and its length. A truth whose records were written before its
+/// header was known (`simulate`'s streamed truth, [`super::stream`]) is these bytes, then its
+/// records.
+pub fn header_bytes(header: &serde_json::Value) -> io::Result<Vec<u8>> {
+    let mut h = header.clone();
+    if let Some(o) = h.as_object_mut() {
+        o.remove("truth");
+    }
+    let json = serde_json::to_vec(&h).map_err(io::Error::other)?;
+    let mut buf = Vec::with_capacity(json.len() + 20);
+    buf.extend_from_slice(MAGIC);
+    encode_varint(VERSION, &mut buf);
+    encode_varint(json.len() as u64, &mut buf);
+    buf.extend_from_slice(&json);
+    Ok(buf)
+}
+
 impl<W: Write> Sink for Encoder<W> {
     fn header(&mut self, header: &serde_json::Value) -> io::Result<()> {
-        let mut h = header.clone();
-        if let Some(o) = h.as_object_mut() {
-            o.remove("truth");
-        }
-        let json = serde_json::to_vec(&h).map_err(io::Error::other)?;
-        self.buf.extend_from_slice(MAGIC);
-        encode_varint(VERSION, &mut self.buf);
-        encode_varint(json.len() as u64, &mut self.buf);
-        self.buf.extend_from_slice(&json);
+        let bytes = header_bytes(header)?;
+        self.buf.extend_from_slice(&bytes);
         self.spill()
     }
 

@@ -479,6 +479,11 @@ impl Probe {
         self.ready.drain(..)
     }
 
+    /// [`Probe::blocks`] and [`Probe::drain`] at once: the table the drained facts name.
+    pub fn blocks_and_drain(&mut self) -> (&[Block], std::vec::Drain<'_, Fact>) {
+        (&self.blocks, self.ready.drain(..))
+    }
+
     /// Everything still waiting for a TNT that will never come (the end of the run): lost.
     pub fn finish(&mut self) {
         self.bind(None);
