@@ -552,13 +552,14 @@ fn spool_facts(
             w.pass_on().map_err(SimError::Truth)
         }
         Truth::Stream(s) => {
-            let (blocks, facts) = probe.blocks_and_drain();
+            s.stored(stored, stopped);
+            let (blocks, facts) = probe.blocks_and_drain_while(|f| s.takes(f));
             let facts = facts.inspect(|f| {
                 if let Fact::Psb { start } = *f {
                     psbs.push(start);
                 }
             });
-            s.facts(facts, blocks, stored, stopped).map_err(SimError::Truth)
+            s.facts(facts, blocks).map_err(SimError::Truth)
         }
     }
 }

@@ -442,7 +442,9 @@ impl Classifier {
             })
             .collect();
         let spanned = (0..resync.len())
-            .map(|k| (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume))
+            .map(|k| {
+                (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume)
+            })
             .collect();
         Classifier {
             stored: ctx.stored,
@@ -483,7 +485,12 @@ impl Classifier {
     }
 
     /// Classifies `fact`; `blocks`: the table its [`Fact::Exec`]s name (TR14).
-    pub fn fact(&mut self, fact: Fact, blocks: &[crate::tracer::Block], out: &mut dyn Sink) -> io::Result<()> {
+    pub fn fact(
+        &mut self,
+        fact: Fact,
+        blocks: &[crate::tracer::Block],
+        out: &mut dyn Sink,
+    ) -> io::Result<()> {
         // An instruction, or a whole execution of a block (TR14, TR15): its instructions share
         // the carrier and the stream offset, so what the first one decides holds for all.
         let (unit, exec, carrier) = match fact {
@@ -670,7 +677,8 @@ impl Classifier {
                 // packets), leaves a decoder's time unknown until the next TSC that reaches it
                 // intact (TR13).
                 let off = self.delivery.map(start);
-                let intact = off.is_some() && !self.damage.iter().any(|d| d.from <= start + 8 && start < d.to);
+                let intact =
+                    off.is_some() && !self.damage.iter().any(|d| d.from <= start + 8 && start < d.to);
                 if !intact {
                     self.time_unknown = true;
                 } else if kind == Timing::Tsc {
@@ -715,7 +723,8 @@ impl Classifier {
                 .push(Item::Record(with_early(m, self.instructions - self.group.1)));
         }
         let n = self.held.records.len();
-        self.held.flush(n, truncated || !tail.is_empty(), out, &mut self.counts)?;
+        self.held
+            .flush(n, truncated || !tail.is_empty(), out, &mut self.counts)?;
         for k in tail {
             let r = &self.resync[k];
             let s = span_record(&self.delivery, r.d.cause, Some(r.resume), self.instructions);

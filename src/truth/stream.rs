@@ -7,7 +7,8 @@
 //!
 //! A fact is classified once every byte it points into is known stored (its carrier's end, its
 //! packet's) or output has stopped for good (then the stored count is final); the few facts
-//! whose packets are still in the tracer's buffer when a batch ends wait for the next one.
+//! whose packets are still in the tracer's buffer when a batch ends wait in the probe for the
+//! next one ([`Stream::takes`]).
 
 use super::compact::{self, Encoder};
 use super::record::Sink;
@@ -17,6 +18,7 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 
 /// The byte of the stream that must be stored (or known lost) before `f` can be classified.
+#[inline]
 fn needs(f: &Fact) -> u64 {
     match *f {
         Fact::Insn {
@@ -42,10 +44,10 @@ fn needs(f: &Fact) -> u64 {
 pub struct Stream<W: Write> {
     classifier: Classifier,
     out: Encoder<W>,
-    /// Facts that wait until their bytes are stored, in order.
-    deferred: Vec<Fact>,
     /// Output has stopped for good: the stored count is final.
     done: bool,
+    /// The facts whose bytes reach no further than this can be classified.
+    horizon: u64,
 }
 
 impl<W: Write> Stream<W> {
@@ -62,55 +64,45 @@ impl<W: Write> Stream<W> {
         Stream {
             classifier: Classifier::new(&ctx),
             out: Encoder::new(out),
-            deferred: Vec::new(),
             done: false,
+            horizon: 0,
         }
     }
 
-    /// Classifies `facts` (drained from the tracer's probe, in order; `blocks` the table their
-    /// executions name) with `stored` bytes of the stream stored so far; `done`: output has
-    /// stopped, no byte more will be stored (a STOP, an operational error, the end of the run).
-    pub fn facts(
-        &mut self,
-        facts: impl Iterator<Item = Fact>,
-        blocks: &[Block],
-        stored: u64,
-        done: bool,
-    ) -> io::Result<()> {
+    /// `stored` bytes of the stream are stored so far; `done`: output has stopped, no byte
+    /// more will be stored (a STOP, an operational error, the end of the run). The caller then
+    /// takes the facts from the probe while [`Stream::takes`] holds (the others wait there, in
+    /// order, for a later call).
+    pub fn stored(&mut self, stored: u64, done: bool) {
         if done && !self.done {
             self.done = true;
             self.classifier.set_stored(stored);
         }
-        let horizon = if self.done { u64::MAX } else { stored };
-        let mut k = 0;
-        while let Some(f) = self.deferred.get(k) {
-            if needs(f) > horizon {
-                break;
-            }
-            self.classifier.fact(*f, blocks, &mut self.out)?;
-            k += 1;
+        self.horizon = if self.done { u64::MAX } else { stored };
+    }
+
+    /// Whether `f` can be classified now ([`Stream::stored`]).
+    #[inline]
+    pub fn takes(&self, f: &Fact) -> bool {
+        needs(f) <= self.horizon
+    }
+
+    /// Classifies `facts`, which it takes ([`Stream::takes`]), in order (drained from the
+    /// tracer's probe; `blocks` the table their executions name).
+    pub fn facts(&mut self, facts: impl Iterator<Item = Fact>, blocks: &[Block]) -> io::Result<()> {
+        for f in facts {
+            debug_assert!(self.takes(&f));
+            self.classifier.fact(f, blocks, &mut self.out)?;
         }
-        self.deferred.drain(..k);
-        let mut facts = facts;
-        if self.deferred.is_empty() {
-            for f in facts.by_ref() {
-                if needs(&f) > horizon {
-                    self.deferred.push(f);
-                    break;
-                }
-                self.classifier.fact(f, blocks, &mut self.out)?;
-            }
-        }
-        self.deferred.extend(facts);
         Ok(())
     }
 
-    /// The end of the run: every fact was given ([`Stream::facts`] with `done`); `truncated`:
-    /// the stream was cut short (TR3). Writes the end record and the block table; the counts
-    /// and the writer.
+    /// The end of the run: every fact was given, the last ones after output stopped for good
+    /// ([`Stream::stored`] with `done`); `truncated`: the stream was cut short (TR3). Writes
+    /// the end record and the block table; the counts and the writer.
     pub fn finish(mut self, truncated: bool) -> io::Result<(Counts, W)> {
-        if !self.done || !self.deferred.is_empty() {
-            return Err(io::Error::other("the truth stream ended before its facts were classified"));
+        if !self.done {
+            return Err(io::Error::other("the truth stream ended before output did"));
         }
         let counts = self.classifier.finish(truncated, &mut self.out)?;
         self.out.finish()?;
