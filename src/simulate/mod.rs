@@ -327,7 +327,7 @@ fn run_feed<W: Write>(
     let mut tracer = Tracer::new(unit, opts.tracer.clone());
     let mut facts = facts.map(|w| {
         if opts.stream_truth {
-            Truth::Stream(crate::truth::stream::Stream::new(w))
+            Truth::Stream(Box::new(crate::truth::stream::Stream::new(w)))
         } else {
             Truth::Spool(crate::truth::spool::Writer::new(w))
         }
@@ -518,7 +518,8 @@ fn enable_before<M: crate::PhysMemory>(
 /// (TR16).
 enum Truth<'a> {
     Spool(crate::truth::spool::Writer<&'a mut dyn Write>),
-    Stream(crate::truth::stream::Stream<&'a mut dyn Write>),
+    /// Boxed: the classifier's state is several times the spool writer's.
+    Stream(Box<crate::truth::stream::Stream<&'a mut dyn Write>>),
 }
 
 /// Moves the tracer's finished facts to the spool, or classifies them (TR16: `stored` bytes
