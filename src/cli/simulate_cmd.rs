@@ -340,6 +340,8 @@ pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failur
         let _ = warn_layout(p, &layout);
     }
     let mut opts = Options::new(format, layout);
+    // TR16: with no consumer-side fault, truth.bin is classified as the run goes.
+    opts.stream_truth = r.truth_format == TruthFormat::Bin && !plan(r).changes_delivery();
     for text in &r.ctl {
         opts.ctl = apply_assignment(opts.ctl, text).map_err(|e| Failure::input(format!("--ctl {e}")))?;
     }

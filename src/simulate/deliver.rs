@@ -142,6 +142,17 @@ pub fn finish_truth(
         run,
     };
     let counts = (|| -> io::Result<Counts> {
+        if let Some(counts) = outcome.streamed_truth {
+            // TR16: the records were classified as the run went; the header goes before them.
+            if !ctx.damage.is_empty() || truth_out.extension().is_none_or(|e| e != "bin") {
+                return Err(io::Error::other(
+                    "a truth classified as the run went is truth.bin of a run without consumer-side damage",
+                ));
+            }
+            truth::stream::assemble(spool, &ctx, truth_out)?;
+            fs::remove_file(spool)?;
+            return Ok(counts);
+        }
         let spooled = fs::File::open(spool)?;
         let out = BufWriter::with_capacity(1 << 20, fs::File::create(truth_out)?);
         // TR9: `.bin` is the compact form, anything else JSON lines.

@@ -87,6 +87,10 @@ pub struct Options {
     /// most [`MAX_PARSE_WORKERS`]) and decode a gem5 trace on as many (SIM20). The outputs are
     /// the same bytes either way.
     pub threads: usize,
+    /// Classify the truth as the run goes (spec/truth.md TR16): the facts writer then receives
+    /// `truth.bin`'s records (without the header, [`crate::truth::stream`]), not a spool, and
+    /// [`Outcome::streamed_truth`] their counts. Only for a run with no consumer-side fault.
+    pub stream_truth: bool,
 }
 
 ptemu_core::with_setters!(Options {
@@ -96,6 +100,7 @@ ptemu_core::with_setters!(Options {
     with_read => read: ReadOptions,
     with_image => image: bool,
     with_threads => threads: usize,
+    with_stream_truth => stream_truth: bool,
 });
 
 impl Options {
@@ -110,6 +115,7 @@ impl Options {
             read: ReadOptions::default(),
             image: format == Format::Penn,
             threads: 1,
+            stream_truth: false,
         }
     }
 
@@ -225,6 +231,9 @@ pub struct Outcome {
     /// Whether output stopped or failed (STOP, TraceStop, an operational error): the stream may
     /// end inside a packet.
     pub truncated: bool,
+    /// The truth's counts when it was classified as the run went ([`Options::stream_truth`]):
+    /// the facts writer holds `truth.bin`'s records, for [`crate::truth::stream::assemble`].
+    pub streamed_truth: Option<crate::truth::Counts>,
 }
 
 /// PMI offsets kept in [`Outcome::pmis`].
@@ -316,7 +325,13 @@ fn run_feed<W: Write>(
     let mut unit = OutputUnit::new(opts.layout.cpu.clone());
     unit.track_regions(true);
     let mut tracer = Tracer::new(unit, opts.tracer.clone());
-    let mut facts = facts.map(crate::truth::spool::Writer::new);
+    let mut facts = facts.map(|w| {
+        if opts.stream_truth {
+            Truth::Stream(Box::new(crate::truth::stream::Stream::new(w)))
+        } else {
+            Truth::Spool(crate::truth::spool::Writer::new(w))
+        }
+    });
     if facts.is_some() {
         tracer.record_truth();
     }
@@ -378,7 +393,9 @@ fn run_feed<W: Write>(
             }
         }
         count += steps.len() as u64;
-        spool_facts(&mut tracer, &mut facts, &mut psbs)?;
+        // Before the enable nothing is stored, and nothing has stopped.
+        let stored = ip.map(|_| mem.copied());
+        spool_facts(&mut tracer, &mut facts, &mut psbs, stored, false)?;
         events_log
             .extend(tracer.drain_output_events().inspect(|e| cut.note(e)))
             .map_err(SimError::Events)
@@ -403,9 +420,15 @@ fn run_feed<W: Write>(
     if let Some(p) = tracer.probe_mut() {
         p.finish();
     }
-    spool_facts(&mut tracer, &mut facts, &mut psbs)?;
-    if let Some(w) = facts {
-        w.finish().map_err(SimError::Truth)?;
+    // Nothing more is stored after the disabling WRMSR: the stored count is final.
+    spool_facts(&mut tracer, &mut facts, &mut psbs, Some(mem.copied()), true)?;
+    let mut stream = None;
+    match facts {
+        Some(Truth::Spool(w)) => {
+            w.finish().map_err(SimError::Truth)?;
+        }
+        Some(Truth::Stream(s)) => stream = Some(s),
+        None => {}
     }
     let source = feed.source().stats();
     let image = match feed {
@@ -431,6 +454,10 @@ fn run_feed<W: Write>(
         .and_then(|()| events_log.flush())
         .map_err(SimError::Events)?;
     let Cuts { pmis, truncated } = cut;
+    let streamed_truth = match stream {
+        Some(s) => Some(s.finish(truncated).map_err(SimError::Truth)?.0),
+        None => None,
+    };
     Ok((
         Outcome {
             unit,
@@ -443,6 +470,7 @@ fn run_feed<W: Write>(
             pmis,
             psbs,
             truncated,
+            streamed_truth,
         },
         sink,
     ))
@@ -486,24 +514,55 @@ fn enable_before<M: crate::PhysMemory>(
     Ok(())
 }
 
-/// Moves the tracer's finished facts to the spool, keeping the PSB offsets.
+/// Where the tracer's facts go: a spool, classified after the run, or classified as they come
+/// (TR16).
+enum Truth<'a> {
+    Spool(crate::truth::spool::Writer<&'a mut dyn Write>),
+    /// Boxed: the classifier's state is several times the spool writer's.
+    Stream(Box<crate::truth::stream::Stream<&'a mut dyn Write>>),
+}
+
+/// Moves the tracer's finished facts to the spool, or classifies them (TR16: `stored` bytes
+/// stored so far, `None` before tracing was enabled; `last`: the run is over, no byte more
+/// will be stored), keeping the PSB offsets.
 fn spool_facts(
     tracer: &mut Tracer,
-    facts: &mut Option<crate::truth::spool::Writer<&mut dyn Write>>,
+    facts: &mut Option<Truth<'_>>,
     psbs: &mut Vec<u64>,
+    stored: Option<u64>,
+    last: bool,
 ) -> Result<(), SimError> {
-    let (Some(w), Some(probe)) = (facts.as_mut(), tracer.probe_mut()) else {
+    // Output that stopped after the enable (ToPA STOP, an operational error, TraceStop) stays
+    // stopped: only a WRMSR starts it again, and a run writes none between its enable and its
+    // end.
+    let stopped = last || (stored.is_some() && !tracer.unit().output_enabled());
+    let stored = stored.unwrap_or(0);
+    let (Some(truth), Some(probe)) = (facts.as_mut(), tracer.probe_mut()) else {
         return Ok(());
     };
-    // The blocks the facts name come before them (TR14).
-    w.blocks(probe.blocks()).map_err(SimError::Truth)?;
-    for f in probe.drain() {
-        if let Fact::Psb { start } = f {
-            psbs.push(start);
+    match truth {
+        Truth::Spool(w) => {
+            // The blocks the facts name come before them (TR14).
+            w.blocks(probe.blocks()).map_err(SimError::Truth)?;
+            for f in probe.drain() {
+                if let Fact::Psb { start } = f {
+                    psbs.push(start);
+                }
+                w.write(&f).map_err(SimError::Truth)?;
+            }
+            w.pass_on().map_err(SimError::Truth)
         }
-        w.write(&f).map_err(SimError::Truth)?;
+        Truth::Stream(s) => {
+            s.stored(stored, stopped);
+            let (blocks, facts) = probe.blocks_and_drain_while(|f| s.takes(f));
+            let facts = facts.inspect(|f| {
+                if let Fact::Psb { start } = *f {
+                    psbs.push(start);
+                }
+            });
+            s.facts(facts, blocks).map_err(SimError::Truth)
+        }
     }
-    w.pass_on().map_err(SimError::Truth)
 }
 
 /// Writes STATUS, OUTPUT_BASE, MASK_PTRS and the other

@@ -155,6 +155,9 @@ pub struct Encoder<W: Write> {
     t: Track,
     /// The blocks given ([`Sink::block`]), written after the end record.
     table: Table,
+    /// For each block of `table`, whether it is the first of the table at its start (the one
+    /// predicted there): a run's prediction without a look-up.
+    first: Vec<bool>,
     /// Bytes passed on to `out`.
     written: u64,
 }
@@ -167,6 +170,7 @@ impl<W: Write> Encoder<W> {
             buf: Vec::with_capacity(1 << 16),
             t: Track::default(),
             table: Table::default(),
+            first: Vec::new(),
             written: 0,
         }
     }
@@ -228,17 +232,28 @@ impl<W: Write> Encoder<W> {
     }
 }
 
+/// The bytes `truth.bin` starts with: the magic, the version, the header (`truth.jsonl`'s
+/// first line without `"truth"`) and its length. A truth whose records were written before its
+/// header was known (`simulate`'s streamed truth, [`super::stream`]) is these bytes, then its
+/// records.
+pub fn header_bytes(header: &serde_json::Value) -> io::Result<Vec<u8>> {
+    let mut h = header.clone();
+    if let Some(o) = h.as_object_mut() {
+        o.remove("truth");
+    }
+    let json = serde_json::to_vec(&h).map_err(io::Error::other)?;
+    let mut buf = Vec::with_capacity(json.len() + 20);
+    buf.extend_from_slice(MAGIC);
+    encode_varint(VERSION, &mut buf);
+    encode_varint(json.len() as u64, &mut buf);
+    buf.extend_from_slice(&json);
+    Ok(buf)
+}
+
 impl<W: Write> Sink for Encoder<W> {
     fn header(&mut self, header: &serde_json::Value) -> io::Result<()> {
-        let mut h = header.clone();
-        if let Some(o) = h.as_object_mut() {
-            o.remove("truth");
-        }
-        let json = serde_json::to_vec(&h).map_err(io::Error::other)?;
-        self.buf.extend_from_slice(MAGIC);
-        encode_varint(VERSION, &mut self.buf);
-        encode_varint(json.len() as u64, &mut self.buf);
-        self.buf.extend_from_slice(&json);
+        let bytes = header_bytes(header)?;
+        self.buf.extend_from_slice(&bytes);
         self.spill()
     }
 
@@ -352,7 +367,9 @@ impl<W: Write> Sink for Encoder<W> {
                 ),
             ));
         }
+        let k = self.table.blocks.len() as u32;
         self.table.push(b.clone());
+        self.first.push(self.table.predict(b.start()) == Some(k));
         Ok(())
     }
 
@@ -365,7 +382,9 @@ impl<W: Write> Sink for Encoder<W> {
         };
         let taken = matches!(b.end(), BlockEnd::Conditional { target } if r.next == target);
         let implied = implied_next(b, taken) == Some(r.next);
-        let predicted = self.table.predict(self.t.next_ip) == Some(r.block);
+        // The table's prediction at the next IP is this block exactly when it starts there
+        // and is the first block that does.
+        let predicted = b.start() == self.t.next_ip && self.first[r.block as usize];
         let new_off = r.off != self.t.insn_off;
         let fall_through = b.fall_through();
         self.class(r.class);

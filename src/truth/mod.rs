@@ -12,6 +12,7 @@ pub mod json;
 pub mod mark;
 pub mod record;
 pub mod spool;
+pub mod stream;
 pub mod verify;
 
 use crate::tracer::{Carrier, Fact, Loss, Timing};
@@ -182,13 +183,13 @@ struct Resync {
 
 /// How one instruction fares (TR2–TR5): `None` when a decoder recovers it, else the cause and
 /// the damage (index into `resync`) it comes from.
-fn classify(carrier: Carrier, exec: u64, ctx: &Context, resync: &[Resync]) -> Option<(Cause, Option<usize>)> {
+fn classify(carrier: Carrier, exec: u64, stored: u64, resync: &[Resync]) -> Option<(Cause, Option<usize>)> {
     let end = match carrier {
         Carrier::Lost(Loss::Overflow) => return Some((Cause::Ovf, None)),
         Carrier::Lost(Loss::Stopped) => return Some((Cause::Stop, None)),
         Carrier::Packet { end, .. } => end,
     };
-    if end > ctx.stored {
+    if end > stored {
         return Some((Cause::Stop, None));
     }
     resync
@@ -198,11 +199,11 @@ fn classify(carrier: Carrier, exec: u64, ctx: &Context, resync: &[Resync]) -> Op
 }
 
 /// A span record: what follows, up to the next instruction a decoder recovers, is `cause`'s.
-fn span_record(ctx: &Context, cause: Cause, resume: Option<u64>, first: u64) -> Record {
+fn span_record(delivery: &Delivery, cause: Cause, resume: Option<u64>, first: u64) -> Record {
     Record::Span {
         cause,
         first,
-        resume: resume.and_then(|r| ctx.delivery.map(r)),
+        resume: resume.and_then(|r| delivery.map(r)),
     }
 }
 
@@ -373,236 +374,317 @@ fn header(ctx: &Context) -> serde_json::Value {
 /// before each run of lost or undefined instructions, the end record.
 pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io::Result<Counts> {
     let mut spool = spool::Reader::new(spool);
-    // The spool's blocks given to `out` (TR15), before the first run that names each.
-    let mut blocks_given = 0;
-    let resync: Vec<Resync> = ctx
-        .damage
-        .iter()
-        .map(|&d| Resync {
-            d,
-            resume: ctx.psbs.iter().copied().find(|&p| p >= d.to).unwrap_or(u64::MAX),
-        })
-        .collect();
     out.header(&header(ctx))?;
-    let mut counts = Counts::default();
-    // The instructions reached through the last two carriers: optional if lost ones follow
-    // (TR3). `split`: how many held records came before the run of the last carrier.
-    let mut held = Held::default();
-    let mut split = 0;
-    let mut run_key: Option<u64> = None;
-    let mut span: Option<(Cause, Option<usize>)> = None;
-    // TR6: a damage that starts where a decoder is already lost (inside an earlier damage's
-    // span, before the PSB it resumes at) never reaches one: it is absorbed into that span, with
-    // no span record or required error of its own.
-    let mut spanned: Vec<bool> = (0..resync.len())
-        .map(|k| (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume))
-        .collect();
-    let mut instructions = 0u64;
-    // Marks (TR11) and times (TR13) whose packet no instruction's carrier has passed yet: the
-    // packet's offset and the record (a mark's `early` is set when it is written).
-    let mut marker = mark::Marker::default();
-    let mut marks: std::collections::VecDeque<(u64, Record)> = Default::default();
-    // The carrier of the last instruction and the first instruction it carries; the first
-    // instruction of the carrier before it.
-    let mut group: (Option<u64>, u64) = (None, 0);
-    let mut prev_first = 0u64;
-    // A decoder's time is unknown until the next intact TSC (TR13).
-    let mut time_unknown = false;
+    let mut c = Classifier::new(ctx);
     while let Some(fact) = spool.next_unexpanded()? {
+        c.fact(fact, spool.blocks(), out)?;
+    }
+    let counts = c.finish(ctx.truncated, out)?;
+    out.finish()?;
+    Ok(counts)
+}
+
+/// The classification of a run's facts (TR2–TR7) into records, one fact at a time, in stream
+/// order: what [`classify_into`] does with a spool, for a caller that has the facts as the run
+/// goes (`simulate` with no consumer-side damage, [`stream`]). It writes no header: the caller
+/// writes it (it names the stored bytes, known at the end).
+pub struct Classifier {
+    /// The bytes stored so far, or all of them once known ([`Classifier::set_stored`]).
+    stored: u64,
+    delivery: Delivery,
+    damage: Vec<Damage>,
+    resync: Vec<Resync>,
+    /// The blocks given to the sink (TR15), before the first run that names each.
+    blocks_given: usize,
+    counts: Counts,
+    /// The instructions reached through the last two carriers: optional if lost ones follow
+    /// (TR3). `split`: how many held records came before the run of the last carrier.
+    held: Held,
+    split: usize,
+    run_key: Option<u64>,
+    span: Option<(Cause, Option<usize>)>,
+    /// TR6: a damage that starts where a decoder is already lost (inside an earlier damage's
+    /// span, before the PSB it resumes at) never reaches one: it is absorbed into that span,
+    /// with no span record or required error of its own.
+    spanned: Vec<bool>,
+    instructions: u64,
+    /// Marks (TR11) and times (TR13) whose packet no instruction's carrier has passed yet: the
+    /// packet's offset and the record (a mark's `early` is set when it is written).
+    marker: mark::Marker,
+    marks: std::collections::VecDeque<(u64, Record)>,
+    /// The carrier of the last instruction and the first instruction it carries; the first
+    /// instruction of the carrier before it.
+    group: (Option<u64>, u64),
+    prev_first: u64,
+    /// A decoder's time is unknown until the next intact TSC (TR13).
+    time_unknown: bool,
+}
+
+impl std::fmt::Debug for Classifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Classifier")
+            .field("stored", &self.stored)
+            .field("instructions", &self.instructions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Classifier {
+    /// A classifier of the facts of the run `ctx` describes (its damage, delivery, PSBs and
+    /// stored bytes; not its header).
+    pub fn new(ctx: &Context) -> Self {
+        let resync: Vec<Resync> = ctx
+            .damage
+            .iter()
+            .map(|&d| Resync {
+                d,
+                resume: ctx.psbs.iter().copied().find(|&p| p >= d.to).unwrap_or(u64::MAX),
+            })
+            .collect();
+        let spanned = (0..resync.len())
+            .map(|k| {
+                (0..k).any(|j| resync[j].d.from <= resync[k].d.from && resync[k].d.from < resync[j].resume)
+            })
+            .collect();
+        Classifier {
+            stored: ctx.stored,
+            delivery: ctx.delivery.clone(),
+            damage: ctx.damage.clone(),
+            resync,
+            blocks_given: 0,
+            counts: Counts::default(),
+            held: Held::default(),
+            split: 0,
+            run_key: None,
+            span: None,
+            spanned,
+            instructions: 0,
+            marker: mark::Marker::default(),
+            marks: Default::default(),
+            group: (None, 0),
+            prev_first: 0,
+            time_unknown: false,
+        }
+    }
+
+    /// The run stored `stored` bytes, every one delivered (a run without consumer-side damage,
+    /// whose stored bytes were not known when it started: [`stream`]).
+    pub fn set_stored(&mut self, stored: u64) {
+        self.stored = stored;
+        self.delivery = Delivery::whole(stored);
+    }
+
+    /// Writes a record now, or holds it behind held instructions.
+    fn put(&mut self, r: Record, out: &mut dyn Sink) -> io::Result<()> {
+        if self.held.records.is_empty() {
+            out.record(&r)
+        } else {
+            self.held.records.push(Item::Record(r));
+            Ok(())
+        }
+    }
+
+    /// Classifies `fact`; `blocks`: the table its [`Fact::Exec`]s name (TR14).
+    pub fn fact(
+        &mut self,
+        fact: Fact,
+        blocks: &[crate::tracer::Block],
+        out: &mut dyn Sink,
+    ) -> io::Result<()> {
         // An instruction, or a whole execution of a block (TR14, TR15): its instructions share
         // the carrier and the stream offset, so what the first one decides holds for all.
-        let unit = match fact {
+        let (unit, exec, carrier) = match fact {
             Fact::Insn {
                 ip,
                 exec,
                 carrier,
                 branch,
-            } => Some((Unit::Insn { ip, branch }, exec, carrier)),
+            } => (Unit::Insn { ip, branch }, exec, carrier),
             Fact::Exec {
                 block,
                 next,
                 exec,
                 carrier,
             } => {
-                for b in spool.blocks().get(blocks_given..).unwrap_or(&[]) {
+                for b in blocks.get(self.blocks_given..).unwrap_or(&[]) {
                     out.block(b)?;
                 }
-                blocks_given = spool.blocks().len();
-                let n = spool
-                    .blocks()
-                    .get(block as usize)
-                    .map_or(0, |b| b.instructions() as u32);
-                Some((Unit::Run { block, n, next }, exec, carrier))
+                self.blocks_given = self.blocks_given.max(blocks.len());
+                let n = blocks.get(block as usize).map_or(0, |b| b.instructions() as u32);
+                (Unit::Run { block, n, next }, exec, carrier)
             }
-            _ => None,
+            other => return self.other(other, out),
         };
-        let record = match (unit, fact) {
-            (Some((unit, exec, carrier)), _) => {
-                let i = instructions;
-                instructions += unit.len();
-                let from = match carrier {
-                    Carrier::Packet { start, .. } => Some(start),
-                    Carrier::Lost(_) => None,
-                };
-                // A decoder reaches this instruction only past the packets before its carrier:
-                // the marks among them are due before it (TR11).
-                while let Some(&(start, m)) = marks.front() {
-                    if from.is_some_and(|f| f < start) {
-                        break;
-                    }
-                    marks.pop_front();
-                    let m = with_early(m, i - group.1);
-                    if held.records.is_empty() {
-                        out.record(&m)?;
-                    } else {
-                        held.records.push(Item::Record(m));
-                    }
-                }
-                if from != group.0 {
-                    prev_first = group.1;
-                    group = (from, i);
-                }
-                let off = match carrier {
-                    Carrier::Packet { start, .. } => ctx.delivery.map(start),
-                    Carrier::Lost(_) => None,
-                };
-                let insn = |class| match unit {
-                    Unit::Insn { ip, branch } => Item::Record(Record::Insn {
-                        i,
-                        ip,
-                        branch: branch_record(branch),
-                        off,
-                        class,
-                    }),
-                    Unit::Run { block, n, next } => Item::Run(Run {
-                        i,
-                        block,
-                        n,
-                        next,
-                        off,
-                        class,
-                    }),
-                };
-                match classify(carrier, exec, ctx, &resync) {
-                    None => {
-                        let Carrier::Packet { end, .. } = carrier else {
-                            unreachable!("a recoverable instruction has a carrier")
-                        };
-                        // Damage this instruction's flow went past without losing anything (a
-                        // packet right before a PSB): its span is empty, but the error it
-                        // causes still belongs there (TR6).
-                        for (k, r) in resync.iter().enumerate() {
-                            if !spanned[k] && end > r.d.from {
-                                spanned[k] = true;
-                                let n = held.records.len();
-                                held.flush(n, true, out, &mut counts)?;
-                                split = 0;
-                                run_key = None;
-                                let s = span_record(ctx, r.d.cause, Some(r.resume), i);
-                                counts.add(&s);
-                                out.record(&s)?;
-                            }
-                        }
-                        span = None;
-                        if run_key != Some(end) {
-                            held.flush(split, false, out, &mut counts)?;
-                            split = held.records.len();
-                            run_key = Some(end);
-                        }
-                        held.records.push(insn(Class::Required));
-                    }
-                    Some((cause, damage)) => {
-                        let n = held.records.len();
-                        held.flush(n, true, out, &mut counts)?;
-                        split = 0;
-                        run_key = None;
-                        if span != Some((cause, damage)) {
-                            span = Some((cause, damage));
-                            if let Some(k) = damage {
-                                spanned[k] = true;
-                            }
-                            let s = span_record(ctx, cause, damage.map(|k| resync[k].resume), i);
-                            counts.add(&s);
-                            out.record(&s)?;
-                        }
-                        match insn(if cause.undefined() {
-                            Class::Undefined(cause)
-                        } else {
-                            Class::Lost(cause)
-                        }) {
-                            Item::Record(r) => {
-                                counts.add(&r);
-                                out.record(&r)?;
-                            }
-                            Item::Run(r) => {
-                                counts.add_run(&r);
-                                out.run(&r)?;
-                            }
-                        }
-                    }
-                }
-                continue;
+        let i = self.instructions;
+        self.instructions += unit.len();
+        let from = match carrier {
+            Carrier::Packet { start, .. } => Some(start),
+            Carrier::Lost(_) => None,
+        };
+        // A decoder reaches this instruction only past the packets before its carrier: the
+        // marks among them are due before it (TR11).
+        while let Some(&(start, m)) = self.marks.front() {
+            if from.is_some_and(|f| f < start) {
+                break;
             }
-            (_, Fact::Enable { ip, start, .. }) => Record::Enable {
+            self.marks.pop_front();
+            let m = with_early(m, i - self.group.1);
+            self.put(m, out)?;
+        }
+        if from != self.group.0 {
+            self.prev_first = self.group.1;
+            self.group = (from, i);
+        }
+        let off = match carrier {
+            Carrier::Packet { start, .. } => self.delivery.map(start),
+            Carrier::Lost(_) => None,
+        };
+        let insn = |class| match unit {
+            Unit::Insn { ip, branch } => Item::Record(Record::Insn {
+                i,
                 ip,
-                off: ctx.delivery.map(start),
+                branch: branch_record(branch),
+                off,
+                class,
+            }),
+            Unit::Run { block, n, next } => Item::Run(Run {
+                i,
+                block,
+                n,
+                next,
+                off,
+                class,
+            }),
+        };
+        match classify(carrier, exec, self.stored, &self.resync) {
+            None => {
+                let Carrier::Packet { end, .. } = carrier else {
+                    unreachable!("a recoverable instruction has a carrier")
+                };
+                // Damage this instruction's flow went past without losing anything (a packet
+                // right before a PSB): its span is empty, but the error it causes still
+                // belongs there (TR6).
+                for k in 0..self.resync.len() {
+                    let r = &self.resync[k];
+                    if !self.spanned[k] && end > r.d.from {
+                        self.spanned[k] = true;
+                        let n = self.held.records.len();
+                        self.held.flush(n, true, out, &mut self.counts)?;
+                        self.split = 0;
+                        self.run_key = None;
+                        let s = span_record(&self.delivery, r.d.cause, Some(r.resume), i);
+                        self.counts.add(&s);
+                        out.record(&s)?;
+                    }
+                }
+                self.span = None;
+                if self.run_key != Some(end) {
+                    self.held.flush(self.split, false, out, &mut self.counts)?;
+                    self.split = self.held.records.len();
+                    self.run_key = Some(end);
+                }
+                self.held.records.push(insn(Class::Required));
+            }
+            Some((cause, damage)) => {
+                let n = self.held.records.len();
+                self.held.flush(n, true, out, &mut self.counts)?;
+                self.split = 0;
+                self.run_key = None;
+                if self.span != Some((cause, damage)) {
+                    self.span = Some((cause, damage));
+                    if let Some(k) = damage {
+                        self.spanned[k] = true;
+                    }
+                    let s = span_record(&self.delivery, cause, damage.map(|k| self.resync[k].resume), i);
+                    self.counts.add(&s);
+                    out.record(&s)?;
+                }
+                match insn(if cause.undefined() {
+                    Class::Undefined(cause)
+                } else {
+                    Class::Lost(cause)
+                }) {
+                    Item::Record(r) => {
+                        self.counts.add(&r);
+                        out.record(&r)?;
+                    }
+                    Item::Run(r) => {
+                        self.counts.add_run(&r);
+                        out.run(&r)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A fact that is not an instruction.
+    fn other(&mut self, fact: Fact, out: &mut dyn Sink) -> io::Result<()> {
+        let record = match fact {
+            Fact::Enable { ip, start, .. } => Record::Enable {
+                ip,
+                off: self.delivery.map(start),
             },
-            (_, Fact::Disable { start, .. }) => Record::Disable {
-                off: ctx.delivery.map(start),
+            Fact::Disable { start, .. } => Record::Disable {
+                off: self.delivery.map(start),
             },
-            (_, Fact::Async { from, to, start, .. }) => Record::Async {
+            Fact::Async { from, to, start, .. } => Record::Async {
                 from,
                 to,
-                off: ctx.delivery.map(start),
+                off: self.delivery.map(start),
             },
-            (_, Fact::Overflow { start, .. }) => {
-                time_unknown = true;
+            Fact::Overflow { start, .. } => {
+                self.time_unknown = true;
                 Record::Overflow {
-                    off: ctx.delivery.map(start),
+                    off: self.delivery.map(start),
                 }
             }
-            (_, Fact::Psb { .. } | Fact::Insn { .. } | Fact::Exec { .. }) => continue,
-            (
-                _,
-                Fact::Mark {
-                    packet,
-                    status,
-                    ip,
-                    start,
-                    ..
-                },
-            ) => {
-                if let Some((text, restated)) = marker.mark(&packet) {
+            Fact::Psb { .. } | Fact::Insn { .. } | Fact::Exec { .. } => return Ok(()),
+            Fact::Mark {
+                packet,
+                status,
+                ip,
+                start,
+                ..
+            } => {
+                if let Some((text, restated)) = self.marker.mark(&packet) {
                     let m = Record::Mark {
                         text,
                         ip,
-                        off: ctx.delivery.map(start),
+                        off: self.delivery.map(start),
                         early: 0,
                         restated: restated || status,
                     };
-                    place(m, start, group, prev_first, &mut held, &mut split, &mut marks);
+                    place(
+                        m,
+                        start,
+                        self.group,
+                        self.prev_first,
+                        &mut self.held,
+                        &mut self.split,
+                        &mut self.marks,
+                    );
                 }
-                continue;
+                return Ok(());
             }
-            (
-                _,
-                Fact::Time {
-                    tsc,
-                    slack,
-                    kind,
-                    start,
-                },
-            ) => {
-                // A timing packet lost or damaged, or an overflow (cycles lost with the packets),
-                // leaves a decoder's time unknown until the next TSC that reaches it intact (TR13).
-                let off = ctx.delivery.map(start);
-                let intact = off.is_some() && !ctx.damage.iter().any(|d| d.from <= start + 8 && start < d.to);
+            Fact::Time {
+                tsc,
+                slack,
+                kind,
+                start,
+            } => {
+                // A timing packet lost or damaged, or an overflow (cycles lost with the
+                // packets), leaves a decoder's time unknown until the next TSC that reaches it
+                // intact (TR13).
+                let off = self.delivery.map(start);
+                let intact =
+                    off.is_some() && !self.damage.iter().any(|d| d.from <= start + 8 && start < d.to);
                 if !intact {
-                    time_unknown = true;
+                    self.time_unknown = true;
                 } else if kind == Timing::Tsc {
-                    time_unknown = false;
+                    self.time_unknown = false;
                 }
-                let t = if time_unknown {
+                let t = if self.time_unknown {
                     Record::Time {
                         tsc: 0,
                         slack: u64::MAX,
@@ -611,34 +693,45 @@ pub fn classify_into<R: Read>(spool: R, ctx: &Context, out: &mut dyn Sink) -> io
                 } else {
                     Record::Time { tsc, slack, off }
                 };
-                place(t, start, group, prev_first, &mut held, &mut split, &mut marks);
-                continue;
+                place(
+                    t,
+                    start,
+                    self.group,
+                    self.prev_first,
+                    &mut self.held,
+                    &mut self.split,
+                    &mut self.marks,
+                );
+                return Ok(());
             }
         };
-        if held.records.is_empty() {
-            out.record(&record)?;
-        } else {
-            held.records.push(Item::Record(record));
+        self.put(record, out)
+    }
+
+    /// Writes what is held and the end record (`truncated`: the stream was cut short, TR3);
+    /// the counts of what was written. The sink is not finished.
+    pub fn finish(mut self, truncated: bool, out: &mut dyn Sink) -> io::Result<Counts> {
+        // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is
+        // optional as before any other loss (TR3).
+        // Damage after the last instruction's carrier still has its span (and its error).
+        let tail: Vec<usize> = (0..self.resync.len())
+            .filter(|&k| !self.spanned[k] && self.resync[k].d.from < self.stored)
+            .collect();
+        for (_, m) in std::mem::take(&mut self.marks) {
+            self.held
+                .records
+                .push(Item::Record(with_early(m, self.instructions - self.group.1)));
         }
+        let n = self.held.records.len();
+        self.held
+            .flush(n, truncated || !tail.is_empty(), out, &mut self.counts)?;
+        for k in tail {
+            let r = &self.resync[k];
+            let s = span_record(&self.delivery, r.d.cause, Some(r.resume), self.instructions);
+            self.counts.add(&s);
+            out.record(&s)?;
+        }
+        out.record(&Record::End { counts: self.counts })?;
+        Ok(self.counts)
     }
-    // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is optional
-    // as before any other loss (TR3).
-    // Damage after the last instruction's carrier still has its span (and its error).
-    let tail: Vec<usize> = (0..resync.len())
-        .filter(|&k| !spanned[k] && resync[k].d.from < ctx.stored)
-        .collect();
-    for (_, m) in marks {
-        held.records
-            .push(Item::Record(with_early(m, instructions - group.1)));
-    }
-    let n = held.records.len();
-    held.flush(n, ctx.truncated || !tail.is_empty(), out, &mut counts)?;
-    for k in tail {
-        let s = span_record(ctx, resync[k].d.cause, Some(resync[k].resume), instructions);
-        counts.add(&s);
-        out.record(&s)?;
-    }
-    out.record(&Record::End { counts })?;
-    out.finish()?;
-    Ok(counts)
 }

@@ -463,6 +463,45 @@ impl Tracer {
         (done, bad)
     }
 
+    /// [`Tracer::fast_run`] with the truth recorder (TR16): each instruction is one fact, at
+    /// the stream offset it ran at, with the packets it sent, as [`Tracer::fast_blocks`] gives
+    /// a block execution's.
+    #[inline(never)]
+    fn fast_run_probed(&mut self, evs: &[Event], fixed: Fixed) -> usize {
+        let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());
+        let Some(probe) = self.probe.as_deref_mut() else {
+            return 0;
+        };
+        let base = self.stats.bytes;
+        let mut done = 0;
+        for ev in evs {
+            let (exec, sent) = (base + hot.len as u64, hot.sent);
+            if !hot.step(ev, &mut self.buf, &mut self.ret, &mut clock, fixed) {
+                break;
+            }
+            if ev.is_instruction() {
+                let n = hot.sent.wrapping_sub(sent);
+                let mut packets = [FastPacket::default(); 2];
+                for (j, slot) in packets.iter_mut().enumerate().take(usize::from(n)) {
+                    let (bits, len, after) = hot.sent_log[usize::from(sent.wrapping_add(j as u8) & 1)];
+                    let end = base + after as u64;
+                    *slot = FastPacket {
+                        bits,
+                        start: end - u64::from(len),
+                        end,
+                    };
+                }
+                probe.fast_insn(ev, exec, &packets[..usize::from(n)], hot.tnt_bits);
+            }
+            done += 1;
+            if hot.psb_bytes >= fixed.psb_due || hot.len >= fixed.flush_bytes {
+                break;
+            }
+        }
+        (self.hot, self.clock) = (hot, clock);
+        done
+    }
+
     /// Runs the longest prefix of `evs` that the fast path takes, stopping after an event that
     /// makes a PSB+ due (PSB2) or fills the buffer to its hand-off size; returns how many events
     /// it handled. Call only when `self.fast` holds. `batch`: work on a local copy of the state
@@ -471,6 +510,9 @@ impl Tracer {
     pub(super) fn fast_run(&mut self, evs: &[Event], batch: bool) -> usize {
         debug_assert!(self.fast_allowed());
         let fixed = self.fixed();
+        if self.probe.is_some() {
+            return self.fast_run_probed(evs, fixed);
+        }
         // Two copies of the loop: a pointer that may be either would keep the copy in memory.
         if batch {
             let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());

@@ -1,6 +1,6 @@
 //! The fast path against the general one: the same event streams, under random settings, through
 //! a tracer with the fast path and one without, must leave the same bytes in memory, the same
-//! registers, statistics and PacketEn.
+//! registers, statistics and PacketEn; and, with the truth recorder on, the same facts (TR16).
 
 use super::*;
 use crate::memory::SparseMemory;
@@ -124,15 +124,19 @@ enum Mode {
     Batches,
 }
 
-/// Runs `events` in `mode`; the state a decoder and a user can see, and the core clock (seen in
-/// the trace only through a TSC after the cycles passed).
+/// What a run leaves: the trace bytes, the MSRs, statistics, PacketEn, the core clock and the
+/// truth's facts (with the recorder on).
+type Left = (Vec<u8>, Vec<u64>, TracerStats, bool, u64, Vec<Fact>);
+
+/// Runs `events` in `mode`; the state a decoder and a user can see, the core clock (seen in the
+/// trace only through a TSC after the cycles passed), and with `truth` the recorder's facts.
 fn run(
     mode: Mode,
-    long_tnt: bool,
+    (long_tnt, truth): (bool, bool),
     ctl: RtitCtl,
     range: Option<(u64, u64)>,
     events: &[Event],
-) -> (Vec<u8>, Vec<u64>, TracerStats, bool, u64) {
+) -> Left {
     let mut mem = SparseMemory::new();
     let unit = OutputUnit::new(CpuProfile::named("generic-max").unwrap());
     let mut t = Tracer::new(
@@ -152,6 +156,9 @@ fn run(
         t.wrmsr(&mut mem, 0x580, a, 0, 0).unwrap();
         t.wrmsr(&mut mem, 0x581, b, 0, 0).unwrap();
     }
+    if truth {
+        t.record_truth();
+    }
     t.wrmsr(&mut mem, 0x570, ctl.bits(), 0x40_0000, 2).unwrap();
     if mode == Mode::Batches {
         for chunk in events.chunks(7) {
@@ -169,26 +176,38 @@ fn run(
         .iter()
         .map(|&m| t.rdmsr(m).unwrap())
         .collect();
-    (bytes, msrs, t.stats(), t.packet_en(), t.clock().cycles())
+    let facts = match t.probe_mut() {
+        Some(p) => {
+            p.finish();
+            p.drain().collect()
+        }
+        None => Vec::new(),
+    };
+    (bytes, msrs, t.stats(), t.packet_en(), t.clock().cycles(), facts)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
+    /// The fast path leaves what the general path leaves; with the truth recorder on (TR16),
+    /// the same facts too.
     #[test]
     fn the_fast_path_one_by_one_and_in_batches_leaves_what_the_general_path_leaves(
         (ctl, range) in ctl(),
         long_tnt in any::<bool>(),
+        truth in any::<bool>(),
         events in stream(),
     ) {
-        let general = run(Mode::General, long_tnt, ctl, range, &events);
+        let general = run(Mode::General, (long_tnt, truth), ctl, range, &events);
         for mode in [Mode::OneByOne, Mode::Batches] {
-            let fast = run(mode, long_tnt, ctl, range, &events);
+            let fast = run(mode, (long_tnt, truth), ctl, range, &events);
             prop_assert_eq!(&fast.1, &general.1, "MSRs");
             prop_assert_eq!(&fast.2, &general.2, "statistics");
             prop_assert_eq!(fast.3, general.3, "PacketEn");
             prop_assert_eq!(fast.4, general.4, "core cycles");
             prop_assert!(fast.0 == general.0, "the trace bytes differ");
+            // TR16: the fast path's instructions are the general path's facts.
+            prop_assert_eq!(&fast.5, &general.5, "the truth's facts");
         }
     }
 }

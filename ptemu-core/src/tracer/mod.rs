@@ -24,13 +24,14 @@ mod retstack;
 mod rules;
 mod stats;
 mod transfer;
+mod wait;
 
 pub use block::{Block, BlockEnd, BlockError, BlockExec};
 pub use clock::{Clock, ClockConfig};
 pub use config::{Backpressure, SettingError, TracerConfig};
 pub use event::{Event, ExecMode, FarKind, StartState};
 pub use overflow::OverflowSpan;
-pub use probe::{is_mark, BranchFact, Carrier, Fact, Loss, Probe, Timing};
+pub use probe::{is_mark, BranchFact, Carrier, Drained, Fact, Loss, Probe, Timing};
 pub use retstack::{RetStack, RET_STACK_DEPTH};
 pub use rules::GenRule;
 pub use stats::TracerStats;
@@ -214,9 +215,9 @@ impl Tracer {
     }
 
     /// Records the ground truth from now on (`spec/truth.md`): every traced instruction with the
-    /// packet that carries it. Events then take the general path only; block executions
-    /// ([`Tracer::feed_blocks`]) still take the one-step path where it applies, each one fact
-    /// (TR14).
+    /// packet that carries it. Events still take the fast path where it applies, each
+    /// instruction one fact (TR16), and block executions ([`Tracer::feed_blocks`]) the one-step
+    /// path, each execution one fact (TR14).
     pub fn record_truth(&mut self) {
         self.probe.get_or_insert_with(Box::default);
         self.refresh_fast();
@@ -349,7 +350,7 @@ impl Tracer {
     /// whose rules the fast path leaves out (back-pressure, ADDRn ranges, TraceStop, CYC, MTC,
     /// DisTNT). Everything else stays as [`Tracer::general_event`] would leave it.
     fn fast_allowed(&self) -> bool {
-        self.fast_blocks_allowed() && self.probe.is_none()
+        self.fast_blocks_allowed()
     }
 
     /// Whether a block execution may take the one-step path (BLK4): the fast path's settings,
@@ -390,7 +391,8 @@ impl Tracer {
     #[inline]
     fn refresh_fast(&mut self) {
         self.fast_blocks = self.fast_blocks_allowed();
-        self.fast = self.fast_blocks && self.probe.is_none();
+        // TR16: the truth recorder takes the fast path's instructions one fact each.
+        self.fast = self.fast_blocks;
     }
 
     /// [`Tracer::event`] with every rule (out of line, so that the fast path inlines into the

@@ -12,8 +12,9 @@
 
 use super::block::Block;
 use super::event::{Event, FarKind};
+pub use super::wait::Drained;
+use super::wait::Wait;
 use crate::packet::{IpPayload, Packet};
-use std::collections::VecDeque;
 
 /// Why no packet carries an instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,9 +242,8 @@ struct Current {
 /// Collects [`Fact`]s from the tracer; [`Probe::drain`] takes the finished ones.
 #[derive(Debug)]
 pub struct Probe {
-    ready: Vec<Fact>,
-    /// Facts after the first instruction whose TNT bit is still pending, in order.
-    waiting: VecDeque<(Fact, Option<u64>)>,
+    /// The facts, in order, some waiting for the TNT of a pending bit.
+    wait: Wait,
     chain: Key,
     /// TNT bits added and emitted (or discarded) so far.
     added: u64,
@@ -265,8 +265,7 @@ pub struct Probe {
 impl Default for Probe {
     fn default() -> Self {
         Probe {
-            ready: Vec::new(),
-            waiting: VecDeque::new(),
+            wait: Wait::default(),
             chain: Key::Lost(Loss::Stopped),
             added: 0,
             emitted: 0,
@@ -435,6 +434,26 @@ impl Probe {
             },
             bit,
         );
+        self.fast_packets(packets, next, before, total_bits);
+    }
+
+    /// TR16: the instruction of event `ev` on the fast path (PacketEn, none of the rules the
+    /// fast path leaves out), executed with the stream at `exec`, having sent `packets` (a TNT
+    /// and a TIP at most), with `total_bits` TNT bits added so far: what [`Probe::begin`],
+    /// [`Probe::instruction`] and [`Probe::end`] make of it on the general path, where such an
+    /// event sends nothing before its instruction retires.
+    #[inline]
+    pub(super) fn fast_insn(&mut self, ev: &Event, exec: u64, packets: &[FastPacket], total_bits: u64) {
+        let Some(ip) = ev.ip() else { return };
+        let before = self.added;
+        self.insn(ip, exec, branch_of(ev), self.chain);
+        self.fast_packets(packets, ev.next_ip(ip), before, total_bits);
+    }
+
+    /// The packets the fast path sent for an instruction that went on at `next` (a TIP's
+    /// IP), `before` TNT bits added before it and `total_bits` after.
+    #[inline]
+    fn fast_packets(&mut self, packets: &[FastPacket], next: u64, before: u64, total_bits: u64) {
         for p in packets {
             let note = if p.bits == FastPacket::TIP {
                 Note::Flow {
@@ -475,8 +494,15 @@ impl Probe {
     }
 
     /// Takes the facts whose carriers are known, in order.
-    pub fn drain(&mut self) -> std::vec::Drain<'_, Fact> {
-        self.ready.drain(..)
+    pub fn drain(&mut self) -> Drained<'_> {
+        self.wait.drain()
+    }
+
+    /// [`Probe::blocks`] and [`Probe::drain`] at once, taking the facts whose carriers are
+    /// known as long as `take` holds for them (the others stay, to be taken later): the table
+    /// the facts name, and the facts.
+    pub fn blocks_and_drain_while(&mut self, take: impl FnMut(&Fact) -> bool) -> (&[Block], Drained<'_>) {
+        (&self.blocks, self.wait.drain_while(take))
     }
 
     /// Everything still waiting for a TNT that will never come (the end of the run): lost.
@@ -750,22 +776,10 @@ impl Probe {
                 self.chain = key;
             }
         }
-        for (fact, bit) in self.waiting.iter_mut() {
-            if let Some(b) = *bit {
-                if (from..to).contains(&b) {
-                    if let Fact::Insn { carrier, .. } | Fact::Exec { carrier, .. } = fact {
-                        *carrier = carrier_of(key);
-                    }
-                    *bit = None;
-                }
-            }
-        }
-        while self.waiting.front().is_some_and(|(_, bit)| bit.is_none()) {
-            let (f, _) = self.waiting.pop_front().expect("front exists");
-            self.ready.push(f);
-        }
+        self.wait.resolve(from, to, carrier_of(key));
     }
 
+    #[inline]
     fn insn(&mut self, ip: u64, exec: u64, branch: Option<BranchFact>, key: Key) {
         let fact = Fact::Insn {
             ip,
@@ -780,12 +794,9 @@ impl Probe {
         self.push(fact, bit);
     }
 
+    #[inline]
     fn push(&mut self, fact: Fact, bit: Option<u64>) {
-        if bit.is_none() && self.waiting.is_empty() {
-            self.ready.push(fact);
-        } else {
-            self.waiting.push_back((fact, bit));
-        }
+        self.wait.push(fact, bit);
     }
 }
 
