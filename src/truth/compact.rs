@@ -78,9 +78,103 @@ pub fn byte_of(pos: usize) -> usize {
 pub struct Table {
     blocks: Vec<Block>,
     first_at: rustc_hash::FxHashMap<u64, u32>,
+    /// What [`Decoder`] reads of each block, side by side (filled in by [`Table::seal`]).
+    shapes: Vec<Shape>,
+    /// Every block's instruction lengths, one after another.
+    lens: Vec<u8>,
+}
+
+/// What a run's record needs of its block, in a few bytes beside the others' (a walk through a
+/// truth jumps among the blocks: one cache line a block, not three).
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    start: u64,
+    /// The direct target (0 when it has none: see `end`).
+    target: u64,
+    /// Where its lengths are in [`Table`]'s `lens`, and how many.
+    lens_at: u32,
+    n: u32,
+    /// Its length in bytes (the fall-through is `start` + `bytes`).
+    bytes: u32,
+    /// Its end, as the table's code ([`end_code`]).
+    end: u8,
+    /// The block predicted at its direct target and at its fall-through ([`NO_BLOCK`] for none):
+    /// what [`Decoder`] predicts after a run of it without a look-up.
+    after: [u32; 2],
+}
+
+impl Shape {
+    fn fall_through(&self) -> u64 {
+        self.start.wrapping_add(u64::from(self.bytes))
+    }
+
+    /// [`implied_next`] of the block.
+    fn implied_next(&self, taken: bool) -> Option<u64> {
+        match self.end {
+            1 if taken => Some(self.target),
+            2 | 3 => Some(self.target),
+            4..=6 => None,
+            _ => Some(self.fall_through()),
+        }
+    }
+
+    /// The block predicted after a run of it that went on at `next`, when [`Shape::after`] has it.
+    fn after(&self, next: u64) -> u32 {
+        if next == self.fall_through() {
+            self.after[1]
+        } else if (1..=3).contains(&self.end) && next == self.target {
+            self.after[0]
+        } else {
+            NO_BLOCK
+        }
+    }
+}
+
+/// No block (in [`Table`]'s predictions).
+const NO_BLOCK: u32 = u32::MAX;
+
+/// The direct target a block ends with, if any.
+fn direct_target(b: &Block) -> Option<u64> {
+    match b.end() {
+        BlockEnd::Conditional { target } | BlockEnd::Jump { target } | BlockEnd::Call { target } => {
+            Some(target)
+        }
+        _ => None,
+    }
 }
 
 impl Table {
+    /// Fills in the blocks' shapes and the predictions after each, once every block is in.
+    fn seal(&mut self) {
+        let at = |ip: Option<u64>| ip.and_then(|ip| self.predict(ip)).unwrap_or(NO_BLOCK);
+        let mut lens = Vec::with_capacity(self.blocks.iter().map(Block::instructions).sum());
+        let shapes = self
+            .blocks
+            .iter()
+            .map(|b| {
+                let (end, target) = end_code(b.end());
+                let lens_at = lens.len() as u32;
+                lens.extend_from_slice(b.lengths());
+                Shape {
+                    start: b.start(),
+                    target: target.unwrap_or(0),
+                    lens_at,
+                    n: b.instructions() as u32,
+                    bytes: b.fall_through().wrapping_sub(b.start()) as u32,
+                    end,
+                    after: [at(direct_target(b)), at(Some(b.fall_through()))],
+                }
+            })
+            .collect();
+        self.shapes = shapes;
+        self.lens = lens;
+    }
+
+    /// The instruction lengths of a block of [`Table::seal`]'s shapes.
+    fn lens_of(&self, s: &Shape) -> &[u8] {
+        &self.lens[s.lens_at as usize..(s.lens_at + s.n) as usize]
+    }
+
     fn push(&mut self, b: Block) {
         self.first_at.entry(b.start()).or_insert(self.blocks.len() as u32);
         self.blocks.push(b);
@@ -500,6 +594,7 @@ pub fn read_table(bytes: &[u8], version: u64, start: usize) -> Result<(Table, us
     if pos != tail {
         return Err(bad(pos, "bytes after the block table"));
     }
+    table.seal();
     Ok((table, at))
 }
 
@@ -547,18 +642,31 @@ pub struct Decoder<'a> {
     /// The blocks runs name (TR15).
     table: Option<&'a Table>,
     /// The run being given back, instruction by instruction.
-    run: Option<RunAt>,
+    run: Option<RunAt<'a>>,
+    /// The block predicted at an IP after the last run ([`Table`]'s `after`): the IP and the
+    /// block, which [`Table::predict`] gives for that IP too.
+    hint: (u64, u32),
 }
 
-/// A run being given back: where its record starts, its block, the next instruction's index in
-/// it and IP, where the run goes after it.
+/// A run being given back: where its record starts, its block and the block's instruction
+/// lengths, the next instruction's index in it and IP, where the run goes after it.
 #[derive(Clone, Copy, Debug)]
-struct RunAt {
+struct RunAt<'a> {
     at: usize,
     block: u32,
+    lens: &'a [u8],
     k: u32,
     ip: u64,
     next: u64,
+}
+
+/// A record, or a whole execution of a block given as one ([`Decoder::next_unit`], TR15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// A record ([`Decoder::next_record`]'s).
+    Record(Record),
+    /// A whole run: its instructions, counted and not given one by one.
+    Run(Run),
 }
 
 impl<'a> Decoder<'a> {
@@ -570,6 +678,7 @@ impl<'a> Decoder<'a> {
             t: Track::default(),
             table: None,
             run: None,
+            hint: (0, NO_BLOCK),
         }
     }
 
@@ -582,6 +691,7 @@ impl<'a> Decoder<'a> {
             t: Track::default(),
             table: Some(table),
             run: None,
+            hint: (0, NO_BLOCK),
         }
     }
 
@@ -595,32 +705,27 @@ impl<'a> Decoder<'a> {
     }
 
     /// The next instruction of the run being given back.
-    fn run_insn(&mut self, mut r: RunAt) -> Result<(usize, Record), FormatError> {
-        let b = self
-            .table
-            .and_then(|t| t.blocks.get(r.block as usize))
-            .ok_or_else(|| bad(r.at, format!("a run of block {}, not in the table", r.block)))?;
-        let lens = b.lengths();
+    #[inline]
+    fn run_insn(&mut self, mut r: RunAt<'a>) -> (usize, Record) {
         let k = r.k as usize;
-        let last = k + 1 >= lens.len();
+        let last = k + 1 >= r.lens.len();
         let ip = r.ip;
         let pos = r.at << POS_SHIFT | k;
-        let branch = if last {
-            super::record::branch_of(b, r.next)
-        } else {
-            None
+        let branch = match self.table.and_then(|t| t.blocks.get(r.block as usize)) {
+            Some(b) if last => super::record::branch_of(b, r.next),
+            _ => None,
         };
         if last {
             self.run = None;
             self.t.next_ip = r.next;
         } else {
             r.k += 1;
-            r.ip = ip.wrapping_add(u64::from(lens[k]));
+            r.ip = ip.wrapping_add(u64::from(r.lens[k]));
             self.run = Some(r);
         }
         let i = self.t.i;
         self.t.i += 1;
-        Ok((
+        (
             pos,
             Record::Insn {
                 i,
@@ -629,11 +734,81 @@ impl<'a> Decoder<'a> {
                 off: self.t.insn_off,
                 class: self.t.class,
             },
-        ))
+        )
+    }
+
+    /// The run being given back, whole: its instructions counted, none given one by one.
+    fn whole_run(&mut self, r: RunAt<'a>) -> Run {
+        let n = r.lens.len() as u32;
+        let run = Run {
+            i: self.t.i,
+            block: r.block,
+            n,
+            next: r.next,
+            off: self.t.insn_off,
+            class: self.t.class,
+        };
+        self.t.i += u64::from(n);
+        self.t.next_ip = r.next;
+        run
+    }
+
+    /// The first IP and the instruction lengths of the block at `index` of the table runs name
+    /// (TR15), as the table keeps them side by side for the decoder.
+    #[inline]
+    pub fn block_lens(&self, index: u32) -> Option<(u64, &'a [u8])> {
+        let t = self.table?;
+        let s = t.shapes.get(index as usize)?;
+        Some((s.start, t.lens_of(s)))
+    }
+
+    /// The block at `index` of the table runs name (TR15).
+    #[inline]
+    pub fn block(&self, index: u32) -> Option<&'a Block> {
+        self.table?.blocks.get(index as usize)
+    }
+
+    /// The run being given back (TR15): its block, and the index in it of the next instruction
+    /// [`Decoder::next_record`] gives (at least 1: the first is given with the run's record);
+    /// `None` outside a run.
+    #[inline]
+    pub fn run_block(&self) -> Option<(&'a Block, usize)> {
+        let r = self.run?;
+        Some((self.table?.blocks.get(r.block as usize)?, r.k as usize))
+    }
+
+    /// Passes over the rest of the run being given back, as the calls of
+    /// [`Decoder::next_record`] that give its instructions would (nothing outside a run).
+    pub fn pass_run(&mut self) {
+        if let Some(r) = self.run.take() {
+            self.t.i += (r.lens.len() - r.k as usize) as u64;
+            self.t.next_ip = r.next;
+        }
+    }
+
+    /// Passes over the next `m` instructions of the run being given back, as `m` calls of
+    /// [`Decoder::next_record`] would, when more than `m` are left (the run's last instruction,
+    /// with its branch and where the run goes, is [`Decoder::next_record`]'s to give). Returns
+    /// whether it could.
+    pub fn skip_in_run(&mut self, m: usize) -> bool {
+        let Some(mut r) = self.run else {
+            return m == 0;
+        };
+        let k = r.k as usize;
+        let Some(passed) = r.lens.get(k..k + m).filter(|_| k + m < r.lens.len()) else {
+            return false;
+        };
+        r.ip = passed
+            .iter()
+            .fold(r.ip, |ip, &len| ip.wrapping_add(u64::from(len)));
+        r.k += m as u32;
+        self.t.i += m as u64;
+        self.run = Some(r);
+        true
     }
 
     /// A run's record (its tag read, at `at`): the run set up.
-    fn run_record(&mut self, at: usize, tag: u8) -> Result<RunAt, FormatError> {
+    fn run_record(&mut self, at: usize, tag: u8) -> Result<RunAt<'a>, FormatError> {
         let table = self.table.ok_or_else(|| {
             bad(
                 at,
@@ -643,6 +818,8 @@ impl<'a> Decoder<'a> {
         let block = if tag & BLOCK != 0 {
             let v = self.varint()?;
             u32::try_from(v).map_err(|_| bad(at, format!("a run of block {v}")))?
+        } else if self.hint.0 == self.t.next_ip && self.hint.1 != NO_BLOCK {
+            self.hint.1
         } else {
             table.predict(self.t.next_ip).ok_or_else(|| {
                 bad(
@@ -654,27 +831,29 @@ impl<'a> Decoder<'a> {
                 )
             })?
         };
-        let b = table.blocks.get(block as usize).ok_or_else(|| {
-            bad(
+        let Some(b) = table.shapes.get(block as usize) else {
+            return Err(bad(
                 at,
                 format!(
                     "a run of block {block}, not among the {} of the table",
                     table.len()
                 ),
-            )
-        })?;
+            ));
+        };
         if tag & NEW_OFF != 0 {
             self.t.insn_off = self.off()?;
         }
-        let next = match (tag & NEXT != 0, implied_next(b, tag & TAKEN != 0)) {
+        let next = match (tag & NEXT != 0, b.implied_next(tag & TAKEN != 0)) {
             (false, Some(n)) => n,
             _ => b.fall_through().wrapping_add(unzigzag(self.varint()?) as u64),
         };
+        self.hint = (next, b.after(next));
         Ok(RunAt {
             at,
             block,
+            lens: table.lens_of(b),
             k: 0,
-            ip: b.start(),
+            ip: b.start,
             next,
         })
     }
@@ -717,11 +896,47 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    /// A class record (its tag read): the class of the instructions that follow.
+    fn class_record(&mut self, tag: u8) -> Result<(), FormatError> {
+        self.t.class = match tag {
+            CLASS_REQUIRED => Class::Required,
+            CLASS_OPTIONAL => Class::Optional,
+            CLASS_LOST => Class::Lost(self.cause()?),
+            _ => Class::Undefined(self.cause()?),
+        };
+        Ok(())
+    }
+
+    /// The next record, or the next run whole ([`Unit::Run`]: its instructions counted, not
+    /// given one by one), and the position it starts at; `None` at the end of the bytes. Inside a
+    /// run given by [`Decoder::next_record`], that run's next instruction. What it accepts and
+    /// refuses is [`Decoder::next_record`]'s, byte for byte (a run's bytes are all read at its
+    /// record).
+    #[inline]
+    pub fn next_unit(&mut self) -> Result<Option<(usize, Unit)>, FormatError> {
+        if self.run.is_none() {
+            while let Some(&tag) = self.bytes.get(self.pos) {
+                let at = self.pos;
+                if tag & !15 == RUN {
+                    self.pos += 1;
+                    let r = self.run_record(at, tag)?;
+                    return Ok(Some((at << POS_SHIFT, Unit::Run(self.whole_run(r)))));
+                }
+                if !(CLASS_REQUIRED..=CLASS_UNDEFINED).contains(&tag) {
+                    break;
+                }
+                self.pos += 1;
+                self.class_record(tag)?;
+            }
+        }
+        Ok(self.next_record()?.map(|(at, r)| (at, Unit::Record(r))))
+    }
+
     /// The next record and the offset it starts at; `None` at the end of the bytes.
     #[inline]
     pub fn next_record(&mut self) -> Result<Option<(usize, Record)>, FormatError> {
         if let Some(r) = self.run {
-            return self.run_insn(r).map(Some);
+            return Ok(Some(self.run_insn(r)));
         }
         loop {
             let at = self.pos;
@@ -732,7 +947,7 @@ impl<'a> Decoder<'a> {
             let r = match tag {
                 t if t & !15 == RUN => {
                     let r = self.run_record(at, t)?;
-                    return self.run_insn(r).map(Some);
+                    return Ok(Some(self.run_insn(r)));
                 }
                 t if t < FIRST_OTHER => {
                     let kind = t >> 4;
@@ -827,12 +1042,7 @@ impl<'a> Decoder<'a> {
                     }
                 }
                 CLASS_REQUIRED | CLASS_OPTIONAL | CLASS_LOST | CLASS_UNDEFINED => {
-                    self.t.class = match tag {
-                        CLASS_REQUIRED => Class::Required,
-                        CLASS_OPTIONAL => Class::Optional,
-                        CLASS_LOST => Class::Lost(self.cause()?),
-                        _ => Class::Undefined(self.cause()?),
-                    };
+                    self.class_record(tag)?;
                     continue;
                 }
                 END => {
@@ -874,7 +1084,19 @@ fn validate_all(bytes: &[u8], mut progress: impl FnMut(usize)) -> Result<Checked
     let mut d = Decoder::with_table(bytes, start, end, &table);
     let mut seen = Counts::default();
     let mut n = 0u32;
-    while let Some((at, r)) = d.next_record()? {
+    // A run is counted whole (TR15): its instructions are not given one by one.
+    while let Some((at, u)) = d.next_unit()? {
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(1 << 20) {
+            progress(d.pos);
+        }
+        let r = match u {
+            Unit::Run(run) => {
+                seen.add_run(&run);
+                continue;
+            }
+            Unit::Record(r) => r,
+        };
         if let Record::End { counts } = r {
             if let Some((what, said, has)) = counts.first_difference(&seen) {
                 return Err(bad(
@@ -894,10 +1116,6 @@ fn validate_all(bytes: &[u8], mut progress: impl FnMut(usize)) -> Result<Checked
             });
         }
         seen.add(&r);
-        n = n.wrapping_add(1);
-        if n.is_multiple_of(1 << 20) {
-            progress(d.pos);
-        }
     }
     Err(bad(end, "the file ends without its end record: cut short?"))
 }
@@ -1207,6 +1425,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The whole-file check with every run given instruction by instruction (as it was before
+    /// runs were counted whole): the reference [`validate`] is tested against.
+    fn validate_per_instruction(bytes: &[u8]) -> Result<(serde_json::Value, usize, Counts), FormatError> {
+        let (header, start, version) = read_versioned(bytes)?;
+        let (table, end) = read_table(bytes, version, start)?;
+        let mut d = Decoder::with_table(bytes, start, end, &table);
+        let mut seen = Counts::default();
+        while let Some((at, r)) = d.next_record()? {
+            if let Record::End { counts } = r {
+                if let Some((what, said, has)) = counts.first_difference(&seen) {
+                    return Err(bad(
+                        byte_of(at),
+                        format!("the end record counts {said} {what}(s), the records before it have {has}"),
+                    ));
+                }
+                if d.pos != end {
+                    return Err(bad(d.pos, "bytes after the end record"));
+                }
+                return Ok((header, start, seen));
+            }
+            seen.add(&r);
+        }
+        Err(bad(end, "the file ends without its end record: cut short?"))
+    }
+
+    /// TR1, TR15: a run counted whole is accepted or refused as its instructions given one by
+    /// one are, with the same byte and message: the file whole, cut anywhere, any byte changed.
+    #[test]
+    fn tr1_tr15_runs_counted_whole_check_as_their_instructions_do() {
+        let (bytes, _) = with_runs();
+        let same = |b: &[u8], what: &str| {
+            assert_eq!(validate(b, |_| {}), validate_per_instruction(b), "{what}");
+        };
+        same(&bytes, "whole");
+        for n in 0..bytes.len() {
+            same(&bytes[..n], &format!("cut at {n}"));
+        }
+        for k in 0..bytes.len() {
+            for v in [
+                0u8, 1, 2, 7, 8, 0x7f, 0x80, 0xff, 149, 150, 153, 160, 162, 164, 168, 175,
+            ] {
+                let mut b = bytes.clone();
+                b[k] = v;
+                same(&b, &format!("byte {k} = {v}"));
+            }
+        }
+    }
+
+    /// TR15: the decoder's prediction after a run (its hint) is the table's: the same records
+    /// with and without it, the hint cleared before every run.
+    #[test]
+    fn tr15_the_hint_after_a_run_is_the_tables_prediction() {
+        let (bytes, want) = with_runs();
+        let checked = Bytes::Owned(bytes.clone()).check().unwrap();
+        let mut d = checked.decoder(&bytes);
+        let mut back = Vec::new();
+        loop {
+            d.hint = (0, NO_BLOCK);
+            match d.next_record().unwrap() {
+                Some((_, r)) => back.push(r),
+                None => break,
+            }
+        }
+        assert_eq!(back, want);
     }
 
     /// TR9: every kind of record, class and offset comes back as it went in.

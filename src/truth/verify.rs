@@ -27,6 +27,8 @@ use std::path::Path;
 use super::json::next_line;
 pub use super::json::MAX_LINE;
 
+mod walk;
+
 /// One line of a decoder's output that matters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Token {
@@ -1483,8 +1485,33 @@ pub fn check(pattern: &Pattern, output: impl BufRead) -> io::Result<Verdict> {
     check_with(pattern, output, Options::default())
 }
 
-/// [`check`] with `options` (TR10: `events` matches event lines too).
-pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options) -> io::Result<Verdict> {
+/// [`check`] with `options` (TR10: `events` matches event lines too). Where one way is at a
+/// required instruction, the lines that follow it through its run are compared in a tight loop
+/// (the block walk, issue 51 §5); the verdict is [`check_per_instruction`]'s.
+pub fn check_with(pattern: &Pattern, output: impl BufRead, options: Options) -> io::Result<Verdict> {
+    check_lines(pattern, output, options, true)
+}
+
+/// [`check_with`] one step a line, without the block walk: the reference the walk is tested
+/// against (the same verdict, divergence and work on every output), kept for that and for
+/// measuring it.
+pub fn check_per_instruction(
+    pattern: &Pattern,
+    output: impl BufRead,
+    options: Options,
+) -> io::Result<Verdict> {
+    check_lines(pattern, output, options, false)
+}
+
+/// [`check_with`]; `block_walk`: whether lines inside runs go through [`walk::walk`].
+fn check_lines(
+    pattern: &Pattern,
+    mut output: impl BufRead,
+    options: Options,
+    block_walk: bool,
+) -> io::Result<Verdict> {
+    // The walk leaves every line with a time to the per-line steps (TR13).
+    let block_walk = block_walk && options.time.is_none();
     let mut m = Matcher::new(pattern, options)?;
     let mut v = Verdict {
         ips: 0,
@@ -1509,6 +1536,25 @@ pub fn check_with(pattern: &Pattern, mut output: impl BufRead, options: Options)
     let mut n = 0u64;
     let mut released = pattern.start;
     loop {
+        if block_walk {
+            let mut release = |pos| {
+                let low = compact::byte_of(pos);
+                pattern.bytes.release(released, low);
+                released = released.max(low);
+            };
+            let mut lines = walk::Lines {
+                n,
+                ips: v.ips,
+                release: &mut release,
+            };
+            walk::walk(
+                &mut m,
+                &mut output,
+                options.events.then_some(&mut marks),
+                &mut lines,
+            )?;
+            (n, v.ips) = (lines.n, lines.ips);
+        }
         n += 1;
         let more = next_line(&mut output, &mut buf)
             .map_err(|e| io::Error::new(e.kind(), format!("line {n}: {e}")))?;
