@@ -70,6 +70,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod case;
 pub mod config_file;
 pub mod event_log;
 pub mod image;

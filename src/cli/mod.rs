@@ -21,7 +21,6 @@ mod pttc_cmd;
 mod repack_cmd;
 mod run_children;
 mod run_cmd;
-mod run_dir;
 mod sideband_args;
 mod simulate_cmd;
 mod source_cmd;

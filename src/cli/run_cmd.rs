@@ -151,7 +151,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             let started = cmd.spawn();
             children.started();
             let started = started.map_err(|e| refusal(&qemu, &format!("cannot start QEMU: {e}")))?;
-            super::cleanup::forward_signals_to(started.id());
+            ptemu::case::cleanup::forward_signals_to(started.id());
             drop(theirs);
             *child.lock().expect("not poisoned") = Some(started);
             let source = QemuEvents::new(name.clone(), ours, side.clone())
@@ -160,7 +160,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             // The stream ended: QEMU exited (or the program exec'd another, or this run failed
             // and closed its end, which stops the plugin and lets the program finish).
             let exit = wait().map_err(|f| refusal(&qemu, f.message()))?;
-            super::cleanup::forward_signals_to(0);
+            ptemu::case::cleanup::forward_signals_to(0);
             *ended_at.lock().expect("not poisoned") = Some(std::time::Instant::now());
             let out = out?;
             let s = side.lock().expect("not poisoned");
@@ -216,7 +216,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         Err(f) => {
             // Nothing is written; the program finishes untraced, then the error.
             let _ = wait();
-            super::cleanup::forward_signals_to(0);
+            ptemu::case::cleanup::forward_signals_to(0);
             children.stop();
             return Err(f);
         }

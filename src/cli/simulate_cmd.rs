@@ -1,10 +1,10 @@
 //! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
 
 use super::output::print;
-use super::run_dir::RunDir;
 use super::summary::{fail_on_operational_error, halt_note, warn_layout, write_output_state};
 use super::Failure;
 use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ptemu::case::RunDir;
 use ptemu::event_log::EventLog;
 use ptemu::layout::Layout;
 use ptemu::picture::Run;
