@@ -3,9 +3,10 @@
 
 use super::output::eprint_text;
 use super::run_children::{Children, Limits};
-use super::simulate_cmd::{execute, run_options, summary, RunArgs, Staged};
+use super::simulate_cmd::{case_options, run_options, summary, RunArgs};
 use super::summary::fail_on_operational_error;
 use super::Failure;
+use ptemu::case::{Staged, Written};
 use ptemu::perf_data::{self, Mapping};
 use ptemu::simulate;
 use ptemu::sources::qemu::{QemuEvents, Sideband, ThreadSeen};
@@ -137,12 +138,11 @@ pub fn run(a: Args) -> Result<(), Failure> {
             .expect("not poisoned")
             .ok_or_else(|| Failure::input("QEMU was not started"))
     };
-    let result = execute(
-        &a.run,
+    let result = ptemu::case::write(
+        &case_options(&a.run),
         &opts,
         &name,
-        None,
-        &|records| records,
+        &mut (),
         |sink, spool, events, progress, staging| {
             // QE15: the other threads' records go aside, each traced after the program ends.
             let others = std::fs::File::create(staging.join(THREADS_SPOOL))
@@ -211,7 +211,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             (maps, Some(program))
         },
     );
-    let mut done = match result {
+    let mut done = match result.map_err(Failure::from) {
         Ok(d) => d,
         Err(f) => {
             // Nothing is written; the program finishes untraced, then the error.
@@ -227,7 +227,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         .unwrap_or_else(std::time::Instant::now)
         + std::time::Duration::from_secs(a.wait_children);
     let exit = status.lock().expect("not poisoned").expect("waited");
-    let traced = finish_process(&a.run, &opts, &name, &side, &mut done)?;
+    let traced = finish_process(&a.run, &case_options(&a.run), &opts, &name, &side, &mut done)?;
     let (forks, pid) = {
         let s = side.lock().expect("not poisoned");
         let mut forks = s.forks.clone();
@@ -251,7 +251,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         let mut text = summary(
             "run",
             &name,
-            &a.run,
+            &case_options(&a.run),
             &opts,
             &done.outcome,
             &done.report,
@@ -365,16 +365,17 @@ fn code_json(code: &[WrittenCode]) -> serde_json::Value {
 /// rewritten-code rule (QE17), and with --perf-data one perf.data of every thread (PD7).
 fn finish_process(
     run: &RunArgs,
+    case: &ptemu::case::CaseOptions,
     opts: &simulate::Options,
     name: &str,
     side: &Mutex<Sideband>,
-    done: &mut super::simulate_cmd::Done,
+    done: &mut Written,
 ) -> Result<Vec<ThreadCase>, Failure> {
     let threads = side.lock().expect("not poisoned").threads.clone();
-    let traced = trace_threads(run, opts, name, &threads, &mut done.staged)?;
+    let traced = trace_threads(run, case, opts, name, &threads, &mut done.staged)?;
     let s = side.lock().expect("not poisoned");
     shared_rewrites(&s, &traced)?;
-    if run.perf_data && !traced.is_empty() {
+    if case.perf_data && !traced.is_empty() {
         perf_data_of_threads(run, opts, name, &s, done, &traced)?;
     }
     Ok(traced)
@@ -594,17 +595,15 @@ fn trace_child(
     } else {
         format!("processes/{pid}.{reused}")
     };
-    let mut args = run.clone();
+    let mut args = case_options(run);
     args.out = staging.join(&case);
-    args.quiet = true;
     let child_name = format!("{name} (process {pid})");
     let side = Arc::new(Mutex::new(Sideband::default()));
-    let mut done = execute(
+    let mut done = ptemu::case::write(
         &args,
         opts,
         &child_name,
-        None,
-        &|records| records,
+        &mut (),
         |sink, truth, events, progress, staging| {
             let io = |p: &Path, e: std::io::Error| {
                 simulate::SimError::Source(SourceError::io(&p.display().to_string(), None, e))
@@ -645,7 +644,7 @@ fn trace_child(
             )
         },
     )?;
-    let threads = finish_process(&args, opts, &child_name, &side, &mut done)?;
+    let threads = finish_process(run, &args, opts, &child_name, &side, &mut done)?;
     let instructions = done.outcome.source.count("instructions");
     done.staged.commit(&args.out)?;
     let mut forks = side.lock().expect("not poisoned").forks.clone();
@@ -762,6 +761,7 @@ struct ThreadCase {
 /// own only with `--perf-data`).
 fn trace_threads(
     run: &RunArgs,
+    case: &ptemu::case::CaseOptions,
     opts: &simulate::Options,
     name: &str,
     threads: &[ThreadSeen],
@@ -770,19 +770,17 @@ fn trace_threads(
     let spool = staged.staging().join(THREADS_SPOOL);
     let mut cases = Vec::new();
     for t in threads {
-        let mut args = run.clone();
+        let mut args = case.clone();
         args.out = staged.staging().join("threads").join(t.tid.to_string());
-        args.quiet = true;
         // One perf.data holds every thread (PD7), written once they are all traced.
         args.perf_data = false;
         let thread_name = format!("{name} (thread {})", t.tid);
         let side = Arc::new(Mutex::new(Sideband::default()));
-        let done = execute(
+        let done = ptemu::case::write(
             &args,
             opts,
             &thread_name,
-            None,
-            &|records| records,
+            &mut (),
             |sink, truth, events, progress, _| {
                 let file = std::fs::File::open(&spool).map_err(|e| {
                     simulate::SimError::Source(SourceError::io(&spool.display().to_string(), None, e))
@@ -854,7 +852,7 @@ fn perf_data_of_threads(
     opts: &simulate::Options,
     name: &str,
     s: &Sideband,
-    done: &super::simulate_cmd::Done,
+    done: &Written,
     threads: &[ThreadCase],
 ) -> Result<(), Failure> {
     let staging = done.staged.staging();
