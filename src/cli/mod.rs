@@ -19,7 +19,6 @@ mod output;
 mod packet_cmd;
 mod pttc_cmd;
 mod repack_cmd;
-mod run_children;
 mod run_cmd;
 mod sideband_args;
 mod simulate_cmd;
@@ -159,8 +158,6 @@ enum LayoutCommand {
 pub struct Failure {
     message: String,
     code: u8,
-    /// Writing the outputs failed (a full disk, say), not the input.
-    output: bool,
 }
 
 impl Failure {
@@ -169,7 +166,6 @@ impl Failure {
         Failure {
             message: String::new(),
             code: 0,
-            output: false,
         }
     }
 
@@ -178,7 +174,6 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 2,
-            output: false,
         }
     }
 
@@ -188,13 +183,7 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 2,
-            output: true,
         }
-    }
-
-    /// Whether writing the outputs failed ([`Failure::output`]).
-    pub fn is_output(&self) -> bool {
-        self.output
     }
 
     /// What it says.
@@ -207,7 +196,6 @@ impl Failure {
         Failure {
             message: String::new(),
             code,
-            output: false,
         }
     }
 
@@ -216,7 +204,6 @@ impl Failure {
         Failure {
             message: message.into(),
             code,
-            output: false,
         }
     }
 
@@ -225,7 +212,6 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 1,
-            output: false,
         }
     }
 }
