@@ -6,7 +6,24 @@
 //! its own, with the code the program wrote (QE17) and, with perf.data, one of every thread
 //! (PD7), and returns what it recorded, typed ([`Recording`]).
 //!
-//! One file a concept: [`find`](self) (QEMU, the plugin, PROGRAM), `interpreter` (`#!`),
+//! ```no_run
+//! use ptemu::program::{self, RecordError, RecordOptions};
+//!
+//! let options = RecordOptions::new(vec!["/bin/true".into()], "out");
+//! match program::record(&options) {
+//!     Ok(r) => println!(
+//!         "exit {}: {} instructions, {} more threads, {} children",
+//!         r.exit_code(),
+//!         r.instructions(),
+//!         r.threads.len(),
+//!         r.processes.traced.len()
+//!     ),
+//!     Err(RecordError::NotFound(m)) => eprintln!("{m}"),
+//!     Err(e) => eprintln!("not recorded: {e}"),
+//! }
+//! ```
+//!
+//! One file a concept: `find` (QEMU, the plugin, PROGRAM), `interpreter` (`#!`),
 //! `qemu` (the QEMU process and the plugin's channel), `children` (the fork descriptor and the
 //! children's streams), `forks` (each child traced), `threads`, `written` (code written at run
 //! time), `process` (what a process's case says of it), `record` (the whole run).
