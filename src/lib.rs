@@ -26,6 +26,8 @@
 //!   in `examples/embed.rs` (a guest driver with PMIs handled by the SDM's algorithm).
 //! - A trace file to a PT buffer, with the truth a decoder must give: [`simulate::run`] (what
 //!   `ptemu simulate` does), [`truth`] and [`perf_data`].
+//! - A real program under QEMU to its trace, a case per thread and forked child:
+//!   [`program::record`] (what `ptemu run` does).
 //! - Layout files ([`layout`]): ToPA tables and single ranges as TOML, checked against the
 //!   rules ([`layout::check`]).
 //!
@@ -70,12 +72,14 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod case;
 pub mod config_file;
 pub mod event_log;
 pub mod image;
 pub mod layout;
 pub mod perf_data;
 pub mod picture;
+pub mod program;
 pub mod ptdump;
 pub mod pttc;
 pub mod report;

@@ -2,8 +2,8 @@
 //! (spec/truth.md).
 
 use super::output::print;
-use super::run_dir::RunDir;
 use super::Failure;
+use ptemu::case::RunDir;
 use ptemu::simulate::corpus::{self, CaseSummary};
 use std::path::PathBuf;
 

@@ -19,9 +19,7 @@ mod output;
 mod packet_cmd;
 mod pttc_cmd;
 mod repack_cmd;
-mod run_children;
 mod run_cmd;
-mod run_dir;
 mod sideband_args;
 mod simulate_cmd;
 mod source_cmd;
@@ -160,8 +158,6 @@ enum LayoutCommand {
 pub struct Failure {
     message: String,
     code: u8,
-    /// Writing the outputs failed (a full disk, say), not the input.
-    output: bool,
 }
 
 impl Failure {
@@ -170,7 +166,6 @@ impl Failure {
         Failure {
             message: String::new(),
             code: 0,
-            output: false,
         }
     }
 
@@ -179,7 +174,6 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 2,
-            output: false,
         }
     }
 
@@ -189,13 +183,7 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 2,
-            output: true,
         }
-    }
-
-    /// Whether writing the outputs failed ([`Failure::output`]).
-    pub fn is_output(&self) -> bool {
-        self.output
     }
 
     /// What it says.
@@ -208,7 +196,6 @@ impl Failure {
         Failure {
             message: String::new(),
             code,
-            output: false,
         }
     }
 
@@ -217,7 +204,6 @@ impl Failure {
         Failure {
             message: message.into(),
             code,
-            output: false,
         }
     }
 
@@ -226,7 +212,6 @@ impl Failure {
         Failure {
             message: message.into(),
             code: 1,
-            output: false,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Where a command's output goes: a file, written whole or not at all, or stdout for `-`; and how
 //! a write failure reaches the user.
 
-use super::cleanup::Registered;
 use super::Failure;
+use ptemu::case::cleanup::Registered;
 use ptemu::report::{tmp_sibling, write_atomic};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;

@@ -5,8 +5,8 @@
 //! perf.data of it, `--layout` the .pt through an output unit as `ptemu write` writes it.
 
 use super::output::{print, write_failure};
-use super::run_dir::RunDir;
 use super::Failure;
+use ptemu::case::RunDir;
 use ptemu::layout::Layout;
 use ptemu::pttc::{self, Cpu, Options};
 use std::path::{Path, PathBuf};

@@ -1,21 +1,17 @@
 //! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
 
 use super::output::print;
-use super::run_dir::RunDir;
 use super::summary::{fail_on_operational_error, halt_note, warn_layout, write_output_state};
 use super::Failure;
 use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use ptemu::event_log::EventLog;
+use ptemu::case::{CaseError, CaseOptions};
 use ptemu::layout::Layout;
-use ptemu::picture::Run;
 use ptemu::regs::ctl_text::{apply_assignment, config_msr, parse_value, CtlDisplay};
-use ptemu::report::{region_file_name, write_atomic, write_outputs_with};
+use ptemu::report::region_file_name;
 use ptemu::simulate::fault::{Fault, Plan};
-use ptemu::simulate::{self, Options, Outcome, RunInfo, SimError, SimReport, TruthSummary};
-use ptemu::sources::{ErrorKind, Format, Input, ReadOptions};
+use ptemu::simulate::{self, Options, Outcome, SimReport, TruthSummary};
+use ptemu::sources::{Format, Input, ReadOptions};
 use ptemu::CpuProfile;
-use std::fs;
-use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -119,28 +115,35 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let (input, fetch) = inputs(&a)?;
     let name = input.name().to_owned();
     let read = input.progress();
-    let done = execute(
-        &a.run,
+    let case = case_options(&a.run);
+    let position = |records| {
+        if read.total().is_some() {
+            read.consumed()
+        } else {
+            records
+        }
+    };
+    let mut bar = Bar {
+        bar: progress_bar(a.run.quiet || opts.format == Format::Qemu, read.total()),
+        position: &position,
+    };
+    let done = ptemu::case::write(
+        &case,
         &opts,
         &name,
-        read.total(),
-        &|records| {
-            if read.total().is_some() {
-                read.consumed()
-            } else {
-                records
-            }
-        },
+        &mut bar,
         |sink, spool, events, progress, _| {
             simulate::run_recording(&opts, input, fetch, sink, spool, events, progress)
         },
         &|_| (Vec::new(), None),
-    )?;
+    );
+    bar.bar.finish_and_clear();
+    let done = done?;
     if !a.run.quiet {
         print(&summary(
             "simulate",
             &name,
-            &a.run,
+            &case,
             &opts,
             &done.outcome,
             &done.report,
@@ -152,138 +155,39 @@ pub fn run(a: Args) -> Result<(), Failure> {
     unit_result
 }
 
-/// The simulation's result, every output staged in DIR.
-pub(super) struct Done {
-    pub outcome: Outcome,
-    pub report: SimReport,
-    pub truth: Option<TruthSummary>,
-    /// The outputs, to commit once the summary is out.
-    pub staged: Staged,
+impl From<CaseError> for Failure {
+    fn from(e: CaseError) -> Self {
+        match e {
+            CaseError::Output(m) => Failure::output(m),
+            e => Failure::input(e.to_string()),
+        }
+    }
 }
 
-/// What a run knows once its simulation is over: the file mappings for perf.data's MMAP2
-/// records, and what report.json says of a traced program.
-pub(super) type After = (Vec<ptemu::perf_data::Mapping>, Option<serde_json::Value>);
+/// The outputs `simulate` and `run` write, from the options they share.
+pub(super) fn case_options(r: &RunArgs) -> CaseOptions {
+    CaseOptions::new(&r.out)
+        .with_truth((!r.no_truth).then(|| r.truth_format.into()))
+        .with_perf_data(r.perf_data)
+        .with_plan(plan(r))
+        .with_layout_file(r.layout.clone())
+}
 
-/// The staged file a simulation writes the stream to.
-pub(super) type Sink = BufWriter<fs::File>;
+/// The progress bar, told by the simulation: `position` gives its place from the records read.
+struct Bar<'a> {
+    bar: ProgressBar,
+    position: &'a dyn Fn(u64) -> u64,
+}
 
-/// What `ptemu simulate` and `ptemu run` do around the simulation: DIR staged (SIM-all or
-/// nothing), the progress bar (`total` bytes, `position` from the records read), `simulate`
-/// run into the staged sink, truth spool and event log, then the truth, perf.data (with the
-/// file mappings `after` gives once the simulation is over), the report and every other file,
-/// moved into place at once.
-#[allow(clippy::type_complexity)]
-pub(super) fn execute(
-    r: &RunArgs,
-    opts: &Options,
-    name: &str,
-    total: Option<u64>,
-    position: &dyn Fn(u64) -> u64,
-    simulate: impl FnOnce(
-        Sink,
-        Option<&mut dyn std::io::Write>,
-        EventLog,
-        &mut dyn FnMut(u64),
-        &Path,
-    ) -> Result<(Outcome, Sink), SimError>,
-    after: &dyn Fn(&Path) -> After,
-) -> Result<Done, Failure> {
-    let out_error = |e: std::io::Error| Failure::output(format!("{}: writing outputs: {e}", r.out.display()));
-    let dir = RunDir::create(&r.out).map_err(out_error)?;
-    let create = |name: &str| {
-        fs::File::create(dir.staged(name))
-            .map(|f| BufWriter::with_capacity(1 << 20, f))
-            .map_err(out_error)
-    };
-    let plan = plan(r);
-    // With consumer-side faults the stored stream goes aside first; trace.pt is what the
-    // consumer got (spec/truth.md FLT3, FLT5-FLT7).
-    let full = if plan.changes_delivery() {
-        "trace.full"
-    } else {
-        "trace.pt"
-    };
-    let sink = create(full)?;
-    let mut spool = if r.no_truth {
-        None
-    } else {
-        Some(create("truth.spool")?)
-    };
-    let events = EventLog::default().streaming_to(create("events.jsonl")?);
+impl ptemu::case::Progress for Bar<'_> {
+    fn update(&mut self, records: u64) {
+        self.bar.set_message(format!("{} records", HumanCount(records)));
+        self.bar.set_position((self.position)(records));
+    }
 
-    // No bar over a traced program's own terminal output (`ptemu run`).
-    let bar = progress_bar(r.quiet || opts.format == Format::Qemu, total);
-    let started = std::time::Instant::now();
-    let result = simulate(
-        sink,
-        spool.as_mut().map(|w| w as &mut dyn std::io::Write),
-        events,
-        &mut |records| {
-            bar.set_message(format!("{} records", HumanCount(records)));
-            bar.set_position(position(records));
-        },
-        dir.staging(),
-    );
-    bar.finish_and_clear();
-    let run_info = RunInfo::now(started.elapsed().as_secs_f64());
-    let sim_error = |e: SimError| match e {
-        // Writing DIR failed, not the input: name DIR (a full disk, say).
-        SimError::Sink(_) | SimError::Events(_) | SimError::Truth(_) => {
-            Failure::output(format!("{}: {e}", r.out.display()))
-        }
-        // A file the source puts aside (`ptemu run`'s other threads) could not be written: the
-        // run's own output failed, not the input.
-        SimError::Source(s) if matches!(s.kind, ErrorKind::Write(_)) => Failure::output(s.to_string()),
-        e => Failure::input(e.to_string()),
-    };
-    // On an error `dir` is dropped, which removes everything the run made.
-    let (outcome, sink) = result.map_err(sim_error)?;
-    sink.into_inner()
-        .map_err(|e| out_error(e.into_error()))?
-        .sync_all()
-        .map_err(out_error)?;
-    let truth = match spool {
-        Some(w) => {
-            w.into_inner().map_err(|e| out_error(e.into_error()))?;
-            let run = opts.describe(&plan, name);
-            Some(
-                simulate::finish_truth(
-                    &dir.staged(full),
-                    &dir.staged("trace.pt"),
-                    &dir.staged("truth.spool"),
-                    &dir.staged(r.truth_format.file()),
-                    &outcome,
-                    &plan,
-                    run,
-                )
-                .map_err(sim_error)?,
-            )
-        }
-        None => None,
-    };
-    let (maps, program) = after(dir.staging());
-    let perf = if r.perf_data {
-        Some(write_perf_data(&dir, opts, &outcome, &plan, name, maps).map_err(out_error)?)
-    } else {
-        None
-    };
-    let (report, staged) = finish(
-        dir,
-        opts,
-        &outcome,
-        (run_info, layout_line(r, opts)),
-        truth.as_ref(),
-        perf.as_deref(),
-        program,
-    )
-    .map_err(out_error)?;
-    Ok(Done {
-        outcome,
-        report,
-        truth,
-        staged,
-    })
+    fn done(&mut self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 /// Resolves the layout, CPU, CTL, other MSRs and tracer settings; every mistake is reported before
@@ -375,17 +279,6 @@ pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failur
     Ok(opts)
 }
 
-/// The layout the run used, in a line: its file, the default, or the ring a wrap or stop fault
-/// made, and what it is (`Layout::summary`).
-fn layout_line(r: &RunArgs, opts: &Options) -> String {
-    let source = match &r.layout {
-        Some(p) => p.display().to_string(),
-        None if plan(r).makes_layout() => "the --fault layout".to_string(),
-        None => "default layout".to_string(),
-    };
-    format!("{source}: {}", opts.layout.summary())
-}
-
 fn plan(r: &RunArgs) -> Plan {
     Plan {
         faults: r.fault.clone(),
@@ -434,151 +327,11 @@ fn progress_bar(quiet: bool, file_size: Option<u64>) -> ProgressBar {
     bar
 }
 
-/// Writes the image files, regions/ and report.json into the staging directory, then moves every
-/// output into place at once; returns the report.
-fn finish(
-    dir: RunDir,
-    opts: &Options,
-    outcome: &Outcome,
-    (run_info, layout): (RunInfo, String),
-    truth: Option<&TruthSummary>,
-    perf: Option<&str>,
-    program: Option<serde_json::Value>,
-) -> std::io::Result<(SimReport, Staged)> {
-    let mut outputs = vec!["trace.pt", "events.jsonl"];
-    let mut stale = vec![];
-    if perf.is_some() {
-        outputs.push("perf.data");
-        if outcome.image.is_some() {
-            outputs.push("image.elf");
-        } else {
-            stale.push("image.elf");
-        }
-    } else {
-        stale.extend(["perf.data", "image.elf"]);
-    }
-    let ptxed = match &outcome.image {
-        Some(img) => {
-            write_atomic(&dir.staged("image.bin"), |w| w.write_all(&img.bytes))?;
-            write_atomic(&dir.staged("image.json"), |w| {
-                serde_json::to_writer(
-                    &mut *w,
-                    &serde_json::json!({ "base": format!("{:#x}", img.base) }),
-                )?;
-                w.write_all(b"\n")
-            })?;
-            outputs.extend(["image.bin", "image.json"]);
-            Some(img.ptxed_command(
-                &dir.final_path("trace.pt").display().to_string(),
-                &dir.final_path("image.bin").display().to_string(),
-                &opts.ptxed_config(),
-            ))
-        }
-        // No stale image from an earlier run next to a trace it does not belong to.
-        None => {
-            stale.extend(["image.bin", "image.json"]);
-            None
-        }
-    };
-    let mut report = SimReport::new(outcome, opts, ptxed);
-    report.run = Some(run_info);
-    report.layout = Some(layout);
-    if let Some(t) = truth {
-        report.stats.trace_bytes = t.delivered;
-    }
-    report.truth = truth.map(TruthSummary::to_json);
-    report.perf = perf.map(str::to_owned);
-    report.program = program;
-    for f in [TruthFormat::Bin, TruthFormat::Jsonl] {
-        match truth {
-            Some(t) if t.file == f.file() => outputs.push(f.file()),
-            _ => stale.push(f.file()),
-        }
-    }
-    write_outputs_with(dir.staging(), &outcome.unit, &outcome.mem, &report)?;
-    outputs.extend(["regions", "report.json"]);
-    // Code a real program wrote at run time, a file a version (`ptemu run`, QE17).
-    if dir.staged("code").is_dir() {
-        outputs.push("code");
-    }
-    // The picture replays the layout as its file programs it: not drawn when --ctl ToPA= says
-    // otherwise (SIM5), rather than drawn wrong (spec/picture.md).
-    if opts.ctl.topa() == (opts.layout.scheme == ptemu::layout::Scheme::Topa) {
-        let run = Run::new(
-            report.msr,
-            outcome.unit.stats(),
-            report.event_counts,
-            report.events.clone(),
-        );
-        let picture = ptemu::picture::run_svg(&opts.layout, &ptemu::layout::check(&opts.layout), &run);
-        write_atomic(&dir.staged("layout.svg"), |w| w.write_all(picture.as_bytes()))?;
-        outputs.push("layout.svg");
-    } else {
-        stale.push("layout.svg");
-    }
-    Ok((report, Staged { dir, outputs, stale }))
-}
-
-/// Every output of a run, complete in the staging directory, waiting to be moved into place:
-/// after the summary went out, so that a summary that cannot be written (a full stdout) leaves
-/// DIR as it was (SIM7).
-pub(super) struct Staged {
-    dir: RunDir,
-    outputs: Vec<&'static str>,
-    stale: Vec<&'static str>,
-}
-
-impl Staged {
-    /// The staging directory, where more outputs may be written before the commit.
-    pub fn staging(&self) -> &Path {
-        self.dir.staging()
-    }
-
-    /// One more output (a file or directory written into [`Staged::staging`]) to move into
-    /// place.
-    pub fn add_output(&mut self, name: &'static str) {
-        self.outputs.push(name);
-    }
-
-    /// Moves every output into place (dropped instead, everything the run made is removed).
-    pub fn commit(self, out: &Path) -> Result<(), Failure> {
-        // The directories only some runs write (`ptemu run`): an earlier run's go.
-        let stale_dirs: Vec<&str> = ["threads", "processes", "code"]
-            .into_iter()
-            .filter(|d| !self.outputs.contains(d))
-            .collect();
-        self.dir
-            .commit_with_dirs(&self.outputs, &self.stale, &stale_dirs)
-            .map_err(|e| Failure::input(format!("{}: writing outputs: {e}", out.display())))
-    }
-}
-
-/// Writes DIR/image.elf (Penn) and DIR/perf.data into the staging directory (spec/perf-data.md);
-/// returns the perf command that decodes it.
-fn write_perf_data(
-    dir: &RunDir,
-    opts: &Options,
-    outcome: &Outcome,
-    plan: &Plan,
-    name: &str,
-    maps: Vec<ptemu::perf_data::Mapping>,
-) -> std::io::Result<String> {
-    ptemu::perf_data::write_run(
-        dir.staging(),
-        &dir.final_path(""),
-        opts,
-        outcome,
-        plan,
-        name,
-        maps,
-    )
-}
-
 /// The console summary of a `ptemu simulate` run.
 pub(super) fn summary(
     command: &str,
     name: &str,
-    a: &RunArgs,
+    c: &CaseOptions,
     opts: &Options,
     run: &Outcome,
     r: &SimReport,
@@ -587,7 +340,7 @@ pub(super) fn summary(
     let mut text = String::new();
     let o = &mut text;
     let s = &r.stats;
-    let layout = r.layout.clone().unwrap_or_else(|| layout_line(a, opts));
+    let layout = r.layout.clone().unwrap_or_else(|| c.layout_line(opts));
     outln!(
         o,
         "ptemu {command}: {name} ({}), cpu {}, {layout}",
@@ -644,7 +397,7 @@ pub(super) fn summary(
         halt_note(&run.unit)
     );
     write_output_state(o, &run.events, &run.unit, &r.msr);
-    let out = &a.out;
+    let out = &c.out;
     outln!(o, "  files in {}:", out.display());
     match truth.filter(|_| s.trace_bytes != s.stored_bytes) {
         // A consumer-side fault changed what a reader gets: the file is the delivered stream.
@@ -735,12 +488,11 @@ pub enum TruthFormat {
     Jsonl,
 }
 
-impl TruthFormat {
-    /// The file it is written to in DIR.
-    pub fn file(self) -> &'static str {
-        match self {
-            TruthFormat::Bin => "truth.bin",
-            TruthFormat::Jsonl => "truth.jsonl",
+impl From<TruthFormat> for ptemu::case::TruthFormat {
+    fn from(f: TruthFormat) -> Self {
+        match f {
+            TruthFormat::Bin => ptemu::case::TruthFormat::Bin,
+            TruthFormat::Jsonl => ptemu::case::TruthFormat::Jsonl,
         }
     }
 }

@@ -1,9 +1,9 @@
 //! `ptemu write`.
 
 use super::output::print;
-use super::run_dir::RunDir;
 use super::summary::{fail_on_operational_error, halt_note, warn_layout, write_output_state};
 use super::Failure;
+use ptemu::case::RunDir;
 use ptemu::event_log::EventLog;
 use ptemu::layout::Layout;
 use ptemu::picture::Run as PictureRun;

@@ -1,10 +1,10 @@
-//! `ptemu run`'s forked children (spec/qemu.md QE18, QE19): each child's plugin makes a socket
+//! A recording's forked children (spec/qemu.md QE18, QE19): each child's plugin makes a socket
 //! for its stream and hands one end to `ptemu run` over the fork descriptor, a datagram socket
 //! that only the run's own QEMU process and the processes it forks hold (it has no name, and
 //! nothing outside the process tree can open it). Each stream is spooled into the staging
 //! directory as it arrives, within the run's limits, and traced once the program has ended.
 
-use super::Failure;
+use super::RecordError;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -22,6 +22,17 @@ pub struct Limits {
     pub bytes: u64,
     /// How long the run waits, after the program ended, for children that run on.
     pub wait: Duration,
+}
+
+impl Default for Limits {
+    /// `ptemu run`'s defaults: 256 streams, 64 GiB a stream, 60 s of waiting.
+    fn default() -> Self {
+        Limits {
+            open: 256,
+            bytes: 64 << 30,
+            wait: Duration::from_secs(60),
+        }
+    }
 }
 
 /// One child's stream, as spooled.
@@ -199,15 +210,15 @@ impl Children {
     /// The streams that ended and were not handed out yet; waits until every stream received
     /// so far has ended, at most until `deadline`. A limit passed, a spool that could not be
     /// written, or children still running at the deadline fail the run (QE19).
-    pub fn ended(&self, deadline: Instant) -> Result<Vec<Ended>, Failure> {
+    pub fn ended(&self, deadline: Instant) -> Result<Vec<Ended>, RecordError> {
         loop {
             {
                 let mut s = lock(&self.state);
                 if let Some(l) = &s.limit {
-                    return Err(Failure::input(l.clone()));
+                    return Err(RecordError::Refused(l.clone()));
                 }
                 if let Some(e) = s.streams.iter().find_map(|c| c.error.clone()) {
-                    return Err(Failure::output(e));
+                    return Err(RecordError::Output(e));
                 }
                 if s.streams.iter().all(|c| c.done) {
                     return Ok(s
@@ -230,7 +241,7 @@ impl Children {
                         .filter(|c| !c.done)
                         .map(|c| c.pid.to_string())
                         .collect();
-                    return Err(Failure::input(format!(
+                    return Err(RecordError::Refused(format!(
                         "forked child process(es) {} still ran {} s after the program ended: not \
                          traced, nothing written (QE19; --wait-children SECONDS waits longer)",
                         pids.join(", "),
