@@ -11,7 +11,7 @@
 use super::probe::{Carrier, Fact};
 use std::collections::VecDeque;
 
-/// Facts taken from a [`Wait`], in order.
+/// Facts taken from the probe ([`super::Probe::drain`]), in order.
 pub type Drained<'a> = std::iter::Copied<std::slice::Iter<'a, Fact>>;
 
 /// The facts waiting for pending bit `bit`: indices `first..=last` of [`Wait::facts`].
