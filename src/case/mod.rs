@@ -1,7 +1,7 @@
 //! A run's output directory, its case: the outputs of one simulation (trace.pt, regions/,
 //! report.json, events.jsonl, the truth, perf.data, the code image, layout.svg), written all or
 //! nothing through a staging directory ([`RunDir`], spec/simulate.md SIM7), with what an
-//! interrupted run removes ([`cleanup`]). [`write`] is what `ptemu simulate` and each process
+//! interrupted run removes ([`cleanup`]). [`write()`] is what `ptemu simulate` and each process
 //! and thread of `ptemu run` ([`crate::program`]) do around the simulation.
 
 pub mod cleanup;
