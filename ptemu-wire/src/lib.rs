@@ -1367,6 +1367,19 @@ mod tests {
         assert!(r.next_record().unwrap_err().message.contains("block 5"));
     }
 
+    /// [`two_blocks_then`]'s blocks, `pattern` executed, a note, then its first three again,
+    /// and the end.
+    fn pattern_twice(pattern: &[u32]) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.block(0x1000, &[1], &[0x90, 0x90]);
+        w.block(0x1002, &[], &[0xc3]);
+        w.exec_blocks(pattern);
+        w.note(NoteKind::Returned, 1, "");
+        w.exec_blocks(&pattern[..3]);
+        w.end_with(0);
+        written(&mut w)
+    }
+
     /// QE13: the hot path's walk of a batch in place gives each executed block's index as
     /// `next_batched` does, whatever pieces the stream comes in and however few indices fit
     /// the caller's buffer, takes a batch's head with its first indices, and leaves an index no
@@ -1374,14 +1387,7 @@ mod tests {
     #[test]
     fn qe13_indices_taken_in_place_are_the_batches() {
         let pattern: Vec<u32> = (0..5_000u32).map(|k| (k * 5 + k / 7) % 2).collect();
-        let mut w = Writer::new();
-        w.block(0x1000, &[1], &[0x90, 0x90]);
-        w.block(0x1002, &[], &[0xc3]);
-        w.exec_blocks(&pattern);
-        w.note(NoteKind::Returned, 1, "");
-        w.exec_blocks(&pattern[..3]);
-        w.end_with(0);
-        let bytes = written(&mut w);
+        let bytes = pattern_twice(&pattern);
         let expect: Vec<u32> = pattern.iter().chain(&pattern[..3]).copied().collect();
         for (step, room) in [(1, 1), (3, 7), (4093, 256), (1 << 20, 256), (5, 1000)] {
             let mut r = Reader::new(Trickle { bytes: &bytes, step });
@@ -1448,14 +1454,7 @@ mod tests {
     #[test]
     fn qe13_a_batch_split_across_reads_reads_the_same() {
         let pattern: Vec<u32> = (0..40_000u32).map(|k| (k * 7 + k / 3) % 2).collect();
-        let mut w = Writer::new();
-        w.block(0x1000, &[1], &[0x90, 0x90]);
-        w.block(0x1002, &[], &[0xc3]);
-        w.exec_blocks(&pattern);
-        w.note(NoteKind::Returned, 1, "");
-        w.exec_blocks(&pattern[..3]);
-        w.end_with(0);
-        let bytes = written(&mut w);
+        let bytes = pattern_twice(&pattern);
         assert!(bytes.len() > 1 << 17, "longer than the reader's buffer");
         let whole = records(&mut Reader::new(&bytes[..]));
         let (ids, execs, end) = batched(&mut Reader::new(&bytes[..]));

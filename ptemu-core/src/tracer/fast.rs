@@ -210,6 +210,25 @@ impl Hot {
         true
     }
 
+    /// The packets sent since the count of packets sent was `sent` (at most the two the log
+    /// keeps), with their offsets in the stream (`base`: the stream's bytes before the buffer),
+    /// for the truth recorder; and how many.
+    #[inline(always)]
+    fn sent_since(&self, sent: u8, base: u64) -> ([FastPacket; 2], usize) {
+        let n = usize::from(self.sent.wrapping_sub(sent));
+        let mut packets = [FastPacket::default(); 2];
+        for (j, slot) in packets.iter_mut().enumerate().take(n) {
+            let (bits, len, after) = self.sent_log[usize::from(sent.wrapping_add(j as u8) & 1)];
+            let end = base + after as u64;
+            *slot = FastPacket {
+                bits,
+                start: end - u64::from(len),
+                end,
+            };
+        }
+        (packets, n)
+    }
+
     /// TIP1: the pending TNT, then TIP(target).
     #[inline(always)]
     fn tip(&mut self, target: u64, buf: &mut [u8]) {
@@ -441,18 +460,8 @@ impl Tracer {
             );
             debug_assert!(taken, "every block end is an event the fast path takes");
             if let Some(p) = probe.as_deref_mut() {
-                let n = hot.sent.wrapping_sub(sent);
-                let mut packets = [FastPacket::default(); 2];
-                for (j, slot) in packets.iter_mut().enumerate().take(usize::from(n)) {
-                    let (bits, len, after) = hot.sent_log[usize::from(sent.wrapping_add(j as u8) & 1)];
-                    let end = base + after as u64;
-                    *slot = FastPacket {
-                        bits,
-                        start: end - u64::from(len),
-                        end,
-                    };
-                }
-                p.block_exec(x.block, b, x.next, exec, &packets[..usize::from(n)], hot.tnt_bits);
+                let (packets, n) = hot.sent_since(sent, base);
+                p.block_exec(x.block, b, x.next, exec, &packets[..n], hot.tnt_bits);
             }
             done += 1;
             if hot.psb_bytes >= fixed.psb_due || hot.len >= fixed.flush_bytes {
@@ -480,18 +489,8 @@ impl Tracer {
                 break;
             }
             if ev.is_instruction() {
-                let n = hot.sent.wrapping_sub(sent);
-                let mut packets = [FastPacket::default(); 2];
-                for (j, slot) in packets.iter_mut().enumerate().take(usize::from(n)) {
-                    let (bits, len, after) = hot.sent_log[usize::from(sent.wrapping_add(j as u8) & 1)];
-                    let end = base + after as u64;
-                    *slot = FastPacket {
-                        bits,
-                        start: end - u64::from(len),
-                        end,
-                    };
-                }
-                probe.fast_insn(ev, exec, &packets[..usize::from(n)], hot.tnt_bits);
+                let (packets, n) = hot.sent_since(sent, base);
+                probe.fast_insn(ev, exec, &packets[..n], hot.tnt_bits);
             }
             done += 1;
             if hot.psb_bytes >= fixed.psb_due || hot.len >= fixed.flush_bytes {
