@@ -430,6 +430,19 @@ impl std::fmt::Debug for Classifier {
 }
 
 impl Classifier {
+    /// A mark or time record put where it belongs among the held records ([`place`]).
+    fn place(&mut self, r: Record, start: u64) {
+        place(
+            r,
+            start,
+            self.group,
+            self.prev_first,
+            &mut self.held,
+            &mut self.split,
+            &mut self.marks,
+        );
+    }
+
     /// A classifier of the facts of the run `ctx` describes (its damage, delivery, PSBs and
     /// stored bytes; not its header).
     pub fn new(ctx: &Context) -> Self {
@@ -655,15 +668,7 @@ impl Classifier {
                         early: 0,
                         restated: restated || status,
                     };
-                    place(
-                        m,
-                        start,
-                        self.group,
-                        self.prev_first,
-                        &mut self.held,
-                        &mut self.split,
-                        &mut self.marks,
-                    );
+                    self.place(m, start);
                 }
                 return Ok(());
             }
@@ -693,15 +698,7 @@ impl Classifier {
                 } else {
                     Record::Time { tsc, slack, off }
                 };
-                place(
-                    t,
-                    start,
-                    self.group,
-                    self.prev_first,
-                    &mut self.held,
-                    &mut self.split,
-                    &mut self.marks,
-                );
+                self.place(t, start);
                 return Ok(());
             }
         };
