@@ -11,6 +11,7 @@
 //! ```
 
 mod api;
+mod death;
 mod maps;
 
 use api::{Api, PluginId, QemuInfo, Tb, CB_NO_REGS};
@@ -115,6 +116,8 @@ struct Thread {
     /// The executions from a fault handler's first block on, held back until a memory access
     /// finds its signal frame (QE21): the fault's note must come before them.
     held: Vec<u64>,
+    /// The vCPU's `CPUX86State`, as its blocks' callback saw it (QE22), or 0.
+    env: usize,
 }
 
 impl Thread {
@@ -130,6 +133,7 @@ impl Thread {
         returned: None,
         ended: false,
         held: Vec::new(),
+        env: 0,
     };
 
     /// The slot made empty, keeping its buffer.
@@ -176,6 +180,105 @@ static HOLDING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize:
 /// them it writes them and `ptemu run` refuses the handler (QE16).
 const MAX_HELD: usize = 256;
 
+/// QE22: what each slot's thread is doing, for the thread a signal kills the process from:
+/// [`RUNNING`] guest code (or about to), [`IN_SYSCALL`] from a system call's start to the next
+/// block (its stream ends in the call), [`STOPPED`] by the process's death (it runs no more).
+static STATE: [std::sync::atomic::AtomicU8; MAX_VCPUS] =
+    [const { std::sync::atomic::AtomicU8::new(RUNNING) }; MAX_VCPUS];
+const RUNNING: u8 = 0;
+const IN_SYSCALL: u8 = 1;
+const STOPPED: u8 = 2;
+
+/// SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGXCPU, SIGXFSZ, SIGSYS: the
+/// signals whose default action dumps core, for which QEMU 7.2 stops every other vCPU
+/// (`stop_all_tasks`) before it kills the process (QE22).
+const CORE_SIGNALS: u64 =
+    1 << 3 | 1 << 4 | 1 << 5 | 1 << 6 | 1 << 7 | 1 << 8 | 1 << 11 | 1 << 24 | 1 << 25 | 1 << 31;
+
+/// A thread that must run no more (the process is dying, QE22): it waits for the signal that
+/// kills it.
+fn park() -> ! {
+    loop {
+        // SAFETY: pause has no preconditions.
+        unsafe { libc::pause() };
+    }
+}
+
+/// QE22: QEMU is about to kill the process with signal `sig` (its default action), from this
+/// thread. Everything the plugin holds goes out now: this thread's executions with a note of
+/// where it is (`Killed`: the faulting instruction, or the one a signal came before) and, when
+/// QEMU stopped the other vCPUs first (a signal that dumps core), theirs with a note of where
+/// each stopped (`Stopped`).
+///
+/// # Safety
+/// Only from QEMU's `kill` of its own process (`death::hook_kill`), on the dying thread.
+unsafe fn on_death(sig: c_int) {
+    if OFF.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(me) = death::VCPU.with(std::cell::Cell::get) else {
+        return;
+    };
+    let mut guard = shared();
+    let Some(sh) = guard.as_mut() else { return };
+    // SAFETY: this thread's own slot.
+    let t = unsafe { &mut *SLOTS[me as usize].0.get() };
+    let fault = death::LAST_FAULT
+        .with(std::cell::Cell::get)
+        .filter(|f| f.blocks == t.executed);
+    last_words(t, me as usize, NoteKind::Killed, sig, fault, sh);
+    if sig < 64 && CORE_SIGNALS & (1 << sig) != 0 {
+        for (k, slot) in SLOTS.iter().enumerate() {
+            if k == me as usize || STATE[k].load(Ordering::Relaxed) != RUNNING {
+                continue;
+            }
+            // SAFETY: QEMU's stop_all_tasks holds every other vCPU outside guest code (and its
+            // callbacks) now; a thread in a system call is IN_SYSCALL, and one that comes to
+            // a system call's callbacks after this finds STOPPED and parks.
+            let o = unsafe { &mut *slot.0.get() };
+            if o.tid == 0 || o.ended {
+                continue;
+            }
+            STATE[k].store(STOPPED, Ordering::Relaxed);
+            last_words(o, k, NoteKind::Stopped, sig, None, sh);
+        }
+    }
+    OFF.store(true, Ordering::Relaxed);
+}
+
+/// QE22: thread `t` (slot `k`) sends what it holds; unless it is in a system call, its last
+/// block's execution goes in a note of `kind` with the RIP of its vCPU: the signal, the block's
+/// index and, when a host fault came in that block, its `si_code` and address (`-` for none).
+fn last_words(
+    t: &mut Thread,
+    k: usize,
+    kind: NoteKind,
+    sig: c_int,
+    fault: Option<death::HostFault>,
+    sh: &mut Shared,
+) {
+    t.release_handler_exec();
+    let in_call = t.returned.is_some() || STATE[k].load(Ordering::Relaxed) == IN_SYSCALL;
+    if !in_call && t.len > 0 {
+        if let Some(rip) = death::rip(t.env, |a| sh.maps.read_u64(a)) {
+            t.len -= 1;
+            // SAFETY: within the `len + 1` indices stored.
+            let index = unsafe { *t.ids.add(t.len as usize) };
+            let host = fault.map_or("- -".to_string(), |f| format!("{} {:#x}", f.code, f.addr));
+            t.put_note(kind, rip, &format!("{sig} {index} {host}"));
+        }
+    }
+    sh.send(Some(t));
+}
+
+/// The plugin's count of the executions of slot `vcpu`'s thread, read by that thread (QE22).
+pub(crate) fn executed_by(vcpu: u32) -> u64 {
+    SLOTS.get(vcpu as usize).map_or(u64::MAX, |s| {
+        // SAFETY: called on the slot's own thread (a signal handler interrupting its guest code).
+        unsafe { (*s.0.get()).executed }
+    })
+}
+
 /// A vCPU's slot. Only the vCPU's own thread touches it, but for `on_exit` (the process's end)
 /// and a forked child (which has one thread), both under the conditions they state.
 struct Slot(UnsafeCell<Thread>);
@@ -220,6 +323,8 @@ unsafe fn thread(vcpu: c_uint) -> Option<&'static mut Thread> {
         }
     }
     if t.tid == 0 {
+        death::VCPU.with(|c| c.set(Some(vcpu)));
+        STATE[vcpu as usize].store(RUNNING, Ordering::Relaxed);
         // SAFETY: gettid has no preconditions.
         t.tid = unsafe { libc::gettid() } as u64;
         if t.ids.is_null() {
@@ -500,6 +605,8 @@ pub unsafe extern "C" fn qemu_plugin_install(
         None => None,
     };
     FORK_FD.store(fork_fd.unwrap_or(-1), Ordering::Relaxed);
+    // QE22: the plugin's last words when a signal kills the program (none in a static QEMU).
+    death::hook_kill(on_death);
     let mut writer = Writer::new();
     // The magic goes at once: `ptemu run` knows the plugin loaded.
     writer.take(&mut |b| {
@@ -606,7 +713,12 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
         }
         // One callback a block (QE13): QEMU runs a block's instructions one after another to
         // its end, but for a fault, so its index says what ran.
-        (api.register_tb_exec)(tb, on_exec, CB_NO_REGS, block_data(index as u32, n));
+        (api.register_tb_exec)(
+            tb,
+            death::exec_callback(),
+            CB_NO_REGS,
+            block_data(index as u32, n),
+        );
     }
 }
 
@@ -618,7 +730,10 @@ fn block_data(index: u32, n: usize) -> *mut c_void {
 
 /// A block starts executing: its index goes into the thread's buffer (QE13). A store and an
 /// increment; everything else waits for the slow path (see `Thread`).
-unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void) {
+///
+/// QEMU calls it through `death::exec_callback`, which passes TCG's env register as `env`
+/// (QE22): kept by the slow path.
+pub(crate) unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void, env: usize) {
     if let Some(slot) = SLOTS.get(vcpu as usize) {
         // SAFETY: a callback of `vcpu`, on its thread (see `Slot`).
         let t = unsafe { &mut *slot.0.get() };
@@ -633,7 +748,14 @@ unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void) {
         }
     }
     // SAFETY: the same callback.
-    unsafe { on_exec_slow(vcpu, data) }
+    unsafe { on_exec_slow(vcpu, data, env) }
+}
+
+/// `on_exec` where no env register is known (a host other than x86-64): QE22 has no RIP.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) unsafe extern "C" fn on_exec_no_env(vcpu: c_uint, data: *mut c_void) {
+    // SAFETY: the same callback.
+    unsafe { on_exec(vcpu, data, 0) }
 }
 
 /// `on_exec` when the thread has something to do first: start, say that a system call returned
@@ -643,7 +765,7 @@ unsafe extern "C" fn on_exec(vcpu: c_uint, data: *mut c_void) {
 /// Only from `on_exec` (a callback of `vcpu`, on its thread).
 #[cold]
 #[inline(never)]
-unsafe fn on_exec_slow(vcpu: c_uint, data: *mut c_void) {
+unsafe fn on_exec_slow(vcpu: c_uint, data: *mut c_void, env: usize) {
     // SAFETY: the caller's contract.
     let Some(t) = (unsafe { thread(vcpu) }) else {
         // Not traced any more: the program runs on, its blocks stored and dropped.
@@ -657,6 +779,11 @@ unsafe fn on_exec_slow(vcpu: c_uint, data: *mut c_void) {
         }
         return;
     };
+    if t.env == 0 {
+        // QE22: where this vCPU's registers are; QEMU's handlers are installed by now.
+        t.env = env;
+        death::hook_host_faults();
+    }
     let data = data as usize as u64;
     if !t.held.is_empty() {
         // QE21: a fault's handler runs on, its frame not found yet (the limit stays 0).
@@ -670,6 +797,7 @@ unsafe fn on_exec_slow(vcpu: c_uint, data: *mut c_void) {
     if let Some(num) = t.returned.take() {
         // QE7: the call returned and the program runs on: said at once.
         t.note(NoteKind::Returned, num, "", false);
+        STATE[vcpu as usize].store(RUNNING, Ordering::Relaxed);
     }
     if t.len as usize >= IDS {
         t.send();
@@ -872,6 +1000,13 @@ unsafe extern "C" fn on_syscall(
     if OFF.load(Ordering::Relaxed) {
         return;
     }
+    if STATE[vcpu as usize].load(Ordering::Relaxed) == STOPPED {
+        // QE22: the process is dying and this thread's trace ends before this call.
+        drop(guard);
+        park();
+    }
+    STATE[vcpu as usize].store(IN_SYSCALL, Ordering::Relaxed);
+    death::prove_env(t.env, num, a1, a2, |a| sh.maps.read_u64(a));
     t.release_handler_exec();
     t.put_note(NoteKind::Syscall, num as u64, "");
     if num == SYS_EXIT {
@@ -961,6 +1096,13 @@ unsafe extern "C" fn on_syscall(
 }
 
 unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: i64) {
+    if STATE
+        .get(vcpu as usize)
+        .is_some_and(|s| s.load(Ordering::Relaxed) == STOPPED)
+    {
+        // QE22: the process is dying; this thread's trace ends in the call.
+        park();
+    }
     // SAFETY: a callback of `vcpu`, on its thread.
     let Some(t) = (unsafe { thread(vcpu) }) else {
         return;

@@ -94,6 +94,16 @@ pub enum NoteKind {
     /// stack pointer (`-` if unreadable), in hex but the first two. Sent
     /// before the handler block's execution, in the chunk of the thread that faulted.
     Fault,
+    /// A signal killed the program from this thread (QE22): the value is the thread's RIP at
+    /// its death (the faulting instruction, or the one the signal came before); the text is the
+    /// signal's number, the index of the block whose execution began last (which this note
+    /// stands for: it is in no batch), and the `si_code` and address of a host fault in that
+    /// block (`-` and `-` for none), the address in hex. The thread's last record.
+    Killed,
+    /// The program died while this thread was stopped (QE22): as [`NoteKind::Killed`], the
+    /// value where the thread is (the next instruction it would run) and the text the signal,
+    /// the last block's index, `-` and `-`. The thread's last record.
+    Stopped,
 }
 
 impl NoteKind {
@@ -109,6 +119,8 @@ impl NoteKind {
             NoteKind::Syscall => 8,
             NoteKind::ThreadEnd => 9,
             NoteKind::Fault => 10,
+            NoteKind::Killed => 11,
+            NoteKind::Stopped => 12,
         }
     }
 
@@ -124,6 +136,8 @@ impl NoteKind {
             8 => NoteKind::Syscall,
             9 => NoteKind::ThreadEnd,
             10 => NoteKind::Fault,
+            11 => NoteKind::Killed,
+            12 => NoteKind::Stopped,
             _ => return None,
         })
     }

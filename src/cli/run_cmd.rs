@@ -172,6 +172,13 @@ fn program_lines(o: &mut String, exit: ExitStatus, s: &Sideband, opts: &ptemu::s
         describe(exit),
         s.maps.len()
     );
+    if let Some((signal, ip)) = s.killed {
+        outln!(
+            o,
+            "  signal {signal} killed it at {ip:#x}, where the trace ends: that instruction did not \
+             complete (QE22; report.json: program.killed)"
+        );
+    }
     if !s.code.is_empty() {
         let mut pages: Vec<u64> = s.code.iter().map(|c| c.page).collect();
         pages.sort_unstable();

@@ -59,12 +59,22 @@ pub(super) fn program_json(
         "forks_not_traced": s.forks,
         "execs": s.execs,
         "tid": s.tid,
+        "killed": killed_json(s),
         "threads": s.threads.iter().map(|t| serde_json::json!({
             "tid": t.tid,
             "parent": t.parent,
             "case": format!("threads/{}", t.tid),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// QE22: the signal that killed the program from this thread, and where the thread was (its
+/// trace's last instruction, which did not complete), or null.
+pub(super) fn killed_json(s: &Sideband) -> serde_json::Value {
+    s.killed.map_or(
+        serde_json::Value::Null,
+        |(signal, ip)| serde_json::json!({ "signal": signal, "ip": format!("{ip:#x}") }),
+    )
 }
 
 pub(super) fn maps_json(s: &Sideband) -> Vec<serde_json::Value> {

@@ -43,7 +43,8 @@ pub(super) fn command(l: &Launch<'_>) -> Result<Command, RecordError> {
     cmd.arg("-0").arg(l.argv0);
     cmd.arg("-plugin").arg(plugin_arg(l.plugin, fd, forks)?);
     cmd.arg(l.exe).args(l.before).args(l.args);
-    // SAFETY: only fcntl, prctl, getppid and close, async-signal-safe, between fork and exec.
+    // SAFETY: only fcntl, prctl, getppid, getrlimit, setrlimit and close, async-signal-safe,
+    // between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             // The plugin's ends of the sockets stay open in QEMU (both are made close-on-exec).
@@ -59,6 +60,20 @@ pub(super) fn command(l: &Launch<'_>) -> Result<Command, RecordError> {
             // ptemu ended before the death signal was set: QEMU would run on, unwatched.
             if libc::getppid() != ptemu_pid {
                 return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            // QE22: no core file: QEMU 7.2 writes its guest's into the program's directory
+            // (opened without O_EXCL, over a file of that name) and the kernel QEMU's own (156 MB
+            // for a small program) where core_pattern says. The plugin tells where a fault
+            // stopped the program.
+            let mut core = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::getrlimit(libc::RLIMIT_CORE, &mut core) == 0 && core.rlim_cur != 0 {
+                core.rlim_cur = 0;
+                if libc::setrlimit(libc::RLIMIT_CORE, &core) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             // QE11: a standard descriptor closed when ptemu started is closed for the program.
             for k in 0..3 {

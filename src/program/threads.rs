@@ -1,7 +1,7 @@
 //! A program's other threads (QE15): each read from the records the main pass put aside and
 //! traced as a case of its own, `threads/<tid>/`; with perf.data, one of every thread (PD7).
 
-use super::process::{mappings, maps_json};
+use super::process::{killed_json, mappings, maps_json};
 use super::written::{code_json, code_versions, rewritten_run};
 use super::RecordError;
 use crate::case::{CaseOptions, Staged};
@@ -100,6 +100,7 @@ pub(super) fn trace_threads(
                         "code": code_json(&code),
                         "forks": s.forks,
                         "execs": s.execs,
+                        "killed": killed_json(&s),
                     })),
                 )
             },

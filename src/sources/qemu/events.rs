@@ -14,6 +14,8 @@ use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 
+mod death;
+
 /// What the run learnt besides the events, for the summary, report.json and perf.data: shared
 /// with the caller, since the source itself goes into the simulation.
 #[derive(Clone, Debug, Default)]
@@ -39,6 +41,9 @@ pub struct Sideband {
     /// Code written at run time, every version of every page, with when the traced thread ran
     /// it (QE17).
     pub code: Vec<CodeVersion>,
+    /// The signal that killed the program from this thread and the thread's RIP then (QE22):
+    /// the faulting instruction, or the one the signal came before.
+    pub killed: Option<(u32, u64)>,
 }
 
 /// A thread of the program besides the one traced (QE15).
@@ -1293,7 +1298,7 @@ impl<R: Read> QemuEvents<R> {
             }
             // A thread's own (QE21), taken where it is read: one in the process's records
             // says nothing of a thread.
-            NoteKind::Fault => Ok(()),
+            NoteKind::Fault | NoteKind::Killed | NoteKind::Stopped => Ok(()),
             // A kind a newer ptemu-wire knows and this reader does not.
             kind => refuse(self, format!("a note this ptemu does not know: {kind:?}")),
         }
@@ -1563,6 +1568,11 @@ impl<R: Read> QemuEvents<R> {
                     value,
                     text,
                 }) => self.fault(value, &text, out),
+                Some(Record::Note {
+                    kind: kind @ (NoteKind::Killed | NoteKind::Stopped),
+                    value,
+                    text,
+                }) => self.died(kind == NoteKind::Killed, value, &text, out, at)?,
                 Some(Record::Note { kind, value, text }) => self.note(kind, value, text, at)?,
                 Some(Record::End { executed }) => {
                     let mut side = self.side.lock().expect("not poisoned");
