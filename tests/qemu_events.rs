@@ -896,3 +896,84 @@ fn qe21_a_handled_fault_stops_its_block_at_the_faulting_instruction() {
     let e = faulted(dir.path(), 1, a(0x0a), 11, 1).unwrap_err();
     assert!(e.contains("an instruction raises"), "{e}");
 }
+
+/// QE22's program: one block at BASE of three `mov rbx, rax` and a `jmp` back to its start.
+const LOOP: [u8; 11] = [0x48, 0x89, 0xc3, 0x48, 0x89, 0xc3, 0x48, 0x89, 0xc3, 0xeb, 0xf5];
+
+/// The events of LOOP's block run once, then the plugin's last note for the thread: `kind`,
+/// RIP `rip` and `text` (the signal, the block, the host fault), no end record (the process
+/// died).
+fn died(dir: &Path, kind: NoteKind, rip: u64, text: &str) -> Result<Given, String> {
+    let map = code_file(dir, &LOOP);
+    let mut w = Writer::new();
+    w.map(&map);
+    let l = &LOOP;
+    assert_eq!(block(&mut w, 0, &[&l[0..3], &l[3..6], &l[6..9], &l[9..11]]), 0);
+    w.exec_block(0, 4);
+    w.note(kind, rip, text);
+    events(finish(&mut w, false))
+}
+
+#[test]
+fn qe22_the_last_note_ends_the_trace_where_the_thread_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let once = [
+        Event::Retire { ip: a(0), len: 3 },
+        Event::Retire { ip: a(3), len: 3 },
+        Event::Retire { ip: a(6), len: 3 },
+        Event::Jump {
+            ip: a(9),
+            target: a(0),
+        },
+    ];
+    let with = |tail: &[Event]| -> Vec<Event> { once.iter().chain(tail).copied().collect() };
+    let pf = |cr2| FarKind::Exception {
+        vector: 14,
+        cr2: Some(cr2),
+    };
+    // A NULL store in the middle of the block, which ran again: the instructions before it
+    // retire, it does not, and the #PF (the host fault's address as CR2) leaves user mode at it.
+    let (ev, side, n) = died(dir.path(), NoteKind::Killed, a(3), "11 0 1 0x10").unwrap();
+    assert_eq!(
+        ev,
+        with(&[
+            Event::Retire { ip: a(0), len: 3 },
+            far(pf(0x10), a(3), SYSCALL_ENTRY, 0)
+        ])
+    );
+    assert_eq!((side.killed, n), (Some((11, a(3))), 5));
+    // A division by zero at the third: #DE.
+    let (ev, ..) = died(dir.path(), NoteKind::Killed, a(6), "8 0 - -").unwrap();
+    let de = FarKind::Exception { vector: 0, cr2: None };
+    assert_eq!(
+        ev,
+        with(&[
+            Event::Retire { ip: a(0), len: 3 },
+            Event::Retire { ip: a(3), len: 3 },
+            far(de, a(6), SYSCALL_ENTRY, 0)
+        ])
+    );
+    // A SIGSEGV at the block's first instruction, where its JMP also goes: a host fault in the
+    // block says it faulted there; without one a signal another process sent after the block
+    // ran looks the same: refused.
+    let (ev, ..) = died(dir.path(), NoteKind::Killed, a(0), "11 0 2 0x0").unwrap();
+    assert_eq!(ev, with(&[far(pf(0), a(0), SYSCALL_ENTRY, 0)]));
+    let e = died(dir.path(), NoteKind::Killed, a(0), "11 0 - -").unwrap_err();
+    assert!(e.contains("is not known (QE22)"), "{e}");
+    // A thread stopped by the death, at the block's start: the block ran to its end and went
+    // there; an interrupt (vector 0xfd) leaves user mode before it.
+    let (ev, side, _) = died(dir.path(), NoteKind::Stopped, a(0), "11 0 - -").unwrap();
+    let irq = FarKind::Interrupt { vector: 0xfd };
+    let mut want = with(&once);
+    want.push(far(irq, a(0), SYSCALL_ENTRY, 0));
+    assert_eq!(ev, want);
+    assert_eq!(side.killed, None);
+    // Stopped inside a block, which only a fault does: refused.
+    let e = died(dir.path(), NoteKind::Stopped, a(6), "11 0 - -").unwrap_err();
+    assert!(e.contains("where no fault stopped it"), "{e}");
+    // A note that names no block, or says nothing readable: refused with its offset.
+    let e = died(dir.path(), NoteKind::Killed, a(3), "11 9 - -").unwrap_err();
+    assert!(e.contains("block 9, which was never translated"), "{e}");
+    let e = died(dir.path(), NoteKind::Killed, a(3), "eleven").unwrap_err();
+    assert!(e.contains("byte offset") && e.contains("\"eleven\""), "{e}");
+}

@@ -442,12 +442,14 @@ fn qe10_qe16_what_cannot_be_traced_is_refused() {
          if (!sigsetjmp(env, 1)) { if (fork() == 0) { usleep(300000); kill(me, SIGSEGV); _exit(0); } for (;;) n++; }\n\
          puts(\"sent\"); return 0; }\n",
     );
-    // Killed by a fault after it ran on from its last system call: the end is unknown (QE7).
+    // Killed by SIGKILL while it computes, which no code of QEMU's sees: the end is unknown
+    // (QE7; a fault or a signal QEMU handles is traced to where it stopped the program, QE22).
     let crash = c_program(
         dir.path(),
         "crash",
-        "#include <stdio.h>\nint main(int c, char **v) { volatile int s = 0; puts(\"ran\"); fflush(stdout);\n\
-         for (int i = 0; i < 100000; i++) s += i; return *(volatile int *)(long)(c - 1); }\n",
+        "#include <signal.h>\n#include <stdio.h>\n#include <unistd.h>\n\
+         int main(void) { pid_t me = getpid(); volatile long n = 0; puts(\"ran\"); fflush(stdout);\n\
+         if (fork() == 0) { usleep(300000); kill(me, SIGKILL); _exit(0); } for (;;) n++; }\n",
     );
     // Closes every descriptor from 3 up: the plugin's socket with them (QE10).
     let closer = c_program(
@@ -1126,4 +1128,187 @@ fn qe21_a_handled_fault_is_traced_to_the_faulting_instruction() {
         // One thread: perf.data names it 1000, as for any program of one thread.
         check_decoders(&out, &out.join("perf.data"), 1000);
     }
+}
+
+/// QE22's oracle from QEMU's own log: the vCPU whose last block holds `at`, the faulting
+/// instruction, ran that block up to it; every other vCPU ran its blocks to their ends (QEMU
+/// stops them between blocks before it kills the process).
+fn cut_at_death(cpus: &BlockLog, at: u64) -> BlockLog {
+    let mut cut = cpus.clone();
+    let last = cut
+        .iter_mut()
+        .filter_map(|b| b.iter_mut().rev().find(|b| !b.is_empty()))
+        .find(|b| b.contains(&at))
+        .unwrap_or_else(|| panic!("no vCPU's last block holds {at:#x}"));
+    let k = last.iter().position(|&a| a == at).unwrap();
+    last.truncate(k);
+    cut
+}
+
+/// The truth's last fact before its end record.
+fn last_fact(case: &Path) -> String {
+    let truth = common::cli::truth_jsonl(case);
+    let lines: Vec<&str> = truth.lines().filter(|l| !l.contains("\"k\":\"mark\"")).collect();
+    lines[lines.len() - 2].to_string()
+}
+
+/// The async fact of a trace that leaves user mode at `at` (QE21, QE22).
+fn leaves_at(at: u64) -> String {
+    format!("{{\"k\":\"async\",\"from\":\"{at:#x}\"")
+}
+
+/// QE22: a program that a fault it has no handler for kills (tests/data/qemu/crash.c): a NULL
+/// store in the middle of a block, at the first instruction of one and at the last (an
+/// indirect CALL through NULL), a CALL to address 0 (the fetch faults), a division by zero
+/// (SIGFPE) and `ud2` (SIGILL). `ptemu run` exits with the program's status (128 + the signal,
+/// QE11) and writes its trace: its truth is exactly what QEMU's log of the same run says the
+/// program executed, the faulting block cut at the faulting instruction, where the trace
+/// leaves user mode (the truth's last fact; report.json says so); perf and libipt decode it
+/// with no error and `ptemu verify` accepts both (FUP at the faulting instruction and TIP.PGD:
+/// PGD2, TIP3); with Event Trace libipt reads the #PF's EVD and CFE (EVT1).
+#[test]
+fn qe22_a_fault_that_kills_the_program_is_traced_to_the_faulting_instruction() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = data_program(dir.path(), "crash", &["-no-pie"]);
+    for (how, label, signal) in [
+        ("store", "crash_store", 11),
+        ("first", "crash_first", 11),
+        ("last", "crash_last", 11),
+        ("fetch", "", 11),
+        ("div", "crash_div", 8),
+        ("ud2", "crash_ud2", 4),
+    ] {
+        let at = if label.is_empty() { 0 } else { symbol(&exe, label) };
+        let out = dir.path().join(format!("o-{how}"));
+        let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe), how]);
+        assert_eq!(o.status.code(), Some(128 + signal), "{how}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "ran\n", "{how}");
+        // The fetch at 0 ran no block: the log is the truth whole.
+        let cut = if at == 0 {
+            cpus.clone()
+        } else {
+            cut_at_death(&cpus, at)
+        };
+        assert_each_vcpu_is_a_case(&cut, std::slice::from_ref(&out));
+        assert!(
+            last_fact(&out).starts_with(&leaves_at(at)),
+            "{how}: {}",
+            last_fact(&out)
+        );
+        let killed = &report(&out)["program"]["killed"];
+        assert_eq!(
+            (&killed["signal"], &killed["ip"]),
+            (&signal.into(), &format!("{at:#x}").into())
+        );
+        check_decoders(&out, &out.join("perf.data"), 1000);
+    }
+    // Event Trace: the #PF's EVD(CR2 = 0) and CFE before the FUP, which libipt reads.
+    let out = dir.path().join("o-event");
+    let o = ptemu_run(
+        &out,
+        &["--cpu", "generic-max", "--ctl", "EventEn=1"],
+        &[s(&exe), "store"],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(139), "{}", text(&o.stderr));
+    let truth = common::cli::truth_jsonl(&out);
+    assert!(truth.contains("interrupt 14, cr2: 0000000000000000"), "{truth}");
+    let libipt = libipt_decode::decode_case(&out);
+    assert!(!libipt.contains("error"), "libipt: {libipt}");
+    assert!(verify(&out, libipt.as_bytes()).status.success());
+}
+
+/// QE22 with threads and processes: a second thread's NULL store kills the program while the
+/// main thread computes (QEMU stops the main thread between two blocks: its trace ends there
+/// with an interrupt, the other's at the store), and a forked child's kills the child alone (its
+/// process's trace ends at the store, the parent exits 0). Each thread's truth is what QEMU's
+/// log says it ran, and perf and libipt decode every case.
+#[test]
+fn qe22_a_fault_in_a_thread_or_a_forked_child_is_traced_for_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = data_program(dir.path(), "crash", &["-no-pie"]);
+    let at = symbol(&exe, "crash_store");
+    let out = dir.path().join("o-thread");
+    let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe), "thread"]);
+    assert_eq!(o.status.code(), Some(139), "{}", text(&o.stderr));
+    let cases = thread_cases(&out);
+    assert_eq!(cases.len(), 2);
+    assert_each_vcpu_is_a_case(&cut_at_death(&cpus, at), &cases);
+    // The main thread was interrupted where it was; the worker died at the store.
+    assert!(
+        last_fact(&cases[0]).starts_with("{\"k\":\"async\""),
+        "{}",
+        last_fact(&cases[0])
+    );
+    assert_eq!(report(&cases[0])["program"]["killed"], Value::Null);
+    assert!(
+        last_fact(&cases[1]).starts_with(&leaves_at(at)),
+        "{}",
+        last_fact(&cases[1])
+    );
+    assert_eq!(report(&cases[1])["program"]["killed"]["signal"], 11);
+    for (case, tid) in cases.iter().zip(case_tids(&out)) {
+        check_decoders(case, &out.join("perf.data"), tid);
+    }
+    let out = dir.path().join("o-fork");
+    let o = ptemu_run(&out, &["--perf-data"], &[s(&exe), "fork"], b"");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ran\nchild killed by 11\n");
+    let r = report(&out);
+    let procs = r["program"]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{r}");
+    let child = out.join(procs[0]["case"].as_str().unwrap());
+    assert!(
+        last_fact(&child).starts_with(&leaves_at(at)),
+        "{}",
+        last_fact(&child)
+    );
+    assert_eq!(report(&child)["program"]["killed"]["ip"], format!("{at:#x}"));
+    for case in [&out, &child] {
+        check_decoders(case, &case.join("perf.data"), 1000);
+    }
+}
+
+/// QE22: a crashed program's run says how it died, on stderr (a successful trace: `ptemu run`
+/// exits with the program's status), and leaves nothing in the program's directory even where
+/// core files are allowed (QEMU would write its guest's core there, and the kernel QEMU's own).
+#[test]
+fn qe22_a_crash_is_reported_and_leaves_no_core_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = data_program(dir.path(), "crash", &["-no-pie"]);
+    let at = symbol(&exe, "crash_store");
+    let cwd = dir.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let out = dir.path().join("o");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .current_dir(&cwd)
+        .args(["run", "--plugin", s(&plugin()), "--out", s(&out), "--"])
+        .args([s(&exe), "store"]);
+    // SAFETY: setrlimit only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            if libc::setrlimit(libc::RLIMIT_CORE, &unlimited) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = feed(cmd, b"");
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(139), "{e}");
+    assert!(e.contains("program: was killed by signal 11"), "{e}");
+    assert!(
+        e.contains(&format!("signal 11 killed it at {at:#x}, where the trace ends")),
+        "{e}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&cwd)
+        .unwrap()
+        .map(|f| f.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in the program's directory: {left:?}");
 }

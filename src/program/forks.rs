@@ -3,7 +3,7 @@
 //! be traced listed with why.
 
 use super::children::Children;
-use super::process::{finish_process, mappings, maps_json};
+use super::process::{finish_process, killed_json, mappings, maps_json};
 use super::threads::{ThreadCase, THREADS_SPOOL};
 use super::written::{code_json, write_code};
 use super::{RecordError, Warnings};
@@ -283,6 +283,7 @@ fn trace_child(
                     })).collect::<Vec<_>>(),
                     "forks": s.forks,
                     "execs": s.execs,
+                    "killed": killed_json(&s),
                 })),
             )
         },
