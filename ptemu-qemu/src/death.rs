@@ -154,8 +154,8 @@ extern "C" fn on_host_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_
     }
     // SAFETY: QEMU's SA_SIGINFO handler, called as the kernel would have.
     unsafe {
-        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-            std::mem::transmute((*old).sa_sigaction);
+        type Handler = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
+        let f = std::mem::transmute::<usize, Handler>((*old).sa_sigaction);
         f(sig, info, ctx);
     }
 }
@@ -197,14 +197,14 @@ extern "C" fn hooked_kill(pid: libc::pid_t, sig: c_int) -> c_int {
     if dying && hook != 0 {
         // SAFETY: the function `hook_kill` was given.
         unsafe {
-            let f: unsafe fn(c_int) = std::mem::transmute(hook);
+            let f = std::mem::transmute::<usize, unsafe fn(c_int)>(hook);
             f(sig);
         }
     }
     // SAFETY: libc's kill, as QEMU's table held it.
     unsafe {
-        let real: extern "C" fn(libc::pid_t, c_int) -> c_int =
-            std::mem::transmute(REAL_KILL.load(Ordering::Relaxed));
+        type Kill = extern "C" fn(libc::pid_t, c_int) -> c_int;
+        let real = std::mem::transmute::<usize, Kill>(REAL_KILL.load(Ordering::Relaxed));
         real(pid, sig)
     }
 }
