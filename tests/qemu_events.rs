@@ -813,15 +813,35 @@ const FAULTING: [u8; 0x12] = [
     0xc3,
 ];
 
-/// [`FAULTING`]'s block run `loops` times, then a fault's note naming `rip` (with `signal` and
-/// `code`: the frame's siginfo, both 0 for a handler without SA_SIGINFO), then its handler.
-fn faulted(dir: &Path, loops: usize, rip: u64, signal: u32, code: i32) -> Result<Given, String> {
+/// A stream of [`FAULTING`] translated: its block (index 0, ids 0-3) and its handler's (index
+/// 1, ids 4-5).
+fn faulting_program(dir: &Path) -> Writer {
     let map = code_file(dir, &FAULTING);
     let mut w = Writer::new();
     w.map(&map);
     let p = &FAULTING;
     assert_eq!(block(&mut w, 0x00, &[&p[0..3], &p[3..5], &p[5..8], &p[8..10]]), 0);
     assert_eq!(block(&mut w, 0x10, &[&p[0x10..0x11], &p[0x11..0x12]]), 4);
+    w
+}
+
+/// The events of one run of [`FAULTING`]'s block, to its JMP back.
+fn faulting_run() -> [Event; 4] {
+    [
+        Event::Retire { ip: a(0), len: 3 },
+        Event::Retire { ip: a(3), len: 2 },
+        Event::Retire { ip: a(5), len: 3 },
+        Event::Jump {
+            ip: a(8),
+            target: a(0),
+        },
+    ]
+}
+
+/// [`FAULTING`]'s block run `loops` times, then a fault's note naming `rip` (with `signal` and
+/// `code`: the frame's siginfo, both 0 for a handler without SA_SIGINFO), then its handler.
+fn faulted(dir: &Path, loops: usize, rip: u64, signal: u32, code: i32) -> Result<Given, String> {
+    let mut w = faulting_program(dir);
     w.note(NoteKind::Handler, a(0x10), "11 0x0");
     for _ in 0..loops {
         w.exec_block(0, 4);
@@ -849,15 +869,7 @@ fn qe21_a_handled_fault_stops_its_block_at_the_faulting_instruction() {
     // ones after it did not; the fault leaves user mode at it (FUP 0x03, TIP.PGD) and tracing
     // comes back at the handler.
     let (ev, _, n) = faulted(dir.path(), 2, a(3), 11, 1).unwrap();
-    let first_run = [
-        Event::Retire { ip: a(0), len: 3 },
-        Event::Retire { ip: a(3), len: 2 },
-        Event::Retire { ip: a(5), len: 3 },
-        Event::Jump {
-            ip: a(8),
-            target: a(0),
-        },
-    ];
+    let first_run = faulting_run();
     let mut want = first_run.to_vec();
     want.extend([
         Event::Retire { ip: a(0), len: 3 },
@@ -897,18 +909,10 @@ fn qe21_a_handled_fault_stops_its_block_at_the_faulting_instruction() {
     assert!(e.contains("an instruction raises"), "{e}");
 }
 
-/// QE22's program: one block at BASE of three `mov rbx, rax` and a `jmp` back to its start.
-const LOOP: [u8; 11] = [0x48, 0x89, 0xc3, 0x48, 0x89, 0xc3, 0x48, 0x89, 0xc3, 0xeb, 0xf5];
-
-/// The events of LOOP's block run once, then the plugin's last note for the thread: `kind`,
-/// RIP `rip` and `text` (the signal, the block, the host fault), no end record (the process
-/// died).
+/// [`FAULTING`]'s block run once, then the plugin's last note for the thread: `kind`, RIP `rip`
+/// and `text` (the signal, the block, the host fault), no end record (the process died, QE22).
 fn died(dir: &Path, kind: NoteKind, rip: u64, text: &str) -> Result<Given, String> {
-    let map = code_file(dir, &LOOP);
-    let mut w = Writer::new();
-    w.map(&map);
-    let l = &LOOP;
-    assert_eq!(block(&mut w, 0, &[&l[0..3], &l[3..6], &l[6..9], &l[9..11]]), 0);
+    let mut w = faulting_program(dir);
     w.exec_block(0, 4);
     w.note(kind, rip, text);
     events(finish(&mut w, false))
@@ -917,21 +921,13 @@ fn died(dir: &Path, kind: NoteKind, rip: u64, text: &str) -> Result<Given, Strin
 #[test]
 fn qe22_the_last_note_ends_the_trace_where_the_thread_was() {
     let dir = tempfile::tempdir().unwrap();
-    let once = [
-        Event::Retire { ip: a(0), len: 3 },
-        Event::Retire { ip: a(3), len: 3 },
-        Event::Retire { ip: a(6), len: 3 },
-        Event::Jump {
-            ip: a(9),
-            target: a(0),
-        },
-    ];
+    let once = faulting_run();
     let with = |tail: &[Event]| -> Vec<Event> { once.iter().chain(tail).copied().collect() };
     let pf = |cr2| FarKind::Exception {
         vector: 14,
         cr2: Some(cr2),
     };
-    // A NULL store in the middle of the block, which ran again: the instructions before it
+    // A load through NULL in the middle of the block, which ran again: the instructions before it
     // retire, it does not, and the #PF (the host fault's address as CR2) leaves user mode at it.
     let (ev, side, n) = died(dir.path(), NoteKind::Killed, a(3), "11 0 1 0x10").unwrap();
     assert_eq!(
@@ -943,14 +939,14 @@ fn qe22_the_last_note_ends_the_trace_where_the_thread_was() {
     );
     assert_eq!((side.killed, n), (Some((11, a(3))), 5));
     // A division by zero at the third: #DE.
-    let (ev, ..) = died(dir.path(), NoteKind::Killed, a(6), "8 0 - -").unwrap();
+    let (ev, ..) = died(dir.path(), NoteKind::Killed, a(5), "8 0 - -").unwrap();
     let de = FarKind::Exception { vector: 0, cr2: None };
     assert_eq!(
         ev,
         with(&[
             Event::Retire { ip: a(0), len: 3 },
-            Event::Retire { ip: a(3), len: 3 },
-            far(de, a(6), SYSCALL_ENTRY, 0)
+            Event::Retire { ip: a(3), len: 2 },
+            far(de, a(5), SYSCALL_ENTRY, 0)
         ])
     );
     // A SIGSEGV at the block's first instruction, where its JMP also goes: a host fault in the
@@ -969,7 +965,7 @@ fn qe22_the_last_note_ends_the_trace_where_the_thread_was() {
     assert_eq!(ev, want);
     assert_eq!(side.killed, None);
     // Stopped inside a block, which only a fault does: refused.
-    let e = died(dir.path(), NoteKind::Stopped, a(6), "11 0 - -").unwrap_err();
+    let e = died(dir.path(), NoteKind::Stopped, a(5), "11 0 - -").unwrap_err();
     assert!(e.contains("where no fault stopped it"), "{e}");
     // A note that names no block, or says nothing readable: refused with its offset.
     let e = died(dir.path(), NoteKind::Killed, a(3), "11 9 - -").unwrap_err();

@@ -102,6 +102,7 @@ impl<R: Read> QemuEvents<R> {
         let inside = (0..whole).find(|&j| self.table[first + j].ip == rip);
         let fault = killed && d.signo < 64 && FAULT_SIGNALS & (1 << d.signo) != 0;
         let goes = inside.is_some_and(|_| may_go_to(last, start, rip));
+        let at_its_syscall = inside == Some(whole - 1) && last.kind == Kind::Syscall;
         if killed {
             self.side.lock().expect("not poisoned").killed = Some((d.signo, rip));
         }
@@ -142,7 +143,7 @@ impl<R: Read> QemuEvents<R> {
                     d.signo
                 ),
             ),
-            Some(j) if !goes && !(j + 1 == whole && last.kind == Kind::Syscall) => bad(
+            Some(_) if !(goes || at_its_syscall) => bad(
                 self,
                 format!(
                     "the program died while this thread was at {rip:#x}, inside the block that began \
