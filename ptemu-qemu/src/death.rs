@@ -183,13 +183,19 @@ pub fn hook_kill(on_death: unsafe fn(c_int)) -> bool {
     true
 }
 
-/// QEMU's `kill`: when it sends its own process a signal whose action is the default (it is
-/// dying of it, `dump_core_and_abort`), the plugin's last words go first (QE22).
+/// SIGCHLD, SIGCONT, SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU, SIGURG, SIGWINCH: signals whose
+/// default action does not end the process (QEMU sends itself SIGSTOP for a guest's SIGTSTP).
+const NOT_FATAL: u64 = 1 << 17 | 1 << 18 | 1 << 19 | 1 << 20 | 1 << 21 | 1 << 22 | 1 << 23 | 1 << 28;
+
+/// QEMU's `kill`: when it sends its own process a signal whose action is the default and ends
+/// it (it is dying of it, `dump_core_and_abort`), the plugin's last words go first (QE22).
 extern "C" fn hooked_kill(pid: libc::pid_t, sig: c_int) -> c_int {
     // SAFETY: getpid and sigaction have no preconditions beyond valid pointers.
     let dying = unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
-        pid == libc::getpid()
+        (0..64).contains(&sig)
+            && NOT_FATAL & (1 << sig) == 0
+            && pid == libc::getpid()
             && libc::sigaction(sig, std::ptr::null(), &mut act) == 0
             && act.sa_sigaction == libc::SIG_DFL
     };
