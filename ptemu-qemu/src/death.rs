@@ -8,9 +8,10 @@
 //!   its own process a signal whose action is the default, then calls libc's `kill`.
 //! - **Where each thread is.** TCG's generated code keeps the vCPU's `CPUX86State` in RBP (its
 //!   `TCG_AREG0` on an x86-64 host) when it calls a block's callback; the state begins with the
-//!   16 general registers and RIP. The entry `ptemu_exec_entry` passes it on and the slow path keeps it; a system call proves it once a
-//!   process (`regs[RAX]`, `regs[RDI]`, `regs[RSI]` are the call's number and first two
-//!   arguments, which QEMU passes the plugin from there).
+//!   16 general registers and RIP. The callback's entry `ptemu_exec_entry` passes RBP on and
+//!   the slow path keeps it; a system call proves it once a process (`regs[RAX]`, `regs[RDI]`,
+//!   `regs[RSI]` are the call's number and first two arguments, which QEMU passes the plugin
+//!   from there).
 //! - **The address a fault touched.** The host's SIGSEGV or SIGBUS that a guest access raises
 //!   reaches [`on_host_fault`] first, which notes its `si_code` and address and hands it on to
 //!   QEMU's handler.
