@@ -458,16 +458,22 @@ fn qe10_qe16_what_cannot_be_traced_is_refused() {
         "#define _GNU_SOURCE\n#include <stdio.h>\n#include <unistd.h>\n\
          int main(void) { closefrom(3); puts(\"closed\"); return 0; }\n",
     );
+    // SIGKILL may also cut the plugin's write of a chunk: then the stream ends inside a record
+    // (QE1), refused the same way.
     for (exe, says, prints) in [
-        (&sent, "an instruction raises", "sent\n"),
-        (&crash, "killed outside a system call", "ran\n"),
-        (&closer, "closed the", "closed\n"),
+        (&sent, &["an instruction raises"][..], "sent\n"),
+        (
+            &crash,
+            &["killed outside a system call", "the stream ends inside a record"],
+            "ran\n",
+        ),
+        (&closer, &["closed the"], "closed\n"),
     ] {
         let out = dir.path().join("o");
         let o = ptemu_run(&out, &[], &[s(exe)], b"");
         let e = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{e}");
-        assert!(e.contains(says), "{e}");
+        assert!(says.iter().any(|w| e.contains(w)), "{e}");
         // The program still ran to its end; nothing was written.
         assert_eq!(text(&o.stdout), prints);
         assert!(!out.exists());
