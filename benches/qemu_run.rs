@@ -274,6 +274,17 @@ fn on_path(name: &str) -> Option<PathBuf> {
 
 fn main() {
     let bench = std::env::args().any(|a| a == "--bench");
+    // Only the stages, on a stream recorded before (the plugin's bytes as it wrote them to
+    // its socket): for measuring a change to the reader or the tracer without QEMU.
+    if let Some(file) = std::env::var_os("PTEMU_BENCH_STREAM") {
+        let stream = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", Path::new(&file).display()));
+        let rounds = std::env::var("PTEMU_BENCH_ROUNDS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(3);
+        stages(&stream, rounds);
+        return;
+    }
     let ptemu = PathBuf::from(env!("CARGO_BIN_EXE_ptemu"));
     let plugin = ptemu.with_file_name("libptemu_qemu.so");
     let (Some(qemu), Some(gzip)) = (on_path("qemu-x86_64"), on_path("gzip")) else {

@@ -1,4 +1,4 @@
-//! Blocks (spec/generation.md BLK1-BLK4): executions of blocks against the events they stand
+//! Blocks (spec/generation.md BLK1-BLK5): executions of blocks against the events they stand
 //! for. Random blocks and executions, under random settings (CTL features on and off, IP
 //! filters and TraceStop ranges, long TNT, the truth recorder, two CPUs), fed as blocks and as
 //! their events one by one, must leave the same bytes in memory, the same registers,
@@ -95,6 +95,88 @@ fn program() -> impl Strategy<Value = (Vec<Block>, Vec<BlockExec>)> {
     })
 }
 
+/// BLK5: blocks laid out one after another (now and then a gap, near or far), whose direct
+/// targets are other blocks' starts (now and then somewhere else), and a walk through them:
+/// each execution goes where its block can, mostly to a block's start, so that the executions
+/// make long chains (each going on at the next one's start), with breaks where a successor is
+/// no block's start.
+fn walk() -> impl Strategy<Value = (Vec<Block>, Vec<BlockExec>)> {
+    let shape = (
+        prop::collection::vec(1u8..16, 1..12),
+        0u8..7,
+        prop_oneof![8 => Just(0u64), 1 => 1u64..64, 1 => 1u64..1 << 36],
+        any::<prop::sample::Index>(),
+        prop::bool::weighted(0.1),
+    );
+    prop::collection::vec(shape, 1..24).prop_flat_map(|shapes| {
+        let mut ip = 0x40_0000u64;
+        let starts: Vec<u64> = shapes
+            .iter()
+            .map(|(lens, _, gap, _, _)| {
+                let start = ip + gap;
+                ip = start + lens.iter().map(|&l| u64::from(l)).sum::<u64>();
+                start
+            })
+            .collect();
+        let blocks: Vec<Block> = shapes
+            .iter()
+            .zip(&starts)
+            .map(|((lens, kind, _, to, elsewhere), &start)| {
+                let target = if *elsewhere {
+                    0x40_0000 + to.index(1 << 20) as u64
+                } else {
+                    starts[to.index(starts.len())]
+                };
+                let end = match kind {
+                    0 => BlockEnd::FallThrough,
+                    1 => BlockEnd::Conditional { target },
+                    2 => BlockEnd::Jump { target },
+                    3 => BlockEnd::Call { target },
+                    4 => BlockEnd::IndirectJump,
+                    5 => BlockEnd::IndirectCall,
+                    _ => BlockEnd::Return,
+                };
+                Block::new(start, lens, end).unwrap()
+            })
+            .collect();
+        let n = blocks.len();
+        let raw = prop::collection::vec((any::<bool>(), 0..n, 0u8..8), 0..3000);
+        (Just(blocks), raw).prop_map(|(blocks, raw)| {
+            let at = |ip: u64| blocks.iter().position(|b| b.start() == ip);
+            let mut calls: Vec<u64> = Vec::new();
+            let mut k = 0;
+            let mut execs = Vec::with_capacity(raw.len());
+            for (taken, anywhere, pick) in raw {
+                let b = &blocks[k];
+                let far = blocks[anywhere].start();
+                let next = match b.end() {
+                    BlockEnd::FallThrough => b.fall_through(),
+                    BlockEnd::Conditional { target } if taken => target,
+                    BlockEnd::Conditional { .. } => b.fall_through(),
+                    BlockEnd::Jump { target } => target,
+                    BlockEnd::Call { target } => {
+                        calls.push(b.fall_through());
+                        target
+                    }
+                    BlockEnd::IndirectCall => {
+                        calls.push(b.fall_through());
+                        far
+                    }
+                    BlockEnd::Return if pick > 0 => calls.pop().unwrap_or(far),
+                    _ => far,
+                };
+                execs.push(BlockExec {
+                    block: k as u32,
+                    next,
+                });
+                // Where no block starts there, the walk goes on elsewhere: a break in the chain.
+                k = at(next).unwrap_or(anywhere);
+            }
+            (blocks, execs)
+        })
+    })
+}
+
 fn ctl() -> impl Strategy<Value = (RtitCtl, Option<(u64, u64)>)> {
     // The features that keep the one-step path out are each on in a fifth of the cases, so
     // that both it and the per-instruction path are exercised.
@@ -126,6 +208,8 @@ enum Feed {
     Events,
     /// `feed_blocks` over chunks of up to 13 executions.
     Blocks,
+    /// `feed_chain` over the chains in chunks of up to 13 executions (BLK5).
+    Chain,
 }
 
 type Seen = (
@@ -175,6 +259,19 @@ fn run(
                 }
             }
             Feed::Blocks => t.feed_blocks(&mut mem, blocks, chunk).unwrap(),
+            Feed::Chain => {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    // The longest chain: each execution going on at the next one's start.
+                    let len = 1 + rest
+                        .windows(2)
+                        .take_while(|w| w[0].next == blocks[w[1].block as usize].start())
+                        .count();
+                    let ids: Vec<u32> = rest[..len].iter().map(|x| x.block).collect();
+                    t.feed_chain(&mut mem, blocks, &ids, rest[len - 1].next).unwrap();
+                    rest = &rest[len..];
+                }
+            }
         }
         t.flush(&mut mem).unwrap();
     }
@@ -313,6 +410,115 @@ proptest! {
         prop_assert!(blocks.0 == reference.0, "the trace bytes differ");
         prop_assert_eq!(&blocks.6, &reference.6, "the facts differ");
         prop_assert_eq!(&blocks.7, &reference.7, "truth.jsonl differs");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// BLK5: executions fed as chains leave what the same executions leave fed one by one as
+    /// their events (the reference) and as block executions, under the same random settings.
+    #[test]
+    fn blk5_a_chain_leaves_what_its_executions_leave(
+        (ctl, range) in ctl(),
+        long_tnt in any::<bool>(),
+        flush_bytes in prop_oneof![Just(1usize), Just(64), Just(256), Just(1024)],
+        truth in prop::bool::weighted(0.1),
+        skylake in any::<bool>(),
+        p in walk(),
+    ) {
+        let (cpu, ctl) = if skylake { ("skylake", ctl.with_dis_tnt(false)) } else { ("generic-max", ctl) };
+        let reference = run(Feed::Events, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
+        let chain = run(Feed::Chain, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
+        prop_assert_eq!(&chain.1, &reference.1, "MSRs");
+        prop_assert_eq!(&chain.2, &reference.2, "statistics");
+        prop_assert_eq!(chain.3, reference.3, "PacketEn");
+        prop_assert_eq!(chain.4, reference.4, "core cycles");
+        prop_assert_eq!(&chain.5, &reference.5, "the output unit's events (PMIs)");
+        prop_assert!(chain.6 == reference.6, "the truth differs");
+        prop_assert!(chain.7 == reference.7, "truth.jsonl differs");
+        prop_assert!(chain.0 == reference.0, "the trace bytes differ");
+        let blocks = run(Feed::Blocks, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
+        prop_assert!(chain.0 == blocks.0, "the trace bytes differ from feed_blocks'");
+    }
+}
+
+/// BLK5, BLK2: a chain naming a block not given is refused before anything is traced, with
+/// the index of the first such id; an execution that goes where its block cannot (its
+/// successor the next one's start, or the chain's `next` for the last) is refused with its
+/// index, the executions before it traced; with a setting that keeps the one-step path out
+/// (a TraceStop range far away) as with one that lets it in.
+#[test]
+fn blk5_a_chain_refuses_what_feed_blocks_refuses() {
+    for range in [false, true] {
+        let mut mem = SparseMemory::new();
+        let (ctl, stop) = if range {
+            (user_branches().with_addr0_cfg(2), Some((0x90_0000, 0x90_0fff)))
+        } else {
+            (user_branches(), None)
+        };
+        let mut t = tracing(&mut mem, "skylake", TracerConfig::default(), ctl, stop, 0x40_0000);
+        let blocks = [
+            Block::new(0x40_0000, &[2, 2], BlockEnd::Jump { target: 0x40_0100 }).unwrap(),
+            Block::new(0x40_0100, &[1], BlockEnd::Conditional { target: 0x40_0000 }).unwrap(),
+        ];
+        let e = t
+            .feed_chain(&mut mem, &blocks, &[0, 1, 2, 0], 0x40_0100)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            BlockError::Unknown {
+                index: 2,
+                block: 2,
+                blocks: 2
+            }
+        );
+        assert_eq!(t.stats().instructions, 0, "nothing traced");
+        // 0 -> 1 -> 0 -> 1, then block 1 to 0x40_0200, which it cannot reach.
+        let e = t
+            .feed_chain(&mut mem, &blocks, &[0, 1, 0, 1], 0x40_0200)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BlockError::Successor {
+                    index: 3,
+                    next: 0x40_0200,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            t.stats().instructions,
+            2 + 1 + 2,
+            "the executions before it traced"
+        );
+        // Block 1 taken to block 0, then block 0 going on at block 0's start: its JMP goes
+        // elsewhere.
+        let e = t
+            .feed_chain(&mut mem, &blocks, &[1, 0, 0], 0x40_0100)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BlockError::Successor {
+                    index: 1,
+                    next: 0x40_0000,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(t.stats().instructions, 5 + 1);
+        // Block 1 going on at its own start: neither its target nor its fall-through.
+        let e = t
+            .feed_chain(&mut mem, &blocks, &[0, 1, 1], 0x40_0101)
+            .unwrap_err();
+        assert!(matches!(e, BlockError::Successor { index: 1, .. }), "{e}");
+        assert_eq!(t.stats().instructions, 6 + 2);
+        t.feed_chain(&mut mem, &blocks, &[0, 1], 0x40_0101).unwrap();
+        assert_eq!(t.stats().instructions, 8 + 3);
     }
 }
 

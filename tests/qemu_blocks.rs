@@ -183,7 +183,7 @@ fn qe13_blk3_real_programs_traced_as_blocks_give_the_per_instruction_paths_bytes
             for p in steps.pieces() {
                 match p {
                     Piece::Events(e) => events += e.len(),
-                    Piece::Blocks(x) => execs += x.len(),
+                    Piece::Blocks { ids, .. } => execs += ids.len(),
                 }
             }
             steps.clear();

@@ -669,6 +669,26 @@ ptemu_status ptemu_tracer_feed_blocks(ptemu_tracer *t,
                                       size_t n,
                                       size_t *fed);
 
+// Feeds `n` executions of the blocks of `blocks` given as a chain, the twin of
+// `Tracer::feed_chain` (BLK5): execution `k` is of block `ids[k]` and goes on at the start of
+// block `ids[k + 1]`, the last one at `next`; the same bytes as `ptemu_tracer_feed_blocks` of
+// those executions. Stores in `*fed` (unless NULL) how many were fed: `n` on PTEMU_OK. An id
+// the table does not have is PTEMU_ERR_ARGUMENT with its index in the message and nothing
+// fed (`*fed` 0); an execution that goes where its block cannot, PTEMU_ERR_ARGUMENT with its
+// index in the message and `*fed` that index (the executions before it were fed, none after).
+// PTEMU_ERR_MEMORY as for `ptemu_tracer_feed_blocks`.
+//
+// # Safety
+// `t` and `mem` must be NULL or live; `blocks` NULL or live; `ids` NULL or `n` readable ids;
+// `fed` NULL or writable.
+ptemu_status ptemu_tracer_feed_chain(ptemu_tracer *t,
+                                     ptemu_memory *mem,
+                                     const ptemu_blocks *blocks,
+                                     const uint32_t *ids,
+                                     size_t n,
+                                     uint64_t next,
+                                     size_t *fed);
+
 // Creates guest memory served by the host's callbacks. `ctx` is passed back to them untouched.
 // The callbacks and `ctx` must stay valid until ptemu_memory_free; they are called only from
 // inside ptemu calls that take this memory, on the calling thread. One memory object may serve

@@ -180,21 +180,96 @@ pub unsafe extern "C" fn ptemu_tracer_feed_blocks(
         let mut done = 0;
         // SAFETY: forwarded contracts.
         let r = unsafe {
-            with_tracer(t, mem, |t, m| match t.feed_blocks(m, &blocks, execs) {
-                Ok(()) => {
-                    done = n;
-                    Ok(())
-                }
-                Err(BlockError::Memory { fed, error }) => {
-                    done = fed;
-                    let message = format!("execution {}: {error}", fed.saturating_sub(1));
-                    Err(Failure::new(PTEMU_ERR_MEMORY, message))
-                }
-                Err(e @ (BlockError::Unknown { index, .. } | BlockError::Successor { index, .. })) => {
-                    done = index;
-                    Err(Failure::argument(e.to_string()))
-                }
-                Err(e) => Err(Failure::argument(e.to_string())),
+            with_tracer(t, mem, |t, m| {
+                fed_or_failure(t.feed_blocks(m, &blocks, execs), n, &mut done, true)
+            })
+        };
+        report(done);
+        r
+    })
+}
+
+/// A feed's result for C: `Ok` with `*done` = `n`, or the failure with `*done` the executions
+/// fed before it (`before_unknown`: whether those before an unknown block were fed, as by
+/// `feed_blocks`; a chain feeds none then).
+fn fed_or_failure(
+    r: Result<(), BlockError>,
+    n: usize,
+    done: &mut usize,
+    before_unknown: bool,
+) -> Result<(), Failure> {
+    match r {
+        Ok(()) => {
+            *done = n;
+            Ok(())
+        }
+        Err(BlockError::Memory { fed, error }) => {
+            *done = fed;
+            let message = format!("execution {}: {error}", fed.saturating_sub(1));
+            Err(Failure::new(PTEMU_ERR_MEMORY, message))
+        }
+        Err(e @ BlockError::Successor { index, .. }) => {
+            *done = index;
+            Err(Failure::argument(e.to_string()))
+        }
+        Err(e @ BlockError::Unknown { index, .. }) => {
+            *done = if before_unknown { index } else { 0 };
+            Err(Failure::argument(e.to_string()))
+        }
+        Err(e) => Err(Failure::argument(e.to_string())),
+    }
+}
+
+/// Feeds `n` executions of the blocks of `blocks` given as a chain, the twin of
+/// `Tracer::feed_chain` (BLK5): execution `k` is of block `ids[k]` and goes on at the start of
+/// block `ids[k + 1]`, the last one at `next`; the same bytes as `ptemu_tracer_feed_blocks` of
+/// those executions. Stores in `*fed` (unless NULL) how many were fed: `n` on PTEMU_OK. An id
+/// the table does not have is PTEMU_ERR_ARGUMENT with its index in the message and nothing
+/// fed (`*fed` 0); an execution that goes where its block cannot, PTEMU_ERR_ARGUMENT with its
+/// index in the message and `*fed` that index (the executions before it were fed, none after).
+/// PTEMU_ERR_MEMORY as for `ptemu_tracer_feed_blocks`.
+///
+/// # Safety
+/// `t` and `mem` must be NULL or live; `blocks` NULL or live; `ids` NULL or `n` readable ids;
+/// `fed` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn ptemu_tracer_feed_chain(
+    t: *mut ptemu_tracer,
+    mem: *mut ptemu_memory,
+    blocks: *const ptemu_blocks,
+    ids: *const u32,
+    n: usize,
+    next: u64,
+    fed: *mut usize,
+) -> crate::ptemu_status {
+    let report = |k: usize| {
+        if !fed.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { fed.write(k) };
+        }
+    };
+    report(0);
+    guard(|| {
+        // SAFETY: NULL or live by contract (only read).
+        let Some(table) = (unsafe { blocks.as_ref() }) else {
+            return Err(Failure::null("blocks"));
+        };
+        if n > 0 && ids.is_null() {
+            return Err(Failure::null("ids"));
+        }
+        let ids: &[u32] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: non-NULL and `n` readable ids by contract.
+            unsafe { std::slice::from_raw_parts(ids, n) }
+        };
+        // Held for the whole feed: ptemu_blocks_add is refused meanwhile.
+        let blocks = table.blocks.read().unwrap_or_else(|p| p.into_inner());
+        let mut done = 0;
+        // SAFETY: forwarded contracts.
+        let r = unsafe {
+            with_tracer(t, mem, |t, m| {
+                fed_or_failure(t.feed_chain(m, &blocks, ids, next), n, &mut done, false)
             })
         };
         report(done);

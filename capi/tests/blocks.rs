@@ -1,7 +1,7 @@
-//! Through the C API (BLK1-BLK4): a table of blocks (`ptemu_blocks_add`) and their executions
-//! (`ptemu_tracer_feed_blocks`) leave the same bytes and PMIs in a host buffer as the events
-//! they stand for fed with `ptemu_tracer_events`; a bad block or execution is refused with its
-//! index, nothing of the call fed.
+//! Through the C API (BLK1-BLK5): a table of blocks (`ptemu_blocks_add`) and their executions
+//! (`ptemu_tracer_feed_blocks`, or as chains `ptemu_tracer_feed_chain`) leave the same bytes
+//! and PMIs in a host buffer as the events they stand for fed with `ptemu_tracer_events`; a bad
+//! block or execution is refused with its index, nothing of the call fed.
 
 mod common;
 
@@ -163,6 +163,81 @@ fn blk3_blocks_through_c_write_what_their_events_write() {
     );
     assert_eq!(blocked.1, reference.1, "PMIs");
     assert!(blocked.0 == reference.0, "the guest's bytes differ");
+}
+
+/// BLK5: the program's executions are one chain (each goes on at the next one's block's
+/// start); fed through `ptemu_tracer_feed_chain` in pieces, they write what their events write;
+/// an unknown id feeds nothing, a successor a block cannot go to is refused at its index.
+#[test]
+fn blk5_chains_through_c_write_what_their_events_write() {
+    let (blocks, execs) = program();
+    let mut events = Vec::new();
+    for &(k, next) in &execs {
+        rust_block(&blocks[k as usize]).events_into(next, &mut events);
+    }
+    let c_events: Vec<ptemu_event> = events.iter().map(c_event).collect();
+    // SAFETY: the pointers run() hands over are live.
+    let reference = run(|t, mem| unsafe {
+        for chunk in c_events.chunks(500) {
+            assert_eq!(
+                ptemu_tracer_events(t, mem, chunk.as_ptr(), chunk.len(), null_mut()),
+                PTEMU_OK
+            );
+        }
+    });
+    let (table, _) = c_table(&blocks);
+    for w in execs.windows(2) {
+        assert_eq!(w[0].1, blocks[w[1].0 as usize].0, "one chain");
+    }
+    // SAFETY: as above, and the table is live.
+    let chained = run(|t, mem| unsafe {
+        for chunk in execs.chunks(777) {
+            let ids: Vec<u32> = chunk.iter().map(|x| x.0).collect();
+            let next = chunk.last().unwrap().1;
+            let mut fed = usize::MAX;
+            assert_eq!(
+                ptemu_tracer_feed_chain(t, mem, table, ids.as_ptr(), ids.len(), next, &mut fed),
+                PTEMU_OK
+            );
+            assert_eq!(fed, ids.len());
+        }
+    });
+    assert_eq!(chained.1, reference.1, "PMIs");
+    assert!(chained.0 == reference.0, "the guest's bytes differ");
+    // SAFETY: as above.
+    run(|t, mem| unsafe {
+        let mut fed = usize::MAX;
+        assert_eq!(
+            ptemu_tracer_feed_chain(t, mem, table, [0u32, 4, 9].as_ptr(), 3, 0, &mut fed),
+            PTEMU_ERR_ARGUMENT
+        );
+        assert_eq!(fed, 0, "an unknown id: nothing fed");
+        // Block 0 going on at block 1's start (taken: 0x401100), then block 1's CALL going on
+        // at 0x401007, not its target.
+        assert_eq!(
+            ptemu_tracer_feed_chain(t, mem, table, [0u32, 4, 0, 1].as_ptr(), 4, 0x40_1007, &mut fed),
+            PTEMU_ERR_ARGUMENT
+        );
+        assert_eq!(fed, 3, "the executions before the bad one fed");
+        let msg = std::ffi::CStr::from_ptr(ptemu_last_error())
+            .to_string_lossy()
+            .into_owned();
+        assert!(msg.contains("execution 3") && msg.contains("0x401007"), "{msg}");
+        assert_eq!(
+            ptemu_tracer_feed_chain(t, mem, table, std::ptr::null(), 2, 0, &mut fed),
+            PTEMU_ERR_NULL
+        );
+        assert_eq!(
+            ptemu_tracer_feed_chain(t, mem, null_mut(), [0u32].as_ptr(), 1, 0, &mut fed),
+            PTEMU_ERR_NULL
+        );
+        assert_eq!(
+            ptemu_tracer_feed_chain(t, mem, table, std::ptr::null(), 0, 0, &mut fed),
+            PTEMU_OK
+        );
+    });
+    // SAFETY: made by ptemu_blocks_new, freed once.
+    unsafe { ptemu_blocks_free(table) };
 }
 
 #[test]

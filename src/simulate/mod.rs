@@ -379,16 +379,18 @@ fn run_feed<W: Write>(
                         }
                     }
                 }
-                Piece::Blocks(execs) => {
+                Piece::Blocks { ids, next } => {
                     if ip.is_none() {
-                        let first = table.get(execs[0].block as usize).map_or(0, |b| b.start());
+                        let first = table.get(ids[0] as usize).map_or(0, |b| b.start());
                         enable_before(opts, &mut tracer, &mut mem, start, first)?;
                     }
-                    tracer.feed_blocks(&mut mem, &table, execs).map_err(|e| match e {
-                        BlockError::Memory { error, .. } => SimError::Memory(error),
-                        e => SimError::Blocks(e),
-                    })?;
-                    ip = execs.last().map(|x| x.next);
+                    tracer
+                        .feed_chain(&mut mem, &table, ids, next)
+                        .map_err(|e| match e {
+                            BlockError::Memory { error, .. } => SimError::Memory(error),
+                            e => SimError::Blocks(e),
+                        })?;
+                    ip = Some(next);
                 }
             }
         }

@@ -2,22 +2,28 @@
 //! executions of blocks (spec/generation.md BLK1), each a whole block in one step. A source that
 //! thinks in blocks (`ptemu run`'s QEMU stream) fills one with [`Steps::exec`] where it can and
 //! with events elsewhere; every other source gives events only ([`EventSource::next_steps`]).
+//! A stretch of executions is a chain (BLK5): the blocks that ran, one after another, each
+//! going on at the next one's start and the last where the stretch says.
 //!
 //! [`EventSource::next_steps`]: super::EventSource::next_steps
 
-use crate::tracer::{Block, BlockExec, Event};
+use crate::tracer::{Block, Event};
 
 /// Events and block executions, in order, and the blocks first described in the batch.
 #[derive(Debug, Default, Clone)]
 pub struct Steps {
     events: Vec<Event>,
-    execs: Vec<BlockExec>,
+    /// The executions' blocks (BLK5).
+    execs: Vec<u32>,
+    /// Where the last execution so far went on.
+    last_next: u64,
     /// Blocks described in this batch, to be added to the table before its first execution:
     /// the table's next indices, in order.
     blocks: Vec<Block>,
     /// The batch as pairs of a stretch of events and then one of executions: where each pair
-    /// but the last (open) one ends, in `events` and `execs`.
-    bounds: Vec<(usize, usize)>,
+    /// but the last (open) one ends, in `events` and `execs`, and where its last execution
+    /// went on.
+    bounds: Vec<(usize, usize, u64)>,
     /// Instructions the executions stand for.
     exec_instructions: u64,
 }
@@ -27,8 +33,14 @@ pub struct Steps {
 pub enum Piece<'a> {
     /// Events, one instruction each.
     Events(&'a [Event]),
-    /// Executions of blocks.
-    Blocks(&'a [BlockExec]),
+    /// Executions of blocks, as a chain (BLK5): each of `ids[k]`, going on at the start of
+    /// `ids[k + 1]`, the last at `next`.
+    Blocks {
+        /// The blocks that ran, in order.
+        ids: &'a [u32],
+        /// Where the last one went on.
+        next: u64,
+    },
 }
 
 impl Steps {
@@ -51,7 +63,8 @@ impl Steps {
     #[inline]
     pub fn events_mut(&mut self) -> &mut Vec<Event> {
         if self.execs.len() > self.open_execs() {
-            self.bounds.push((self.events.len(), self.execs.len()));
+            self.bounds
+                .push((self.events.len(), self.execs.len(), self.last_next));
         }
         &mut self.events
     }
@@ -103,11 +116,24 @@ impl Steps {
         into.extend(self.events.drain(cut..));
     }
 
-    /// Appends an execution of a block of `instructions` instructions.
+    /// Appends an execution of block `block` (of `instructions` instructions) that went on at
+    /// `next`: the start of the block of the execution appended after it, if one is (BLK5).
     #[inline]
-    pub fn exec(&mut self, x: BlockExec, instructions: usize) {
-        self.execs.push(x);
+    pub fn exec(&mut self, block: u32, next: u64, instructions: usize) {
+        self.execs.push(block);
+        self.last_next = next;
         self.exec_instructions += instructions as u64;
+    }
+
+    /// Appends executions of the blocks `blocks`, one after another (BLK5: each went on at the
+    /// next one's start), the last one at `next`; `instructions` in all.
+    #[inline]
+    pub fn exec_chain(&mut self, blocks: &[u32], next: u64, instructions: u64) {
+        if !blocks.is_empty() {
+            self.execs.extend_from_slice(blocks);
+            self.last_next = next;
+            self.exec_instructions += instructions;
+        }
     }
 
     /// Describes the table's next block (its index: the number of blocks described before).
@@ -145,23 +171,26 @@ impl Steps {
 
     /// The batch's stretches, in order (empty ones left out).
     pub fn pieces(&self) -> impl Iterator<Item = Piece<'_>> + '_ {
-        let last = (self.events.len(), self.execs.len());
+        let last = (self.events.len(), self.execs.len(), self.last_next);
         let mut from = (0, 0);
         self.bounds
             .iter()
             .copied()
             .chain(std::iter::once(last))
-            .flat_map(move |(e, x)| {
+            .flat_map(move |(e, x, next)| {
                 let pair = [
                     Piece::Events(&self.events[from.0..e]),
-                    Piece::Blocks(&self.execs[from.1..x]),
+                    Piece::Blocks {
+                        ids: &self.execs[from.1..x],
+                        next,
+                    },
                 ];
                 from = (e, x);
                 pair
             })
             .filter(|p| match p {
                 Piece::Events(e) => !e.is_empty(),
-                Piece::Blocks(x) => !x.is_empty(),
+                Piece::Blocks { ids, .. } => !ids.is_empty(),
             })
     }
 
@@ -171,9 +200,10 @@ impl Steps {
         for p in self.pieces() {
             match p {
                 Piece::Events(e) => out.extend_from_slice(e),
-                Piece::Blocks(xs) => {
-                    for x in xs {
-                        table[x.block as usize].events_into(x.next, out);
+                Piece::Blocks { ids, next } => {
+                    for (k, &b) in ids.iter().enumerate() {
+                        let after = ids.get(k + 1).map_or(next, |&a| table[a as usize].start());
+                        table[b as usize].events_into(after, out);
                     }
                 }
             }
@@ -190,7 +220,7 @@ mod tests {
         s.pieces()
             .map(|p| match p {
                 Piece::Events(e) => ('e', e.len()),
-                Piece::Blocks(x) => ('b', x.len()),
+                Piece::Blocks { ids, .. } => ('b', ids.len()),
             })
             .collect()
     }
@@ -199,12 +229,11 @@ mod tests {
     fn blk1_pieces_keep_the_order_events_and_executions_came_in() {
         let mut s = Steps::default();
         let r = Event::Retire { ip: 1, len: 1 };
-        let x = BlockExec { next: 0, block: 0 };
-        s.exec(x, 2);
+        s.exec(0, 0, 2);
         s.event(r);
         s.event(r);
-        s.exec(x, 2);
-        s.exec(x, 2);
+        s.exec(0, 0, 2);
+        s.exec(0, 0, 2);
         s.event(r);
         assert_eq!(kinds(&s), [('b', 1), ('e', 2), ('b', 2), ('e', 1)]);
         assert_eq!(s.instructions(), 3 + 6);
@@ -222,13 +251,7 @@ mod tests {
         let mut s = Steps::default();
         s.define(b.clone());
         s.event(Event::Retire { ip: 0x50, len: 1 });
-        s.exec(
-            BlockExec {
-                next: 0x100,
-                block: 0,
-            },
-            2,
-        );
+        s.exec(0, 0x100, 2);
         let mut out = Vec::new();
         s.expand_into(std::slice::from_ref(&b), &mut out);
         assert_eq!(

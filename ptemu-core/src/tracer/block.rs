@@ -310,6 +310,78 @@ impl Tracer {
         result
     }
 
+    /// Traces executions given as a chain (BLK5): execution `k` is of block `ids[k]` and goes
+    /// on at the start of block `ids[k + 1]`, the last one at `next`. The same bytes, PMIs,
+    /// statistics and truth as [`Tracer::feed_blocks`] on the executions this names, and the
+    /// same checks (BLK2): an id that is not in `blocks` is an error naming its index with
+    /// nothing traced; an execution that goes where its block cannot, an error naming its
+    /// index with the executions before it traced. An emulator that gives its executions as the
+    /// blocks it ran, one after another, hands them over as they come: 4 bytes an execution
+    /// instead of an execution record, and one look at each block for both its step and the
+    /// step before it.
+    pub fn feed_chain<M: PhysMemory>(
+        &mut self,
+        mem: &mut M,
+        blocks: &[Block],
+        ids: &[u32],
+        next: u64,
+    ) -> Result<(), BlockError> {
+        if let Some(index) = ids.iter().position(|&b| b as usize >= blocks.len()) {
+            return Err(BlockError::Unknown {
+                index,
+                block: ids[index],
+                blocks: blocks.len(),
+            });
+        }
+        let successor = |k: usize| ids.get(k + 1).map_or(next, |&b| blocks[b as usize].start);
+        let mut done = 0;
+        while done < ids.len() {
+            let due = self.hot.psb_bytes >= self.psb_interval() || self.hot.len >= self.cfg.flush_bytes;
+            if self.fast_blocks && !due && self.probe.is_none() {
+                let (n, bad) = self.fast_chain(blocks, &ids[done..], next, done);
+                done += n;
+                if n > 0 {
+                    self.after_fast_run(mem)
+                        .map_err(|error| BlockError::Memory { fed: done, error })?;
+                }
+                if let Some(e) = bad {
+                    return Err(e);
+                }
+            } else {
+                // Everything else, as the executions it stands for, a few at a time.
+                const AT_ONCE: usize = 64;
+                let mut execs = [BlockExec { next: 0, block: 0 }; AT_ONCE];
+                let n = (ids.len() - done).min(AT_ONCE);
+                for (j, x) in execs[..n].iter_mut().enumerate() {
+                    *x = BlockExec {
+                        next: successor(done + j),
+                        block: ids[done + j],
+                    };
+                }
+                self.feed_blocks(mem, blocks, &execs[..n]).map_err(|e| match e {
+                    BlockError::Successor {
+                        index,
+                        start,
+                        next,
+                        end,
+                    } => BlockError::Successor {
+                        index: index + done,
+                        start,
+                        next,
+                        end,
+                    },
+                    BlockError::Memory { fed, error } => BlockError::Memory {
+                        fed: fed + done,
+                        error,
+                    },
+                    other => other,
+                })?;
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
     /// An execution's events, all of them: a store that fails part-way loses its bytes (as
     /// [`Tracer::feed`] counts them) and the rest of the execution is still traced, so that an
     /// execution is fed whole or not at all; the first failure is returned.

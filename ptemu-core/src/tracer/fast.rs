@@ -210,6 +210,72 @@ impl Hot {
         true
     }
 
+    /// BLK2, BLK4: one execution of `b` that goes on at `next`, in one step: its instructions
+    /// but the last retire as a count, and the last one's packets and state as [`Hot::step`]
+    /// gives its event ([`super::Block::last_event`]); false, having changed nothing, where the
+    /// block cannot go on at `next`. One look at the block's end, not two (the event built and
+    /// then taken apart).
+    #[inline(always)]
+    fn block_step(
+        &mut self,
+        b: &super::Block,
+        next: u64,
+        buf: &mut [u8],
+        ret: &mut RetStack,
+        fixed: Fixed,
+    ) -> bool {
+        use super::BlockEnd;
+        let fall = b.fall_through();
+        let n = b.instructions() as u64;
+        match b.end() {
+            BlockEnd::FallThrough if next == fall => {}
+            BlockEnd::Conditional { target } if next == target || next == fall => {
+                self.events += n;
+                self.ip = next;
+                self.tnt_bit(next == target, buf, fixed);
+                self.instructions += n;
+                return true;
+            }
+            BlockEnd::Jump { target } if next == target => {}
+            BlockEnd::Call { target } if next == target => {
+                if target != fall {
+                    ret.push(fall); // RET1
+                }
+            }
+            BlockEnd::IndirectJump => {
+                self.events += n;
+                self.tip(next, buf);
+                self.instructions += n;
+                return true;
+            }
+            BlockEnd::IndirectCall => {
+                self.events += n;
+                ret.push(fall);
+                self.tip(next, buf);
+                self.instructions += n;
+                return true;
+            }
+            BlockEnd::Return => {
+                self.events += n;
+                if fixed.retc && ret.peek() == Some(next) {
+                    self.ip = next;
+                    ret.pop();
+                    self.compressed_returns += 1;
+                    self.tnt_bit(true, buf, fixed);
+                } else {
+                    self.tip(next, buf);
+                }
+                self.instructions += n;
+                return true;
+            }
+            _ => return false,
+        }
+        self.events += n;
+        self.instructions += n;
+        self.ip = next;
+        true
+    }
+
     /// The packets sent since the count of packets sent was `sent` (at most the two the log
     /// keeps), with their offsets in the stream (`base`: the stream's bytes before the buffer),
     /// for the truth recorder; and how many.
@@ -467,6 +533,59 @@ impl Tracer {
             if hot.psb_bytes >= fixed.psb_due || hot.len >= fixed.flush_bytes {
                 break;
             }
+        }
+        (self.hot, self.clock) = (hot, clock);
+        (done, bad)
+    }
+
+    /// BLK5: [`Tracer::fast_blocks`] on a chain ([`Tracer::feed_chain`]: execution `k` of block
+    /// `ids[k]` goes on at the start of block `ids[k + 1]`, the last at `last_next`; every id
+    /// is in `blocks`), without the truth recorder. Each block is looked at once: its start is
+    /// the successor of the execution before it. Stops where [`Tracer::fast_blocks`] stops.
+    #[inline]
+    pub(super) fn fast_chain(
+        &mut self,
+        blocks: &[super::Block],
+        ids: &[u32],
+        last_next: u64,
+        index: usize,
+    ) -> (usize, Option<super::BlockError>) {
+        debug_assert!(self.fast_blocks_allowed() && self.probe.is_none());
+        let fixed = self.fixed();
+        let (mut hot, mut clock) = (self.hot.clone(), self.clock.clone());
+        let mut done = 0;
+        let mut bad = None;
+        let Some(&first) = ids.first() else {
+            return (0, None);
+        };
+        let mut b = &blocks[first as usize];
+        for k in 0..ids.len() {
+            if let Some(&ahead) = ids.get(k + 8) {
+                prefetch(&blocks[ahead as usize]);
+            }
+            let (after, next) = match ids.get(k + 1) {
+                Some(&a) => {
+                    let a = &blocks[a as usize];
+                    (a, a.start())
+                }
+                None => (b, last_next),
+            };
+            let n = b.instructions() as u64;
+            if !hot.block_step(b, next, &mut self.buf, &mut self.ret, fixed) {
+                bad = Some(super::BlockError::Successor {
+                    index: index + k,
+                    start: b.start(),
+                    next,
+                    end: b.end(),
+                });
+                break;
+            }
+            clock.advance(n * fixed.cycles_per_instruction);
+            done += 1;
+            if hot.psb_bytes >= fixed.psb_due || hot.len >= fixed.flush_bytes {
+                break;
+            }
+            b = after;
         }
         (self.hot, self.clock) = (hot, clock);
         (done, bad)

@@ -9,7 +9,7 @@ use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
 use crate::sources::steps::Steps;
 use crate::sources::{EventSource, SourceStats, StartState};
-use crate::tracer::{Block, BlockEnd, BlockExec, Event, ExecMode, FarKind};
+use crate::tracer::{Block, BlockEnd, Event, ExecMode, FarKind};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -960,7 +960,12 @@ impl<R: Read> QemuEvents<R> {
     #[inline]
     fn run_indices(&mut self, indices: &[u32], at: u64, out: &mut Steps) -> Result<()> {
         self.entered = false;
-        for (k, &index) in indices.iter().enumerate() {
+        let chained = if self.pending.is_none() && self.suspended.is_none() {
+            self.run_chain(indices, out)
+        } else {
+            0
+        };
+        for (k, &index) in indices.iter().enumerate().skip(chained) {
             let at = at + 4 * k as u64;
             let t = &self.translated[index as usize];
             let (block, first, ids) = (t.block, t.first, t.ids);
@@ -970,6 +975,73 @@ impl<R: Read> QemuEvents<R> {
             self.run_ids(u64::from(first), u64::from(ids), out, at)?;
         }
         Ok(())
+    }
+
+    /// BLK1, BLK5: the longest prefix of `indices` that are executions of whole blocks, each
+    /// going where its block's last instruction goes by itself (what `begin_block` and
+    /// `resolve_block` take without a second look), handed over as one chain; how many it
+    /// took. The last one taken is pending, as after `begin_block`. Call with no instruction
+    /// pending and no handler's events held back (QE16). Everything else is left to the
+    /// per-execution path: a block that goes instruction by instruction, a successor its block
+    /// does not go to by itself, an indirect branch to an instruction inside its own block or
+    /// to a handler's first one.
+    #[inline(always)]
+    fn run_chain(&mut self, indices: &[u32], out: &mut Steps) -> usize {
+        debug_assert!(self.pending.is_none() && self.suspended.is_none());
+        const CHAIN: usize = 256;
+        let mut chain = [0u32; CHAIN];
+        let (mut n, mut taken) = (0, 0);
+        let (mut instructions, mut executions) = (0u64, 0u64);
+        // The executions' counts by the class of their last instruction, 12 bits each (a
+        // chain holds at most 256).
+        let mut ends = 0u64;
+        let mut next = 0;
+        let no_handlers = self.handlers.is_empty();
+        let mut prev = self.pending_block.map(|q| self.translated[q as usize]);
+        let mut last_index = 0;
+        for &index in indices.iter().take(CHAIN) {
+            let t = self.translated[index as usize];
+            if t.block == 0 {
+                break;
+            }
+            if let Some(q) = prev {
+                let nx = t.start;
+                let plain = if q.flags & INDIRECT != 0 {
+                    (no_handlers || self.handler(nx).is_none())
+                        && nx.wrapping_sub(q.start).wrapping_sub(1) >= u64::from(q.len) - 1
+                } else {
+                    // Without a branch on which way it went (as in `resolve_block`).
+                    let falls = u64::from(q.flags & FALLS);
+                    let off = (nx ^ q.way) & ((nx ^ (q.start + u64::from(q.len))) | (falls ^ 1));
+                    off == 0
+                };
+                if !plain {
+                    break;
+                }
+                ends += 1 << (12 * u32::from(q.class));
+                instructions += u64::from(q.whole);
+                chain[n] = q.block - 1;
+                n += 1;
+                next = nx;
+            }
+            executions += u64::from(t.ids);
+            prev = Some(t);
+            last_index = index;
+            taken += 1;
+        }
+        if taken == 0 {
+            return 0;
+        }
+        let last = prev.expect("an execution taken");
+        self.pending_block = Some(last_index);
+        self.pending_id = Some(last.first as usize + usize::from(last.whole) - 1);
+        for (class, count) in self.counts.ends.iter_mut().enumerate() {
+            *count += (ends >> (12 * class)) & 0xfff;
+        }
+        self.instructions += instructions;
+        self.executions += executions;
+        out.exec_chain(&chain[..n], next, instructions);
+        taken
     }
 
     /// BLK1: the block translated last (instruction ids `first..`, its index `index` in the
@@ -1090,7 +1162,7 @@ impl<R: Read> QemuEvents<R> {
             self.counts.ends[info.class as usize] += 1;
             let (whole, block) = (info.whole, info.block - 1);
             self.instructions += u64::from(whole);
-            out.exec(BlockExec { next: nx, block }, usize::from(whole));
+            out.exec(block, nx, usize::from(whole));
             return Ok(());
         }
         self.go_off_block(b, nx, out, at)
