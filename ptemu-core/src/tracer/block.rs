@@ -1,4 +1,4 @@
-//! Blocks (spec/generation.md BLK1-BLK4): straight-line code an emulator describes once (where
+//! Blocks (spec/generation.md BLK1-BLK5): straight-line code an emulator describes once (where
 //! it starts, its instructions' lengths, how it ends) and then executes many times, each
 //! execution one step that names where the code went next ([`Tracer::feed_blocks`]).
 //!

@@ -89,4 +89,6 @@ rule_ids! {
     BLK3,
     /// Where no per-instruction rule applies inside a block, an execution is one step: its packets sit at its last instruction.
     BLK4,
+    /// A chain of executions names the blocks that ran one after another: each goes on at the next one's start, the last where the chain says.
+    BLK5,
 }
