@@ -402,3 +402,43 @@ fn settle(mut at: At<'_>, passed: usize) -> io::Result<At<'_>> {
     debug_assert!(skipped, "the walk passes instructions of the run only");
     next_item(at.next, at.ctx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{line_ip, plain_ip};
+
+    /// TR8: the eight-byte read of a line gives [`plain_ip`]'s result on every line: lines of
+    /// every length made of the bytes that decide it (digits, hex letters of both cases, `0x`
+    /// and `0X`, whitespace of each kind, a byte above 0x7f, other letters), followed by more.
+    #[test]
+    fn tr8_a_line_read_eight_bytes_at_a_time_is_read_as_plain_ip_reads_it() {
+        const BYTES: &[u8] = b"0123456789abcdefABCDEFxXgG \t\r\n\x0b\x0c\x80\xff";
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut ips = 0;
+        for _ in 0..200_000 {
+            let len = (next() % 24) as usize;
+            let mut line: Vec<u8> = (0..len)
+                .map(|_| BYTES[(next() % BYTES.len() as u64) as usize])
+                .collect();
+            // Most lines a `0x` word of 1 to 17 digits, as decoders print them.
+            if next() % 4 != 0 {
+                let digits = 1 + (next() % 17) as usize;
+                let mut word = b"0x".to_vec();
+                word[1] = if next() % 2 == 0 { b'x' } else { b'X' };
+                word.extend((0..digits).map(|_| BYTES[(next() % 22) as usize]));
+                word.extend_from_slice(&line);
+                line = word;
+            }
+            let fast = line_ip(&line);
+            assert_eq!(fast, plain_ip(&line), "{:?}", String::from_utf8_lossy(&line));
+            ips += usize::from(fast.is_some());
+        }
+        assert!(ips > 50_000, "{ips} lines were IPs");
+    }
+}
