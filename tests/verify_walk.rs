@@ -350,9 +350,11 @@ fn verify_file(path: &std::path::Path, out: Vec<u8>, options: Options, beside: b
     if beside {
         if let Some(u) = Unchecked::open(path).map_err(|e| e.to_string())? {
             let matching = u.spawn_match(std::io::Cursor::new(out), options);
-            let n = u.check().map_err(|e| e.to_string())?;
+            let n = u.check().map_err(|e| e.to_string());
+            // Waited for here even when the check fails (the command does not wait): the match
+            // must not panic on a truth the check refuses, or its message would reach stderr.
             let (v, _) = matching.join().expect("the match does not panic");
-            return Ok((n, v.map_err(|e| e.to_string())));
+            return Ok((n?, v.map_err(|e| e.to_string())));
         }
     }
     let p = Pattern::open(path).map_err(|e| e.to_string())?;
