@@ -92,7 +92,7 @@ fn line_ip(line: &[u8]) -> Option<(u64, usize)> {
                 } else {
                     digits_value(w2) >> (4 * (8 - n2))
                 };
-                (digits_value(w1) << (4 * n2) | low, 8 + n2)
+                ((digits_value(w1) << (4 * n2)) | low, 8 + n2)
             };
             let end = 2 + len as usize;
             if len > 0 && line[end].is_ascii_whitespace() {
@@ -118,7 +118,7 @@ fn hex_prefix(w: u64) -> u32 {
     let x = w & !HIGH;
     let at_least = |v: u64, bound: u8| v + ONES * u64::from(0x80 - bound);
     let digit = at_least(x, b'0') & !at_least(x, b'9' + 1);
-    let lower = x | ONES * 0x20;
+    let lower = x | (ONES * 0x20);
     let letter = at_least(lower, b'a') & !at_least(lower, b'f' + 1);
     let other = !((digit | letter) & ascii) & HIGH;
     other.trailing_zeros() / 8
@@ -130,7 +130,7 @@ fn hex_prefix(w: u64) -> u32 {
 fn digits_value(w: u64) -> u64 {
     // '0'-'9' have bit 6 clear and their value in the low nibble; 'a'-'f' and 'A'-'F' have it
     // set and their value less 9 there.
-    let t = (w & ONES * 0x0f) + ((w >> 6) & ONES) * 9;
+    let t = (w & (ONES * 0x0f)) + ((w >> 6) & ONES) * 9;
     let t = ((t << 4) | (t >> 8)) & 0x00ff_00ff_00ff_00ff;
     let t = ((t << 8) | (t >> 16)) & 0x0000_ffff_0000_ffff;
     ((t << 16) | (t >> 32)) & 0xffff_ffff
