@@ -14,7 +14,7 @@
 //! a line) in target/bench-data/verify-blocks/. Measured in this process: the whole-file check
 //! (`Pattern::open`) and the match with the block walk (`check_with`) against the walk one step a
 //! line (`check_per_instruction`), alternately; then `ptemu verify` itself on a quarter of the
-//! truth and on all of it: wall time and peak RSS (flat: the same for both). Target: 100 M
+//! truth and on all of it: wall time, CPU time and peak RSS (flat: the same for both). Target: 100 M
 //! instructions/s, flat memory. `PTEMU_VERIFY_BEFORE=PATH` runs that `ptemu` binary on the same
 //! files too (an older build, to compare). Without `--bench` (under `cargo test --all-targets`)
 //! a smoke run on small truths.
@@ -265,10 +265,11 @@ fn in_process(truth: &Path, ips: &Path, walk: bool) -> (f64, f64) {
     (open, matched)
 }
 
-/// `ptemu verify` (the binary `exe`) on the case: wall seconds and its peak RSS in bytes (its
-/// own, from `wait4`).
+/// `ptemu verify` (the binary `exe`) on the case: wall seconds, CPU seconds (user and system)
+/// and its peak RSS in bytes (its own, from `wait4`). On a loaded machine the CPU time is the
+/// steadier figure; the wall time shows the two cores used at once.
 #[allow(clippy::zombie_processes)] // waited for by wait4, which clippy does not know
-fn ptemu_verify(exe: &Path, truth: &Path, ips: &Path) -> (f64, u64) {
+fn ptemu_verify(exe: &Path, truth: &Path, ips: &Path) -> (f64, f64, u64) {
     let t = Instant::now();
     let child = std::process::Command::new(exe)
         .arg("verify")
@@ -290,7 +291,9 @@ fn ptemu_verify(exe: &Path, truth: &Path, ips: &Path) -> (f64, u64) {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "ptemu verify failed"
     );
-    (secs, usage.ru_maxrss as u64 * 1024)
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let cpu = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+    (secs, cpu, usage.ru_maxrss as u64 * 1024)
 }
 
 /// The block truth: in-process rates, then `ptemu verify` on a quarter and on all of it.
@@ -328,16 +331,16 @@ fn blocks_bench(bench: bool) {
         exes.push(("PTEMU_VERIFY_BEFORE", PathBuf::from(before)));
     }
     for (name, exe) in &exes {
-        let (mut qs, mut fs, mut qrss, mut frss) = (f64::MAX, f64::MAX, 0, 0);
+        let (mut qs, mut fs, mut fcpu, mut qrss, mut frss) = (f64::MAX, f64::MAX, f64::MAX, 0, 0);
         for _ in 0..if bench { 2 } else { 1 } {
-            let (s, r) = ptemu_verify(exe, &qtruth, &qips);
+            let (s, _, r) = ptemu_verify(exe, &qtruth, &qips);
             (qs, qrss) = (qs.min(s), qrss.max(r));
-            let (s, r) = ptemu_verify(exe, &truth, &ips);
-            (fs, frss) = (fs.min(s), frss.max(r));
+            let (s, cpu, r) = ptemu_verify(exe, &truth, &ips);
+            (fs, fcpu, frss) = (fs.min(s), fcpu.min(cpu), frss.max(r));
         }
         let flat = frss <= qrss + (8 << 20);
         println!(
-            "  ptemu verify ({name}): {qinsns} instructions {qs:.2} s ({:.0} M insn/s), peak RSS {:.1} MiB; {insns}: {fs:.2} s ({:.0} M insn/s), peak RSS {:.1} MiB ({}flat){}",
+            "  ptemu verify ({name}): {qinsns} instructions {qs:.2} s ({:.0} M insn/s), peak RSS {:.1} MiB; {insns}: {fs:.2} s ({:.0} M insn/s; CPU {fcpu:.2} s), peak RSS {:.1} MiB ({}flat){}",
             qinsns as f64 / qs / 1e6,
             qrss as f64 / 1048576.0,
             insns as f64 / fs / 1e6,

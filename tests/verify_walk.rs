@@ -11,7 +11,7 @@ use ptemu::tracer::{Block, BlockEnd};
 use ptemu::truth::compact::Encoder;
 use ptemu::truth::mark::Text;
 use ptemu::truth::record::{Branch, BranchKind, Class, Record, Run, Sink};
-use ptemu::truth::verify::{check_per_instruction, check_with, Options, Pattern};
+use ptemu::truth::verify::{check_per_instruction, check_with, Options, Pattern, Unchecked, Verdict};
 use ptemu::truth::{Cause, Counts};
 use std::io::BufReader;
 
@@ -240,12 +240,14 @@ fn random_truth(rng: &mut Rng) -> (Vec<u8>, Vec<Says>) {
 /// One instruction line for `ip`, in one of the forms TR8 reads (and a bare hex word that may
 /// not be one, when it has no decimal digit).
 fn ip_line(rng: &mut Rng, ip: u64) -> String {
-    match rng.below(8) {
+    match rng.below(10) {
         0 => format!("{ip:016x}  mov eax, 1"),
         1 => format!("{ip:>16x}"),
         2 => format!("{ip:x}"),
         3 => format!("0X{ip:X}\r"),
         4 => format!("   0x{ip:x}  # comment"),
+        5 => format!("0x{ip:016X}"),
+        6 => format!("0x{ip:x}\tjmp 0x{:x}", ip + 2),
         _ => format!("0x{ip:x}"),
     }
 }
@@ -266,7 +268,17 @@ fn output(rng: &mut Rng, says: &[Says], events: bool) -> Vec<u8> {
         }
         if rng.one_in(40) {
             lines.push(
-                ["", "bad packet at 0x1234", " \t401000", "[end of trace]", "face"][rng.below(5) as usize]
+                [
+                    "",
+                    "bad packet at 0x1234",
+                    " \t401000",
+                    "[end of trace]",
+                    "face",
+                    // 17 digits, and a word that does not end at whitespace: not instructions.
+                    "0x00000000000401000",
+                    "0x401000\x0b",
+                    "0x40100g",
+                ][rng.below(8) as usize]
                     .into(),
             );
         }
@@ -325,6 +337,63 @@ proptest! {
             (Err(w), Err(s)) => prop_assert_eq!(w.to_string(), s.to_string()),
             (w, s) => prop_assert!(false, "{:?} against {:?}", w, s),
         }
+    }
+}
+
+/// What `ptemu verify` gives for the truth file at `path` and the output `out`: the truth's
+/// error, or the instructions a decoder can give and the match's verdict (or its error); with
+/// `beside`, the records checked on one thread while the output is matched on another
+/// ([`Unchecked`]), else checked whole first ([`Pattern::open`]) and matched after.
+type Outcome = Result<(u64, Result<Verdict, String>), String>;
+
+fn verify_file(path: &std::path::Path, out: Vec<u8>, options: Options, beside: bool) -> Outcome {
+    if beside {
+        if let Some(u) = Unchecked::open(path).map_err(|e| e.to_string())? {
+            let matching = u.spawn_match(std::io::Cursor::new(out), options);
+            let n = u.check().map_err(|e| e.to_string());
+            // Waited for here even when the check fails (the command does not wait): the match
+            // must not panic on a truth the check refuses, or its message would reach stderr.
+            let (v, _) = matching.join().expect("the match does not panic");
+            return Ok((n?, v.map_err(|e| e.to_string())));
+        }
+    }
+    let p = Pattern::open(path).map_err(|e| e.to_string())?;
+    let v = check_with(&p, &out[..], options).map_err(|e| e.to_string());
+    Ok((p.instructions, v))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 2, ..ProptestConfig::default() })]
+
+    /// TR1, TR8, issue 51 §5: a truth.bin's records checked on one core while the output is
+    /// matched on the other give what the check then the match give: the same truth error
+    /// (its byte and words) on a file cut short or with a byte changed, else the same count and
+    /// verdict, or the same error of the match.
+    #[test]
+    fn tr1_tr8_the_check_beside_the_match_gives_the_check_then_the_match(seed in 1u64.., damage in 0u8..4, events in any::<bool>()) {
+        let mut rng = Rng(seed);
+        let (mut bytes, says) = random_truth(&mut rng);
+        match damage {
+            1 => bytes.truncate(rng.below(bytes.len() as u64) as usize),
+            2 => {
+                let k = rng.below(bytes.len() as u64) as usize;
+                bytes[k] = rng.next() as u8;
+            }
+            3 => {
+                // Past the header: a record, the end's counts or the table.
+                let k = bytes.len() - 1 - rng.below((bytes.len() / 2) as u64) as usize;
+                bytes[k] ^= 1 << rng.below(8);
+            }
+            _ => {}
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("truth.bin");
+        std::fs::write(&path, &bytes).unwrap();
+        let out = output(&mut rng, &says, events);
+        let options = Options::events(events);
+        let beside = verify_file(&path, out.clone(), options, true);
+        let after = verify_file(&path, out, options, false);
+        prop_assert_eq!(beside, after);
     }
 }
 

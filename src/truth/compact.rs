@@ -848,6 +848,7 @@ impl<'a> Decoder<'a> {
             _ => b.fall_through().wrapping_add(unzigzag(self.varint()?) as u64),
         };
         self.hint = (next, b.after(next));
+        self.prefetch_next(table);
         Ok(RunAt {
             at,
             block,
@@ -856,6 +857,28 @@ impl<'a> Decoder<'a> {
             ip: b.start,
             next,
         })
+    }
+
+    /// Brings in the shape of the block the next run is likely of, while this run's lines are
+    /// matched: the block the next record names, when it is a run that names one, else the one
+    /// predicted after this run. A walk through a truth jumps among the blocks, and the first
+    /// read of a shape was a cache miss a run (issue 51 §5).
+    #[inline]
+    fn prefetch_next(&self, table: &Table) {
+        let named = match self.bytes.get(self.pos) {
+            Some(&tag) if tag & !15 == RUN && tag & BLOCK != 0 => {
+                crate::sources::varint::read(self.bytes, self.pos + 1, 10).map(|(v, _)| v as usize)
+            }
+            _ => None,
+        };
+        let k = named.unwrap_or(self.hint.1 as usize);
+        if let Some(s) = table.shapes.get(k) {
+            crate::tracer::prefetch(s);
+            // A shape may end in the next cache line.
+            if let Some(s) = table.shapes.get(k + 1) {
+                crate::tracer::prefetch(s);
+            }
+        }
     }
 
     fn varint(&mut self) -> Result<u64, FormatError> {
@@ -1074,14 +1097,31 @@ pub fn validate(
     bytes: &[u8],
     progress: impl FnMut(usize),
 ) -> Result<(serde_json::Value, usize, Counts), FormatError> {
-    validate_all(bytes, progress).map(|c| (c.header, c.start, c.counts))
+    let (header, start, table, end) = read_prelude(bytes)?;
+    let counts = validate_records(bytes, start, end, &table, progress)?;
+    Ok((header, start, counts))
 }
 
-/// [`validate`], with the block table and where the records end.
-fn validate_all(bytes: &[u8], mut progress: impl FnMut(usize)) -> Result<Checked, FormatError> {
+/// What a `truth.bin` holds before its records are read (TR1, TR15): the header, where the
+/// records start, the block table and where the records end. [`validate`] checks these first,
+/// then [`validate_records`] the records.
+pub fn read_prelude(bytes: &[u8]) -> Result<(serde_json::Value, usize, Table, usize), FormatError> {
     let (header, start, version) = read_versioned(bytes)?;
     let (table, end) = read_table(bytes, version, start)?;
-    let mut d = Decoder::with_table(bytes, start, end, &table);
+    Ok((header, start, table, end))
+}
+
+/// Checks the records `bytes[start..end]` of a `truth.bin` whose blocks are `table` (from
+/// [`read_prelude`]): every record, the end record last and its counts those of the records
+/// before it (TR1). Returns the counts; `progress` is told where it is every 2^20 records.
+pub fn validate_records(
+    bytes: &[u8],
+    start: usize,
+    end: usize,
+    table: &Table,
+    mut progress: impl FnMut(usize),
+) -> Result<Counts, FormatError> {
+    let mut d = Decoder::with_table(bytes, start, end, table);
     let mut seen = Counts::default();
     let mut n = 0u32;
     // A run is counted whole (TR15): its instructions are not given one by one.
@@ -1107,13 +1147,7 @@ fn validate_all(bytes: &[u8], mut progress: impl FnMut(usize)) -> Result<Checked
             if d.pos != end {
                 return Err(bad(d.pos, "bytes after the end record"));
             }
-            return Ok(Checked {
-                header,
-                start,
-                counts: seen,
-                end,
-                table,
-            });
+            return Ok(seen);
         }
         seen.add(&r);
     }
@@ -1193,13 +1227,26 @@ impl Bytes {
     /// [`validate`]s the whole truth (TR1), letting the pages go as they are read (a mapped file
     /// is read whole before anything is judged or printed, in flat memory).
     pub fn check(&self) -> Result<Checked, FormatError> {
+        let (header, start, table, end) = read_prelude(self.get())?;
+        let counts = self.check_records(start, end, &table)?;
+        Ok(Checked {
+            header,
+            start,
+            counts,
+            end,
+            table,
+        })
+    }
+
+    /// [`validate_records`] over these bytes, letting the pages go as they are read.
+    pub fn check_records(&self, start: usize, end: usize, table: &Table) -> Result<Counts, FormatError> {
         let mut released = 0;
-        let checked = validate_all(self.get(), |pos| {
+        let counts = validate_records(self.get(), start, end, table, |pos| {
             self.release(released, pos);
             released = pos;
         })?;
         self.release(released, self.get().len());
-        Ok(checked)
+        Ok(counts)
     }
 }
 

@@ -461,33 +461,24 @@ impl Pattern {
     /// Opens the truth file at `path` ([`Pattern::read`]); a `truth.bin` is mapped, not read.
     pub fn open(path: &Path) -> Result<Self, TruthError> {
         let file = path.display().to_string();
-        let io = |e: io::Error| TruthError {
-            file: file.clone(),
-            line: 0,
-            byte: None,
-            msg: e.to_string(),
-        };
-        if let Some(bytes) = Bytes::map_if_compact(path).map_err(io)? {
+        if let Some(bytes) = map_truth(path, &file)? {
             return Self::from_compact(&file, bytes);
         }
-        let f = File::open(path).map_err(io)?;
+        let f = File::open(path).map_err(|e| io_error(&file, e))?;
         Self::read(&file, BufReader::with_capacity(1 << 16, f))
     }
 
     fn from_compact(file: &str, bytes: Bytes) -> Result<Self, TruthError> {
-        let err = |e: compact::FormatError| TruthError {
-            file: file.to_owned(),
-            line: 0,
-            byte: Some(e.at),
-            msg: e.msg,
-        };
-        let compact::Checked {
-            header,
-            start,
-            counts,
-            end,
-            table,
-        } = bytes.check().map_err(err)?;
+        let mut p = Self::unchecked(file, bytes)?;
+        p.instructions = p.check_records(file)?;
+        Ok(p)
+    }
+
+    /// The pattern of a `truth.bin`'s bytes with its header and block table read, its records
+    /// not yet checked ([`Pattern::check_records`]; `instructions` is 0 until they are).
+    fn unchecked(file: &str, bytes: Bytes) -> Result<Self, TruthError> {
+        let (header, start, table, end) =
+            compact::read_prelude(bytes.get()).map_err(|e| format_failure(file, e))?;
         Ok(Pattern {
             truncated: header
                 .get("truncated")
@@ -498,8 +489,85 @@ impl Pattern {
             start,
             end,
             table,
-            instructions: counts.required + counts.optional,
+            instructions: 0,
         })
+    }
+
+    /// Checks the records whole (TR1): the instructions a decoder must or may give.
+    fn check_records(&self, file: &str) -> Result<u64, TruthError> {
+        let counts = self
+            .bytes
+            .check_records(self.start, self.end, &self.table)
+            .map_err(|e| format_failure(file, e))?;
+        Ok(counts.required + counts.optional)
+    }
+}
+
+/// A truth file's error reading it (`line` 0: the file, not a line of it).
+fn io_error(file: &str, e: io::Error) -> TruthError {
+    TruthError {
+        file: file.to_owned(),
+        line: 0,
+        byte: None,
+        msg: e.to_string(),
+    }
+}
+
+/// A `truth.bin`'s format error, at its byte.
+fn format_failure(file: &str, e: compact::FormatError) -> TruthError {
+    TruthError {
+        file: file.to_owned(),
+        line: 0,
+        byte: Some(e.at),
+        msg: e.msg,
+    }
+}
+
+/// The truth file at `path` (named `file`) mapped when it is a `truth.bin`.
+fn map_truth(path: &Path, file: &str) -> Result<Option<Bytes>, TruthError> {
+    Bytes::map_if_compact(path).map_err(|e| io_error(file, e))
+}
+
+/// A mapped `truth.bin` whose header and block table are read, and whose records
+/// [`Unchecked::check`] checks whole (TR1) while [`Unchecked::spawn_match`] matches a decoder's
+/// output against them on another thread: `verify` on the two cores at once (issue 51 §5). The
+/// check's error comes first, as [`Pattern::open`]'s comes before any matching: a verdict counts
+/// only once the check passed, and then it is [`check_with`]'s.
+#[derive(Debug)]
+pub struct Unchecked {
+    pattern: std::sync::Arc<Pattern>,
+    file: String,
+}
+
+impl Unchecked {
+    /// Opens the truth file at `path` when it is a `truth.bin` (mapped; an error in its header
+    /// or block table is [`Pattern::open`]'s); `None` when it is not (a `truth.jsonl`, read whole
+    /// by [`Pattern::open`]).
+    pub fn open(path: &Path) -> Result<Option<Self>, TruthError> {
+        let file = path.display().to_string();
+        let Some(bytes) = map_truth(path, &file)? else {
+            return Ok(None);
+        };
+        let pattern = std::sync::Arc::new(Pattern::unchecked(&file, bytes)?);
+        Ok(Some(Unchecked { pattern, file }))
+    }
+
+    /// [`check_with`] of `output` against the truth on a thread of its own; the thread gives
+    /// back the verdict and the output. It reads records the check may yet refuse: its verdict
+    /// is the answer only when [`Unchecked::check`] passes.
+    pub fn spawn_match<R: BufRead + Send + 'static>(
+        &self,
+        mut output: R,
+        options: Options,
+    ) -> std::thread::JoinHandle<(io::Result<Verdict>, R)> {
+        let pattern = std::sync::Arc::clone(&self.pattern);
+        std::thread::spawn(move || (check_with(&pattern, &mut output, options), output))
+    }
+
+    /// Checks the records whole (TR1), as [`Pattern::open`] does, with its error: the
+    /// instructions a decoder must or may give ([`Pattern::instructions`]).
+    pub fn check(&self) -> Result<u64, TruthError> {
+        self.pattern.check_records(&self.file)
     }
 }
 

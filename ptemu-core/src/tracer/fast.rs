@@ -449,9 +449,10 @@ impl Hot {
     }
 }
 
-/// A hint that `value` is about to be read (nothing where the target has no prefetch).
+/// A hint that `value` is about to be read (nothing where the target has no prefetch): its
+/// cache line is brought in while other work goes on.
 #[inline(always)]
-fn prefetch<T>(value: &T) {
+pub fn prefetch<T>(value: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
     unsafe {

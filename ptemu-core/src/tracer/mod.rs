@@ -30,6 +30,7 @@ pub use block::{Block, BlockEnd, BlockError, BlockExec};
 pub use clock::{Clock, ClockConfig};
 pub use config::{Backpressure, SettingError, TracerConfig};
 pub use event::{Event, ExecMode, FarKind, StartState};
+pub use fast::prefetch;
 pub use overflow::OverflowSpan;
 pub use probe::{is_mark, BranchFact, Carrier, Drained, Fact, Loss, Probe, Timing};
 pub use retstack::{RetStack, RET_STACK_DEPTH};
