@@ -296,7 +296,13 @@ struct Held {
 
 impl Held {
     /// Writes the first `n` records, instructions required or optional.
-    fn flush(&mut self, n: usize, optional: bool, out: &mut dyn Sink, c: &mut Counts) -> io::Result<()> {
+    fn flush<S: Sink + ?Sized>(
+        &mut self,
+        n: usize,
+        optional: bool,
+        out: &mut S,
+        c: &mut Counts,
+    ) -> io::Result<()> {
         if n == 0 {
             return Ok(());
         }
@@ -488,7 +494,7 @@ impl Classifier {
     }
 
     /// Writes a record now, or holds it behind held instructions.
-    fn put(&mut self, r: Record, out: &mut dyn Sink) -> io::Result<()> {
+    fn put<S: Sink + ?Sized>(&mut self, r: Record, out: &mut S) -> io::Result<()> {
         if self.held.records.is_empty() {
             out.record(&r)
         } else {
@@ -498,11 +504,11 @@ impl Classifier {
     }
 
     /// Classifies `fact`; `blocks`: the table its [`Fact::Exec`]s name (TR14).
-    pub fn fact(
+    pub fn fact<S: Sink + ?Sized>(
         &mut self,
         fact: Fact,
         blocks: &[crate::tracer::Block],
-        out: &mut dyn Sink,
+        out: &mut S,
     ) -> io::Result<()> {
         // An instruction, or a whole execution of a block (TR14, TR15): its instructions share
         // the carrier and the stream offset, so what the first one decides holds for all.
@@ -632,7 +638,7 @@ impl Classifier {
     }
 
     /// A fact that is not an instruction.
-    fn other(&mut self, fact: Fact, out: &mut dyn Sink) -> io::Result<()> {
+    fn other<S: Sink + ?Sized>(&mut self, fact: Fact, out: &mut S) -> io::Result<()> {
         let record = match fact {
             Fact::Enable { ip, start, .. } => Record::Enable {
                 ip,
@@ -707,7 +713,7 @@ impl Classifier {
 
     /// Writes what is held and the end record (`truncated`: the stream was cut short, TR3);
     /// the counts of what was written. The sink is not finished.
-    pub fn finish(mut self, truncated: bool, out: &mut dyn Sink) -> io::Result<Counts> {
+    pub fn finish<S: Sink + ?Sized>(mut self, truncated: bool, out: &mut S) -> io::Result<Counts> {
         // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is
         // optional as before any other loss (TR3).
         // Damage after the last instruction's carrier still has its span (and its error).
