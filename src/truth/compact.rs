@@ -326,16 +326,22 @@ impl<W: Write> Encoder<W> {
     }
 
     /// A class record when the instructions that follow have another class.
+    #[inline]
     fn class(&mut self, class: Class) {
         if class != self.t.class {
-            match class {
-                Class::Required => self.buf.push(CLASS_REQUIRED),
-                Class::Optional => self.buf.push(CLASS_OPTIONAL),
-                Class::Lost(c) => self.buf.extend_from_slice(&[CLASS_LOST, cause_code(c)]),
-                Class::Undefined(c) => self.buf.extend_from_slice(&[CLASS_UNDEFINED, cause_code(c)]),
-            }
-            self.t.class = class;
+            self.new_class(class);
         }
+    }
+
+    #[inline(never)]
+    fn new_class(&mut self, class: Class) {
+        match class {
+            Class::Required => self.buf.push(CLASS_REQUIRED),
+            Class::Optional => self.buf.push(CLASS_OPTIONAL),
+            Class::Lost(c) => self.buf.extend_from_slice(&[CLASS_LOST, cause_code(c)]),
+            Class::Undefined(c) => self.buf.extend_from_slice(&[CLASS_UNDEFINED, cause_code(c)]),
+        }
+        self.t.class = class;
     }
 
     /// TR15: the block table and the 8 bytes that point to it.
