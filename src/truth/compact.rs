@@ -229,11 +229,19 @@ impl Default for Track {
     }
 }
 
+/// An instruction's kind (0: not a branch; 1, 2: a conditional branch not taken, taken; 3 + the
+/// index in [`BranchKind::ALL`] less one for the others).
+#[inline]
 fn kind_code(b: &Option<Branch>) -> u8 {
-    match b {
-        None => 0,
-        Some(b) if b.kind == BranchKind::Cond => 1 + u8::from(b.taken),
-        Some(b) => 3 + BranchKind::ALL.iter().position(|&k| k == b.kind).unwrap_or(0) as u8 - 1,
+    let Some(b) = b else { return 0 };
+    match b.kind {
+        BranchKind::Cond => 1 + u8::from(b.taken),
+        BranchKind::Jump => 3,
+        BranchKind::Call => 4,
+        BranchKind::IndJump => 5,
+        BranchKind::IndCall => 6,
+        BranchKind::Ret => 7,
+        BranchKind::Far => 8,
     }
 }
 

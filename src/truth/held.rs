@@ -32,7 +32,8 @@ pub(super) enum Item {
 /// Items held back, in order (TR3).
 #[derive(Debug, Default)]
 pub(super) struct Held {
-    items: Vec<Item>,
+    /// A queue: [`Held::flush`] takes the first items without moving the others.
+    items: VecDeque<Item>,
     /// The records of the [`Item::Other`]s, in order.
     others: VecDeque<Record>,
 }
@@ -54,12 +55,12 @@ impl Held {
     #[inline]
     pub(super) fn push(&mut self, item: Item) {
         debug_assert!(!matches!(item, Item::Other));
-        self.items.push(item);
+        self.items.push_back(item);
     }
 
     /// Holds a record that is not an instruction.
     pub(super) fn push_record(&mut self, r: Record) {
-        self.items.push(Item::Other);
+        self.items.push_back(Item::Other);
         self.others.push_back(r);
     }
 
@@ -73,10 +74,7 @@ impl Held {
 
     /// Holds record `r` before the item at `k`.
     pub(super) fn insert_record(&mut self, k: usize, r: Record) {
-        let before = self.items[..k]
-            .iter()
-            .filter(|x| matches!(x, Item::Other))
-            .count();
+        let before = self.items.range(..k).filter(|x| matches!(x, Item::Other)).count();
         self.items.insert(k, Item::Other);
         self.others.insert(before, r);
     }

@@ -12,6 +12,8 @@ mod held;
 pub mod json;
 pub mod mark;
 pub mod record;
+#[cfg(test)]
+mod same_carrier_tests;
 pub mod spool;
 pub mod stream;
 pub mod verify;
@@ -368,6 +370,10 @@ pub struct Classifier {
     /// The end and the delivered offset of the last carrier, when the executions it carries
     /// next are classified as the last one was ([`Classifier::same_carrier`]).
     same: Option<(u64, Option<u64>)>,
+    /// Every fact takes the general steps (the reference [`Classifier::same_carrier`] is
+    /// tested against).
+    #[cfg(test)]
+    general_only: bool,
 }
 
 impl std::fmt::Debug for Classifier {
@@ -429,6 +435,8 @@ impl Classifier {
             time_unknown: false,
             sizes: Vec::new(),
             same: None,
+            #[cfg(test)]
+            general_only: false,
         }
     }
 
@@ -448,6 +456,10 @@ impl Classifier {
     /// held item.
     #[inline]
     fn same_carrier(&mut self, fact: &Fact, blocks: &[crate::tracer::Block]) -> Option<Item> {
+        #[cfg(test)]
+        if self.general_only {
+            return None;
+        }
         let (same, off) = self.same?;
         let i = self.instructions;
         match *fact {
