@@ -116,7 +116,12 @@ enum Truth {
 
 /// One pass of every execution; (time, bytes written, instructions), the truth as `truth`
 /// says.
-fn run(blocks: &[Block], execs: &[BlockExec], events: Option<&[Event]>, truth: Truth) -> (Duration, u64, u64) {
+fn run(
+    blocks: &[Block],
+    execs: &[BlockExec],
+    events: Option<&[Event]>,
+    truth: Truth,
+) -> (Duration, u64, u64) {
     let mut mem = SparseMemory::new();
     let mut t = tracer(&mut mem);
     if truth != Truth::Off {

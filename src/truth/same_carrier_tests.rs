@@ -18,6 +18,9 @@ enum Op {
     Packet { gap: u64, len: u64 },
     /// The next facts are carried by nothing (lost).
     Lost { overflow: bool },
+    /// The next facts are carried by the carrier before the last (no tracer goes back to one,
+    /// but the classifier does not count on it).
+    Again,
     /// An execution of block `k`.
     Exec { k: usize, taken: bool },
     /// An instruction (a conditional branch when `cond`).
@@ -30,6 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0u64..4, 1u64..4).prop_map(|(gap, len)| Op::Packet { gap, len }),
         1 => any::<bool>().prop_map(|overflow| Op::Lost { overflow }),
+        1 => Just(Op::Again),
         12 => (0usize..4, any::<bool>()).prop_map(|(k, taken)| Op::Exec { k, taken }),
         4 => any::<bool>().prop_map(|cond| Op::Insn { cond }),
         2 => (0u8..7).prop_map(|kind| Op::Other { kind }),
@@ -48,12 +52,14 @@ fn blocks() -> Vec<Block> {
 /// The facts of `ops`, in order; the last byte of the stream they reach.
 fn facts(ops: &[Op], blocks: &[Block]) -> (Vec<Fact>, u64) {
     let (mut at, mut carrier, mut exec, mut ip) = (0u64, Carrier::Lost(Loss::Stopped), 0u64, 0x1000u64);
+    let mut before = carrier;
     let mut out = Vec::new();
     for op in ops {
         exec += 1;
         match *op {
             Op::Packet { gap, len } => {
                 at += gap;
+                before = carrier;
                 carrier = Carrier::Packet {
                     start: at,
                     end: at + len,
@@ -61,8 +67,10 @@ fn facts(ops: &[Op], blocks: &[Block]) -> (Vec<Fact>, u64) {
                 at += len;
             }
             Op::Lost { overflow } => {
+                before = carrier;
                 carrier = Carrier::Lost(if overflow { Loss::Overflow } else { Loss::Stopped })
             }
+            Op::Again => std::mem::swap(&mut carrier, &mut before),
             Op::Exec { k, taken } => {
                 let b = &blocks[k];
                 let next = match b.end() {
