@@ -29,6 +29,32 @@ pub(super) enum Item {
     Other,
 }
 
+impl Item {
+    /// Writes it, an execution or an instruction, of `class`, counted in `c` (the place of
+    /// another record writes nothing: its record is [`Held`]'s).
+    pub(super) fn write<S: Sink + ?Sized>(self, class: Class, out: &mut S, c: &mut Counts) -> io::Result<()> {
+        match self {
+            Item::Run(run) => {
+                let run = Run { class, ..run };
+                c.add_run(&run);
+                out.run(&run)
+            }
+            Item::Insn { i, ip, branch, off } => {
+                let r = Record::Insn {
+                    i,
+                    ip,
+                    branch,
+                    off,
+                    class,
+                };
+                c.add(&r);
+                out.record(&r)
+            }
+            Item::Other => Ok(()),
+        }
+    }
+}
+
 /// Items held back, in order (TR3).
 #[derive(Debug, Default)]
 pub(super) struct Held {
@@ -96,31 +122,15 @@ impl Held {
             Class::Required
         };
         for item in self.items.drain(..n) {
-            match item {
-                Item::Run(run) => {
-                    let run = Run { class, ..run };
-                    c.add_run(&run);
-                    out.run(&run)?;
-                }
-                Item::Insn { i, ip, branch, off } => {
-                    let r = Record::Insn {
-                        i,
-                        ip,
-                        branch,
-                        off,
-                        class,
-                    };
-                    c.add(&r);
-                    out.record(&r)?;
-                }
-                Item::Other => {
-                    let r = self
-                        .others
-                        .pop_front()
-                        .ok_or_else(|| io::Error::other("a held record's place without its record"))?;
-                    c.add(&r);
-                    out.record(&r)?;
-                }
+            if let Item::Other = item {
+                let r = self
+                    .others
+                    .pop_front()
+                    .ok_or_else(|| io::Error::other("a held record's place without its record"))?;
+                c.add(&r);
+                out.record(&r)?;
+            } else {
+                item.write(class, out, c)?;
             }
         }
         Ok(())

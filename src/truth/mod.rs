@@ -636,25 +636,7 @@ impl Classifier {
                 } else {
                     Class::Lost(cause)
                 };
-                match held {
-                    Item::Insn { i, ip, branch, off } => {
-                        let r = Record::Insn {
-                            i,
-                            ip,
-                            branch,
-                            off,
-                            class,
-                        };
-                        self.counts.add(&r);
-                        out.record(&r)?;
-                    }
-                    Item::Run(r) => {
-                        let r = Run { class, ..r };
-                        self.counts.add_run(&r);
-                        out.run(&r)?;
-                    }
-                    Item::Other => {}
-                }
+                held.write(class, out, &mut self.counts)?;
             }
         }
         Ok(())
