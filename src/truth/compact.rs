@@ -229,11 +229,19 @@ impl Default for Track {
     }
 }
 
+/// An instruction's kind (0: not a branch; 1, 2: a conditional branch not taken, taken; 3 + the
+/// index in [`BranchKind::ALL`] less one for the others).
+#[inline]
 fn kind_code(b: &Option<Branch>) -> u8 {
-    match b {
-        None => 0,
-        Some(b) if b.kind == BranchKind::Cond => 1 + u8::from(b.taken),
-        Some(b) => 3 + BranchKind::ALL.iter().position(|&k| k == b.kind).unwrap_or(0) as u8 - 1,
+    let Some(b) = b else { return 0 };
+    match b.kind {
+        BranchKind::Cond => 1 + u8::from(b.taken),
+        BranchKind::Jump => 3,
+        BranchKind::Call => 4,
+        BranchKind::IndJump => 5,
+        BranchKind::IndCall => 6,
+        BranchKind::Ret => 7,
+        BranchKind::Far => 8,
     }
 }
 
@@ -249,11 +257,43 @@ pub struct Encoder<W: Write> {
     t: Track,
     /// The blocks given ([`Sink::block`]), written after the end record.
     table: Table,
-    /// For each block of `table`, whether it is the first of the table at its start (the one
-    /// predicted there): a run's prediction without a look-up.
-    first: Vec<bool>,
+    /// What a run's record needs of each block of `table`, side by side ([`RunShape`]).
+    runs: Vec<RunShape>,
     /// Bytes passed on to `out`.
     written: u64,
+}
+
+/// What [`Encoder`] needs of a block to write a run of it (TR15), in a few bytes beside the
+/// other blocks' (a run's flags are then a few compares, without reading the block).
+#[derive(Clone, Copy, Debug)]
+struct RunShape {
+    start: u64,
+    fall_through: u64,
+    /// The direct target (of a Jcc, JMP or CALL; 0 for none).
+    target: u64,
+    /// It ends in a direct branch: a run to `target` is implied.
+    direct: bool,
+    /// It ends in a conditional branch: a run to `target` is taken.
+    cond: bool,
+    /// A run to the fall-through is implied (no branch, or a conditional one).
+    falls: bool,
+    /// It is the first block of the table at its start (the one predicted there).
+    first: bool,
+}
+
+impl RunShape {
+    fn of(b: &Block, first: bool) -> Self {
+        let (code, target) = end_code(b.end());
+        RunShape {
+            start: b.start(),
+            fall_through: b.fall_through(),
+            target: target.unwrap_or(0),
+            direct: target.is_some(),
+            cond: code == 1,
+            falls: implied_next(b, false) == Some(b.fall_through()),
+            first,
+        }
+    }
 }
 
 impl<W: Write> Encoder<W> {
@@ -264,7 +304,7 @@ impl<W: Write> Encoder<W> {
             buf: Vec::with_capacity(1 << 16),
             t: Track::default(),
             table: Table::default(),
-            first: Vec::new(),
+            runs: Vec::new(),
             written: 0,
         }
     }
@@ -294,16 +334,22 @@ impl<W: Write> Encoder<W> {
     }
 
     /// A class record when the instructions that follow have another class.
+    #[inline]
     fn class(&mut self, class: Class) {
         if class != self.t.class {
-            match class {
-                Class::Required => self.buf.push(CLASS_REQUIRED),
-                Class::Optional => self.buf.push(CLASS_OPTIONAL),
-                Class::Lost(c) => self.buf.extend_from_slice(&[CLASS_LOST, cause_code(c)]),
-                Class::Undefined(c) => self.buf.extend_from_slice(&[CLASS_UNDEFINED, cause_code(c)]),
-            }
-            self.t.class = class;
+            self.new_class(class);
         }
+    }
+
+    #[inline(never)]
+    fn new_class(&mut self, class: Class) {
+        match class {
+            Class::Required => self.buf.push(CLASS_REQUIRED),
+            Class::Optional => self.buf.push(CLASS_OPTIONAL),
+            Class::Lost(c) => self.buf.extend_from_slice(&[CLASS_LOST, cause_code(c)]),
+            Class::Undefined(c) => self.buf.extend_from_slice(&[CLASS_UNDEFINED, cause_code(c)]),
+        }
+        self.t.class = class;
     }
 
     /// TR15: the block table and the 8 bytes that point to it.
@@ -463,24 +509,25 @@ impl<W: Write> Sink for Encoder<W> {
         }
         let k = self.table.blocks.len() as u32;
         self.table.push(b.clone());
-        self.first.push(self.table.predict(b.start()) == Some(k));
+        self.runs
+            .push(RunShape::of(b, self.table.predict(b.start()) == Some(k)));
         Ok(())
     }
 
     fn run(&mut self, r: &Run) -> io::Result<()> {
-        let Some(b) = self.table.blocks.get(r.block as usize) else {
+        let Some(&s) = self.runs.get(r.block as usize) else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("an execution of block {}, not given before it", r.block),
             ));
         };
-        let taken = matches!(b.end(), BlockEnd::Conditional { target } if r.next == target);
-        let implied = implied_next(b, taken) == Some(r.next);
+        let to_target = s.direct && r.next == s.target;
+        let taken = s.cond && to_target;
+        let implied = to_target || (s.falls && r.next == s.fall_through);
         // The table's prediction at the next IP is this block exactly when it starts there
         // and is the first block that does.
-        let predicted = b.start() == self.t.next_ip && self.first[r.block as usize];
+        let predicted = s.start == self.t.next_ip && s.first;
         let new_off = r.off != self.t.insn_off;
-        let fall_through = b.fall_through();
         self.class(r.class);
         let mut tag = RUN;
         tag |= if new_off { NEW_OFF } else { 0 };
@@ -496,7 +543,7 @@ impl<W: Write> Sink for Encoder<W> {
             self.t.insn_off = r.off;
         }
         if !implied {
-            encode_varint(zigzag(r.next.wrapping_sub(fall_through) as i64), &mut self.buf);
+            encode_varint(zigzag(r.next.wrapping_sub(s.fall_through) as i64), &mut self.buf);
         }
         self.t.next_ip = r.next;
         self.t.i += u64::from(r.n);

@@ -8,14 +8,18 @@
 //! to a wrap, a gap, a STOP, corrupted) and written out by [`write()`].
 
 pub mod compact;
+mod held;
 pub mod json;
 pub mod mark;
 pub mod record;
+#[cfg(test)]
+mod same_carrier_tests;
 pub mod spool;
 pub mod stream;
 pub mod verify;
 
 use crate::tracer::{Carrier, Fact, Loss, Timing};
+use held::{Held, Item};
 use record::{Branch, BranchKind, Class, Record, Run, Sink};
 use std::io::{self, Read, Write};
 
@@ -222,12 +226,8 @@ fn place(
     queue: &mut std::collections::VecDeque<(u64, Record)>,
 ) {
     if group.0.is_some_and(|g| g > start) && queue.is_empty() {
-        let first = held.records.iter().rposition(
-            |x| matches!(x, Item::Record(Record::Insn { i, .. }) | Item::Run(Run { i, .. }) if *i == group.1),
-        );
-        if let Some(k) = first {
-            held.records
-                .insert(k, Item::Record(with_early(r, group.1 - prev_first)));
+        if let Some(k) = held.find(group.1) {
+            held.insert_record(k, with_early(r, group.1 - prev_first));
             if k < *split {
                 *split += 1;
             }
@@ -278,59 +278,6 @@ impl Unit {
             Unit::Insn { .. } => 1,
             Unit::Run { n, .. } => u64::from(n),
         }
-    }
-}
-
-/// A record, or a whole execution of a block (TR15).
-#[derive(Clone, Copy, Debug)]
-enum Item {
-    Record(Record),
-    Run(Run),
-}
-
-/// Records held back until it is known whether lost instructions follow them (TR3).
-#[derive(Default)]
-struct Held {
-    records: Vec<Item>,
-}
-
-impl Held {
-    /// Writes the first `n` records, instructions required or optional.
-    fn flush(&mut self, n: usize, optional: bool, out: &mut dyn Sink, c: &mut Counts) -> io::Result<()> {
-        if n == 0 {
-            return Ok(());
-        }
-        let class = if optional {
-            Class::Optional
-        } else {
-            Class::Required
-        };
-        for r in self.records.drain(..n) {
-            let r = match r {
-                Item::Run(run) => {
-                    let run = Run { class, ..run };
-                    c.add_run(&run);
-                    out.run(&run)?;
-                    continue;
-                }
-                Item::Record(r) => r,
-            };
-            let r = match r {
-                Record::Insn {
-                    i, ip, branch, off, ..
-                } => Record::Insn {
-                    i,
-                    ip,
-                    branch,
-                    off,
-                    class,
-                },
-                r => r,
-            };
-            c.add(&r);
-            out.record(&r)?;
-        }
-        Ok(())
     }
 }
 
@@ -418,6 +365,15 @@ pub struct Classifier {
     prev_first: u64,
     /// A decoder's time is unknown until the next intact TSC (TR13).
     time_unknown: bool,
+    /// The instruction count of each block given to the sink.
+    sizes: Vec<u32>,
+    /// The end and the delivered offset of the last carrier, when the executions it carries
+    /// next are classified as the last one was ([`Classifier::same_carrier`]).
+    same: Option<(u64, Option<u64>)>,
+    /// Every fact takes the general steps (the reference [`Classifier::same_carrier`] is
+    /// tested against).
+    #[cfg(test)]
+    general_only: bool,
 }
 
 impl std::fmt::Debug for Classifier {
@@ -477,6 +433,10 @@ impl Classifier {
             group: (None, 0),
             prev_first: 0,
             time_unknown: false,
+            sizes: Vec::new(),
+            same: None,
+            #[cfg(test)]
+            general_only: false,
         }
     }
 
@@ -485,27 +445,82 @@ impl Classifier {
     pub fn set_stored(&mut self, stored: u64) {
         self.stored = stored;
         self.delivery = Delivery::whole(stored);
+        self.same = None;
+    }
+
+    /// TR16, the common case at a cost of a few compares: an instruction, or an execution of a
+    /// block the sink has, carried by the carrier of the last instruction, which was
+    /// recoverable, with no damage anywhere and no mark or time waiting for its place. What
+    /// [`Classifier::fact`] decides for it is then what it decided for the last one (the same
+    /// offset, required, held with the last carrier's, no mark due before it, no span): its
+    /// held item.
+    #[inline]
+    fn same_carrier(&mut self, fact: &Fact, blocks: &[crate::tracer::Block]) -> Option<Item> {
+        #[cfg(test)]
+        if self.general_only {
+            return None;
+        }
+        let (same, off) = self.same?;
+        let i = self.instructions;
+        match *fact {
+            Fact::Exec {
+                block,
+                next,
+                carrier: Carrier::Packet { end, .. },
+                ..
+            } if end == same && blocks.len() <= self.blocks_given => {
+                let n = *self.sizes.get(block as usize)?;
+                self.instructions += u64::from(n);
+                Some(Item::Run(Run {
+                    i,
+                    block,
+                    n,
+                    next,
+                    off,
+                    class: Class::Required,
+                }))
+            }
+            Fact::Insn {
+                ip,
+                branch,
+                carrier: Carrier::Packet { end, .. },
+                ..
+            } if end == same => {
+                self.instructions += 1;
+                Some(Item::Insn {
+                    i,
+                    ip,
+                    branch: branch_record(branch),
+                    off,
+                })
+            }
+            _ => None,
+        }
     }
 
     /// Writes a record now, or holds it behind held instructions.
-    fn put(&mut self, r: Record, out: &mut dyn Sink) -> io::Result<()> {
-        if self.held.records.is_empty() {
+    fn put<S: Sink + ?Sized>(&mut self, r: Record, out: &mut S) -> io::Result<()> {
+        if self.held.is_empty() {
             out.record(&r)
         } else {
-            self.held.records.push(Item::Record(r));
+            self.held.push_record(r);
             Ok(())
         }
     }
 
     /// Classifies `fact`; `blocks`: the table its [`Fact::Exec`]s name (TR14).
-    pub fn fact(
+    pub fn fact<S: Sink + ?Sized>(
         &mut self,
         fact: Fact,
         blocks: &[crate::tracer::Block],
-        out: &mut dyn Sink,
+        out: &mut S,
     ) -> io::Result<()> {
         // An instruction, or a whole execution of a block (TR14, TR15): its instructions share
         // the carrier and the stream offset, so what the first one decides holds for all.
+        if let Some(item) = self.same_carrier(&fact, blocks) {
+            self.held.push(item);
+            return Ok(());
+        }
         let (unit, exec, carrier) = match fact {
             Fact::Insn {
                 ip,
@@ -521,9 +536,10 @@ impl Classifier {
             } => {
                 for b in blocks.get(self.blocks_given..).unwrap_or(&[]) {
                     out.block(b)?;
+                    self.sizes.push(b.instructions() as u32);
                 }
                 self.blocks_given = self.blocks_given.max(blocks.len());
-                let n = blocks.get(block as usize).map_or(0, |b| b.instructions() as u32);
+                let n = self.sizes.get(block as usize).copied().unwrap_or(0);
                 (Unit::Run { block, n, next }, exec, carrier)
             }
             other => return self.other(other, out),
@@ -552,21 +568,20 @@ impl Classifier {
             Carrier::Packet { start, .. } => self.delivery.map(start),
             Carrier::Lost(_) => None,
         };
-        let insn = |class| match unit {
-            Unit::Insn { ip, branch } => Item::Record(Record::Insn {
+        let held = match unit {
+            Unit::Insn { ip, branch } => Item::Insn {
                 i,
                 ip,
                 branch: branch_record(branch),
                 off,
-                class,
-            }),
+            },
             Unit::Run { block, n, next } => Item::Run(Run {
                 i,
                 block,
                 n,
                 next,
                 off,
-                class,
+                class: Class::Required,
             }),
         };
         match classify(carrier, exec, self.stored, &self.resync) {
@@ -581,7 +596,7 @@ impl Classifier {
                     let r = &self.resync[k];
                     if !self.spanned[k] && end > r.d.from {
                         self.spanned[k] = true;
-                        let n = self.held.records.len();
+                        let n = self.held.len();
                         self.held.flush(n, true, out, &mut self.counts)?;
                         self.split = 0;
                         self.run_key = None;
@@ -593,13 +608,17 @@ impl Classifier {
                 self.span = None;
                 if self.run_key != Some(end) {
                     self.held.flush(self.split, false, out, &mut self.counts)?;
-                    self.split = self.held.records.len();
+                    self.split = self.held.len();
                     self.run_key = Some(end);
                 }
-                self.held.records.push(insn(Class::Required));
+                self.held.push(held);
+                // TR16: the executions that follow with this carrier are classified alike
+                // ([`Classifier::same_carrier`]) while nothing else can change their place.
+                self.same = (self.resync.is_empty() && self.marks.is_empty()).then_some((end, off));
             }
             Some((cause, damage)) => {
-                let n = self.held.records.len();
+                self.same = None;
+                let n = self.held.len();
                 self.held.flush(n, true, out, &mut self.counts)?;
                 self.split = 0;
                 self.run_key = None;
@@ -612,27 +631,20 @@ impl Classifier {
                     self.counts.add(&s);
                     out.record(&s)?;
                 }
-                match insn(if cause.undefined() {
+                let class = if cause.undefined() {
                     Class::Undefined(cause)
                 } else {
                     Class::Lost(cause)
-                }) {
-                    Item::Record(r) => {
-                        self.counts.add(&r);
-                        out.record(&r)?;
-                    }
-                    Item::Run(r) => {
-                        self.counts.add_run(&r);
-                        out.run(&r)?;
-                    }
-                }
+                };
+                held.write(class, out, &mut self.counts)?;
             }
         }
         Ok(())
     }
 
     /// A fact that is not an instruction.
-    fn other(&mut self, fact: Fact, out: &mut dyn Sink) -> io::Result<()> {
+    fn other<S: Sink + ?Sized>(&mut self, fact: Fact, out: &mut S) -> io::Result<()> {
+        self.same = None;
         let record = match fact {
             Fact::Enable { ip, start, .. } => Record::Enable {
                 ip,
@@ -707,7 +719,7 @@ impl Classifier {
 
     /// Writes what is held and the end record (`truncated`: the stream was cut short, TR3);
     /// the counts of what was written. The sink is not finished.
-    pub fn finish(mut self, truncated: bool, out: &mut dyn Sink) -> io::Result<Counts> {
+    pub fn finish<S: Sink + ?Sized>(mut self, truncated: bool, out: &mut S) -> io::Result<Counts> {
         // A stream cut short (a STOP) ends without TIP.PGD: what the last packets carry is
         // optional as before any other loss (TR3).
         // Damage after the last instruction's carrier still has its span (and its error).
@@ -716,10 +728,9 @@ impl Classifier {
             .collect();
         for (_, m) in std::mem::take(&mut self.marks) {
             self.held
-                .records
-                .push(Item::Record(with_early(m, self.instructions - self.group.1)));
+                .push_record(with_early(m, self.instructions - self.group.1));
         }
-        let n = self.held.records.len();
+        let n = self.held.len();
         self.held
             .flush(n, truncated || !tail.is_empty(), out, &mut self.counts)?;
         for k in tail {

@@ -52,8 +52,18 @@ impl BranchKind {
     }
 
     /// The kind named `name`.
+    #[inline]
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == name)
+        Some(match name {
+            "cond" => BranchKind::Cond,
+            "jump" => BranchKind::Jump,
+            "call" => BranchKind::Call,
+            "ind-jump" => BranchKind::IndJump,
+            "ind-call" => BranchKind::IndCall,
+            "ret" => BranchKind::Ret,
+            "far" => BranchKind::Far,
+            _ => return None,
+        })
     }
 }
 

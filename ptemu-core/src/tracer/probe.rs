@@ -258,8 +258,40 @@ pub struct Probe {
     time_base: Option<(u64, Option<u64>)>,
     /// The blocks [`Fact::Exec`]s name ([`Probe::blocks`]).
     blocks: Vec<Block>,
-    /// The index in `blocks` of each caller's block id seen (`u32::MAX`: none).
-    ids: Vec<u32>,
+    /// For each caller's block id seen, the block it names and its index in `blocks`.
+    ids: Vec<Named>,
+}
+
+/// What a caller's block id names (TR14): the block's index in [`Probe::blocks`] and what
+/// [`Probe::intern`] compares, beside it (one cache line an id, not one in each table).
+#[derive(Clone, Copy, Debug)]
+struct Named {
+    /// The index (`u32::MAX`: none).
+    k: u32,
+    instructions: u32,
+    start: u64,
+    last_ip: u64,
+    end: super::block::BlockEnd,
+}
+
+impl Named {
+    const NONE: Named = Named {
+        k: u32::MAX,
+        instructions: 0,
+        start: 0,
+        last_ip: 0,
+        end: super::block::BlockEnd::FallThrough,
+    };
+
+    /// Whether it is `b` (its start, last instruction, end and size).
+    #[inline]
+    fn is(&self, b: &Block) -> bool {
+        self.k != u32::MAX
+            && self.start == b.start()
+            && self.last_ip == b.last_ip()
+            && self.end == b.end()
+            && self.instructions as usize == b.instructions()
+    }
 }
 
 impl Default for Probe {
@@ -378,18 +410,10 @@ impl Probe {
     /// changed).
     #[inline]
     fn intern(&mut self, id: u32, b: &Block) -> u32 {
-        if let Some(&k) = self.ids.get(id as usize) {
-            if let Some(have) = self.blocks.get(k as usize) {
-                if have.start() == b.start()
-                    && have.last_ip() == b.last_ip()
-                    && have.end() == b.end()
-                    && have.instructions() == b.instructions()
-                {
-                    return k;
-                }
-            }
+        match self.ids.get(id as usize) {
+            Some(named) if named.is(b) => named.k,
+            _ => self.intern_new(id, b),
         }
-        self.intern_new(id, b)
     }
 
     #[inline(never)]
@@ -398,9 +422,15 @@ impl Probe {
         self.blocks.push(b.clone());
         let i = id as usize;
         if self.ids.len() <= i {
-            self.ids.resize(i + 1, u32::MAX);
+            self.ids.resize(i + 1, Named::NONE);
         }
-        self.ids[i] = k;
+        self.ids[i] = Named {
+            k,
+            instructions: b.instructions() as u32,
+            start: b.start(),
+            last_ip: b.last_ip(),
+            end: b.end(),
+        };
         k
     }
 
