@@ -4,7 +4,7 @@
 mod common;
 
 use ptemu::packet::{IpPayload, Ipc, Packet, Tnt};
-use ptemu::packing::{agreement, Packing, Repacker};
+use ptemu::packing::{agreement, Packing, Repacker, Shape};
 
 /// Lays `packets` out with `packing`; the bytes.
 fn lay(packing: Packing, packets: &[Packet]) -> Vec<u8> {
@@ -240,4 +240,88 @@ proptest! {
         prop_assert_eq!(a.matched, a.packets, "{:?}", a.misses);
         prop_assert_eq!(lay(Packing::Hardware, &ours), packed);
     }
+}
+
+/// Lays `packets` out as the tracer's fast path does: a plain packet through
+/// `Repacker::place_plain` where it takes it (its PADs and bytes written by the caller), any
+/// other packet, or one it refuses, through `Repacker::push`.
+fn lay_placing(packing: Packing, packets: &[Packet]) -> (Vec<u8>, usize) {
+    let mut out = Vec::new();
+    let mut r = Repacker::new(packing);
+    let mut placed = 0;
+    for p in packets {
+        let mut b = Vec::new();
+        p.encode_to_vec(&mut b).unwrap();
+        if Shape::of(p) == Shape::Plain {
+            if let Some(pads) = r.place_plain(b.len(), *p == Packet::PsbEnd) {
+                out.extend(std::iter::repeat_n(0u8, pads as usize));
+                out.extend_from_slice(&b);
+                placed += 1;
+                continue;
+            }
+        }
+        r.push(&mut out, p, &b).unwrap();
+    }
+    r.finish(&mut out).unwrap();
+    (out, placed)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// HW1-HW5: a plain packet placed by `place_plain` (the tracer's fast path for a TNT after
+    /// a TNT) lands where `push` puts it, with the same PADs before it, and leaves the layout
+    /// where `push` leaves it, for every packet sequence and both packings; it refuses a packet
+    /// after a MODE (HW5) or after one that owes PADs (HW3, HW4), which `push` then places.
+    #[test]
+    fn hw1_hw5_a_plain_packet_placed_directly_is_where_push_puts_it(
+        seq in prop::collection::vec(common::packets::libipt_packet(false), 0..80),
+        tnts in prop::collection::vec(1u8..=6, 0..12),
+    ) {
+        let mut seq: Vec<Packet> = seq.into_iter().filter(|p| *p != Packet::Pad).collect();
+        // Runs of TNTs, as the fast path sends them, among the random packets.
+        for (k, n) in tnts.iter().enumerate() {
+            let at = (k * 7) % (seq.len() + 1);
+            let t = Packet::Tnt8(Tnt::from_outcomes(&vec![true; usize::from(*n)]));
+            seq.splice(at..at, std::iter::repeat_n(t, usize::from(*n)));
+        }
+        for packing in [Packing::Hardware, Packing::None] {
+            let (got, placed) = lay_placing(packing, &seq);
+            prop_assert_eq!(got, lay(packing, &seq), "{:?}", packing);
+            prop_assert!(tnts.is_empty() || placed > 0, "the direct placement was never taken");
+        }
+    }
+}
+
+/// The direct placement is taken where it may be and refused where it must be (HW3, HW5).
+#[test]
+fn hw3_hw5_place_plain_refuses_after_a_payload_and_a_mode() {
+    let mut r = Repacker::new(Packing::Hardware);
+    let mut out = Vec::new();
+    assert_eq!(r.place_plain(1, false), Some(0));
+    let fup = Packet::Fup(ip(Ipc::Sext48, 0x42_1ddd));
+    let mut b = Vec::new();
+    fup.encode_to_vec(&mut b).unwrap();
+    r.push(&mut out, &fup, &b).unwrap();
+    assert_eq!(
+        r.place_plain(1, false),
+        None,
+        "a 48-bit payload owes the PADs of its unit"
+    );
+    let mut r = Repacker::new(Packing::Hardware);
+    let mut b = Vec::new();
+    EXEC.encode_to_vec(&mut b).unwrap();
+    r.push(&mut out, &EXEC, &b).unwrap();
+    assert_eq!(
+        r.place_plain(1, false),
+        None,
+        "a MODE is held for the packet after it"
+    );
+    // 7 bytes in, a 2-byte packet goes to the next unit: one PAD before it (HW2).
+    let mut r = Repacker::new(Packing::Hardware);
+    for _ in 0..7 {
+        assert_eq!(r.place_plain(1, false), Some(0));
+    }
+    assert_eq!(r.place_plain(2, false), Some(1));
+    assert_eq!(r.position(), 10);
 }

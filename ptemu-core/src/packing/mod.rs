@@ -88,6 +88,7 @@ pub enum Shape {
 
 impl Shape {
     /// The shape of `p`.
+    #[inline]
     pub fn of(p: &Packet) -> Shape {
         match p {
             Packet::Psb => Shape::Psb,

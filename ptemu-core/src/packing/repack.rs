@@ -109,6 +109,23 @@ impl Repacker {
         Ok(())
     }
 
+    /// Places a packet of the plain shape (HW2), `len` bytes, where [`Repacker::push`] would
+    /// put it, when that takes nothing but its PADs before it: no MODE is held (HW5) and the
+    /// last packet owes no PADs after it (HW3, HW4). Returns those PADs, with the repacker
+    /// moved past the packet (`psbend`: it is a PSBEND), for the caller to write the PADs and
+    /// then the packet; `None`, with nothing changed, when the general path must place it.
+    #[inline(always)]
+    pub fn place_plain(&mut self, len: usize, psbend: bool) -> Option<u64> {
+        if self.held_len != 0 || matches!(self.last, Some(Shape::Payload { .. } | Shape::Disable)) {
+            return None;
+        }
+        let pads = self.packing.pads_before(self.pos, Shape::Plain, len, 0);
+        self.pos += pads + len as u64;
+        self.last = Some(Shape::Plain);
+        self.after_psbend = psbend;
+        Some(pads)
+    }
+
     /// Writes packet `p`, whose encoding is `bytes`, with the PADs the packing puts before it.
     pub fn push<W: Write + ?Sized>(&mut self, out: &mut W, p: &Packet, bytes: &[u8]) -> io::Result<()> {
         let shape = Shape::of(p);

@@ -9,8 +9,9 @@
 
 use super::probe::FastPacket;
 use super::{Clock, Event, RetStack, Tracer, TracerStats};
+use crate::packet::opcode::PAD;
 use crate::packet::{IpPayload, Ipc, Packet, PacketEncoder, Tnt, MAX_PACKET_LEN};
-use crate::packing::{Packing, Repacker, SliceWriter};
+use crate::packing::{Packing, Repacker, Shape, SliceWriter, UNIT};
 use crate::regs::PacketStyle;
 
 /// The tracer state the fast path touches (the general path uses it too). Small, so that a batch
@@ -400,6 +401,26 @@ impl Hot {
             self.packets_lost += 1;
             return None;
         };
+        // The common case (a TNT after a TNT): the PADs before it and its bytes written here,
+        // where the general layout would write them, when there is room for both.
+        // The PADs are stored as a whole unit (one store; what lies past the new end is
+        // scratch), the packet's first byte alone (a TNT-8 is one byte: a wider load of the
+        // bytes the encoder just stored one at a time would wait for them), then the rest.
+        let at = self.len;
+        let room = UNIT as usize + MAX_PACKET_LEN;
+        if Shape::of(p) == Shape::Plain && at + room <= buf.len() {
+            if let Some(pads) = self.pack.place_plain(n, matches!(p, Packet::PsbEnd)) {
+                let pads = pads as usize;
+                buf[at..at + UNIT as usize].copy_from_slice(&[PAD; UNIT as usize]);
+                buf[at + pads] = tmp[0];
+                if n > 1 {
+                    buf[at + pads + 1..at + pads + n].copy_from_slice(&tmp[1..n]);
+                }
+                self.len = at + pads + n;
+                self.psb_bytes += (pads + n) as u64;
+                return Some(n);
+            }
+        }
         self.lay_out(buf, |pack, w| pack.push(w, p, &tmp[..n]))
             .then_some(n)
     }
