@@ -305,6 +305,18 @@ fn main() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let file = input(dir.path(), len);
     let out = dir.path().join("out");
+    // Only record the plugin's stream of the bench's run, for `PTEMU_BENCH_STREAM` later (the
+    // same stream for two builds' stages).
+    if let Some(save) = std::env::var_os("PTEMU_BENCH_SAVE_STREAM") {
+        let (_, _, _, stream) = plugin_stream(&qemu, &plugin, &gzip, &file, Take::Keep);
+        std::fs::write(&save, &stream).unwrap_or_else(|e| panic!("{}: {e}", Path::new(&save).display()));
+        println!(
+            "qemu_run: the plugin's stream ({} bytes) saved to {}",
+            stream.len(),
+            Path::new(&save).display()
+        );
+        return;
+    }
     let best = |make: &dyn Fn() -> Command| {
         (0..rounds)
             .map(|_| measure(&mut make()))

@@ -223,6 +223,20 @@ type Seen = (
     String,
 );
 
+/// Whether `got` leaves what `reference` leaves: the MSRs, statistics, PacketEn, core cycles,
+/// the output unit's events (PMIs), the truth's facts and lines, and the trace bytes.
+fn same_as(got: &Seen, reference: &Seen) -> Result<(), TestCaseError> {
+    prop_assert_eq!(&got.1, &reference.1, "MSRs");
+    prop_assert_eq!(&got.2, &reference.2, "statistics");
+    prop_assert_eq!(got.3, reference.3, "PacketEn");
+    prop_assert_eq!(got.4, reference.4, "core cycles");
+    prop_assert_eq!(&got.5, &reference.5, "the output unit's events (PMIs)");
+    prop_assert!(got.6 == reference.6, "the truth differs");
+    prop_assert!(got.7 == reference.7, "truth.jsonl differs");
+    prop_assert!(got.0 == reference.0, "the trace bytes differ");
+    Ok(())
+}
+
 /// Feeds `p` as `feed` says on CPU `cpu` (`skylake` lays packets out as the hardware does;
 /// `generic-max` has every feature, DisTNT among them).
 fn run(
@@ -382,14 +396,7 @@ proptest! {
         let (cpu, ctl) = if skylake { ("skylake", ctl.with_dis_tnt(false)) } else { ("generic-max", ctl) };
         let reference = run(Feed::Events, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
         let blocks = run(Feed::Blocks, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
-        prop_assert_eq!(&blocks.1, &reference.1, "MSRs");
-        prop_assert_eq!(&blocks.2, &reference.2, "statistics");
-        prop_assert_eq!(blocks.3, reference.3, "PacketEn");
-        prop_assert_eq!(blocks.4, reference.4, "core cycles");
-        prop_assert_eq!(&blocks.5, &reference.5, "the output unit's events (PMIs)");
-        prop_assert!(blocks.6 == reference.6, "the truth differs");
-        prop_assert!(blocks.7 == reference.7, "truth.jsonl differs");
-        prop_assert!(blocks.0 == reference.0, "the trace bytes differ");
+        same_as(&blocks, &reference)?;
     }
 
     /// TR14, BLK3: with the truth on, executions on the one-step path are one fact each, and
@@ -430,14 +437,7 @@ proptest! {
         let (cpu, ctl) = if skylake { ("skylake", ctl.with_dis_tnt(false)) } else { ("generic-max", ctl) };
         let reference = run(Feed::Events, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
         let chain = run(Feed::Chain, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
-        prop_assert_eq!(&chain.1, &reference.1, "MSRs");
-        prop_assert_eq!(&chain.2, &reference.2, "statistics");
-        prop_assert_eq!(chain.3, reference.3, "PacketEn");
-        prop_assert_eq!(chain.4, reference.4, "core cycles");
-        prop_assert_eq!(&chain.5, &reference.5, "the output unit's events (PMIs)");
-        prop_assert!(chain.6 == reference.6, "the truth differs");
-        prop_assert!(chain.7 == reference.7, "truth.jsonl differs");
-        prop_assert!(chain.0 == reference.0, "the trace bytes differ");
+        same_as(&chain, &reference)?;
         let blocks = run(Feed::Blocks, cpu, (long_tnt, truth, flush_bytes), ctl, range, &p);
         prop_assert!(chain.0 == blocks.0, "the trace bytes differ from feed_blocks'");
     }

@@ -4,7 +4,7 @@
 
 use crate::status::{guard, Failure, PTEMU_ERR_MEMORY};
 use crate::{live, memory::ptemu_memory, ptemu_tracer, put, with_tracer};
-use ptemu_core::tracer::{Block, BlockEnd, BlockError, BlockExec};
+use ptemu_core::tracer::{Block, BlockEnd, BlockError, BlockExec, Tracer};
 
 /// The last instruction does not branch: the block falls through.
 pub const PTEMU_BLOCK_FALL_THROUGH: u32 = 0;
@@ -153,6 +153,55 @@ pub unsafe extern "C" fn ptemu_tracer_feed_blocks(
     n: usize,
     fed: *mut usize,
 ) -> crate::ptemu_status {
+    // SAFETY: forwarded contracts (`execs` has the layout of `BlockExec`: checked at compile
+    // time above).
+    unsafe {
+        feed_table(
+            t,
+            mem,
+            blocks,
+            (execs.cast::<BlockExec>(), n, "execs"),
+            fed,
+            |t, m, b, execs| fed_or_failure(t.feed_blocks(m, b, execs), n, true),
+        )
+    }
+}
+
+/// A feed's result for C: how many executions were fed (all `n`, or those before the failure)
+/// and the failure (`before_unknown`: whether those before an unknown block were fed, as by
+/// `feed_blocks`; a chain feeds none then).
+fn fed_or_failure(r: Result<(), BlockError>, n: usize, before_unknown: bool) -> (usize, Result<(), Failure>) {
+    match r {
+        Ok(()) => (n, Ok(())),
+        Err(BlockError::Memory { fed, error }) => {
+            let message = format!("execution {}: {error}", fed.saturating_sub(1));
+            (fed, Err(Failure::new(PTEMU_ERR_MEMORY, message)))
+        }
+        Err(e @ BlockError::Successor { index, .. }) => (index, Err(Failure::argument(e.to_string()))),
+        Err(e @ BlockError::Unknown { index, .. }) => {
+            let done = if before_unknown { index } else { 0 };
+            (done, Err(Failure::argument(e.to_string())))
+        }
+        Err(e) => (0, Err(Failure::argument(e.to_string()))),
+    }
+}
+
+/// What both feeds do around the feed itself: `*fed` (unless NULL) set to 0, then to how many
+/// were fed; the table and the `n` items at `items` (`what`, named when NULL) checked; the
+/// table held for the whole feed (ptemu_blocks_add is refused meanwhile); `feed` given the
+/// tracer, the memory, the blocks and the items, and returning how many it fed and how it went.
+///
+/// # Safety
+/// As for the feeds: `t` and `mem` NULL or live, `blocks` NULL or live, `items` NULL or `n`
+/// readable items, `fed` NULL or writable.
+unsafe fn feed_table<T>(
+    t: *mut ptemu_tracer,
+    mem: *mut ptemu_memory,
+    blocks: *const ptemu_blocks,
+    (items, n, what): (*const T, usize, &'static str),
+    fed: *mut usize,
+    feed: impl FnOnce(&mut Tracer, &mut ptemu_memory, &[Block], &[T]) -> (usize, Result<(), Failure>),
+) -> crate::ptemu_status {
     let report = |k: usize| {
         if !fed.is_null() {
             // SAFETY: non-NULL and writable by the caller's contract.
@@ -165,59 +214,28 @@ pub unsafe extern "C" fn ptemu_tracer_feed_blocks(
         let Some(table) = (unsafe { blocks.as_ref() }) else {
             return Err(Failure::null("blocks"));
         };
-        if n > 0 && execs.is_null() {
-            return Err(Failure::null("execs"));
+        if n > 0 && items.is_null() {
+            return Err(Failure::null(what));
         }
-        let execs: &[BlockExec] = if n == 0 {
+        let items: &[T] = if n == 0 {
             &[]
         } else {
-            // SAFETY: non-NULL and `n` readable executions by contract; the layouts are the
-            // same (checked at compile time above).
-            unsafe { std::slice::from_raw_parts(execs.cast::<BlockExec>(), n) }
+            // SAFETY: non-NULL and `n` readable items by contract.
+            unsafe { std::slice::from_raw_parts(items, n) }
         };
-        // Held for the whole feed: ptemu_blocks_add is refused meanwhile.
         let blocks = table.blocks.read().unwrap_or_else(|p| p.into_inner());
         let mut done = 0;
         // SAFETY: forwarded contracts.
         let r = unsafe {
             with_tracer(t, mem, |t, m| {
-                fed_or_failure(t.feed_blocks(m, &blocks, execs), n, &mut done, true)
+                let (k, r) = feed(t, m, &blocks, items);
+                done = k;
+                r
             })
         };
         report(done);
         r
     })
-}
-
-/// A feed's result for C: `Ok` with `*done` = `n`, or the failure with `*done` the executions
-/// fed before it (`before_unknown`: whether those before an unknown block were fed, as by
-/// `feed_blocks`; a chain feeds none then).
-fn fed_or_failure(
-    r: Result<(), BlockError>,
-    n: usize,
-    done: &mut usize,
-    before_unknown: bool,
-) -> Result<(), Failure> {
-    match r {
-        Ok(()) => {
-            *done = n;
-            Ok(())
-        }
-        Err(BlockError::Memory { fed, error }) => {
-            *done = fed;
-            let message = format!("execution {}: {error}", fed.saturating_sub(1));
-            Err(Failure::new(PTEMU_ERR_MEMORY, message))
-        }
-        Err(e @ BlockError::Successor { index, .. }) => {
-            *done = index;
-            Err(Failure::argument(e.to_string()))
-        }
-        Err(e @ BlockError::Unknown { index, .. }) => {
-            *done = if before_unknown { index } else { 0 };
-            Err(Failure::argument(e.to_string()))
-        }
-        Err(e) => Err(Failure::argument(e.to_string())),
-    }
 }
 
 /// Feeds `n` executions of the blocks of `blocks` given as a chain, the twin of
@@ -242,37 +260,10 @@ pub unsafe extern "C" fn ptemu_tracer_feed_chain(
     next: u64,
     fed: *mut usize,
 ) -> crate::ptemu_status {
-    let report = |k: usize| {
-        if !fed.is_null() {
-            // SAFETY: non-NULL and writable by the caller's contract.
-            unsafe { fed.write(k) };
-        }
-    };
-    report(0);
-    guard(|| {
-        // SAFETY: NULL or live by contract (only read).
-        let Some(table) = (unsafe { blocks.as_ref() }) else {
-            return Err(Failure::null("blocks"));
-        };
-        if n > 0 && ids.is_null() {
-            return Err(Failure::null("ids"));
-        }
-        let ids: &[u32] = if n == 0 {
-            &[]
-        } else {
-            // SAFETY: non-NULL and `n` readable ids by contract.
-            unsafe { std::slice::from_raw_parts(ids, n) }
-        };
-        // Held for the whole feed: ptemu_blocks_add is refused meanwhile.
-        let blocks = table.blocks.read().unwrap_or_else(|p| p.into_inner());
-        let mut done = 0;
-        // SAFETY: forwarded contracts.
-        let r = unsafe {
-            with_tracer(t, mem, |t, m| {
-                fed_or_failure(t.feed_chain(m, &blocks, ids, next), n, &mut done, false)
-            })
-        };
-        report(done);
-        r
-    })
+    // SAFETY: forwarded contracts.
+    unsafe {
+        feed_table(t, mem, blocks, (ids, n, "ids"), fed, |t, m, b, ids| {
+            fed_or_failure(t.feed_chain(m, b, ids, next), n, false)
+        })
+    }
 }

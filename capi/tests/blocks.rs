@@ -120,23 +120,29 @@ fn c_table(blocks: &[CBlock]) -> (*mut ptemu_blocks, Vec<u32>) {
     (table, ids)
 }
 
-#[test]
-fn blk3_blocks_through_c_write_what_their_events_write() {
-    let (blocks, execs) = program();
+/// The reference: the executions `execs` of `blocks` fed as their events, through
+/// `ptemu_tracer_events` in pieces.
+fn events_run(blocks: &[CBlock], execs: &[(u32, u64)]) -> (Vec<u8>, usize) {
     let mut events = Vec::new();
-    for &(k, next) in &execs {
+    for &(k, next) in execs {
         rust_block(&blocks[k as usize]).events_into(next, &mut events);
     }
     let c_events: Vec<ptemu_event> = events.iter().map(c_event).collect();
     // SAFETY: the pointers run() hands over are live.
-    let reference = run(|t, mem| unsafe {
+    run(|t, mem| unsafe {
         for chunk in c_events.chunks(500) {
             assert_eq!(
                 ptemu_tracer_events(t, mem, chunk.as_ptr(), chunk.len(), null_mut()),
                 PTEMU_OK
             );
         }
-    });
+    })
+}
+
+#[test]
+fn blk3_blocks_through_c_write_what_their_events_write() {
+    let (blocks, execs) = program();
+    let reference = events_run(&blocks, &execs);
     let (table, ids) = c_table(&blocks);
     assert_eq!(ids, [0, 1, 2, 3, 4]);
     let c_execs: Vec<ptemu_block_exec> = execs
@@ -171,20 +177,7 @@ fn blk3_blocks_through_c_write_what_their_events_write() {
 #[test]
 fn blk5_chains_through_c_write_what_their_events_write() {
     let (blocks, execs) = program();
-    let mut events = Vec::new();
-    for &(k, next) in &execs {
-        rust_block(&blocks[k as usize]).events_into(next, &mut events);
-    }
-    let c_events: Vec<ptemu_event> = events.iter().map(c_event).collect();
-    // SAFETY: the pointers run() hands over are live.
-    let reference = run(|t, mem| unsafe {
-        for chunk in c_events.chunks(500) {
-            assert_eq!(
-                ptemu_tracer_events(t, mem, chunk.as_ptr(), chunk.len(), null_mut()),
-                PTEMU_OK
-            );
-        }
-    });
+    let reference = events_run(&blocks, &execs);
     let (table, _) = c_table(&blocks);
     for w in execs.windows(2) {
         assert_eq!(w[0].1, blocks[w[1].0 as usize].0, "one chain");
