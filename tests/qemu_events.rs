@@ -973,3 +973,84 @@ fn qe22_the_last_note_ends_the_trace_where_the_thread_was() {
     let e = died(dir.path(), NoteKind::Killed, a(3), "eleven").unwrap_err();
     assert!(e.contains("byte offset") && e.contains("\"eleven\""), "{e}");
 }
+
+/// The trace of `stream` (its bytes and the tracer's counts), read as blocks (`next_steps`:
+/// chains of whole executions where the reader may, QE13, BLK5) or as events only.
+fn traced(stream: &[u8], blocks: bool) -> Result<(Vec<u8>, String), String> {
+    use ptemu::simulate::{self, Options};
+    use ptemu::sources::{Format, SourceStats, StartState};
+    struct EventsOnly(QemuEvents<std::io::Cursor<Vec<u8>>>);
+    impl EventSource for EventsOnly {
+        fn next_events(&mut self, out: &mut Vec<Event>) -> ptemu::sources::error::Result<bool> {
+            self.0.next_events(out)
+        }
+        fn start_state(&self) -> StartState {
+            self.0.start_state()
+        }
+        fn stats(&self) -> SourceStats {
+            self.0.stats()
+        }
+    }
+    let side = Arc::new(Mutex::new(Sideband::default()));
+    let src = QemuEvents::new("prog", std::io::Cursor::new(stream.to_vec()), side);
+    let source: Box<dyn EventSource + Send> = if blocks {
+        Box::new(src)
+    } else {
+        Box::new(EventsOnly(src))
+    };
+    let opts = Options::new(Format::Qemu, simulate::default_layout());
+    let (outcome, bytes) = simulate::run_source(
+        &opts,
+        "prog",
+        source,
+        Vec::new(),
+        None,
+        ptemu::event_log::EventLog::new(16),
+        &mut |_| {},
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((bytes, format!("{:?} {:?}", outcome.tracer, outcome.source)))
+}
+
+/// QE13, QE16, BLK5: the reader's chain of whole executions takes an execution only when its
+/// successor is one its block can go to, whole address against whole address: a signal's
+/// handler entered after a conditional branch, at an address each of whose bits is the bit of
+/// the branch's target or of its fall-through (`je` at 0x03 goes to 0x10 or 0x05; the handler
+/// is at 0x14), is the signal, as the per-instruction path says, not a step of the chain (the
+/// tracer would refuse the step: a successor the block cannot go to).
+#[test]
+fn qe13_qe16_blk5_a_chain_stops_at_a_successor_its_block_cannot_go_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let map = code_file(dir.path(), &PROGRAM);
+    let p = &PROGRAM;
+    // Each instruction a block of its own, as in `qe13_batches_of_block_indices_give_the_events_runs_give`.
+    let starts = [
+        0x00, 0x03, 0x05, 0x0a, 0x10, 0x12, 0x14, 0x20, 0x21, 0x23, 0x05, 0x25,
+    ];
+    let ends = [
+        0x03, 0x05, 0x0a, 0x0c, 0x12, 0x14, 0x16, 0x21, 0x23, 0x25, 0x0a, 0x27,
+    ];
+    let mut w = Writer::new();
+    w.map(&map);
+    for (k, (&s, &e)) in starts.iter().zip(&ends).enumerate() {
+        assert_eq!(block(&mut w, s, &[&p[s as usize..e as usize]]), k as u64);
+    }
+    w.note(NoteKind::Handler, a(0x14), "10");
+    // mov, je (taken, to 0x10), then signal 10: the handler at 0x14 jumps to 0x05, calls 0x20,
+    // returns to 0x0a, jumps (rax) to 0x25, whose rt_sigreturn comes back to 0x10, where the
+    // je went; then the syscall there and the rep movsb after it.
+    w.exec_blocks(&[0, 1, 6, 10, 7, 3, 11]);
+    w.note(NoteKind::Syscall, 15, "");
+    w.exec_blocks(&[4]);
+    w.note(NoteKind::Syscall, 1, "");
+    w.exec_blocks(&[5]);
+    w.end_with(9);
+    let stream = finish(&mut w, false);
+    // The per-instruction path sees the signal after the je, where it went.
+    let (ev, ..) = events(stream.clone()).unwrap();
+    assert!(ev.contains(&interrupt_at(a(0x10))), "{ev:?}");
+    let reference = traced(&stream, false).unwrap();
+    let chained = traced(&stream, true).unwrap();
+    assert_eq!(chained.1, reference.1, "the tracer's and the source's counts");
+    assert!(chained.0 == reference.0, "the trace bytes differ");
+}

@@ -1010,10 +1010,10 @@ impl<R: Read> QemuEvents<R> {
                     (no_handlers || self.handler(nx).is_none())
                         && nx.wrapping_sub(q.start).wrapping_sub(1) >= u64::from(q.len) - 1
                 } else {
-                    // Without a branch on which way it went (as in `resolve_block`).
-                    let falls = u64::from(q.flags & FALLS);
-                    let off = (nx ^ q.way) & ((nx ^ (q.start + u64::from(q.len))) | (falls ^ 1));
-                    off == 0
+                    // Without a branch on which way it went (as in `resolve_block`): the whole
+                    // address is the way, or the fall-through of a block that may fall through.
+                    let end = q.start + u64::from(q.len);
+                    (nx == q.way) | ((q.flags & FALLS != 0) & (nx == end))
                 };
                 if !plain {
                     break;
