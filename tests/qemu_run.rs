@@ -1287,6 +1287,32 @@ fn qe22_a_fault_in_a_thread_or_a_forked_child_is_traced_for_each() {
     }
 }
 
+/// QE22: a program that stops (SIGTSTP: QEMU stops with it) and is continued (SIGCONT, from a
+/// forked child) was not killed: no last words are taken for its death, its trace goes on to
+/// its exit, the run passes its status 0, and both processes' traces decode (perf, libipt).
+/// On QEMU 7.2 the stop is the host's own SIGTSTP, not a `kill` of QEMU's.
+#[test]
+fn qe22_a_program_that_stops_and_is_continued_is_not_taken_for_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = data_program(dir.path(), "crash", &["-no-pie"]);
+    let out = dir.path().join("o-stop");
+    let o = ptemu_run(&out, &["--perf-data"], &[s(&exe), "stop"], b"");
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert_eq!(text(&o.stdout), "ran\ncontinued\n");
+    assert!(!e.contains("killed"), "{e}");
+    let r = report(&out);
+    assert_eq!(r["program"]["killed"], Value::Null, "{r}");
+    assert_eq!(r["program"]["exit_status"], 0, "{r}");
+    let procs = r["program"]["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 1, "{r}");
+    let child = out.join(procs[0]["case"].as_str().unwrap());
+    assert_eq!(report(&child)["program"]["killed"], Value::Null);
+    for case in [&out, &child] {
+        check_decoders(case, &case.join("perf.data"), 1000);
+    }
+}
+
 /// QE22: a crashed program's run says how it died, on stderr (a successful trace: `ptemu run`
 /// exits with the program's status), and leaves nothing in the program's directory even where
 /// core files are allowed (QEMU would write its guest's core there, and the kernel QEMU's own).

@@ -9,8 +9,13 @@
  *   ud2     ud2 (SIGILL, #UD)
  *   thread  a second thread stores through NULL while the main thread computes
  *   fork    a forked child stores through NULL; the parent prints how it ended and exits 0
+ *   stop    not a crash: the program stops itself (SIGTSTP; QEMU stops with SIGSTOP) and a forked
+ *           child continues it (SIGCONT every 20 ms until the parent says, through a pipe, that
+ *           it runs); the parent prints "continued" and exits 0
  * It prints "ran" first (flushed), and nothing after the fault. */
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -123,6 +128,27 @@ int main(int argc, char **argv)
         }
         waitpid(child, &status, 0);
         printf("child %s %d\n", WIFSIGNALED(status) ? "killed by" : "exited", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        return 0;
+    } else if (!strcmp(how, "stop")) {
+        int p[2];
+        pid_t parent = getpid();
+        if (pipe(p) != 0)
+            return 2;
+        pid_t child = fork();
+        if (child == 0) {
+            char c;
+            fcntl(p[0], F_SETFL, O_NONBLOCK);
+            while (read(p[0], &c, 1) != 1) {
+                usleep(20000);
+                kill(parent, SIGCONT);
+            }
+            _exit(0);
+        }
+        raise(SIGTSTP);
+        if (write(p[1], "c", 1) != 1)
+            return 3;
+        waitpid(child, 0, 0);
+        printf("continued\n");
         return 0;
     }
     return 1;
