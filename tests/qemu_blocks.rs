@@ -8,13 +8,12 @@
 
 mod common;
 
-use common::qemu::{env, plugin, which};
+use common::qemu::{env, plugin, which, EventsOnly};
 use ptemu::simulate::{self, Options};
 use ptemu::sources::qemu::{QemuEvents, Sideband};
 use ptemu::sources::steps::{Piece, Steps};
-use ptemu::sources::{EventSource, Format, SourceStats, StartState};
+use ptemu::sources::{EventSource, Format};
 use ptemu::truth::{Context, Delivery};
-use ptemu::Event;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -54,21 +53,6 @@ fn record(program: &str, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
     });
     assert!(child.wait().unwrap().success(), "{program} failed under QEMU");
     reader.join().unwrap()
-}
-
-/// The source as events only: the default `next_steps`, the per-instruction reference.
-struct EventsOnly(QemuEvents<std::io::Cursor<Vec<u8>>>);
-
-impl EventSource for EventsOnly {
-    fn next_events(&mut self, out: &mut Vec<Event>) -> ptemu::sources::error::Result<bool> {
-        self.0.next_events(out)
-    }
-    fn start_state(&self) -> StartState {
-        self.0.start_state()
-    }
-    fn stats(&self) -> SourceStats {
-        self.0.stats()
-    }
 }
 
 /// What a run left: trace bytes, the truth (`truth.jsonl`), registers, tracer counts, source counts.

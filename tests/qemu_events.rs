@@ -2,6 +2,9 @@
 //! written here with the plugin's own writer: every class of instruction, REP strings, system
 //! calls, the end of a run, and the streams that must be refused.
 
+mod common;
+
+use common::qemu::EventsOnly;
 use ptemu::sources::qemu::wire::{FileMap, NoteKind, Writer};
 use ptemu::sources::qemu::{QemuEvents, Sideband, SYSCALL_ENTRY, SYSRET_FROM};
 use ptemu::sources::EventSource;
@@ -196,6 +199,23 @@ fn qe2_qe3_every_class_of_instruction_becomes_its_event() {
     assert_eq!(side.maps.len(), 1);
 }
 
+/// The program mapped and translated with each instruction a block of its own (as
+/// `qemu-x86_64 -singlestep` cuts it): indices 0-11 start at 0x00, 0x03, 0x05, 0x0a, 0x10, 0x12,
+/// 0x14, 0x20, 0x21, 0x23, 0x05 (again, reached by the jmp) and 0x25.
+fn one_block_each(w: &mut Writer, map: &FileMap) {
+    let p = &PROGRAM;
+    let starts = [
+        0x00, 0x03, 0x05, 0x0a, 0x10, 0x12, 0x14, 0x20, 0x21, 0x23, 0x05, 0x25,
+    ];
+    let ends = [
+        0x03, 0x05, 0x0a, 0x0c, 0x12, 0x14, 0x16, 0x21, 0x23, 0x25, 0x0a, 0x27,
+    ];
+    w.map(map);
+    for (k, (&s, &e)) in starts.iter().zip(&ends).enumerate() {
+        assert_eq!(block(w, s, &[&p[s as usize..e as usize]]), k as u64);
+    }
+}
+
 /// QE1, QE13: the plugin sends executions as batches of block indices; read back they are the
 /// executions the same blocks give as execution and run records, event for event. Each
 /// instruction of the program is a block of its own here (as `qemu-x86_64 -singlestep` cuts
@@ -205,19 +225,7 @@ fn qe2_qe3_every_class_of_instruction_becomes_its_event() {
 fn qe13_batches_of_block_indices_give_the_events_runs_give() {
     let dir = tempfile::tempdir().unwrap();
     let map = code_file(dir.path(), &PROGRAM);
-    let p = &PROGRAM;
-    let starts = [
-        0x00, 0x03, 0x05, 0x0a, 0x10, 0x12, 0x14, 0x20, 0x21, 0x23, 0x05, 0x25,
-    ];
-    let ends = [
-        0x03, 0x05, 0x0a, 0x0c, 0x12, 0x14, 0x16, 0x21, 0x23, 0x25, 0x0a, 0x27,
-    ];
-    let translated = |w: &mut Writer| {
-        w.map(&map);
-        for (k, (&s, &e)) in starts.iter().zip(&ends).enumerate() {
-            assert_eq!(block(w, s, &[&p[s as usize..e as usize]]), k as u64);
-        }
-    };
+    let translated = |w: &mut Writer| one_block_each(w, &map);
     let ids = [0u32, 1, 4, 5, 5, 5, 6, 10, 7, 3, 8, 0, 1, 2, 7, 9, 11];
     let mut w = Writer::new();
     translated(&mut w);
@@ -978,19 +986,7 @@ fn qe22_the_last_note_ends_the_trace_where_the_thread_was() {
 /// chains of whole executions where the reader may, QE13, BLK5) or as events only.
 fn traced(stream: &[u8], blocks: bool) -> Result<(Vec<u8>, String), String> {
     use ptemu::simulate::{self, Options};
-    use ptemu::sources::{Format, SourceStats, StartState};
-    struct EventsOnly(QemuEvents<std::io::Cursor<Vec<u8>>>);
-    impl EventSource for EventsOnly {
-        fn next_events(&mut self, out: &mut Vec<Event>) -> ptemu::sources::error::Result<bool> {
-            self.0.next_events(out)
-        }
-        fn start_state(&self) -> StartState {
-            self.0.start_state()
-        }
-        fn stats(&self) -> SourceStats {
-            self.0.stats()
-        }
-    }
+    use ptemu::sources::Format;
     let side = Arc::new(Mutex::new(Sideband::default()));
     let src = QemuEvents::new("prog", std::io::Cursor::new(stream.to_vec()), side);
     let source: Box<dyn EventSource + Send> = if blocks {
@@ -1022,19 +1018,8 @@ fn traced(stream: &[u8], blocks: bool) -> Result<(Vec<u8>, String), String> {
 fn qe13_qe16_blk5_a_chain_stops_at_a_successor_its_block_cannot_go_to() {
     let dir = tempfile::tempdir().unwrap();
     let map = code_file(dir.path(), &PROGRAM);
-    let p = &PROGRAM;
-    // Each instruction a block of its own, as in `qe13_batches_of_block_indices_give_the_events_runs_give`.
-    let starts = [
-        0x00, 0x03, 0x05, 0x0a, 0x10, 0x12, 0x14, 0x20, 0x21, 0x23, 0x05, 0x25,
-    ];
-    let ends = [
-        0x03, 0x05, 0x0a, 0x0c, 0x12, 0x14, 0x16, 0x21, 0x23, 0x25, 0x0a, 0x27,
-    ];
     let mut w = Writer::new();
-    w.map(&map);
-    for (k, (&s, &e)) in starts.iter().zip(&ends).enumerate() {
-        assert_eq!(block(&mut w, s, &[&p[s as usize..e as usize]]), k as u64);
-    }
+    one_block_each(&mut w, &map);
     w.note(NoteKind::Handler, a(0x14), "10");
     // mov, je (taken, to 0x10), then signal 10: the handler at 0x14 jumps to 0x05, calls 0x20,
     // returns to 0x0a, jumps (rax) to 0x25, whose rt_sigreturn comes back to 0x10, where the

@@ -60,3 +60,19 @@ pub fn data_program(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/qemu/{name}.c"));
     gcc(&src, &dir.join(name), extra)
 }
+
+/// A QEMU plugin stream's source as events only (the default `next_steps`): the
+/// per-instruction reference of the block tests.
+pub struct EventsOnly(pub ptemu::sources::qemu::QemuEvents<std::io::Cursor<Vec<u8>>>);
+
+impl ptemu::sources::EventSource for EventsOnly {
+    fn next_events(&mut self, out: &mut Vec<ptemu::Event>) -> ptemu::sources::error::Result<bool> {
+        self.0.next_events(out)
+    }
+    fn start_state(&self) -> ptemu::sources::StartState {
+        self.0.start_state()
+    }
+    fn stats(&self) -> ptemu::sources::SourceStats {
+        self.0.stats()
+    }
+}
