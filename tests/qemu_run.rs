@@ -1287,6 +1287,26 @@ fn qe22_a_fault_in_a_thread_or_a_forked_child_is_traced_for_each() {
     }
 }
 
+/// QE22: a SIGSEGV another thread sends (pthread_kill: no fault) while the main thread runs a
+/// loop, which QEMU delivers at the start of the loop's block (where that block also goes), is
+/// refused by name rather than traced as a fault there or as an interrupt: which one it was is
+/// not known.
+#[test]
+fn qe22_a_sigsegv_sent_by_another_thread_where_a_fault_could_be_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = data_program(dir.path(), "crash", &["-no-pie"]);
+    let out = dir.path().join("o-sent");
+    let o = ptemu_run(&out, &[], &[s(&exe), "sent"], b"");
+    let e = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("the program died of signal 11 at")
+            && e.contains("whether it faulted there or the signal came from another process"),
+        "{e}"
+    );
+    assert!(!out.exists(), "a refused run leaves no output");
+}
+
 /// QE22: a program that stops (SIGTSTP: QEMU stops with it) and is continued (SIGCONT, from a
 /// forked child) was not killed: no last words are taken for its death, its trace goes on to
 /// its exit, the run passes its status 0, and both processes' traces decode (perf, libipt).

@@ -9,6 +9,8 @@
  *   ud2     ud2 (SIGILL, #UD)
  *   thread  a second thread stores through NULL while the main thread computes
  *   fork    a forked child stores through NULL; the parent prints how it ended and exits 0
+ *   sent    a second thread sends the main thread SIGSEGV (pthread_kill: no fault, si_code
+ *           SI_TKILL) while the main thread computes
  *   stop    not a crash: the program stops itself (SIGTSTP; QEMU stops with SIGSTOP) and a forked
  *           child continues it (SIGCONT every 20 ms until the parent says, through a pipe, that
  *           it runs); the parent prints "continued" and exits 0
@@ -93,6 +95,15 @@ static void *faulting_thread(void *a)
     return a;
 }
 
+static pthread_t main_thread;
+
+static void *sending_thread(void *a)
+{
+    work(2000);
+    pthread_kill(main_thread, SIGSEGV);
+    return a;
+}
+
 int main(int argc, char **argv)
 {
     const char *how = argc > 1 ? argv[1] : "store";
@@ -129,6 +140,12 @@ int main(int argc, char **argv)
         waitpid(child, &status, 0);
         printf("child %s %d\n", WIFSIGNALED(status) ? "killed by" : "exited", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
         return 0;
+    } else if (!strcmp(how, "sent")) {
+        pthread_t t;
+        main_thread = pthread_self();
+        pthread_create(&t, 0, sending_thread, 0);
+        for (;;)
+            work(1000);
     } else if (!strcmp(how, "stop")) {
         int p[2];
         pid_t parent = getpid();
