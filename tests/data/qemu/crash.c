@@ -87,8 +87,15 @@ static long work(long n)
     return s;
 }
 
+static volatile int ready;
+
 static void *faulting_thread(void *a)
 {
+    /* Until the main thread is back from pthread_create (QEMU holds it in the clone system
+     * call until this thread has started), so that it is computing, not in a system call,
+     * when this thread dies. */
+    while (!ready)
+        ;
     go = 1;
     work(2000);
     crash_store_block();
@@ -125,6 +132,7 @@ int main(int argc, char **argv)
     else if (!strcmp(how, "thread")) {
         pthread_t t;
         pthread_create(&t, 0, faulting_thread, 0);
+        ready = 1;
         while (!go)
             ;
         for (;;)
