@@ -268,6 +268,23 @@ struct Translated {
     class: u8,
 }
 
+impl Translated {
+    /// Whether an execution that ends in no indirect branch or RET goes on at `nx` by itself:
+    /// its way, or its end for a conditional branch (whole addresses; without a branch on which
+    /// way it went: a conditional branch's way is as hard to predict here as in the program).
+    #[inline(always)]
+    fn goes_to(&self, nx: u64) -> bool {
+        (nx == self.way) | ((self.flags & FALLS != 0) & (nx == self.start + u64::from(self.len)))
+    }
+
+    /// Whether `nx` may be an instruction inside the block past its first (QE13: where QEMU
+    /// gave the block up part-way): the cheap range test before the exact one.
+    #[inline(always)]
+    fn may_hold(&self, nx: u64) -> bool {
+        nx.wrapping_sub(self.start).wrapping_sub(1) < u64::from(self.len) - 1
+    }
+}
+
 /// [`Translated::flags`]: the last instruction is a conditional branch, which may also go on at
 /// the block's end.
 const FALLS: u8 = 1;
@@ -1007,13 +1024,11 @@ impl<R: Read> QemuEvents<R> {
             if let Some(q) = prev {
                 let nx = t.start;
                 let plain = if q.flags & INDIRECT != 0 {
-                    (no_handlers || self.handler(nx).is_none())
-                        && nx.wrapping_sub(q.start).wrapping_sub(1) >= u64::from(q.len) - 1
+                    // Conservatively: anything that may lie inside the block is left to
+                    // `resolve_block`'s exact test.
+                    (no_handlers || self.handler(nx).is_none()) && !q.may_hold(nx)
                 } else {
-                    // Without a branch on which way it went (as in `resolve_block`): the whole
-                    // address is the way, or the fall-through of a block that may fall through.
-                    let end = q.start + u64::from(q.len);
-                    (nx == q.way) | ((q.flags & FALLS != 0) & (nx == end))
+                    q.goes_to(nx)
                 };
                 if !plain {
                     break;
@@ -1151,12 +1166,9 @@ impl<R: Read> QemuEvents<R> {
         let info = &self.translated[b as usize];
         let plain = if info.flags & INDIRECT != 0 {
             (self.handlers.is_empty() || self.handler(nx).is_none())
-                && !(nx.wrapping_sub(info.start).wrapping_sub(1) < u64::from(info.len) - 1
-                    && self.inside_own_block(nx))
+                && !(info.may_hold(nx) && self.inside_own_block(nx))
         } else {
-            // Without a branch on which way it went: a conditional branch's way is as hard to
-            // predict here as in the program.
-            (nx == info.way) | ((info.flags & FALLS != 0) & (nx == info.start + u64::from(info.len)))
+            info.goes_to(nx)
         };
         if plain {
             self.counts.ends[info.class as usize] += 1;
