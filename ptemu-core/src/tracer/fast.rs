@@ -185,16 +185,7 @@ impl Hot {
                 ret.push(after(ip, len));
                 self.tip(target, buf);
             }
-            Event::Return { target, .. } => {
-                if fixed.retc && ret.peek() == Some(target) {
-                    self.ip = target;
-                    ret.pop();
-                    self.compressed_returns += 1;
-                    self.tnt_bit(true, buf, fixed);
-                } else {
-                    self.tip(target, buf);
-                }
-            }
+            Event::Return { target, .. } => self.ret(target, buf, ret, fixed),
             // Time passes; with no CYC, MTC or back-pressure on the fast path (see
             // `fast_allowed`) only the clock moves, as `Tracer::tick` would move it.
             Event::Cycles(n) => {
@@ -258,14 +249,7 @@ impl Hot {
             }
             BlockEnd::Return => {
                 self.events += n;
-                if fixed.retc && ret.peek() == Some(next) {
-                    self.ip = next;
-                    ret.pop();
-                    self.compressed_returns += 1;
-                    self.tnt_bit(true, buf, fixed);
-                } else {
-                    self.tip(next, buf);
-                }
+                self.ret(next, buf, ret, fixed);
                 self.instructions += n;
                 return true;
             }
@@ -294,6 +278,20 @@ impl Hot {
             };
         }
         (packets, n)
+    }
+
+    /// RET1, RET2: a RET to `target`, a taken TNT bit when the return stack predicts it (RET
+    /// compression on), else TIP(target).
+    #[inline(always)]
+    fn ret(&mut self, target: u64, buf: &mut [u8], ret: &mut RetStack, fixed: Fixed) {
+        if fixed.retc && ret.peek() == Some(target) {
+            self.ip = target;
+            ret.pop();
+            self.compressed_returns += 1;
+            self.tnt_bit(true, buf, fixed);
+        } else {
+            self.tip(target, buf);
+        }
     }
 
     /// TIP1: the pending TNT, then TIP(target).
