@@ -964,6 +964,22 @@ fn qe22_the_last_note_ends_the_trace_where_the_thread_was() {
     assert_eq!(ev, with(&[far(pf(0), a(0), SYSCALL_ENTRY, 0)]));
     let e = died(dir.path(), NoteKind::Killed, a(0), "11 0 - -").unwrap_err();
     assert!(e.contains("is not known (QE22)"), "{e}");
+    // The same signal noted as sent to the thread (`si_code` <= 0) during the block (0
+    // instructions begun since) or as its callback ran (its 4): no fault, the block ran to its
+    // end and went there, an interrupt before it.
+    for since in ["0", "4"] {
+        let (ev, side, _) = died(dir.path(), NoteKind::Killed, a(0), &format!("11 0 sent {since}")).unwrap();
+        let mut want = with(&once);
+        want.push(far(FarKind::Interrupt { vector: 0xfd }, a(0), SYSCALL_ENTRY, 0));
+        assert_eq!(ev, want, "sent {since}");
+        assert_eq!(side.killed, Some((11, a(0))));
+    }
+    // Sent before an earlier block: it tells nothing of this one; refused.
+    let e = died(dir.path(), NoteKind::Killed, a(0), "11 0 sent 8").unwrap_err();
+    assert!(e.contains("is not known (QE22)"), "{e}");
+    // Sent, yet RIP inside the block where only a fault stops it: refused.
+    let e = died(dir.path(), NoteKind::Killed, a(5), "11 0 sent 0").unwrap_err();
+    assert!(e.contains("where no fault stopped it"), "{e}");
     // A thread stopped by the death, at the block's start: the block ran to its end and went
     // there; an interrupt (vector 0xfd) leaves user mode before it.
     let (ev, side, _) = died(dir.path(), NoteKind::Stopped, a(0), "11 0 - -").unwrap();

@@ -98,9 +98,21 @@ pub struct HostFault {
     pub blocks: u64,
 }
 
+/// A SIGSEGV or SIGBUS another thread or process sent this thread (`si_code` <= 0: `kill`,
+/// `tgkill`, `sigqueue`), not a fault (QE22).
+#[derive(Clone, Copy, Debug)]
+pub struct Sent {
+    /// The signal.
+    pub sig: c_int,
+    /// The thread's count of executions when it came.
+    pub blocks: u64,
+}
+
 thread_local! {
-    /// The last host SIGSEGV or SIGBUS on this thread (QE22).
+    /// The last host fault (SIGSEGV or SIGBUS with `si_code` > 0) on this thread (QE22).
     pub static LAST_FAULT: Cell<Option<HostFault>> = const { Cell::new(None) };
+    /// The last SIGSEGV or SIGBUS sent to this thread (QE22).
+    pub static LAST_SENT: Cell<Option<Sent>> = const { Cell::new(None) };
     /// The vCPU slot of this thread, when it has one.
     pub static VCPU: Cell<Option<u32>> = const { Cell::new(None) };
 }
@@ -135,15 +147,20 @@ pub fn hook_host_faults() {
     }
 }
 
-/// QE22: a host SIGSEGV or SIGBUS: noted for this thread, then QEMU's handler (which turns a
-/// guest access's into the guest's signal).
+/// QE22: a host SIGSEGV or SIGBUS: noted for this thread, a fault (`si_code` > 0, the kernel's)
+/// apart from one sent (`si_code` <= 0, as QEMU tells them apart), then QEMU's handler (which
+/// turns a guest access's into the guest's signal and queues a sent one).
 extern "C" fn on_host_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel's siginfo for a fault signal.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
     // The thread's count of executions grows with every block it starts: the same count at
     // its death says the fault came in its last block.
     let blocks = VCPU.with(Cell::get).map_or(u64::MAX, crate::executed_by);
-    LAST_FAULT.with(|f| f.set(Some(HostFault { code, addr, blocks })));
+    if code > 0 {
+        LAST_FAULT.with(|f| f.set(Some(HostFault { code, addr, blocks })));
+    } else {
+        LAST_SENT.with(|f| f.set(Some(Sent { sig, blocks })));
+    }
     let keep = if sig == libc::SIGSEGV {
         &QEMU_SEGV
     } else {

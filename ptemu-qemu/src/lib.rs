@@ -226,7 +226,19 @@ unsafe fn on_death(sig: c_int) {
     let fault = death::LAST_FAULT
         .with(std::cell::Cell::get)
         .filter(|f| f.blocks == t.executed);
-    last_words(t, me as usize, NoteKind::Killed, sig, fault, sh);
+    // The instructions the thread's blocks began since this signal was sent to it: the reader
+    // knows whether that is within its last block.
+    let sent = death::LAST_SENT
+        .with(std::cell::Cell::get)
+        .filter(|s| s.sig == sig)
+        .map(|s| t.executed.wrapping_sub(s.blocks))
+        .filter(|&since| since <= u64::from(u32::MAX));
+    let cause = match (fault, sent) {
+        (Some(f), _) => Cause::Fault(f),
+        (None, Some(since)) => Cause::Sent(since),
+        (None, None) => Cause::Unknown,
+    };
+    last_words(t, me as usize, NoteKind::Killed, sig, cause, sh);
     if sig < 64 && CORE_SIGNALS & (1 << sig) != 0 {
         for (k, slot) in SLOTS.iter().enumerate() {
             if k == me as usize || STATE[k].load(Ordering::Relaxed) != RUNNING {
@@ -240,23 +252,29 @@ unsafe fn on_death(sig: c_int) {
                 continue;
             }
             STATE[k].store(STOPPED, Ordering::Relaxed);
-            last_words(o, k, NoteKind::Stopped, sig, None, sh);
+            last_words(o, k, NoteKind::Stopped, sig, Cause::Unknown, sh);
         }
     }
     OFF.store(true, Ordering::Relaxed);
 }
 
+/// What the plugin knows of the signal that killed the program, on the thread it killed (QE22).
+enum Cause {
+    /// A host fault came in the thread's last block.
+    Fault(death::HostFault),
+    /// The signal was sent to the thread (`si_code` <= 0) when its blocks had begun this many
+    /// instructions fewer than now: 0, or the last block's count when it came as that block's
+    /// callback ran (QEMU takes it to the guest at the next block's start).
+    Sent(u64),
+    /// Neither (a stopped thread, a signal QEMU raised itself).
+    Unknown,
+}
+
 /// QE22: thread `t` (slot `k`) sends what it holds; unless it is in a system call, its last
 /// block's execution goes in a note of `kind` with the RIP of its vCPU: the signal, the block's
-/// index and, when a host fault came in that block, its `si_code` and address (`-` for none).
-fn last_words(
-    t: &mut Thread,
-    k: usize,
-    kind: NoteKind,
-    sig: c_int,
-    fault: Option<death::HostFault>,
-    sh: &mut Shared,
-) {
+/// index and what `cause` says: a host fault's `si_code` and address, `sent` and the
+/// instructions begun since, or `- -`.
+fn last_words(t: &mut Thread, k: usize, kind: NoteKind, sig: c_int, cause: Cause, sh: &mut Shared) {
     t.release_handler_exec();
     let in_call = t.returned.is_some() || STATE[k].load(Ordering::Relaxed) == IN_SYSCALL;
     if !in_call && t.len > 0 {
@@ -264,7 +282,11 @@ fn last_words(
             t.len -= 1;
             // SAFETY: within the `len + 1` indices stored.
             let index = unsafe { *t.ids.add(t.len as usize) };
-            let host = fault.map_or("- -".to_string(), |f| format!("{} {:#x}", f.code, f.addr));
+            let host = match cause {
+                Cause::Fault(f) => format!("{} {:#x}", f.code, f.addr),
+                Cause::Sent(since) => format!("sent {since}"),
+                Cause::Unknown => "- -".to_string(),
+            };
             t.put_note(kind, rip, &format!("{sig} {index} {host}"));
         }
     }

@@ -25,20 +25,32 @@ struct Death {
     block: u32,
     /// The `si_code` and address of a host fault in that block.
     host: Option<(i32, u64)>,
+    /// When the signal was sent to the thread (`si_code` <= 0): the instructions its blocks
+    /// began since (0, or that block's when it came as the block's callback ran: no fault).
+    sent: Option<u64>,
 }
 
 fn parse(text: &str) -> Option<Death> {
     let mut w = text.split_whitespace();
     let signo = w.next()?.parse().ok()?;
     let block = w.next()?.parse().ok()?;
-    let host = match (w.next()?, w.next()?) {
-        ("-", "-") => None,
-        (code, addr) => Some((
-            code.parse().ok()?,
-            u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
-        )),
+    let (host, sent) = match (w.next()?, w.next()?) {
+        ("-", "-") => (None, None),
+        ("sent", since) => (None, Some(since.parse().ok()?)),
+        (code, addr) => (
+            Some((
+                code.parse().ok()?,
+                u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
+            )),
+            None,
+        ),
     };
-    Some(Death { signo, block, host })
+    Some(Death {
+        signo,
+        block,
+        host,
+        sent,
+    })
 }
 
 /// Whether an execution of a block whose last instruction is `last` and first instruction is
@@ -62,7 +74,8 @@ impl<R: Read> QemuEvents<R> {
     ///   last instruction cannot go to, or that a host fault in the block shows to be one): the
     ///   instructions before it retire, it does not, and the exception leaves user mode at it;
     /// - the block ran to its end and went to RIP (a thread stopped, a signal another process
-    ///   sent, an instruction fetch that faulted): its last instruction goes there and the trace
+    ///   sent, one the note says was sent to the thread during that block, an instruction
+    ///   fetch that faulted): its last instruction goes there and the trace
     ///   leaves user mode before RIP, with the fetch's #PF for SIGSEGV or SIGBUS, else an
     ///   interrupt; a SYSCALL the thread was in is the trace's end (QE7);
     /// - anything else (RIP inside the block where only a fault may stop it, but no fault
@@ -100,7 +113,9 @@ impl<R: Read> QemuEvents<R> {
         let last = self.table[first + whole - 1];
         let start = self.table[first].ip;
         let inside = (0..whole).find(|&j| self.table[first + j].ip == rip);
-        let fault = killed && d.signo < 64 && FAULT_SIGNALS & (1 << d.signo) != 0;
+        // Sent during the last block: QEMU took it to the guest at the next block's start.
+        let sent = d.sent.is_some_and(|n| n == 0 || n == u64::from(t.ids));
+        let fault = killed && !sent && d.signo < 64 && FAULT_SIGNALS & (1 << d.signo) != 0;
         let goes = inside.is_some_and(|_| may_go_to(last, start, rip));
         let at_its_syscall = inside == Some(whole - 1) && last.kind == Kind::Syscall;
         if killed {
