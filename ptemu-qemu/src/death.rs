@@ -94,8 +94,8 @@ pub struct HostFault {
     pub code: c_int,
     /// The address it touched (a guest address: x86-64 guests run at guest base 0).
     pub addr: u64,
-    /// The thread's count of executions when it came.
-    pub blocks: u64,
+    /// The instructions the thread's blocks had begun when it came (`Thread::executed`).
+    pub executed: u64,
 }
 
 /// A SIGSEGV or SIGBUS another thread or process sent this thread (`si_code` <= 0: `kill`,
@@ -104,8 +104,8 @@ pub struct HostFault {
 pub struct Sent {
     /// The signal.
     pub sig: c_int,
-    /// The thread's count of executions when it came.
-    pub blocks: u64,
+    /// The instructions the thread's blocks had begun when it came (`Thread::executed`).
+    pub executed: u64,
 }
 
 thread_local! {
@@ -153,13 +153,13 @@ pub fn hook_host_faults() {
 extern "C" fn on_host_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel's siginfo for a fault signal.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
-    // The thread's count of executions grows with every block it starts: the same count at
-    // its death says the fault came in its last block.
-    let blocks = VCPU.with(Cell::get).map_or(u64::MAX, crate::executed_by);
+    // The thread's count grows with every block it starts: the same count at its death says
+    // the fault came in its last block.
+    let executed = VCPU.with(Cell::get).map_or(u64::MAX, crate::executed_by);
     if code > 0 {
-        LAST_FAULT.with(|f| f.set(Some(HostFault { code, addr, blocks })));
+        LAST_FAULT.with(|f| f.set(Some(HostFault { code, addr, executed })));
     } else {
-        LAST_SENT.with(|f| f.set(Some(Sent { sig, blocks })));
+        LAST_SENT.with(|f| f.set(Some(Sent { sig, executed })));
     }
     let keep = if sig == libc::SIGSEGV {
         &QEMU_SEGV

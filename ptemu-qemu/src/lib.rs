@@ -225,14 +225,13 @@ unsafe fn on_death(sig: c_int) {
     let t = unsafe { &mut *SLOTS[me as usize].0.get() };
     let fault = death::LAST_FAULT
         .with(std::cell::Cell::get)
-        .filter(|f| f.blocks == t.executed);
+        .filter(|f| f.executed == t.executed);
     // The instructions the thread's blocks began since this signal was sent to it: the reader
     // knows whether that is within its last block.
     let sent = death::LAST_SENT
         .with(std::cell::Cell::get)
         .filter(|s| s.sig == sig)
-        .map(|s| t.executed.wrapping_sub(s.blocks))
-        .filter(|&since| since <= u64::from(u32::MAX));
+        .map(|s| t.executed.wrapping_sub(s.executed));
     let cause = match (fault, sent) {
         (Some(f), _) => Cause::Fault(f),
         (None, Some(since)) => Cause::Sent(since),

@@ -23,34 +23,34 @@ struct Death {
     signo: u32,
     /// The block whose execution began last.
     block: u32,
-    /// The `si_code` and address of a host fault in that block.
-    host: Option<(i32, u64)>,
-    /// When the signal was sent to the thread (`si_code` <= 0): the instructions its blocks
-    /// began since (0, or that block's when it came as the block's callback ran: no fault).
-    sent: Option<u64>,
+    /// What the plugin knew of the signal.
+    cause: Cause,
+}
+
+/// What the plugin knew of the signal that killed the program (the note's last two words).
+enum Cause {
+    /// A host fault in that block: its `si_code` and address (`CODE ADDR`).
+    Fault(i32, u64),
+    /// Sent to the thread (`si_code` <= 0) when its blocks had begun this many instructions
+    /// fewer (`sent N`).
+    Sent(u64),
+    /// Neither (`- -`).
+    Unknown,
 }
 
 fn parse(text: &str) -> Option<Death> {
     let mut w = text.split_whitespace();
     let signo = w.next()?.parse().ok()?;
     let block = w.next()?.parse().ok()?;
-    let (host, sent) = match (w.next()?, w.next()?) {
-        ("-", "-") => (None, None),
-        ("sent", since) => (None, Some(since.parse().ok()?)),
-        (code, addr) => (
-            Some((
-                code.parse().ok()?,
-                u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
-            )),
-            None,
+    let cause = match (w.next()?, w.next()?) {
+        ("-", "-") => Cause::Unknown,
+        ("sent", since) => Cause::Sent(since.parse().ok()?),
+        (code, addr) => Cause::Fault(
+            code.parse().ok()?,
+            u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
         ),
     };
-    Some(Death {
-        signo,
-        block,
-        host,
-        sent,
-    })
+    Some(Death { signo, block, cause })
 }
 
 /// Whether an execution of a block whose last instruction is `last` and first instruction is
@@ -113,8 +113,13 @@ impl<R: Read> QemuEvents<R> {
         let last = self.table[first + whole - 1];
         let start = self.table[first].ip;
         let inside = (0..whole).find(|&j| self.table[first + j].ip == rip);
-        // Sent during the last block: QEMU took it to the guest at the next block's start.
-        let sent = d.sent.is_some_and(|n| n == 0 || n == u64::from(t.ids));
+        // Sent during the last block (0 instructions begun since) or as its callback ran (its
+        // own): QEMU took it to the guest at the next block's start.
+        let sent = matches!(d.cause, Cause::Sent(n) if n == 0 || n == u64::from(t.ids));
+        let host = match d.cause {
+            Cause::Fault(code, addr) => Some((code, addr)),
+            _ => None,
+        };
         let fault = killed && !sent && d.signo < 64 && FAULT_SIGNALS & (1 << d.signo) != 0;
         let goes = inside.is_some_and(|_| may_go_to(last, start, rip));
         let at_its_syscall = inside == Some(whole - 1) && last.kind == Kind::Syscall;
@@ -124,7 +129,7 @@ impl<R: Read> QemuEvents<R> {
         // The held instructions of the block before ran: this one began after them (QE21).
         self.release_held(out);
         match inside {
-            Some(j) if fault && (!goes || d.host.is_some()) => {
+            Some(j) if fault && (!goes || host.is_some()) => {
                 // The instructions before the faulting one ran; it did not.
                 self.entered = false;
                 if j > 0 {
@@ -134,7 +139,7 @@ impl<R: Read> QemuEvents<R> {
                 self.pending = None;
                 self.pending_id = None;
                 self.counts.signals += 1;
-                let (code, cr2) = match d.host {
+                let (code, cr2) = match host {
                     Some((code, addr)) => (code, addr),
                     // A SIGSEGV QEMU raised without a host fault: a #GP (a privileged
                     // instruction); the others' exceptions do not depend on it.
@@ -184,7 +189,7 @@ impl<R: Read> QemuEvents<R> {
                 self.pending_id = None;
                 let event = if fault && ACCESS_SIGNALS & (1 << d.signo) != 0 {
                     // Fetching the instruction at RIP faulted.
-                    let cr2 = d.host.map_or(rip, |h| h.1);
+                    let cr2 = host.map_or(rip, |h| h.1);
                     Event::far(
                         FarKind::Exception {
                             vector: 14,
