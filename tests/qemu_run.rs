@@ -1236,6 +1236,35 @@ fn qe22_a_fault_that_kills_the_program_is_traced_to_the_faulting_instruction() {
     assert!(verify(&out, libipt.as_bytes()).status.success());
 }
 
+/// QE22: an INT3 with no SIGTRAP handler kills the program (tests/data/qemu/crash.c `int3`).
+/// INT3 is a trap: it enters the kernel, which kills the program there, so QEMU's RIP is the
+/// instruction after it, where the program never went. The trace ends as at a SYSCALL (QE7)
+/// with the software interrupt's transfer into the kernel: FUP at the INT3, TIP.PGD (SDM Table
+/// 36-23: a software interrupt's FUP is the INT itself, so decoders and the truth list the
+/// instructions before it, and the truth's last fact is the `async` from it). Before, the
+/// reader traced the INT3 as coming back at the next instruction and an interrupt there.
+/// Exit 133; the truth is QEMU's log of the run up to the INT3; report.json names SIGTRAP and
+/// RIP; perf and libipt decode it, and `ptemu verify` accepts both.
+#[test]
+fn qe22_an_int3_that_kills_the_program_ends_the_trace_in_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = data_program(dir.path(), "crash", &["-no-pie"]);
+    let at = symbol(&exe, "crash_int3");
+    let out = dir.path().join("o-int3");
+    let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe), "int3"]);
+    assert_eq!(o.status.code(), Some(133), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ran\n");
+    assert_each_vcpu_is_a_case(&cut_at_death(&cpus, at), std::slice::from_ref(&out));
+    let last = last_fact(&out);
+    assert!(last.starts_with(&leaves_at(at)), "{last}");
+    let killed = &report(&out)["program"]["killed"];
+    assert_eq!(
+        (&killed["signal"], &killed["ip"]),
+        (&5.into(), &format!("{:#x}", at + 1).into())
+    );
+    check_decoders(&out, &out.join("perf.data"), 1000);
+}
+
 /// QE22 with threads and processes: a second thread's NULL store kills the program while the
 /// main thread computes (QEMU stops the main thread between two blocks: its trace ends there
 /// with an interrupt, the other's at the store), and a forked child's kills the child alone (its

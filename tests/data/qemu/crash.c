@@ -7,6 +7,7 @@
  *   fetch   a CALL to address 0: the block runs to its end, fetching at 0 faults (SIGSEGV)
  *   div     a division by zero (SIGFPE, #DE)
  *   ud2     ud2 (SIGILL, #UD)
+ *   int3    int3, its block's last instruction (SIGTRAP: a trap, the INT3 retires first)
  *   thread  a second thread stores through NULL while the main thread computes
  *   fork    a forked child stores through NULL; the parent prints how it ended and exits 0
  *   sent    a second thread sends the main thread SIGSEGV (pthread_kill: no fault, si_code
@@ -75,6 +76,14 @@ static void crash_ud2_block(void)
                      "ud2\n\t");
 }
 
+static void crash_int3_block(void)
+{
+    __asm__ volatile("nop\n\t"
+                     ".globl crash_int3\ncrash_int3:\n\t"
+                     "int3\n\t"
+                     "nop\n\t");
+}
+
 static void crash_fetch_block(void)
 {
     void (*f)(void) = (void (*)(void))zero;
@@ -131,6 +140,8 @@ int main(int argc, char **argv)
         crash_div_block();
     else if (!strcmp(how, "ud2"))
         crash_ud2_block();
+    else if (!strcmp(how, "int3"))
+        crash_int3_block();
     else if (!strcmp(how, "thread")) {
         pthread_t t;
         pthread_create(&t, 0, faulting_thread, 0);

@@ -77,7 +77,8 @@ impl<R: Read> QemuEvents<R> {
     ///   sent, one the note says was sent to the thread during that block, an instruction
     ///   fetch that faulted): its last instruction goes there and the trace
     ///   leaves user mode before RIP, with the fetch's #PF for SIGSEGV or SIGBUS, else an
-    ///   interrupt; a SYSCALL the thread was in is the trace's end (QE7);
+    ///   interrupt; a SYSCALL the thread was in, or an INT that trapped into the kernel (RIP
+    ///   its next instruction), is the trace's end (QE7);
     /// - anything else (RIP inside the block where only a fault may stop it, but no fault
     ///   explains it; a fault signal at an instruction the block may also have gone to with no
     ///   host fault to tell) is refused.
@@ -177,6 +178,27 @@ impl<R: Read> QemuEvents<R> {
                     // In its system call: the trace ends at the SYSCALL (QE7).
                     self.entered = true;
                     return Ok(());
+                }
+                if let (Kind::SoftwareInterrupt(vector), true) = (last.kind, rip == last.next()) {
+                    if self.pending_block.is_none() && self.pending.is_some_and(|p| p.ip == last.ip) {
+                        // INT3, INT1, INTO (or INT n) trapped: it retired and entered the
+                        // kernel, which delivered the signal that killed the program there,
+                        // or stopped the thread on its way back. The trace ends with the
+                        // transfer into the kernel, as at a SYSCALL (QE7).
+                        self.pending = None;
+                        self.pending_id = None;
+                        self.instructions += 1;
+                        self.counts.syscalls += 1;
+                        self.entered = true;
+                        out.event(Event::far(
+                            FarKind::SoftwareInterrupt { vector },
+                            last.ip,
+                            SYSCALL_ENTRY,
+                            0,
+                            ExecMode::Bits64,
+                        ));
+                        return Ok(());
+                    }
                 }
                 if let Some(b) = self.pending_block.take() {
                     self.resolve_block(b, rip, out, at)?;
