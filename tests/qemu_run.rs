@@ -1168,6 +1168,32 @@ fn leaves_at(at: u64) -> String {
     format!("{{\"k\":\"async\",\"from\":\"{at:#x}\"")
 }
 
+/// Runs tests/data/qemu/crash.c's `how` (QE22), which one signal kills in its one thread: exits
+/// 128 + `signal` having printed "ran"; its truth is what QEMU's log of the run says it ran up
+/// to `at` (whole when `at` is 0: the fetch there ran no block), where the trace leaves user
+/// mode (its last fact); report.json names the signal and RIP `rip`. Returns the run's case.
+fn died_single_threaded(dir: &Path, exe: &Path, how: &str, at: u64, signal: i32, rip: u64) -> PathBuf {
+    let out = dir.join(format!("o-{how}"));
+    let (o, cpus) = run_logged(dir, &out, &["--perf-data"], &[s(exe), how]);
+    assert_eq!(o.status.code(), Some(128 + signal), "{how}: {}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "ran\n", "{how}");
+    let cut = if at == 0 {
+        cpus.clone()
+    } else {
+        cut_at_death(&cpus, at)
+    };
+    assert_each_vcpu_is_a_case(&cut, std::slice::from_ref(&out));
+    let last = last_fact(&out);
+    assert!(last.starts_with(&leaves_at(at)), "{how}: {last}");
+    let killed = &report(&out)["program"]["killed"];
+    assert_eq!(
+        (&killed["signal"], &killed["ip"]),
+        (&signal.into(), &format!("{rip:#x}").into()),
+        "{how}"
+    );
+    out
+}
+
 /// QE22: a program that a fault it has no handler for kills (tests/data/qemu/crash.c): a NULL
 /// store in the middle of a block, at the first instruction of one and at the last (an
 /// indirect CALL through NULL), a CALL to address 0 (the fetch faults), a division by zero
@@ -1190,27 +1216,7 @@ fn qe22_a_fault_that_kills_the_program_is_traced_to_the_faulting_instruction() {
         ("ud2", "crash_ud2", 4),
     ] {
         let at = if label.is_empty() { 0 } else { symbol(&exe, label) };
-        let out = dir.path().join(format!("o-{how}"));
-        let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe), how]);
-        assert_eq!(o.status.code(), Some(128 + signal), "{how}: {}", text(&o.stderr));
-        assert_eq!(text(&o.stdout), "ran\n", "{how}");
-        // The fetch at 0 ran no block: the log is the truth whole.
-        let cut = if at == 0 {
-            cpus.clone()
-        } else {
-            cut_at_death(&cpus, at)
-        };
-        assert_each_vcpu_is_a_case(&cut, std::slice::from_ref(&out));
-        assert!(
-            last_fact(&out).starts_with(&leaves_at(at)),
-            "{how}: {}",
-            last_fact(&out)
-        );
-        let killed = &report(&out)["program"]["killed"];
-        assert_eq!(
-            (&killed["signal"], &killed["ip"]),
-            (&signal.into(), &format!("{at:#x}").into())
-        );
+        let out = died_single_threaded(dir.path(), &exe, how, at, signal, at);
         if at == 0 {
             // perf 6.1 walks from the CALL's target to the FUP there, fetching the instruction
             // at 0 first: "Failed to get instruction", as it would on hardware's same packets
@@ -1246,22 +1252,12 @@ fn qe22_a_fault_that_kills_the_program_is_traced_to_the_faulting_instruction() {
 /// Exit 133; the truth is QEMU's log of the run up to the INT3; report.json names SIGTRAP and
 /// RIP; perf and libipt decode it, and `ptemu verify` accepts both.
 #[test]
-fn qe22_an_int3_that_kills_the_program_ends_the_trace_in_the_kernel() {
+fn qe22_tip3_pgd2_an_int3_that_kills_the_program_ends_the_trace_in_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let exe = data_program(dir.path(), "crash", &["-no-pie"]);
     let at = symbol(&exe, "crash_int3");
-    let out = dir.path().join("o-int3");
-    let (o, cpus) = run_logged(dir.path(), &out, &["--perf-data"], &[s(&exe), "int3"]);
-    assert_eq!(o.status.code(), Some(133), "{}", text(&o.stderr));
-    assert_eq!(text(&o.stdout), "ran\n");
-    assert_each_vcpu_is_a_case(&cut_at_death(&cpus, at), std::slice::from_ref(&out));
-    let last = last_fact(&out);
-    assert!(last.starts_with(&leaves_at(at)), "{last}");
-    let killed = &report(&out)["program"]["killed"];
-    assert_eq!(
-        (&killed["signal"], &killed["ip"]),
-        (&5.into(), &format!("{:#x}", at + 1).into())
-    );
+    // QEMU's RIP is after the INT3, which is one byte.
+    let out = died_single_threaded(dir.path(), &exe, "int3", at, 5, at + 1);
     check_decoders(&out, &out.join("perf.data"), 1000);
 }
 

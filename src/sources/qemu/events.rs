@@ -125,6 +125,16 @@ fn interrupted_at(x: u64) -> Event {
     )
 }
 
+/// The transfer into the kernel of an instruction that enters it (a SYSCALL, an INT), and the
+/// one that comes back after it (QE6).
+fn kernel_entry(kind: Kind) -> Option<(FarKind, FarKind)> {
+    match kind {
+        Kind::Syscall => Some((FarKind::Syscall, FarKind::Sysret)),
+        Kind::SoftwareInterrupt(vector) => Some((FarKind::SoftwareInterrupt { vector }, FarKind::Iret)),
+        _ => None,
+    }
+}
+
 /// QE21: the exception a fault signal stands for, as Linux makes the signal from it: SIGFPE
 /// #DE (0), SIGILL and SIGSYS #UD (6), SIGTRAP #BP (3), SIGSEGV with SI_KERNEL (0x80) #GP (13),
 /// any other SIGSEGV (SEGV_MAPERR, SEGV_ACCERR, or no siginfo to tell) and SIGBUS a page fault
@@ -651,11 +661,7 @@ impl<R: Read> QemuEvents<R> {
                     }
                 }
                 // QE6: into the kernel, which is not traced, and back after the instruction.
-                let (into, back) = match p.kind {
-                    Kind::Syscall => (FarKind::Syscall, FarKind::Sysret),
-                    Kind::SoftwareInterrupt(vector) => (FarKind::SoftwareInterrupt { vector }, FarKind::Iret),
-                    _ => unreachable!("matched above"),
-                };
+                let (into, back) = kernel_entry(p.kind).expect("matched above");
                 out.event(Event::far(into, ip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
                 out.event(Event::far(back, SYSRET_FROM, nx, 3, ExecMode::Bits64));
                 if sigreturn {
@@ -1252,18 +1258,13 @@ impl<R: Read> QemuEvents<R> {
             self.open_block(b, out);
         }
         let Some(p) = self.pending.take() else { return };
-        match p.kind {
-            Kind::Syscall => {
-                // exit, exit_group, a successful execve, or a signal the program sent itself.
+        match kernel_entry(p.kind) {
+            // A SYSCALL: exit, exit_group, a successful execve, or a signal the program sent
+            // itself; an INT the program died in (QE22).
+            Some((into, _)) if p.kind == Kind::Syscall || self.entered => {
                 self.instructions += 1;
                 self.counts.syscalls += 1;
-                out.event(Event::far(
-                    FarKind::Syscall,
-                    p.ip,
-                    SYSCALL_ENTRY,
-                    0,
-                    ExecMode::Bits64,
-                ));
+                out.event(Event::far(into, p.ip, SYSCALL_ENTRY, 0, ExecMode::Bits64));
             }
             _ => {
                 // The process was stopped there (a fault or a kill): the instruction did not
@@ -1536,7 +1537,8 @@ impl<R: Read> QemuEvents<R> {
                     // QE7: without the end record the program was killed (or exec'd another);
                     // the plugin sends everything before each system call and right after it
                     // returns, so the stream holds all it ran only if it ended inside one.
-                    let in_syscall = self.entered && self.pending.is_some_and(|p| p.kind == Kind::Syscall);
+                    let in_syscall =
+                        self.entered && self.pending.is_some_and(|p| kernel_entry(p.kind).is_some());
                     let pending = self.pending.is_some() || self.pending_block.is_some();
                     if self.reader.started() && !self.reader.ended() && pending && !in_syscall {
                         return Err(self.error(

@@ -174,31 +174,17 @@ impl<R: Read> QemuEvents<R> {
             _ => {
                 // The block ran to its end (or up to the SYSCALL it is in) and went to RIP.
                 self.run_ids(u64::from(t.first), ids as u64, out, at)?;
-                if last.kind == Kind::Syscall && (rip == last.next() || rip == last.ip) {
-                    // In its system call: the trace ends at the SYSCALL (QE7).
+                // In the kernel: a SYSCALL in its system call, or an INT (INT3, INT1, INTO) that
+                // trapped, RIP after it: the trace ends with its transfer there (QE7, TIP3,
+                // PGD2), when the stream ends.
+                let in_kernel = match last.kind {
+                    Kind::Syscall => rip == last.next() || rip == last.ip,
+                    Kind::SoftwareInterrupt(_) => rip == last.next(),
+                    _ => false,
+                };
+                if in_kernel {
                     self.entered = true;
                     return Ok(());
-                }
-                if let (Kind::SoftwareInterrupt(vector), true) = (last.kind, rip == last.next()) {
-                    if self.pending_block.is_none() && self.pending.is_some_and(|p| p.ip == last.ip) {
-                        // INT3, INT1, INTO (or INT n) trapped: it retired and entered the
-                        // kernel, which delivered the signal that killed the program there,
-                        // or stopped the thread on its way back. The trace ends with the
-                        // transfer into the kernel, as at a SYSCALL (QE7).
-                        self.pending = None;
-                        self.pending_id = None;
-                        self.instructions += 1;
-                        self.counts.syscalls += 1;
-                        self.entered = true;
-                        out.event(Event::far(
-                            FarKind::SoftwareInterrupt { vector },
-                            last.ip,
-                            SYSCALL_ENTRY,
-                            0,
-                            ExecMode::Bits64,
-                        ));
-                        return Ok(());
-                    }
                 }
                 if let Some(b) = self.pending_block.take() {
                     self.resolve_block(b, rip, out, at)?;
