@@ -5,7 +5,7 @@
 mod common;
 
 use common::qemu::EventsOnly;
-use ptemu::sources::qemu::wire::{FileMap, NoteKind, Writer};
+use ptemu::sources::qemu::wire::{DeathCause, DeathNote, FaultNote, FileMap, HandlerNote, NoteKind, Writer};
 use ptemu::sources::qemu::{QemuEvents, Sideband, SYSCALL_ENTRY, SYSRET_FROM};
 use ptemu::sources::EventSource;
 use ptemu::tracer::{Event, ExecMode, FarKind};
@@ -1054,4 +1054,63 @@ fn qe13_qe16_blk5_a_chain_stops_at_a_successor_its_block_cannot_go_to() {
     let chained = traced(&stream, true).unwrap();
     assert_eq!(chained.1, reference.1, "the tracer's and the source's counts");
     assert!(chained.0 == reference.0, "the trace bytes differ");
+}
+
+/// QE22: every death note the plugin writes reads back as itself; a malformed one does not
+/// read.
+#[test]
+fn qe22_death_notes_read_back_as_written() {
+    for cause in [
+        DeathCause::Fault { code: 1, addr: 0 },
+        DeathCause::Fault {
+            code: 0x80,
+            addr: u64::MAX,
+        },
+        DeathCause::Sent(0),
+        DeathCause::Sent(17),
+        DeathCause::Unknown,
+    ] {
+        let n = DeathNote {
+            signo: 11,
+            block: 4_000_000_000,
+            cause,
+        };
+        assert_eq!(DeathNote::parse(&n.text()), Some(n), "{}", n.text());
+    }
+    assert_eq!(
+        DeathNote::parse("11 7 - -").map(|n| n.cause),
+        Some(DeathCause::Unknown)
+    );
+    for bad in ["", "11", "11 7", "11 7 -", "x 7 - -", "11 7 sent x", "11 7 1 0xg"] {
+        assert_eq!(DeathNote::parse(bad), None, "{bad:?}");
+    }
+}
+
+/// QE21: a fault note reads back as written, BELOW known or not.
+#[test]
+fn qe21_fault_notes_read_back_as_written() {
+    for below in [None, Some(0), Some(0x7fff_1234)] {
+        let n = FaultNote {
+            signo: 11,
+            code: -6,
+            addr: 0x10,
+            handler: 0x40_1000,
+            below,
+        };
+        assert_eq!(FaultNote::parse(&n.text()), Some(n), "{}", n.text());
+    }
+    assert_eq!(FaultNote::parse("11 1 0x10"), None);
+    assert_eq!(FaultNote::parse("11 1 0x10 0x20").map(|n| n.below), Some(None));
+}
+
+/// QE16: a handler note's words read back; a missing or malformed word is `None`.
+#[test]
+fn qe16_handler_notes_read_back_as_written() {
+    let n = HandlerNote {
+        signo: 10,
+        restorer: 0x40_2000,
+    };
+    assert_eq!(HandlerNote::parse(&n.text()), (Some(10), Some(0x40_2000)));
+    assert_eq!(HandlerNote::parse("10"), (Some(10), None));
+    assert_eq!(HandlerNote::parse("x 0x1"), (None, Some(1)));
 }

@@ -15,7 +15,7 @@ mod death;
 mod maps;
 
 use api::{Api, PluginId, QemuInfo, Tb, CB_NO_REGS};
-use ptemu_wire::{NoteKind, Writer};
+use ptemu_wire::{DeathCause, DeathNote, FaultNote, HandlerNote, NoteKind, Writer};
 use std::cell::UnsafeCell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -281,12 +281,20 @@ fn last_words(t: &mut Thread, k: usize, kind: NoteKind, sig: c_int, cause: Cause
             t.len -= 1;
             // SAFETY: within the `len + 1` indices stored.
             let index = unsafe { *t.ids.add(t.len as usize) };
-            let host = match cause {
-                Cause::Fault(f) => format!("{} {:#x}", f.code, f.addr),
-                Cause::Sent(since) => format!("sent {since}"),
-                Cause::Unknown => "- -".to_string(),
+            let cause = match cause {
+                Cause::Fault(f) => DeathCause::Fault {
+                    code: f.code,
+                    addr: f.addr,
+                },
+                Cause::Sent(since) => DeathCause::Sent(since),
+                Cause::Unknown => DeathCause::Unknown,
             };
-            t.put_note(kind, rip, &format!("{sig} {index} {host}"));
+            let note = DeathNote {
+                signo: sig as u32,
+                block: index,
+                cause,
+            };
+            t.put_note(kind, rip, &note.text());
         }
     }
     sh.send(Some(t));
@@ -887,16 +895,15 @@ unsafe extern "C" fn on_handler_mem(vcpu: c_uint, _info: u32, vaddr: u64, _data:
     if let Some(f) = find_frame(&sh.maps, vaddr, &handlers) {
         // The word below the interrupted stack pointer: what a RET just before the signal
         // would have popped (QE21 tells a fault from a signal sent after a RET by it).
-        let below = f
-            .rsp
-            .checked_sub(8)
-            .and_then(|a| sh.maps.read_u64(a))
-            .map_or("-".to_string(), |w| format!("{w:#x}"));
-        t.put_note(
-            NoteKind::Fault,
-            f.rip,
-            &format!("{} {} {:#x} {entry:#x} {below}", f.signo, f.code, f.addr),
-        );
+        let below = f.rsp.checked_sub(8).and_then(|a| sh.maps.read_u64(a));
+        let note = FaultNote {
+            signo: f.signo,
+            code: f.code,
+            addr: f.addr,
+            handler: entry,
+            below,
+        };
+        t.put_note(NoteKind::Fault, f.rip, &note.text());
         drop(guard);
         t.release_handler_exec();
         t.limit = IDS as u32;
@@ -1109,7 +1116,7 @@ unsafe extern "C" fn on_syscall(
                 // The text: the signal's number (a fault's handler is refused) and the
                 // restorer.
                 sh.writer
-                    .note(NoteKind::Handler, h, &format!("{a1} {restorer:#x}"));
+                    .note(NoteKind::Handler, h, &HandlerNote { signo: a1, restorer }.text());
             }
         }
         _ => {}
@@ -1158,8 +1165,12 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
                 }
             }
             // Its one thread's stream starts afresh (the parent sent its blocks before the
-            // fork): its own tid and count.
+            // fork): its own tid and count; the host faults and sent signals noted are the
+            // parent's (QE22: counted by the parent's count, one of them could match the
+            // child's own count at its death).
             t.clear();
+            death::LAST_FAULT.with(|f| f.set(None));
+            death::LAST_SENT.with(|f| f.set(None));
             // SAFETY: gettid has no preconditions.
             t.tid = unsafe { libc::gettid() } as u64;
             t.returned = Some(num as u64);

@@ -38,6 +38,9 @@
 
 use std::io::{self, Read};
 
+mod notes;
+pub use notes::{DeathCause, DeathNote, FaultNote, HandlerNote};
+
 /// The first bytes of the stream: name and version 3 (version 1 sent one execution an
 /// instruction and had no system-call note; version 2 had no batches of block indices).
 pub const MAGIC: &[u8; 8] = b"PTEMUQ\x00\x03";

@@ -3,7 +3,7 @@
 
 use super::classify::{classify, Insn, Kind};
 use super::wire::Writer;
-use super::wire::{FileMap, NoteKind, Reader, Record, WireError};
+use super::wire::{FaultNote, FileMap, HandlerNote, NoteKind, Reader, Record, WireError};
 use super::written::{CodeVersion, TooManyVersions, Written, MAX_VERSIONS};
 use super::{QEMU_CR3, SYSCALL_ENTRY, SYSRET_FROM};
 use crate::sources::error::{ErrorKind, Position, Result, SourceError};
@@ -803,17 +803,18 @@ impl<R: Read> QemuEvents<R> {
     /// Anything else (a frame that names another instruction, a signal another process sent)
     /// is left to QE16, which refuses the handler.
     fn fault(&mut self, rip: u64, text: &str, out: &mut Steps) {
-        let mut words = text.split_whitespace();
-        let signo = words.next().and_then(|w| w.parse::<u32>().ok());
-        let code = words.next().and_then(|w| w.parse::<i32>().ok());
-        let hex = |w: Option<&str>| w.and_then(|w| u64::from_str_radix(w.trim_start_matches("0x"), 16).ok());
-        let addr = hex(words.next());
-        let handler = hex(words.next());
-        // The word below the interrupted stack pointer (QEMU leaves it: the frame goes below
-        // the red zone): what a RET just before the signal would have popped.
-        let below = hex(words.next());
-        let (Some(signo), Some(code), Some(addr), Some(handler), Some(id)) =
-            (signo, code, addr, handler, self.pending_id)
+        // `below`: the word below the interrupted stack pointer (QEMU leaves it: the frame goes
+        // below the red zone): what a RET just before the signal would have popped.
+        let (
+            Some(FaultNote {
+                signo,
+                code,
+                addr,
+                handler,
+                below,
+            }),
+            Some(id),
+        ) = (FaultNote::parse(text), self.pending_id)
         else {
             self.release_held(out);
             return;
@@ -1351,17 +1352,9 @@ impl<R: Read> QemuEvents<R> {
             }
             NoteKind::Handler => {
                 // The text: the signal's number and the handler's restorer.
-                let mut words = text.split_whitespace();
-                let bit = words
-                    .next()
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .filter(|&n| n < 64)
-                    .map_or(0, |n| 1u64 << n);
-                if let Some(r) = words
-                    .next()
-                    .and_then(|r| u64::from_str_radix(r.trim_start_matches("0x"), 16).ok())
-                    .filter(|&r| r != 0)
-                {
+                let (signo, restorer) = HandlerNote::parse(&text);
+                let bit = signo.filter(|&n| n < 64).map_or(0, |n| 1u64 << n);
+                if let Some(r) = restorer.filter(|&r| r != 0) {
                     if !self.restorers.contains(&r) {
                         self.restorers.push(r);
                     }

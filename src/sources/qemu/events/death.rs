@@ -7,6 +7,7 @@
 use super::{fault_kind, interrupted_at, QemuEvents, FAULT_SIGNALS};
 use crate::sources::error::{ErrorKind, Result};
 use crate::sources::qemu::classify::{Insn, Kind};
+use crate::sources::qemu::wire::{DeathCause as Cause, DeathNote};
 use crate::sources::qemu::SYSCALL_ENTRY;
 use crate::sources::steps::Steps;
 use crate::tracer::{Event, ExecMode, FarKind};
@@ -17,41 +18,6 @@ const ACCESS_SIGNALS: u64 = 1 << 7 | 1 << 11;
 
 /// SI_KERNEL: the `si_code` of a host fault that was a #GP (a non-canonical address).
 const SI_KERNEL: i32 = 0x80;
-
-/// What a `Killed` or `Stopped` note says (QE22).
-struct Death {
-    signo: u32,
-    /// The block whose execution began last.
-    block: u32,
-    /// What the plugin knew of the signal.
-    cause: Cause,
-}
-
-/// What the plugin knew of the signal that killed the program (the note's last two words).
-enum Cause {
-    /// A host fault in that block: its `si_code` and address (`CODE ADDR`).
-    Fault(i32, u64),
-    /// Sent to the thread (`si_code` <= 0) when its blocks had begun this many instructions
-    /// fewer (`sent N`).
-    Sent(u64),
-    /// Neither (`- -`).
-    Unknown,
-}
-
-fn parse(text: &str) -> Option<Death> {
-    let mut w = text.split_whitespace();
-    let signo = w.next()?.parse().ok()?;
-    let block = w.next()?.parse().ok()?;
-    let cause = match (w.next()?, w.next()?) {
-        ("-", "-") => Cause::Unknown,
-        ("sent", since) => Cause::Sent(since.parse().ok()?),
-        (code, addr) => Cause::Fault(
-            code.parse().ok()?,
-            u64::from_str_radix(addr.trim_start_matches("0x"), 16).ok()?,
-        ),
-    };
-    Some(Death { signo, block, cause })
-}
 
 /// Whether an execution of a block whose last instruction is `last` and first instruction is
 /// at `first` may go on at `rip`, an instruction of the block (QE22): its branch target, its
@@ -91,7 +57,7 @@ impl<R: Read> QemuEvents<R> {
         at: u64,
     ) -> Result<()> {
         let bad = |this: &Self, what: String| Err(this.error(at, ErrorKind::Inconsistent, what));
-        let Some(d) = parse(text) else {
+        let Some(d) = DeathNote::parse(text) else {
             return Err(self.error(
                 at,
                 ErrorKind::BadField,
@@ -118,7 +84,7 @@ impl<R: Read> QemuEvents<R> {
         // own): QEMU took it to the guest at the next block's start.
         let sent = matches!(d.cause, Cause::Sent(n) if n == 0 || n == u64::from(t.ids));
         let host = match d.cause {
-            Cause::Fault(code, addr) => Some((code, addr)),
+            Cause::Fault { code, addr } => Some((code, addr)),
             _ => None,
         };
         let fault = killed && !sent && d.signo < 64 && FAULT_SIGNALS & (1 << d.signo) != 0;
