@@ -117,6 +117,13 @@ thread_local! {
     pub static VCPU: Cell<Option<u32>> = const { Cell::new(None) };
 }
 
+/// Forgets the host fault and the sent signal noted on this thread (a forked child's, which
+/// are the parent's, QE22).
+pub fn forget_signals() {
+    LAST_FAULT.with(|f| f.set(None));
+    LAST_SENT.with(|f| f.set(None));
+}
+
 /// QEMU's handlers of SIGSEGV and SIGBUS, which [`on_host_fault`] hands on to.
 static QEMU_SEGV: AtomicUsize = AtomicUsize::new(0);
 static QEMU_BUS: AtomicUsize = AtomicUsize::new(0);

@@ -233,9 +233,12 @@ unsafe fn on_death(sig: c_int) {
         .filter(|s| s.sig == sig)
         .map(|s| t.executed.wrapping_sub(s.executed));
     let cause = match (fault, sent) {
-        (Some(f), _) => Cause::Fault(f),
-        (None, Some(since)) => Cause::Sent(since),
-        (None, None) => Cause::Unknown,
+        (Some(f), _) => DeathCause::Fault {
+            code: f.code,
+            addr: f.addr,
+        },
+        (None, Some(since)) => DeathCause::Sent(since),
+        (None, None) => DeathCause::Unknown,
     };
     last_words(t, me as usize, NoteKind::Killed, sig, cause, sh);
     if sig < 64 && CORE_SIGNALS & (1 << sig) != 0 {
@@ -251,29 +254,17 @@ unsafe fn on_death(sig: c_int) {
                 continue;
             }
             STATE[k].store(STOPPED, Ordering::Relaxed);
-            last_words(o, k, NoteKind::Stopped, sig, Cause::Unknown, sh);
+            last_words(o, k, NoteKind::Stopped, sig, DeathCause::Unknown, sh);
         }
     }
     OFF.store(true, Ordering::Relaxed);
-}
-
-/// What the plugin knows of the signal that killed the program, on the thread it killed (QE22).
-enum Cause {
-    /// A host fault came in the thread's last block.
-    Fault(death::HostFault),
-    /// The signal was sent to the thread (`si_code` <= 0) when its blocks had begun this many
-    /// instructions fewer than now: 0, or the last block's count when it came as that block's
-    /// callback ran (QEMU takes it to the guest at the next block's start).
-    Sent(u64),
-    /// Neither (a stopped thread, a signal QEMU raised itself).
-    Unknown,
 }
 
 /// QE22: thread `t` (slot `k`) sends what it holds; unless it is in a system call, its last
 /// block's execution goes in a note of `kind` with the RIP of its vCPU: the signal, the block's
 /// index and what `cause` says: a host fault's `si_code` and address, `sent` and the
 /// instructions begun since, or `- -`.
-fn last_words(t: &mut Thread, k: usize, kind: NoteKind, sig: c_int, cause: Cause, sh: &mut Shared) {
+fn last_words(t: &mut Thread, k: usize, kind: NoteKind, sig: c_int, cause: DeathCause, sh: &mut Shared) {
     t.release_handler_exec();
     let in_call = t.returned.is_some() || STATE[k].load(Ordering::Relaxed) == IN_SYSCALL;
     if !in_call && t.len > 0 {
@@ -281,14 +272,6 @@ fn last_words(t: &mut Thread, k: usize, kind: NoteKind, sig: c_int, cause: Cause
             t.len -= 1;
             // SAFETY: within the `len + 1` indices stored.
             let index = unsafe { *t.ids.add(t.len as usize) };
-            let cause = match cause {
-                Cause::Fault(f) => DeathCause::Fault {
-                    code: f.code,
-                    addr: f.addr,
-                },
-                Cause::Sent(since) => DeathCause::Sent(since),
-                Cause::Unknown => DeathCause::Unknown,
-            };
             let note = DeathNote {
                 signo: sig as u32,
                 block: index,
@@ -1169,8 +1152,7 @@ unsafe extern "C" fn on_syscall_ret(_id: PluginId, vcpu: c_uint, num: i64, ret: 
             // parent's (QE22: counted by the parent's count, one of them could match the
             // child's own count at its death).
             t.clear();
-            death::LAST_FAULT.with(|f| f.set(None));
-            death::LAST_SENT.with(|f| f.set(None));
+            death::forget_signals();
             // SAFETY: gettid has no preconditions.
             t.tid = unsafe { libc::gettid() } as u64;
             t.returned = Some(num as u64);

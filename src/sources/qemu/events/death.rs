@@ -7,7 +7,7 @@
 use super::{fault_kind, interrupted_at, QemuEvents, FAULT_SIGNALS};
 use crate::sources::error::{ErrorKind, Result};
 use crate::sources::qemu::classify::{Insn, Kind};
-use crate::sources::qemu::wire::{DeathCause as Cause, DeathNote};
+use crate::sources::qemu::wire::{DeathCause, DeathNote};
 use crate::sources::qemu::SYSCALL_ENTRY;
 use crate::sources::steps::Steps;
 use crate::tracer::{Event, ExecMode, FarKind};
@@ -82,9 +82,9 @@ impl<R: Read> QemuEvents<R> {
         let inside = (0..whole).find(|&j| self.table[first + j].ip == rip);
         // Sent during the last block (0 instructions begun since) or as its callback ran (its
         // own): QEMU took it to the guest at the next block's start.
-        let sent = matches!(d.cause, Cause::Sent(n) if n == 0 || n == u64::from(t.ids));
+        let sent = matches!(d.cause, DeathCause::Sent(n) if n == 0 || n == u64::from(t.ids));
         let host = match d.cause {
-            Cause::Fault { code, addr } => Some((code, addr)),
+            DeathCause::Fault { code, addr } => Some((code, addr)),
             _ => None,
         };
         let fault = killed && !sent && d.signo < 64 && FAULT_SIGNALS & (1 << d.signo) != 0;
