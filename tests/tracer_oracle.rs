@@ -580,32 +580,21 @@ fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
             continue;
         }
         if spans.iter().any(|sp| sp.resumed_at == index) {
-            let want = d.enabled_model(&model).then_some(d.ip);
-            if s.style == PacketStyle::Sdm {
-                // OVF, then FUP(IP) while PacketEn (OVF2).
-                d.expect_event(
-                    |q| *q == QEvent::Overflow { ip: want },
-                    &format!("overflow at {want:x?}"),
-                )?;
-            } else {
-                // HW10: OVF, a PSB+ without FUP, then TIP.PGE(IP) while PacketEn.
-                d.expect_event(|q| *q == QEvent::Overflow { ip: None }, "overflow")?;
-                if let Some(ip) = want {
-                    d.expect_event(
-                        |q| *q == QEvent::Enabled { ip },
-                        &format!("enabled at {ip:#x} after the overflow"),
-                    )?;
-                }
-            }
-            d.enabled = want.is_some();
-            d.stack.clear();
+            d.resume(&model, s.style)?;
         }
         d.step(&model, e)?;
     }
-    // An overflow that lasted to the end: OVF alone (OVF2).
-    if spans.iter().any(|s| s.resumed_at == events.len() as u64 + 1) {
-        d.expect_event(|q| *q == QEvent::Overflow { ip: None }, "the final overflow")?;
-        d.enabled = false;
+    let past_end = events.len() as u64 + 1;
+    match spans.iter().find(|s| s.resumed_at == past_end) {
+        // An overflow that lasted to the end: OVF alone (OVF2).
+        Some(sp) if sp.ended_by_disable => {
+            d.expect_event(|q| *q == QEvent::Overflow { ip: None }, "the final overflow")?;
+            d.enabled = false;
+        }
+        // The buffer drained by the WRMSR that ends tracing: the OVF goes out there, as at any
+        // instruction (OVF2), before that WRMSR's FUP, TIP.PGD (PGD3).
+        Some(_) => d.resume(&model, s.style)?,
+        None => {}
     }
     // PGD3: the WRMSR that clears TraceEn.
     if d.enabled {
@@ -620,6 +609,31 @@ fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
 impl Driver {
     fn enabled_model(&self, m: &Model) -> bool {
         m.traced(self.ip, self.cpl)
+    }
+
+    /// OVF2 (HW10): the OVF at which an overflow ends, at the current IP, and the packets
+    /// that follow it while PacketEn.
+    fn resume(&mut self, model: &Model, style: PacketStyle) -> Result<(), String> {
+        let want = self.enabled_model(model).then_some(self.ip);
+        if style == PacketStyle::Sdm {
+            // OVF, then FUP(IP) while PacketEn (OVF2).
+            self.expect_event(
+                |q| *q == QEvent::Overflow { ip: want },
+                &format!("overflow at {want:x?}"),
+            )?;
+        } else {
+            // HW10: OVF, a PSB+ without FUP, then TIP.PGE(IP) while PacketEn.
+            self.expect_event(|q| *q == QEvent::Overflow { ip: None }, "overflow")?;
+            if let Some(ip) = want {
+                self.expect_event(
+                    |q| *q == QEvent::Enabled { ip },
+                    &format!("enabled at {ip:#x} after the overflow"),
+                )?;
+            }
+        }
+        self.enabled = want.is_some();
+        self.stack.clear();
+        Ok(())
     }
 
     fn silent_step(&mut self, e: &Event) {

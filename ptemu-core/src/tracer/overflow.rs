@@ -13,8 +13,13 @@ use crate::regs::{Errata, PacketStyle};
 pub struct OverflowSpan {
     /// The first event whose packets were lost (including TNT bits still pending then).
     pub lost_from: u64,
-    /// The event at which OVF was sent (u64::MAX while the overflow lasts).
+    /// The event at which OVF was sent (u64::MAX while the overflow lasts); one past the last
+    /// event when it was sent at the WRMSR that cleared TraceEn.
     pub resumed_at: u64,
+    /// The overflow still lasted when TraceEn was cleared: its OVF stands alone, with no FUP or
+    /// TIP.PGE after it (OVF2). False when the buffer had drained by then, even if the OVF went
+    /// out at that WRMSR (then with its FUP, before the disable's FUP, TIP.PGD).
+    pub ended_by_disable: bool,
 }
 
 #[derive(Debug)]
@@ -58,6 +63,7 @@ impl Overflow {
             self.spans.push(OverflowSpan {
                 lost_from: first_lost,
                 resumed_at: u64::MAX,
+                ended_by_disable: false,
             });
         }
         false
@@ -71,6 +77,7 @@ impl Overflow {
             self.spans.push(OverflowSpan {
                 lost_from: first_lost,
                 resumed_at: u64::MAX,
+                ended_by_disable: false,
             });
         }
     }
@@ -80,10 +87,13 @@ impl Overflow {
         self.active && self.level == 0
     }
 
-    pub fn finish(&mut self, event: u64) {
+    /// The overflow ends at `event` (OVF sent); `by_disable`: because TraceEn was cleared
+    /// while it lasted.
+    pub fn finish(&mut self, event: u64, by_disable: bool) {
         self.active = false;
         if let Some(s) = self.spans.last_mut() {
             s.resumed_at = event;
+            s.ended_by_disable = by_disable;
         }
     }
 }
@@ -116,15 +126,16 @@ impl Tracer {
         self.cfg.overflow_at.get(self.forced).copied()
     }
 
-    /// OVF2, OVF3: at the first event after the buffer drained, OVF [CYC] [FUP(IP)].
-    pub(super) fn resolve_overflow(&mut self) {
+    /// OVF2, OVF3: at the first event after the buffer drained (event `at`, counting from 1;
+    /// one past the last for the WRMSR that clears TraceEn), OVF [CYC] [FUP(IP)].
+    pub(super) fn resolve_overflow(&mut self, at: u64) {
         let Some(o) = self.overflow.as_mut() else {
             return;
         };
         if !o.ready() {
             return;
         }
-        o.finish(self.hot.events);
+        o.finish(at, false);
         self.stats.overflows += 1;
         self.hot.tnt = Tnt { bits: 0, count: 0 };
         if let Some(p) = self.probe.as_deref_mut() {
