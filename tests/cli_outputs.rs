@@ -266,6 +266,7 @@ fn sim11_a_failed_run_removes_the_directories_it_created() {
     assert_eq!(
         entries(&out),
         [
+            ".ptemu-out",
             "events.jsonl",
             "image.bin",
             "image.json",
@@ -465,4 +466,155 @@ fn sim11_a_summary_that_cannot_be_written_leaves_dir_as_it_was() {
         assert!(text(&o.stderr).contains("No space left"), "{}", text(&o.stderr));
         assert!(!out.exists(), "{args:?} left {}", out.display());
     }
+}
+
+/// Every entry of `dir` but ptemu's mark, with the bytes of its files.
+fn user_view(dir: &Path) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let name = e.file_name().into_string().unwrap();
+            let bytes = e.path().is_file().then(|| std::fs::read(e.path()).unwrap());
+            (name, bytes)
+        })
+        .filter(|(n, _)| n != ".ptemu-out")
+        .collect();
+    v.sort();
+    v
+}
+
+fn simulate_into(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["simulate", PENN, "--format", "penn", "--out", s(out)];
+    args.extend_from_slice(extra);
+    ptemu(&args)
+}
+
+/// SIM22: a directory of the user's own files is not ptemu's: `simulate`, `write` and `corpus`
+/// refuse it before they start (exit 2, the message names DIR, what it holds and `--force`),
+/// and it is left exactly as it was.
+#[test]
+fn sim22_a_directory_of_someone_elses_files_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mine");
+    std::fs::create_dir(&out).unwrap();
+    file(&out, "notes.txt", "my notes");
+    file(&out, "perf.data", "my own perf.data");
+    let before = user_view(&out);
+    let check = |o: Output, what: &str| {
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert!(
+            err.contains(&format!("{}:", out.display()))
+                && err.contains("not written by ptemu")
+                && err.contains("notes.txt, perf.data")
+                && err.contains("--force"),
+            "{what}: {err}"
+        );
+        assert_eq!(user_view(&out), before, "{what}");
+        assert!(!out.join(".ptemu-out").exists(), "{what}");
+    };
+    check(simulate_into(&out, &["--perf-data", "-q"]), "simulate");
+    let layout = file(
+        dir.path(),
+        "l.toml",
+        "[output]\nscheme = \"single-range\"\nbase = 0x200000\nmask_ptrs = 0xfff\n",
+    );
+    let st = file(dir.path(), "s.bin", stream(0, 5000));
+    check(write(&layout, &st, &out), "write");
+    check(ptemu(&["corpus", s(&out), "-q"]), "corpus");
+}
+
+/// SIM22: with `--force` ptemu writes its files into such a directory, replacing only the
+/// same-named ones; a file it did not write is never removed, though the run does not write
+/// it (perf.data without `--perf-data`), and the summary names what was replaced.
+#[test]
+fn sim22_force_replaces_only_the_same_named_files_and_removes_nothing_of_the_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("mine");
+    std::fs::create_dir(&out).unwrap();
+    file(&out, "notes.txt", "my notes");
+    file(&out, "perf.data", "my own perf.data");
+    let o = simulate_into(&out, &["--force"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(out.join("perf.data")).unwrap(), b"my own perf.data");
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"my notes");
+    assert!(out.join("trace.pt").is_file() && out.join(".ptemu-out").is_file());
+    // Now the run writes perf.data: only with --force does it replace the user's.
+    let o = simulate_into(&out, &["--perf-data", "-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("perf.data was not written by ptemu"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(std::fs::read(out.join("perf.data")).unwrap(), b"my own perf.data");
+    let o = simulate_into(&out, &["--perf-data", "--force"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("replaced files ptemu did not write (--force): perf.data"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert_ne!(std::fs::read(out.join("perf.data")).unwrap(), b"my own perf.data");
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"my notes");
+}
+
+/// SIM22: an earlier run's outputs are ptemu's: a run into its DIR replaces them and removes
+/// those it does not write again (perf.data of a `--perf-data` run), and its summary says
+/// which; a file the user put there afterwards under an output's name is neither removed nor
+/// replaced.
+#[test]
+fn sim22_an_earlier_runs_outputs_are_replaced_and_the_summary_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = simulate_into(&out, &["--perf-data", "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(out.join("perf.data").is_file());
+    file(&out, "notes.txt", "my notes");
+    let o = simulate_into(&out, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let said = text(&o.stdout);
+    assert!(
+        said.contains("held an earlier ptemu run's outputs: replaced trace.pt")
+            && said.contains("removed perf.data"),
+        "{said}"
+    );
+    assert!(!out.join("perf.data").exists());
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"my notes");
+    // The user's own perf.data, put in afterwards: kept by a run that does not write one,
+    // refused by one that does.
+    file(&out, "perf.data", "my own perf.data");
+    let o = simulate_into(&out, &["-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(out.join("perf.data")).unwrap(), b"my own perf.data");
+    let before = user_view(&out);
+    let o = simulate_into(&out, &["--perf-data", "-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(user_view(&out), before);
+}
+
+/// SIM22: a DIR written before the mark existed (a ptemu report.json beside regions/, no
+/// `.ptemu-out`) is taken as ptemu's: its outputs are replaced, and it is marked.
+#[test]
+fn sim22_a_directory_written_before_the_mark_is_taken_as_ptemus() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let o = simulate_into(&out, &["--truth-format", "jsonl", "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::remove_file(out.join(".ptemu-out")).unwrap();
+    let o = simulate_into(&out, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("removed truth.jsonl"),
+        "{}",
+        text(&o.stdout)
+    );
+    assert!(out.join(".ptemu-out").is_file() && out.join("truth.bin").is_file());
+    // A report.json that is not ptemu's makes no such directory.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(other.join("regions")).unwrap();
+    file(&other, "report.json", "{\"msr\": 1}");
+    let o = simulate_into(&other, &["-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
 }

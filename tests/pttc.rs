@@ -396,8 +396,13 @@ fn cli_good_file() {
         "0000000000000000 psb\n0000000000000012 fup 3: 0000000000002000\n000000000000001c tip 1: ????????????2008\nend 20\n"
     );
     assert_eq!(String::from_utf8(read("good-.exp")).unwrap(), "2000 1\n");
-    // No temporary files are left behind.
-    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 4);
+    // No temporary files are left behind; ptemu's mark names what it wrote (SIM22).
+    assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 5);
+    let mark = String::from_utf8(read(".ptemu-out")).unwrap();
+    assert_eq!(
+        mark.lines().skip(1).collect::<Vec<_>>(),
+        ["good-.exp", "good-ptdump.exp", "good.bin", "good.pt"]
+    );
     // --cpu adds pttc's suffix to the .exp names.
     let o = ptemu(&[
         "pttc",
@@ -835,9 +840,11 @@ fn cli_layout_output_is_committed_with_the_files_or_not_at_all() {
         "{stderr}"
     );
     assert_eq!(dir_state(&dir), before, "DIR changed");
-    // Once the place is free: every file and the directory, listed.
+    // Once the place is free: every file and the directory, listed; an earlier run's directory
+    // (ptemu's, SIM22) is replaced whole.
     std::fs::remove_file(dir.join("good-output")).unwrap();
-    std::fs::create_dir(dir.join("good-output")).unwrap();
+    let o = run();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::write(dir.join("good-output/stale.txt"), "an earlier run's").unwrap();
     let o = run();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -857,5 +864,34 @@ fn cli_layout_output_is_committed_with_the_files_or_not_at_all() {
     let region = std::fs::read(dir.join("good-output/regions/0x100000.bin")).unwrap();
     assert_eq!(region[..pt.len()], pt[..]);
     // No staging directory is left.
-    assert!(dir_state(&dir).iter().all(|(n, _)| !n.starts_with(".ptemu")));
+    assert!(dir_state(&dir).iter().all(|(n, _)| !n.starts_with(".ptemu-staging")));
+}
+
+/// SIM22: pttc writes its files where it is told, beside others' (as libipt's pttc does), but
+/// never replaces a file it did not write: a `good.bin` of the user's is refused (exit 2,
+/// nothing written) unless `--force`; its own files of an earlier run it replaces.
+#[test]
+fn sim22_pttc_replaces_only_its_own_files_unless_forced() {
+    let out = tempfile::tempdir().unwrap();
+    let dir = out.path().to_str().unwrap();
+    std::fs::write(out.path().join("notes.txt"), "mine").unwrap();
+    let o = ptemu(&["pttc", &data("good.ptt"), "-o", dir]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = ptemu(&["pttc", &data("good.ptt"), "-o", dir]);
+    assert!(
+        o.status.success(),
+        "a rerun replaces its own files: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::remove_file(out.path().join(".ptemu-out")).unwrap();
+    std::fs::write(out.path().join("good.bin"), "my own").unwrap();
+    let o = ptemu(&["pttc", &data("good.ptt"), "-o", dir]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("good.bin was not written by ptemu"), "{err}");
+    assert_eq!(std::fs::read(out.path().join("good.bin")).unwrap(), b"my own");
+    let o = ptemu(&["pttc", &data("good.ptt"), "-o", dir, "--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_ne!(std::fs::read(out.path().join("good.bin")).unwrap(), b"my own");
+    assert_eq!(std::fs::read(out.path().join("notes.txt")).unwrap(), b"mine");
 }

@@ -108,6 +108,19 @@ impl Staged {
         self.dir.staging()
     }
 
+    /// What the commit will replace and remove in DIR (SIM22), for the summary.
+    pub fn replacing(&self) -> super::Replacing {
+        self.dir.replacing(&self.outputs, &self.stale, &self.stale_dirs())
+    }
+
+    /// The directories only some runs write (`ptemu run`): an earlier run's go.
+    fn stale_dirs(&self) -> Vec<&'static str> {
+        ["threads", "processes", "code"]
+            .into_iter()
+            .filter(|d| !self.outputs.contains(d))
+            .collect()
+    }
+
     /// One more output (a file or directory written into [`Staged::staging`]) to move into
     /// place.
     pub fn add_output(&mut self, name: &'static str) {
@@ -117,11 +130,7 @@ impl Staged {
     /// Moves every output into place (dropped instead, everything the run made is removed);
     /// `out` is DIR, as the error names it.
     pub fn commit(self, out: &Path) -> Result<(), CaseError> {
-        // The directories only some runs write (`ptemu run`): an earlier run's go.
-        let stale_dirs: Vec<&str> = ["threads", "processes", "code"]
-            .into_iter()
-            .filter(|d| !self.outputs.contains(d))
-            .collect();
+        let stale_dirs = self.stale_dirs();
         self.dir
             .commit_with_dirs(&self.outputs, &self.stale, &stale_dirs)
             .map_err(|e| CaseError::Input(format!("{}: writing outputs: {e}", out.display())))

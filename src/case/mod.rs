@@ -7,8 +7,9 @@
 pub mod cleanup;
 mod dir;
 mod files;
+pub mod owner;
 
-pub use dir::RunDir;
+pub use dir::{Replacing, RunDir};
 pub use files::Staged;
 
 use crate::event_log::EventLog;
@@ -53,9 +54,13 @@ pub struct CaseOptions {
     /// The layout file the run's layout came from (`--layout`); `None`: the default layout, or
     /// the ring a wrap or stop fault makes. Only named in report.json's `layout` line.
     pub layout_file: Option<PathBuf>,
+    /// Write into an `out` that holds files ptemu did not write (`--force`, SIM22): the
+    /// same-named ones are replaced, nothing else is touched.
+    pub force: bool,
 }
 
 ptemu_core::with_setters!(CaseOptions {
+    with_force => force: bool,
     with_truth => truth: Option<TruthFormat>,
     with_perf_data => perf_data: bool,
     with_plan => plan: Plan,
@@ -71,6 +76,7 @@ impl CaseOptions {
             perf_data: false,
             plan: Plan::default(),
             layout_file: None,
+            force: false,
         }
     }
 
@@ -153,7 +159,7 @@ pub fn write(
 ) -> Result<Written, CaseError> {
     let out_error =
         |e: std::io::Error| CaseError::Output(format!("{}: writing outputs: {e}", c.out.display()));
-    let dir = RunDir::create(&c.out).map_err(out_error)?;
+    let dir = RunDir::create(&c.out, c.force).map_err(out_error)?;
     let create = |name: &str| {
         fs::File::create(dir.staged(name))
             .map(|f| BufWriter::with_capacity(1 << 20, f))

@@ -19,6 +19,10 @@ pub struct Args {
     /// (spec/perf-data.md); perf finds image.elf by its absolute path, so the files name DIR.
     #[arg(long)]
     perf_data: bool,
+    /// Write into a DIR that holds files ptemu did not write: same-named ones are replaced,
+    /// nothing else is touched (spec/simulate.md SIM22).
+    #[arg(long)]
+    force: bool,
     /// Print nothing on success.
     #[arg(long, short)]
     quiet: bool,
@@ -26,7 +30,7 @@ pub struct Args {
 
 pub fn run(a: &Args) -> Result<(), Failure> {
     let out_error = |e: std::io::Error| Failure::input(format!("{}: {e}", a.dir.display()));
-    let dir = RunDir::create(&a.dir).map_err(out_error)?;
+    let dir = RunDir::create(&a.dir, a.force).map_err(out_error)?;
     let input = corpus::input(a.seed);
     let specs = corpus::cases(a.seed);
     let mut cases: Vec<CaseSummary> = Vec::new();
@@ -93,6 +97,9 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             "  check a decoder: DECODER ... | ptemu verify {}/<case> --ips -",
             a.dir.display()
         );
+        if let Some(line) = dir.replacing(&outputs, &[], &[]).line(&a.dir) {
+            outln!(o, "  {line}");
+        }
         print(&o)?;
     }
     // After the summary: one that cannot be written (a full stdout) leaves DIR as it was.

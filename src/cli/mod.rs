@@ -68,6 +68,10 @@ enum Command {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
+        /// Write into an OUT that holds files ptemu did not write: same-named ones are
+        /// replaced, nothing else is touched (spec/simulate.md SIM22).
+        #[arg(long)]
+        force: bool,
         /// Print nothing on success.
         #[arg(long, short)]
         quiet: bool,
@@ -282,8 +286,9 @@ pub fn run() -> ExitCode {
             layout,
             stream,
             out,
+            force,
             quiet,
-        } => write_cmd::run(&layout, &stream, &out, quiet),
+        } => write_cmd::run(&layout, &stream, &out, force, quiet),
         Command::Layout {
             command: LayoutCommand::Check { layout },
         } => layout_cmd::check(&layout),

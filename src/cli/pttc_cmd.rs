@@ -36,6 +36,10 @@ pub struct Args {
     /// events.jsonl, layout.svg).
     #[arg(long, value_name = "LAYOUT.toml")]
     layout: Option<PathBuf>,
+    /// Replace files of the same names in DIR that ptemu did not write (without it, such a
+    /// file is refused and nothing is written; spec/simulate.md SIM22).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs the command.
@@ -87,7 +91,7 @@ pub fn run(args: &Args) -> Result<(), Failure> {
     refuse_collisions(&shown, &out, &names, output_dir.as_deref())?;
     // All files or none: staged in DIR, renamed into place together (the layout's directory
     // with them).
-    let dir = RunDir::create(&out).map_err(|e| write_failure(&shown_out, e))?;
+    let dir = RunDir::create_shared(&out, args.force).map_err(|e| write_failure(&shown_out, e))?;
     for f in &files {
         std::fs::write(dir.staged(&f.name), &f.bytes)
             .map_err(|e| write_failure(&format!("{shown_out}/{}", f.name), e))?;

@@ -75,6 +75,9 @@ pub fn run(a: Args) -> Result<(), Failure> {
         program_lines(&mut text, r.exit, &r.sideband, &options.simulate);
         thread_lines(&mut text, &a.run.out, &r.threads);
         process_lines(&mut text, &a.run.out, &r.processes);
+        if let Some(line) = staged.replacing().line(&a.run.out) {
+            text.push_str(&format!("  {line}\n"));
+        }
         // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
         // `ls > list` holds (as `time` and `strace` report on stderr).
         eprint_text(&text);

@@ -100,6 +100,10 @@ pub struct RunArgs {
     /// Output directory.
     #[arg(long)]
     pub(super) out: PathBuf,
+    /// Write into an OUT that holds files ptemu did not write: same-named ones are replaced,
+    /// nothing else is touched (spec/simulate.md SIM22).
+    #[arg(long)]
+    pub(super) force: bool,
     /// Threads: 1 does everything on one; 2 or more read and map the input on a second thread,
     /// ahead of the tracer and output unit, and parse a Penn trace or decode a gem5 trace on N
     /// more (at most 16); the outputs are the same bytes. Default: the machine's cores.
@@ -140,7 +144,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
     bar.bar.finish_and_clear();
     let done = done?;
     if !a.run.quiet {
-        print(&summary(
+        let mut text = summary(
             "simulate",
             &name,
             &case,
@@ -148,7 +152,9 @@ pub fn run(a: Args) -> Result<(), Failure> {
             &done.outcome,
             &done.report,
             done.truth.as_ref(),
-        ))?;
+        );
+        replacing_line(&mut text, &done.staged, &a.run.out);
+        print(&text)?;
     }
     let unit_result = fail_on_operational_error(&done.outcome.unit);
     done.staged.commit(&a.run.out)?;
@@ -164,6 +170,13 @@ impl From<CaseError> for Failure {
     }
 }
 
+/// SIM22: the summary's last line, when the commit replaces or removes what DIR held.
+fn replacing_line(text: &mut String, staged: &ptemu::case::Staged, out: &Path) {
+    if let Some(line) = staged.replacing().line(out) {
+        text.push_str(&format!("  {line}\n"));
+    }
+}
+
 /// The outputs `simulate` and `run` write, from the options they share.
 pub(super) fn case_options(r: &RunArgs) -> CaseOptions {
     CaseOptions::new(&r.out)
@@ -171,6 +184,7 @@ pub(super) fn case_options(r: &RunArgs) -> CaseOptions {
         .with_perf_data(r.perf_data)
         .with_plan(plan(r))
         .with_layout_file(r.layout.clone())
+        .with_force(r.force)
 }
 
 /// The progress bar, told by the simulation: `position` gives its place from the records read.

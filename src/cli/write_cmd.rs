@@ -17,9 +17,15 @@ use std::path::Path;
 /// Size of the slices handed to the output unit.
 const CHUNK: usize = 64 << 10;
 
-pub fn run(layout_path: &Path, stream_path: &Path, out: &Path, quiet: bool) -> Result<(), Failure> {
+pub fn run(
+    layout_path: &Path,
+    stream_path: &Path,
+    out: &Path,
+    force: bool,
+    quiet: bool,
+) -> Result<(), Failure> {
     let layout = Layout::load(layout_path).map_err(|e| Failure::input(e.to_string()))?;
-    let summary = write_stream(layout_path, &layout, stream_path, out)?;
+    let summary = write_stream(layout_path, &layout, stream_path, out, force)?;
     if !quiet {
         print(&summary.0)?;
     }
@@ -133,16 +139,19 @@ fn write_stream(
     layout: &Layout,
     stream_path: &Path,
     out: &Path,
+    force: bool,
 ) -> Result<(String, Result<(), Failure>), Failure> {
     let mut run = Run::start(layout_path, layout, stream_path)?;
     let out_error = |e: io::Error| Failure::input(format!("{}: writing outputs: {e}", out.display()));
-    let dir = RunDir::create(out).map_err(out_error)?;
+    let dir = RunDir::create(out, force).map_err(out_error)?;
     let report = run.write_into(layout, dir.staging(), out)?;
+    let replacing = dir.replacing(&OUTPUTS, &[], &[]).line(out);
     dir.commit(&OUTPUTS, &[]).map_err(out_error)?;
-    Ok((
-        summary(layout, &run.unit, &run.log, &report, out),
-        fail_on_operational_error(&run.unit),
-    ))
+    let mut text = summary(layout, &run.unit, &run.log, &report, out);
+    if let Some(line) = replacing {
+        text.push_str(&format!("  {line}\n"));
+    }
+    Ok((text, fail_on_operational_error(&run.unit)))
 }
 
 /// The console summary of a `ptemu write` run.

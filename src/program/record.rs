@@ -38,6 +38,11 @@ impl StagedRecording {
         &self.recording
     }
 
+    /// What [`StagedRecording::commit`] will replace and remove in DIR (SIM22).
+    pub fn replacing(&self) -> crate::case::Replacing {
+        self.staged.replacing()
+    }
+
     /// Moves every output into DIR, replacing an earlier run's (its `threads/`, `processes/`
     /// and `code/` whole, QE18).
     pub fn commit(self) -> Result<Recording, RecordError> {
