@@ -864,7 +864,9 @@ fn cli_layout_output_is_committed_with_the_files_or_not_at_all() {
     let region = std::fs::read(dir.join("good-output/regions/0x100000.bin")).unwrap();
     assert_eq!(region[..pt.len()], pt[..]);
     // No staging directory is left.
-    assert!(dir_state(&dir).iter().all(|(n, _)| !n.starts_with(".ptemu-staging")));
+    assert!(dir_state(&dir)
+        .iter()
+        .all(|(n, _)| !n.starts_with(".ptemu-staging")));
 }
 
 /// SIM22: pttc writes its files where it is told, beside others' (as libipt's pttc does), but
