@@ -624,6 +624,7 @@ fn sim10_bad_input_exits_2_with_its_position_and_leaves_no_partial_files() {
     assert_eq!(
         files_in(&good.out),
         [
+            ".ptemu-out",
             "events.jsonl",
             "image.bin",
             "image.json",
