@@ -236,13 +236,19 @@ fn format_of(a: &Args) -> Result<Format, Failure> {
 /// The simulation's options for `format` from the options `simulate` and `run` share; every
 /// mistake is reported before any input is read.
 pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failure> {
-    let mut layout = match &r.layout {
-        Some(p) => Layout::load(p).map_err(|e| Failure::input(e.to_string()))?,
-        None => simulate::default_layout(),
+    let cpu = match &r.cpu {
+        Some(name) => Some(CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?),
+        None => None,
     };
-    if let Some(name) = &r.cpu {
+    let mut layout = match (&r.layout, &cpu) {
+        (Some(p), _) => Layout::load(p).map_err(|e| Failure::input(e.to_string()))?,
+        // SIM2: the default layout suits the CPU (one ToPA region where it takes only one).
+        (None, Some(cpu)) => simulate::default_layout_for(cpu),
+        (None, None) => simulate::default_layout(),
+    };
+    if let Some(cpu) = cpu {
         // SIM5: --cpu replaces the layout's profile (and its maxphyaddr/errata overrides).
-        layout.cpu = CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
+        layout.cpu = cpu;
     }
     if let Some(list) = &r.errata {
         for entry in list.split(',').filter(|e| !e.trim().is_empty()) {
