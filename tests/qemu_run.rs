@@ -255,6 +255,42 @@ fn qe1_qe3_qe6_qe12_real_programs_trace_exactly_what_qemu_executed() {
     check_program(root, "sed", &["sed", "s/a/A/g", s(&data.join("few.txt"))], b"");
 }
 
+/// QE6 (issue 54 §2): one instruction count means one thing: the summary's count of the
+/// program's instructions is report.json's `input.counts.instructions` and the truth's, what a
+/// decoder gives; the events the model adds around system calls (the kernel's SYSRET) are
+/// counted apart, and the tracer's total is their sum (before, the summary gave the total as
+/// the instructions).
+#[test]
+fn qe6_the_summary_counts_the_programs_instructions_as_the_truth_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ls");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .arg("run")
+        .args(["--plugin", s(&plugin()), "--out", s(&out)])
+        .args(["--", "ls", "/"]);
+    let o = feed(cmd, b"");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let said = text(&o.stderr);
+    let r = report(&out);
+    let program = r["input"]["counts"]["instructions"].as_u64().unwrap();
+    let total = r["stats"]["instructions"].as_u64().unwrap();
+    let calls = r["input"]["counts"]["system_calls"].as_u64().unwrap();
+    assert_eq!(truth_ips(&out).len() as u64, program);
+    // The SYSRET of each system call but the last, exit_group, which never returns.
+    assert_eq!(total - program, calls - 1, "the SYSRET of each system call");
+    assert!(
+        said.contains(&format!(
+            "{program} instructions of the program; the tracer also stepped {} ",
+            calls - 1
+        )) && said.contains(&format!("{total} in all"))
+            && said.contains(&format!(
+                "truth.bin     {program} instructions: {program} required"
+            )),
+        "{said}"
+    );
+}
+
 #[test]
 fn qe6_os_tracing_is_refused() {
     let dir = tempfile::tempdir().unwrap();

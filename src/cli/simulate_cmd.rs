@@ -373,18 +373,34 @@ pub(super) fn summary(
         opts.ctl.bits(),
         CtlDisplay(opts.ctl)
     );
-    outln!(
-        o,
-        "  input: {} records{}, {} events, {} instructions",
-        s.records,
-        if s.skipped_records > 0 {
-            format!(" ({} skipped)", s.skipped_records)
-        } else {
-            String::new()
-        },
-        s.events,
-        s.instructions
-    );
+    let skipped = if s.skipped_records > 0 {
+        format!(" ({} skipped)", s.skipped_records)
+    } else {
+        String::new()
+    };
+    match r.input.counts.get("instructions").copied() {
+        // `ptemu run` (issue 54 §2): the program's instructions are the input's count, the
+        // truth's and a decoder's; the tracer also steps the kernel's way back that the model
+        // adds at each system call and signal, never traced.
+        Some(program) if program != s.instructions => outln!(
+            o,
+            "  input: {} records{skipped}, {} events, {program} instructions of the program; the \
+             tracer also stepped {} the model adds around system calls and signals (the \
+             kernel's SYSRET or IRET back, a signal's interrupt: never traced), {} in all \
+             (report.json stats.instructions)",
+            s.records,
+            s.events,
+            s.instructions.saturating_sub(program),
+            s.instructions
+        ),
+        _ => outln!(
+            o,
+            "  input: {} records{skipped}, {} events, {} instructions",
+            s.records,
+            s.events,
+            s.instructions
+        ),
+    }
     let packets: Vec<String> = s.packets.iter().map(|(k, n)| format!("{k} {n}")).collect();
     outln!(o, "  packets: {}", packets.join(", "));
     outln!(
@@ -456,7 +472,8 @@ pub(super) fn summary(
         let faults = t.faults();
         outln!(
             o,
-            "    {:<13} {} instructions: {} required, {} optional, {} lost, {} undefined{}",
+            "    {:<13} {} instructions: {} required, {} optional, {} lost, {} undefined{} (a \
+             decoder must give the required ones and may give the optional ones)",
             t.file,
             c.instructions,
             c.required,
