@@ -372,6 +372,10 @@ fn sim2_the_bundled_sample_is_sjeng() {
         "IA32_RTIT_STATUS",
         "trace.pt",
         "ptxed --insn-decoder",
+        // Issue 54 §4: perf, the libipt harness and verify are offered beside ptxed.
+        "decode with Linux perf: add --perf-data",
+        "--example libipt_decode -- ",
+        "| ptemu verify ",
     ] {
         let shown = bundled.stdout.contains(want)
             || bundled

@@ -511,7 +511,27 @@ pub(super) fn summary(
             outln!(o, "  decode with Linux perf (perf.data, spec/perf-data.md):");
             outln!(o, "    {cmd}");
         }
+        // Issue 54 §4: perf is a first-class path; say how to have it.
+        None if run.image.is_some() || opts.format == ptemu::sources::Format::Qemu => outln!(
+            o,
+            "  decode with Linux perf: add --perf-data (DIR/perf.data for `perf script`, spec/perf-data.md)"
+        ),
         None => {}
+    }
+    if run.image.is_some() || opts.format == ptemu::sources::Format::Qemu {
+        outln!(
+            o,
+            "  decode with libipt, no ptxed needed (in ptemu's source tree): cargo run -q --release \
+             --example libipt_decode -- {}",
+            c.out.display()
+        );
+    }
+    if truth.is_some() {
+        outln!(
+            o,
+            "  check a decoder: DECODER ... | ptemu verify {} --ips -",
+            c.out.display()
+        );
     }
     text
 }
