@@ -521,7 +521,7 @@ pub(super) fn summary(
     if run.image.is_some() || opts.format == ptemu::sources::Format::Qemu {
         outln!(
             o,
-            "  decode with libipt, no ptxed needed (in ptemu's source tree): cargo run -q --release \
+            "  decode with libipt, no ptxed needed (in ptemu's source tree): cargo run --release \
              --example libipt_decode -- {}",
             c.out.display()
         );
