@@ -255,6 +255,83 @@ fn qe1_qe3_qe6_qe12_real_programs_trace_exactly_what_qemu_executed() {
     check_program(root, "sed", &["sed", "s/a/A/g", s(&data.join("few.txt"))], b"");
 }
 
+/// QE6 (issue 54 §2): one instruction count means one thing: the summary's count of the
+/// program's instructions is report.json's `input.counts.instructions` and the truth's, what a
+/// decoder gives; the events the model adds around system calls (the kernel's SYSRET) are
+/// counted apart, and the tracer's total is their sum (before, the summary gave the total as
+/// the instructions).
+#[test]
+fn qe6_the_summary_counts_the_programs_instructions_as_the_truth_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ls");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptemu"));
+    env(&mut cmd)
+        .arg("run")
+        .args(["--plugin", s(&plugin()), "--out", s(&out)])
+        .args(["--", "ls", "/"]);
+    let o = feed(cmd, b"");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let said = text(&o.stderr);
+    let r = report(&out);
+    let program = r["input"]["counts"]["instructions"].as_u64().unwrap();
+    let total = r["stats"]["instructions"].as_u64().unwrap();
+    let calls = r["input"]["counts"]["system_calls"].as_u64().unwrap();
+    assert_eq!(truth_ips(&out).len() as u64, program);
+    // The SYSRET of each system call but the last, exit_group, which never returns.
+    assert_eq!(total - program, calls - 1, "the SYSRET of each system call");
+    assert!(
+        said.contains(&format!(
+            "{program} instructions of the program; the tracer also stepped {} ",
+            calls - 1
+        )) && said.contains(&format!("{total} in all"))
+            && said.contains(&format!(
+                "truth.bin     {program} instructions: {program} required"
+            )),
+        "{said}"
+    );
+}
+
+/// Issue 54 §8: on a terminal, a run that takes more than a second says on stderr how far it
+/// is (block executions traced), and the line is gone before the summary; through a pipe, or a
+/// short run, nothing of it shows.
+#[test]
+fn qe11_a_long_run_on_a_terminal_says_how_far_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    // Bytes gzip cannot do much with (an LCG's, in hex): a second or more under ptemu.
+    let mut x = 1u64;
+    let noise: String = (0..1_000_000)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            format!("{:02x}", (x >> 56) as u8)
+        })
+        .collect();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, noise).unwrap();
+    let out = dir.path().join("gz");
+    let command = format!(
+        "{} run --plugin {} --no-truth --out {} -- gzip -c {} > /dev/null",
+        env!("CARGO_BIN_EXE_ptemu"),
+        s(&plugin()),
+        s(&out),
+        s(&input)
+    );
+    // util-linux's `script` gives the command a terminal; what it wrote there comes to stdout.
+    let o = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .expect("util-linux's script");
+    let shown = text(&o.stdout);
+    assert!(o.status.success(), "{shown}");
+    let at = shown.find("block executions traced").expect("the progress line");
+    let summary = shown.find("ptemu run: gzip").expect("the summary");
+    assert!(at < summary, "{shown}");
+    // Through a pipe: the summary alone.
+    let piped = ptemu_run(&dir.path().join("gz2"), &[], &["gzip", "-c", s(&input)], b"");
+    assert!(!text(&piped.stderr).contains("block executions traced"));
+}
+
 #[test]
 fn qe6_os_tracing_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -317,6 +317,39 @@ fn sim6_a_wrapped_buffer_still_gives_the_whole_trace() {
     replays(&r, &fs::read(&gen).unwrap());
 }
 
+/// SIM2, T8 (issue 54 §3): the default layout suits every CPU profile: its walk has no
+/// operational error and wraps forever (a ring of four regions where ToPA takes many output
+/// entries, one region where it takes one: Broadwell). A Broadwell run of more than 1 MiB of
+/// trace, which the four-region ring stopped with an operational error at 1 MiB, keeps every
+/// byte.
+#[test]
+fn sim2_t8_the_default_layout_suits_every_cpu_profile() {
+    for name in ptemu::regs::CpuProfile::NAMES {
+        let cpu = ptemu::regs::CpuProfile::named(name).unwrap();
+        let layout = ptemu::simulate::default_layout_for(&cpu);
+        let check = ptemu::layout::check(&layout);
+        assert!(check.is_ok(), "{name}: {:?} {:?}", check.faults, check.violations);
+        assert_eq!(layout.cpu, cpu, "{name}");
+        assert_eq!(layout.tables.len(), 1, "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (byu, _) = generate(dir.path(), "byu", 3_000_000, 1);
+    let r = simulate(&[s(&byu), "--format", "byu", "--cpu", "broadwell", "--no-truth"]);
+    assert!(
+        r.trace.len() > 1 << 20,
+        "{} bytes: more than a 1 MiB region",
+        r.trace.len()
+    );
+    assert_eq!(
+        r.report["event_counts"]["error"], 0,
+        "{}",
+        r.report["event_counts"]
+    );
+    assert_eq!(r.stat("bytes_lost"), 0, "{}", r.report["stats"]);
+    assert_eq!(r.stat("bytes_written"), r.trace.len() as u64);
+    assert!(r.stdout.contains("1 x 4M region"), "{}", r.stdout);
+}
+
 #[test]
 fn sim2_the_bundled_sample_is_sjeng() {
     let bundled = simulate(&[]);
@@ -339,6 +372,10 @@ fn sim2_the_bundled_sample_is_sjeng() {
         "IA32_RTIT_STATUS",
         "trace.pt",
         "ptxed --insn-decoder",
+        // Issue 54 §4: perf, the libipt harness and verify are offered beside ptxed.
+        "decode with Linux perf: add --perf-data",
+        "--example libipt_decode -- ",
+        "| ptemu verify ",
     ] {
         let shown = bundled.stdout.contains(want)
             || bundled

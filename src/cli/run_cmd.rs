@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// The arguments of `ptemu run`.
 #[derive(clap::Args)]
@@ -43,7 +44,35 @@ pub struct Args {
     command: Vec<OsString>,
 }
 
+/// Issue 54 §8: on a terminal, a line on stderr that says how far the run is, shown once it
+/// has taken a second (a short run shows nothing) and cleared before the summary.
+fn progress_line(quiet: bool) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    (!quiet && std::io::stderr().is_terminal()).then(|| {
+        let bar = indicatif::ProgressBar::hidden();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {msg}, {elapsed}").expect("valid template"),
+        );
+        bar
+    })
+}
+
+/// The progress sink that moves `bar`.
+fn told(bar: indicatif::ProgressBar, start: Instant) -> ptemu::program::ProgressSink {
+    Arc::new(move |n: Option<u64>| match n {
+        Some(n) => {
+            if bar.is_hidden() && start.elapsed() >= Duration::from_secs(1) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.enable_steady_tick(Duration::from_millis(200));
+            }
+            bar.set_message(format!("{} block executions traced", indicatif::HumanCount(n)));
+        }
+        None => bar.finish_and_clear(),
+    })
+}
+
 pub fn run(a: Args) -> Result<(), Failure> {
+    let progress = progress_line(a.run.quiet);
     let opts = run_options(Format::Qemu, &a.run)?;
     let case = case_options(&a.run);
     let options = RecordOptions::new(a.command.clone(), &a.run.out)
@@ -59,8 +88,13 @@ pub fn run(a: Args) -> Result<(), Failure> {
         .with_closed_std(super::closed_at_start())
         .with_on_warning(Some(Arc::new(|w: &str| {
             eprint_text(&format!("ptemu: warning: {w}\n"))
-        })));
-    let staged = ptemu::program::record_staged(&options)?;
+        })))
+        .with_on_progress(progress.clone().map(|bar| told(bar, Instant::now())));
+    let staged = ptemu::program::record_staged(&options);
+    if let Some(bar) = &progress {
+        bar.finish_and_clear();
+    }
+    let staged = staged?;
     let r = staged.recording();
     if !a.run.quiet {
         let mut text = summary(

@@ -236,13 +236,19 @@ fn format_of(a: &Args) -> Result<Format, Failure> {
 /// The simulation's options for `format` from the options `simulate` and `run` share; every
 /// mistake is reported before any input is read.
 pub(super) fn run_options(format: Format, r: &RunArgs) -> Result<Options, Failure> {
-    let mut layout = match &r.layout {
-        Some(p) => Layout::load(p).map_err(|e| Failure::input(e.to_string()))?,
-        None => simulate::default_layout(),
+    let cpu = match &r.cpu {
+        Some(name) => Some(CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?),
+        None => None,
     };
-    if let Some(name) = &r.cpu {
+    let mut layout = match (&r.layout, &cpu) {
+        (Some(p), _) => Layout::load(p).map_err(|e| Failure::input(e.to_string()))?,
+        // SIM2: the default layout suits the CPU (one ToPA region where it takes only one).
+        (None, Some(cpu)) => simulate::default_layout_for(cpu),
+        (None, None) => simulate::default_layout(),
+    };
+    if let Some(cpu) = cpu {
         // SIM5: --cpu replaces the layout's profile (and its maxphyaddr/errata overrides).
-        layout.cpu = CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
+        layout.cpu = cpu;
     }
     if let Some(list) = &r.errata {
         for entry in list.split(',').filter(|e| !e.trim().is_empty()) {
@@ -367,18 +373,34 @@ pub(super) fn summary(
         opts.ctl.bits(),
         CtlDisplay(opts.ctl)
     );
-    outln!(
-        o,
-        "  input: {} records{}, {} events, {} instructions",
-        s.records,
-        if s.skipped_records > 0 {
-            format!(" ({} skipped)", s.skipped_records)
-        } else {
-            String::new()
-        },
-        s.events,
-        s.instructions
-    );
+    let skipped = if s.skipped_records > 0 {
+        format!(" ({} skipped)", s.skipped_records)
+    } else {
+        String::new()
+    };
+    match r.input.counts.get("instructions").copied() {
+        // `ptemu run` (issue 54 §2): the program's instructions are the input's count, the
+        // truth's and a decoder's; the tracer also steps the kernel's way back that the model
+        // adds at each system call and signal, never traced.
+        Some(program) if program != s.instructions => outln!(
+            o,
+            "  input: {} records{skipped}, {} events, {program} instructions of the program; the \
+             tracer also stepped {} the model adds around system calls and signals (the \
+             kernel's SYSRET or IRET back, a signal's interrupt: never traced), {} in all \
+             (report.json stats.instructions)",
+            s.records,
+            s.events,
+            s.instructions.saturating_sub(program),
+            s.instructions
+        ),
+        _ => outln!(
+            o,
+            "  input: {} records{skipped}, {} events, {} instructions",
+            s.records,
+            s.events,
+            s.instructions
+        ),
+    }
     let packets: Vec<String> = s.packets.iter().map(|(k, n)| format!("{k} {n}")).collect();
     outln!(o, "  packets: {}", packets.join(", "));
     outln!(
@@ -450,7 +472,8 @@ pub(super) fn summary(
         let faults = t.faults();
         outln!(
             o,
-            "    {:<13} {} instructions: {} required, {} optional, {} lost, {} undefined{}",
+            "    {:<13} {} instructions: {} required, {} optional, {} lost, {} undefined{} (a \
+             decoder must give the required ones and may give the optional ones)",
             t.file,
             c.instructions,
             c.required,
@@ -488,7 +511,27 @@ pub(super) fn summary(
             outln!(o, "  decode with Linux perf (perf.data, spec/perf-data.md):");
             outln!(o, "    {cmd}");
         }
+        // Issue 54 §4: perf is a first-class path; say how to have it.
+        None if run.image.is_some() || opts.format == ptemu::sources::Format::Qemu => outln!(
+            o,
+            "  decode with Linux perf: add --perf-data (DIR/perf.data for `perf script`, spec/perf-data.md)"
+        ),
         None => {}
+    }
+    if run.image.is_some() || opts.format == ptemu::sources::Format::Qemu {
+        outln!(
+            o,
+            "  decode with libipt, no ptxed needed (in ptemu's source tree): cargo run --release \
+             --example libipt_decode -- {}",
+            c.out.display()
+        );
+    }
+    if truth.is_some() {
+        outln!(
+            o,
+            "  check a decoder: DECODER ... | ptemu verify {} --ips -",
+            c.out.display()
+        );
     }
     text
 }

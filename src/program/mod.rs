@@ -61,6 +61,10 @@ use std::sync::{Arc, Mutex};
 /// [`Recording::warnings`].
 pub type WarningSink = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Told how far the main pass has come: the program's block executions traced so far (about
+/// every [`simulate::PROGRESS_EVERY`] events), and once more with `None` when it is over.
+pub type ProgressSink = Arc<dyn Fn(Option<u64>) + Send + Sync>;
+
 /// What to record and how: the options `ptemu run` takes.
 #[derive(Clone)]
 #[non_exhaustive]
@@ -84,6 +88,8 @@ pub struct RecordOptions {
     pub closed_std: u8,
     /// Where warnings go as they happen; `None`: only [`Recording::warnings`].
     pub on_warning: Option<WarningSink>,
+    /// Told how the main pass goes (`ptemu run`'s progress on a terminal); `None`: nothing.
+    pub on_progress: Option<ProgressSink>,
 }
 
 ptemu_core::with_setters!(RecordOptions {
@@ -94,6 +100,7 @@ ptemu_core::with_setters!(RecordOptions {
     with_limits => limits: Limits,
     with_closed_std => closed_std: u8,
     with_on_warning => on_warning: Option<WarningSink>,
+    with_on_progress => on_progress: Option<ProgressSink>,
 });
 
 impl RecordOptions {
@@ -109,6 +116,7 @@ impl RecordOptions {
             command,
             closed_std: 0,
             on_warning: None,
+            on_progress: None,
         }
     }
 }

@@ -53,6 +53,23 @@ impl StagedRecording {
     }
 }
 
+/// The main pass's progress, handed to [`RecordOptions::on_progress`].
+struct Told(Option<super::ProgressSink>);
+
+impl crate::case::Progress for Told {
+    fn update(&mut self, records: u64) {
+        if let Some(f) = &self.0 {
+            f(Some(records));
+        }
+    }
+
+    fn done(&mut self) {
+        if let Some(f) = &self.0 {
+            f(None);
+        }
+    }
+}
+
 /// Records `o.command` under QEMU into `o.case.out`: [`record_staged`], then the commit.
 pub fn record(o: &RecordOptions) -> Result<Recording, RecordError> {
     record_staged(o)?.commit()
@@ -132,11 +149,12 @@ pub fn record_staged(o: &RecordOptions) -> Result<StagedRecording, RecordError> 
             .expect("not poisoned")
             .ok_or_else(|| "QEMU was not started".to_owned())
     };
+    let mut progress = Told(o.on_progress.clone());
     let result = crate::case::write(
         case,
         opts,
         &name,
-        &mut (),
+        &mut progress,
         |sink, spool, events, progress, staging| {
             // QE15: the other threads' records go aside, each traced after the program ends.
             let others = std::fs::File::create(staging.join(THREADS_SPOOL))

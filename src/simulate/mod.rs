@@ -41,9 +41,28 @@ pub const WRMSR_LEN: u8 = 2;
 /// How often (in events) the progress callback runs.
 pub const PROGRESS_EVERY: u64 = 1 << 16;
 
+/// The layout used without `--layout` on a CPU whose ToPA holds one output region (SIM2, T8):
+/// one 4 MiB INT region, END back to the table.
+pub const DEFAULT_SINGLE_REGION_LAYOUT: &str = include_str!("default-layout-single.toml");
+
 /// [`DEFAULT_LAYOUT`], parsed.
 pub fn default_layout() -> Layout {
     Layout::parse(Path::new("<default layout>"), DEFAULT_LAYOUT).expect("the built-in layout parses")
+}
+
+/// The default layout for `cpu` (SIM2), with `cpu` as its profile: [`DEFAULT_LAYOUT`]'s ring
+/// of four regions where ToPA takes many output entries, [`DEFAULT_SINGLE_REGION_LAYOUT`]'s one
+/// region where it takes one (T8: Broadwell), so that every profile's default runs without an
+/// operational error.
+pub fn default_layout_for(cpu: &crate::regs::CpuProfile) -> Layout {
+    let text = if cpu.single_entry_topa() {
+        DEFAULT_SINGLE_REGION_LAYOUT
+    } else {
+        DEFAULT_LAYOUT
+    };
+    let mut layout = Layout::parse(Path::new("<default layout>"), text).expect("the built-in layout parses");
+    layout.cpu = cpu.clone();
+    layout
 }
 
 /// The IA32_RTIT_CTL `ptemu simulate` starts from (SIM1): TraceEn, BranchEn, User, TSCEn,

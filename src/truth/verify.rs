@@ -246,6 +246,9 @@ fn token_after_time(line: &[u8], time: bool) -> Option<Token> {
     if first == b"instruction" && contains(b"instruction trace error") {
         return Some(Token::Error);
     }
+    if perf_summary(rest) {
+        return None;
+    }
     // perf script with `-F event,…`: the event's name first (`instructions:u:`), then the IP;
     // a synthesized event of a mark (`ptwrite:`, `pwre:`, …, TR11).
     if let Some(name) = perf_event_name(first) {
@@ -1454,6 +1457,42 @@ fn positions(m: &Matcher<'_>) -> (u64, u64) {
     })
 }
 
+/// A line of decoder output as a divergence quotes it: trimmed, at most 100 characters.
+fn quoted(line: &[u8]) -> String {
+    let text = String::from_utf8_lossy(line.trim_ascii());
+    match text.char_indices().nth(100) {
+        Some((cut, _)) => format!("the line \"{}…\"", &text[..cut]),
+        None => format!("the line \"{text}\""),
+    }
+}
+
+/// perf's own chatter that is not decoder output (TR8): its `Warning:` line and the summary
+/// lines after it (`3 instruction trace errors`, `5 out of order events recorded.`, ...),
+/// which `perf script … 2>&1` mixes into the instructions. A summary line starts with a count.
+pub fn perf_summary(line: &[u8]) -> bool {
+    let line = line.trim_ascii();
+    if line.starts_with(b"Warning:") {
+        return true;
+    }
+    let digits = line.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || line.get(digits) != Some(&b' ') {
+        return false;
+    }
+    let rest = &line[digits + 1..];
+    PERF_SUMMARIES.iter().any(|p| rest.starts_with(p.as_bytes()))
+}
+
+/// How perf's summary lines go on after their count (tools/perf/util/session.c's warnings).
+const PERF_SUMMARIES: [&str; 7] = [
+    "instruction trace error",
+    "out of order events",
+    "lost samples",
+    "unprocessable samples",
+    "samples with id not",
+    "unknown events",
+    "unknown SAMPLE events",
+];
+
 /// Where a decoder's output left the truth.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Divergence {
@@ -1592,11 +1631,16 @@ fn check_lines(
     // The furthest place the decoder's output left the truth, reported if no way through the
     // pattern is found: after an undefined span the failure may show only at the end.
     let mut furthest: Option<(usize, Divergence)> = None;
-    let given = |t: Token| match t {
-        Token::Ip(ip) => format!("{ip:#x}"),
-        Token::Error => "an error".into(),
-        Token::Event(e) => format!("the event {e}"),
-        Token::Mark => "an event".into(),
+    // What the decoder gave, and the line it came from (quoted: a line verify read otherwise
+    // than its writer meant shows itself).
+    let given = |t: Token, line: &[u8]| {
+        let what = match t {
+            Token::Ip(ip) => format!("{ip:#x}"),
+            Token::Error => "an error".into(),
+            Token::Event(e) => format!("the event {e}"),
+            Token::Mark => "an event".into(),
+        };
+        format!("{what} ({})", quoted(line))
     };
     let mut marks = Marks::new(pattern, options.perf);
     let mut times = Times::new(pattern);
@@ -1689,7 +1733,7 @@ fn check_lines(
                 v.divergence = Some(Divergence {
                     line: n,
                     expected: d.to_string(),
-                    given: given(t),
+                    given: given(t, &buf),
                 });
                 v.work = m.work;
                 return Ok(v);
@@ -1714,7 +1758,7 @@ fn check_lines(
         let here = |at: Option<&At>| Divergence {
             line: n,
             expected: expected(at),
-            given: given(t),
+            given: given(t, &buf),
         };
         if m.ways.is_empty() {
             // Where the furthest way through died now (or past the end of the truth).
@@ -1897,6 +1941,36 @@ mod tests {
                 assert_eq!(token(&line), Some(Token::Ip(ip)), "{line:?}");
             }
         }
+    }
+
+    /// TR8 (issue 54 §7): perf's `Warning:` line and its summary (`3 instruction trace
+    /// errors`, which `perf script … 2>&1` mixes in) are not instructions, on the line-by-line
+    /// path and the block walk's alike; a bare number before other words still is one.
+    #[test]
+    fn tr8_perfs_warning_and_summary_lines_are_not_instructions() {
+        for line in [
+            "Warning:",
+            "  Warning: something",
+            "3 instruction trace errors",
+            "1 instruction trace error",
+            "12 out of order events recorded.",
+            "7 lost samples",
+        ] {
+            assert_eq!(token(line), None, "{line:?}");
+            let bytes = format!("{line}\n");
+            assert_eq!(walk::plain_ip(bytes.as_bytes()), None, "{line:?}");
+        }
+        assert_eq!(token("3 instructions here"), Some(Token::Ip(3)));
+        assert_eq!(token("401000 main+0x0"), Some(Token::Ip(0x401000)));
+        let p = pattern(&[A, B, C]);
+        assert_eq!(
+            verdict(&p, "10\nWarning:\n3 instruction trace errors\n11\n12\n"),
+            None
+        );
+        // A divergence quotes the line it came from.
+        let d = verdict(&p, "10\n11\n  13  main+0x3\n").unwrap();
+        assert_eq!(d.line, 3);
+        assert!(d.given.contains(r#"0x13 (the line "13  main+0x3")"#), "{d}");
     }
 
     #[test]

@@ -384,7 +384,7 @@ fn simulate(args: &[String]) -> Result<(), String> {
         cmd
     };
     let mut cmd = ptemu("simulate");
-    if args.is_empty() {
+    if !names_an_input(args) {
         let input = root().join("target/ptemu-simulate-input/penn-600k.trace");
         let mut gen = ptemu("gen");
         gen.args([
@@ -420,6 +420,39 @@ fn simulate(args: &[String]) -> Result<(), String> {
         cmd.arg("--out").arg(root().join("target/ptemu-simulate"));
     }
     run(cmd)
+}
+
+/// `ptemu simulate`'s options that take no value (every other `--option` takes the next
+/// argument unless it is `--option=value`).
+const SIMULATE_SWITCHES: [&str; 9] = [
+    "--lenient",
+    "--no-image",
+    "--no-truth",
+    "--perf-data",
+    "--force",
+    "-q",
+    "--quiet",
+    "-v",
+    "--verbose",
+];
+
+/// Whether `args` (for `ptemu simulate`) name an input: a positional argument, or `--format`
+/// (the bundled sample of that format). Options alone (`--perf-data`, `--cpu skylake`) keep
+/// the main job's input (issue 54 §4).
+fn names_an_input(args: &[String]) -> bool {
+    let mut k = 0;
+    while let Some(a) = args.get(k) {
+        if a == "--format" || a.starts_with("--format=") {
+            return true;
+        }
+        if !a.starts_with('-') || a == "-" {
+            return true;
+        }
+        let takes_value =
+            !a.contains('=') && !SIMULATE_SWITCHES.contains(&a.as_str()) && !a.starts_with("-vv");
+        k += if takes_value { 2 } else { 1 };
+    }
+    false
 }
 
 /// `ptemu repack --compare` on every `.pt` file of DIR (default `../shared/hw-traces`, real
@@ -655,6 +688,20 @@ mod tests {
         assert_eq!(usage_exit_code("-h"), 0);
         assert_eq!(usage_exit_code("help"), 0);
         assert_eq!(usage_exit_code("tset"), 2);
+    }
+
+    #[test]
+    fn sim17_options_alone_keep_the_main_jobs_input() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(!names_an_input(&v(&[])));
+        assert!(!names_an_input(&v(&["--perf-data"])));
+        assert!(!names_an_input(&v(&["--cpu", "skylake", "--perf-data", "-q"])));
+        assert!(!names_an_input(&v(&["--ctl", "DisRETC=1", "--out", "x", "-vv"])));
+        assert!(!names_an_input(&v(&["--layout=a.toml", "--no-truth"])));
+        assert!(names_an_input(&v(&["trace.penn", "--format", "penn"])));
+        assert!(names_an_input(&v(&["--format", "penn"])));
+        assert!(names_an_input(&v(&["--cpu", "skylake", "-", "--format", "byu"])));
+        assert!(names_an_input(&v(&["--perf-data", "in.trace"])));
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub(super) fn plain_ip(bytes: &[u8]) -> Option<(u64, usize)> {
     }
     let len = p - digits;
     let is_ip = len > 0 && (prefixed || len == 16 || decimal || indent > 0 && p >= 16);
+    // A count at the start of one of perf's summary lines (`3 instruction trace errors`) is
+    // not an IP: only a short word that is not indented can be one.
+    if is_ip && indent == 0 && !prefixed && len < 16 && bytes[p] == b' ' && super::perf_summary(bytes) {
+        return None;
+    }
     is_ip.then_some((v, p))
 }
 
