@@ -558,6 +558,31 @@ fn sim22_force_replaces_only_the_same_named_files_and_removes_nothing_of_the_use
     );
     assert_ne!(std::fs::read(out.join("perf.data")).unwrap(), b"my own perf.data");
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"my notes");
+    // --force replaces files, never a directory of the user's.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(other.join("regions")).unwrap();
+    file(&other.join("regions"), "kept.txt", "mine");
+    let o = simulate_into(&other, &["--force", "-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("is a directory ptemu did not write"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(std::fs::read(other.join("regions/kept.txt")).unwrap(), b"mine");
+    // A mark that does not read is an error naming it; --force writes on as into a DIR of
+    // someone else's.
+    std::fs::write(out.join(".ptemu-out"), "not a mark\n").unwrap();
+    let o = simulate_into(&out, &["-q"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains(".ptemu-out: line 1"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = simulate_into(&out, &["-q", "--force"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"my notes");
 }
 
 /// SIM22: an earlier run's outputs are ptemu's: a run into its DIR replaces them and removes
@@ -595,22 +620,33 @@ fn sim22_an_earlier_runs_outputs_are_replaced_and_the_summary_says_so() {
 }
 
 /// SIM22: a DIR written before the mark existed (a ptemu report.json beside regions/, no
-/// `.ptemu-out`) is taken as ptemu's: its outputs are replaced, and it is marked.
+/// `.ptemu-out`): the run replaces the entries it writes, removes none (one may be the
+/// user's), and marks only its own.
 #[test]
-fn sim22_a_directory_written_before_the_mark_is_taken_as_ptemus() {
+fn sim22_a_directory_written_before_the_mark_has_its_outputs_replaced_and_nothing_removed() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let o = simulate_into(&out, &["--truth-format", "jsonl", "-q"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     std::fs::remove_file(out.join(".ptemu-out")).unwrap();
+    // Such a DIR may hold the user's files under the names of outputs.
+    file(&out, "perf.data", "my own perf.data");
     let o = simulate_into(&out, &[]);
     assert!(o.status.success(), "{}", text(&o.stderr));
+    let said = text(&o.stdout);
     assert!(
-        text(&o.stdout).contains("removed truth.jsonl"),
-        "{}",
-        text(&o.stdout)
+        said.contains("held an earlier ptemu run's outputs: replaced trace.pt"),
+        "{said}"
     );
+    assert!(!said.contains("removed"), "{said}");
     assert!(out.join(".ptemu-out").is_file() && out.join("truth.bin").is_file());
+    assert_eq!(std::fs::read(out.join("perf.data")).unwrap(), b"my own perf.data");
+    assert!(out.join("truth.jsonl").is_file());
+    let mark = std::fs::read_to_string(out.join(".ptemu-out")).unwrap();
+    assert!(
+        !mark.contains("perf.data") && !mark.contains("truth.jsonl"),
+        "{mark}"
+    );
     // A report.json that is not ptemu's makes no such directory.
     let other = dir.path().join("other");
     std::fs::create_dir_all(other.join("regions")).unwrap();

@@ -291,9 +291,10 @@ fn qe6_the_summary_counts_the_programs_instructions_as_the_truth_does() {
     );
 }
 
-/// Issue 54 §8: on a terminal, a run that takes more than a second says on stderr how far it
-/// is (block executions traced), and the line is gone before the summary; through a pipe, or a
-/// short run, nothing of it shows.
+/// Issue 54 §8: on a terminal, a run that takes more than a second and whose output goes
+/// elsewhere says on stderr how far it is (block executions traced), and the line is gone
+/// before the summary; through a pipe, or with the program writing to the terminal too,
+/// nothing of it shows.
 #[test]
 fn qe11_a_long_run_on_a_terminal_says_how_far_it_is() {
     let dir = tempfile::tempdir().unwrap();
@@ -330,6 +331,21 @@ fn qe11_a_long_run_on_a_terminal_says_how_far_it_is() {
     // Through a pipe: the summary alone.
     let piped = ptemu_run(&dir.path().join("gz2"), &[], &["gzip", "-c", s(&input)], b"");
     assert!(!text(&piped.stderr).contains("block executions traced"));
+    // The program's output on the terminal too: no line redrawn among its lines.
+    let on_terminal = format!(
+        "{} run --plugin {} --no-truth --out {} -- gzip -cf {}",
+        env!("CARGO_BIN_EXE_ptemu"),
+        s(&plugin()),
+        s(&dir.path().join("gz3")),
+        s(&input)
+    );
+    let o = Command::new("script")
+        .args(["-qec", &on_terminal, "/dev/null"])
+        .output()
+        .expect("util-linux's script");
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains("ptemu run: gzip"), "the summary");
+    assert!(!shown.contains("block executions traced"));
 }
 
 #[test]

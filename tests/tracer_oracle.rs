@@ -579,13 +579,13 @@ fn run(s: &Setup, ops: &[Op]) -> Result<(usize, u64), String> {
             d.silent_step(e);
             continue;
         }
-        if spans.iter().any(|sp| sp.resumed_at == index) {
+        if spans.iter().any(|sp| sp.resumed_at == index && !sp.at_disable) {
             d.resume(&model, s.style)?;
         }
         d.step(&model, e)?;
     }
     let past_end = events.len() as u64 + 1;
-    match spans.iter().find(|s| s.resumed_at == past_end) {
+    match spans.iter().find(|s| s.resumed_at == past_end && s.at_disable) {
         // An overflow that lasted to the end: OVF alone (OVF2).
         Some(sp) if sp.ended_by_disable => {
             d.expect_event(|q| *q == QEvent::Overflow { ip: None }, "the final overflow")?;

@@ -155,6 +155,19 @@ impl RunDir {
     ) -> io::Result<()> {
         let plan = self.replacing(outputs, stale, stale_dirs);
         for name in outputs {
+            let theirs = !self.owner.earlier.contains(*name) && !self.owner.unmarked.contains(*name);
+            let is_dir = fs::symlink_metadata(self.final_path(name)).is_ok_and(|m| m.is_dir());
+            if theirs && is_dir && self.owner.forced {
+                // A directory that is not ptemu's is never replaced whole, even with --force
+                // (which replaces files of the same names).
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} is a directory ptemu did not write: not replaced (nothing was written)",
+                        self.final_path(name).display()
+                    ),
+                ));
+            }
             if fs::symlink_metadata(self.final_path(name)).is_ok() && !self.owner.may_replace(name) {
                 return Err(io::Error::new(
                     io::ErrorKind::AlreadyExists,
@@ -229,7 +242,7 @@ impl RunDir {
             ..Replacing::default()
         };
         for &n in outputs.iter().filter(|n| exists(n)) {
-            if self.owner.may_remove(n) {
+            if self.owner.may_remove(n) || self.owner.unmarked.contains(n) {
                 r.replaced.push(n.to_owned());
             } else {
                 r.forced.push(n.to_owned());

@@ -25,6 +25,9 @@ fn is_ours_to_skip(name: &str) -> bool {
 pub struct Owner {
     /// The entries an earlier ptemu run wrote (its mark's names); empty for a new or empty DIR.
     pub earlier: BTreeSet<String>,
+    /// In a DIR written before the mark existed: the entries with the names of a run's outputs,
+    /// which the run may replace with its own but never removes, nor marks as ptemu's.
+    pub unmarked: BTreeSet<String>,
     /// DIR had a mark: an earlier run's outputs are there.
     pub marked: bool,
     /// `--force` was given for a DIR of someone else's files.
@@ -38,11 +41,22 @@ impl Owner {
     pub fn of(dir: &Path, force: bool, shared: bool) -> io::Result<Owner> {
         match fs::read_to_string(dir.join(MARK)) {
             Ok(text) => {
-                let owner = parse(&text, &dir.join(MARK))?;
-                return Ok(Owner {
-                    forced: force,
-                    ..owner
-                });
+                return match parse(&text, &dir.join(MARK)) {
+                    Ok(owner) => Ok(Owner {
+                        forced: force,
+                        ..owner
+                    }),
+                    // A mark that does not read: with --force, as a DIR without one.
+                    Err(_) if force => Ok(Owner {
+                        unmarked: unmarked_run(dir).unwrap_or_default(),
+                        forced: true,
+                        ..Owner::default()
+                    }),
+                    Err(e) => Err(io::Error::new(
+                        e.kind(),
+                        format!("{e} (nothing was written; pass --force to write into it as into a DIR ptemu did not write)"),
+                    )),
+                };
             }
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
                 return Err(io::Error::new(
@@ -52,11 +66,12 @@ impl Owner {
             }
             Err(_) => {}
         }
-        if let Some(earlier) = unmarked_run(dir) {
+        if let Some(unmarked) = unmarked_run(dir) {
             return Ok(Owner {
-                earlier,
+                unmarked,
                 marked: true,
                 forced: force,
+                ..Owner::default()
             });
         }
         let foreign: Vec<String> = fs::read_dir(dir)?
@@ -90,9 +105,10 @@ impl Owner {
         ))
     }
 
-    /// Whether the run may replace DIR's entry `name`, which exists.
+    /// Whether the run may replace DIR's entry `name`, which exists: ptemu's own, or (with
+    /// `--force`, or in a DIR written before the mark) one of the same name.
     pub fn may_replace(&self, name: &str) -> bool {
-        self.forced || self.earlier.contains(name)
+        self.forced || self.earlier.contains(name) || self.unmarked.contains(name)
     }
 
     /// Whether the run may remove DIR's entry `name`, an earlier run's output it does not write
@@ -123,7 +139,8 @@ const RUN_OUTPUTS: [&str; 14] = [
 
 /// A DIR that an earlier ptemu (before SIM22's mark) wrote: no mark, but a `report.json`
 /// that is ptemu's (its `msr` and `stats` objects) beside `regions/`. Its entries of
-/// [`RUN_OUTPUTS`]' names are taken as that run's.
+/// [`RUN_OUTPUTS`]' names may be that run's or the user's: the next run replaces those it
+/// writes and removes none.
 fn unmarked_run(dir: &Path) -> Option<BTreeSet<String>> {
     if !dir.join("regions").is_dir() {
         return None;
@@ -167,7 +184,7 @@ fn parse(text: &str, path: &Path) -> io::Result<Owner> {
     Ok(Owner {
         earlier,
         marked: true,
-        forced: false,
+        ..Owner::default()
     })
 }
 

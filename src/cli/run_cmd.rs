@@ -45,10 +45,12 @@ pub struct Args {
 }
 
 /// Issue 54 §8: on a terminal, a line on stderr that says how far the run is, shown once it
-/// has taken a second (a short run shows nothing) and cleared before the summary.
+/// has taken a second (a short run shows nothing) and cleared before the summary; only when
+/// the program's output goes elsewhere (`ptemu run -- gzip -c x > x.gz`): a line redrawn
+/// among the program's own lines on the terminal would garble them.
 fn progress_line(quiet: bool) -> Option<indicatif::ProgressBar> {
     use std::io::IsTerminal;
-    (!quiet && std::io::stderr().is_terminal()).then(|| {
+    (!quiet && std::io::stderr().is_terminal() && !std::io::stdout().is_terminal()).then(|| {
         let bar = indicatif::ProgressBar::hidden();
         bar.set_style(
             indicatif::ProgressStyle::with_template("{spinner} {msg}, {elapsed}").expect("valid template"),

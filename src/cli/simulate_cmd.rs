@@ -49,7 +49,8 @@ pub struct Args {
 #[derive(clap::Args, Clone)]
 pub struct RunArgs {
     /// Output layout (TOML, as `ptemu write` takes). Default: four 1 MiB ToPA regions with INT,
-    /// END back to the table (`ptemu layout default` prints it).
+    /// END back to the table (`ptemu layout default` prints it); on a CPU whose ToPA takes one
+    /// output region (`--cpu broadwell`), one 4 MiB region.
     #[arg(long)]
     pub(super) layout: Option<PathBuf>,
     /// CPU profile, replacing the layout's: broadwell, skylake, goldmont, icelake, alderlake,
@@ -378,7 +379,10 @@ pub(super) fn summary(
     } else {
         String::new()
     };
-    match r.input.counts.get("instructions").copied() {
+    let program = (opts.format == ptemu::sources::Format::Qemu)
+        .then(|| r.input.counts.get("instructions").copied())
+        .flatten();
+    match program {
         // `ptemu run` (issue 54 §2): the program's instructions are the input's count, the
         // truth's and a decoder's; the tracer also steps the kernel's way back that the model
         // adds at each system call and signal, never traced.
@@ -523,7 +527,9 @@ pub(super) fn summary(
             o,
             "  decode with libipt, no ptxed needed (in ptemu's source tree): cargo run --release \
              --example libipt_decode -- {}",
-            c.out.display()
+            std::path::absolute(&c.out)
+                .unwrap_or_else(|_| c.out.clone())
+                .display()
         );
     }
     if truth.is_some() {

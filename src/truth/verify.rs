@@ -246,7 +246,7 @@ fn token_after_time(line: &[u8], time: bool) -> Option<Token> {
     if first == b"instruction" && contains(b"instruction trace error") {
         return Some(Token::Error);
     }
-    if perf_summary(rest) {
+    if perf_summary(line) {
         return None;
     }
     // perf script with `-F event,…`: the event's name first (`instructions:u:`), then the IP;
@@ -1470,12 +1470,13 @@ fn quoted(line: &[u8]) -> String {
 /// lines after it (`3 instruction trace errors`, `5 out of order events recorded.`, ...),
 /// which `perf script … 2>&1` mixes into the instructions. A summary line starts with a count.
 pub fn perf_summary(line: &[u8]) -> bool {
-    let line = line.trim_ascii();
-    if line.starts_with(b"Warning:") {
+    if line.trim_ascii_start().starts_with(b"Warning:") {
         return true;
     }
+    // The count at column 0, as perf prints it (an indented number is perf's IP column, and
+    // the block walk reads only such a line as a count: the two paths agree).
     let digits = line.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || line.get(digits) != Some(&b' ') {
+    if digits == 0 || digits >= 16 || line.get(digits) != Some(&b' ') {
         return false;
     }
     let rest = &line[digits + 1..];
@@ -1483,9 +1484,10 @@ pub fn perf_summary(line: &[u8]) -> bool {
 }
 
 /// How perf's summary lines go on after their count (tools/perf/util/session.c's warnings).
-const PERF_SUMMARIES: [&str; 7] = [
+const PERF_SUMMARIES: [&str; 8] = [
     "instruction trace error",
-    "out of order events",
+    "out of ",
+    "map information files",
     "lost samples",
     "unprocessable samples",
     "samples with id not",
@@ -1954,6 +1956,7 @@ mod tests {
             "3 instruction trace errors",
             "1 instruction trace error",
             "12 out of order events recorded.",
+            "3 out of 5 events were discarded for this reason.",
             "7 lost samples",
         ] {
             assert_eq!(token(line), None, "{line:?}");
@@ -1961,6 +1964,10 @@ mod tests {
             assert_eq!(walk::plain_ip(bytes.as_bytes()), None, "{line:?}");
         }
         assert_eq!(token("3 instructions here"), Some(Token::Ip(3)));
+        // Indented, a number is an IP column on both paths.
+        let indented = "  3 instruction trace errors\n";
+        assert_eq!(token(indented), Some(Token::Ip(3)));
+        assert_eq!(walk::plain_ip(indented.as_bytes()).map(|x| x.0), Some(3));
         assert_eq!(token("401000 main+0x0"), Some(Token::Ip(0x401000)));
         let p = pattern(&[A, B, C]);
         assert_eq!(

@@ -413,7 +413,15 @@ fn simulate(args: &[String]) -> Result<(), String> {
             || (a == "--fault" && args.get(i + 1).is_some_and(|f| makes_layout(f)))
     });
     if !own_layout {
-        cmd.arg("--layout").arg(root().join("examples/ring-layout.toml"));
+        // A CPU whose ToPA takes a single output region gets the ring as one region (T8).
+        let single = args.windows(2).any(|w| w[0] == "--cpu" && w[1] == "broadwell")
+            || args.iter().any(|a| a == "--cpu=broadwell");
+        let ring = if single {
+            "examples/ring-layout-single.toml"
+        } else {
+            "examples/ring-layout.toml"
+        };
+        cmd.arg("--layout").arg(root().join(ring));
     }
     cmd.args(args);
     if !args.iter().any(|a| a == "--out" || a.starts_with("--out=")) {

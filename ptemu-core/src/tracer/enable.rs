@@ -17,7 +17,7 @@ impl Tracer {
     /// PGD3: FUP(CLIP), TIP.PGD() while PacketEn, for a WRMSR that clears TraceEn.
     pub(super) fn disable_packets(&mut self) {
         // The WRMSR is not an event: it comes after the last one.
-        self.resolve_overflow(self.hot.events + 1);
+        self.resolve_overflow(self.hot.events + 1, true);
         if self.overflow.as_ref().is_some_and(|o| o.active) {
             // The overflow ends with the disable: OVF alone tells the decoder tracing stopped.
             // The TNT bits still pending were lost with it.
@@ -33,7 +33,7 @@ impl Tracer {
                 self.put_unrecorded(Packet::TipPgd(IpPayload::SUPPRESSED));
             }
             if let Some(o) = self.overflow.as_mut() {
-                o.finish(self.hot.events + 1, true);
+                o.finish(self.hot.events + 1, true, true);
             }
             self.stats.overflows += 1;
         } else if self.packet_en {

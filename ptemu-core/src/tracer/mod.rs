@@ -429,7 +429,7 @@ impl Tracer {
         let mark = self.overflow.is_some().then(|| {
             let m = self.mark();
             self.force_overflow(m.first_lost);
-            self.resolve_overflow(self.hot.events);
+            self.resolve_overflow(self.hot.events, false);
             m
         });
         if let Some(p) = self.probe.as_deref_mut() {

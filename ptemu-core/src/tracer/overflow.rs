@@ -20,6 +20,10 @@ pub struct OverflowSpan {
     /// TIP.PGE after it (OVF2). False when the buffer had drained by then, even if the OVF went
     /// out at that WRMSR (then with its FUP, before the disable's FUP, TIP.PGD).
     pub ended_by_disable: bool,
+    /// The OVF went out at a WRMSR that cleared TraceEn, after event `resumed_at - 1` (whether
+    /// the overflow still lasted, [`OverflowSpan::ended_by_disable`], or had drained), not at
+    /// event `resumed_at`: a disable in mid-run is told from an OVF at the next event.
+    pub at_disable: bool,
 }
 
 #[derive(Debug)]
@@ -64,6 +68,7 @@ impl Overflow {
                 lost_from: first_lost,
                 resumed_at: u64::MAX,
                 ended_by_disable: false,
+                at_disable: false,
             });
         }
         false
@@ -78,6 +83,7 @@ impl Overflow {
                 lost_from: first_lost,
                 resumed_at: u64::MAX,
                 ended_by_disable: false,
+                at_disable: false,
             });
         }
     }
@@ -87,12 +93,13 @@ impl Overflow {
         self.active && self.level == 0
     }
 
-    /// The overflow ends at `event` (OVF sent); `by_disable`: because TraceEn was cleared
-    /// while it lasted.
-    pub fn finish(&mut self, event: u64, by_disable: bool) {
+    /// The overflow ends at `event` (OVF sent); `at_disable`: at a WRMSR that cleared TraceEn;
+    /// `by_disable`: because it did so while the overflow lasted.
+    pub fn finish(&mut self, event: u64, at_disable: bool, by_disable: bool) {
         self.active = false;
         if let Some(s) = self.spans.last_mut() {
             s.resumed_at = event;
+            s.at_disable = at_disable;
             s.ended_by_disable = by_disable;
         }
     }
@@ -127,15 +134,16 @@ impl Tracer {
     }
 
     /// OVF2, OVF3: at the first event after the buffer drained (event `at`, counting from 1;
-    /// one past the last for the WRMSR that clears TraceEn), OVF [CYC] [FUP(IP)].
-    pub(super) fn resolve_overflow(&mut self, at: u64) {
+    /// one past the last, with `at_disable`, for the WRMSR that clears TraceEn), OVF [CYC]
+    /// [FUP(IP)].
+    pub(super) fn resolve_overflow(&mut self, at: u64, at_disable: bool) {
         let Some(o) = self.overflow.as_mut() else {
             return;
         };
         if !o.ready() {
             return;
         }
-        o.finish(at, false);
+        o.finish(at, at_disable, false);
         self.stats.overflows += 1;
         self.hot.tnt = Tnt { bits: 0, count: 0 };
         if let Some(p) = self.probe.as_deref_mut() {
