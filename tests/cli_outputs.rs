@@ -647,6 +647,17 @@ fn sim22_a_directory_written_before_the_mark_has_its_outputs_replaced_and_nothin
         !mark.contains("perf.data") && !mark.contains("truth.jsonl"),
         "{mark}"
     );
+    // A corpus DIR from before the mark (its manifest.json is ptemu's): its cases are
+    // replaced; the user's entries beside them stay.
+    let corpus = dir.path().join("corpus");
+    let o = ptemu(&["corpus", s(&corpus), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    std::fs::remove_file(corpus.join(".ptemu-out")).unwrap();
+    file(&corpus, "notes.txt", "my notes");
+    let o = ptemu(&["corpus", s(&corpus), "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read(corpus.join("notes.txt")).unwrap(), b"my notes");
+    assert!(corpus.join(".ptemu-out").is_file() && corpus.join("clean-default/trace.pt").is_file());
     // A report.json that is not ptemu's makes no such directory.
     let other = dir.path().join("other");
     std::fs::create_dir_all(other.join("regions")).unwrap();

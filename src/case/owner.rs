@@ -142,6 +142,9 @@ const RUN_OUTPUTS: [&str; 14] = [
 /// [`RUN_OUTPUTS`]' names may be that run's or the user's: the next run replaces those it
 /// writes and removes none.
 fn unmarked_run(dir: &Path) -> Option<BTreeSet<String>> {
+    if let Some(cases) = unmarked_corpus(dir) {
+        return Some(cases);
+    }
     if !dir.join("regions").is_dir() {
         return None;
     }
@@ -157,6 +160,26 @@ fn unmarked_run(dir: &Path) -> Option<BTreeSet<String>> {
             .map(|n| n.to_string())
             .collect(),
     )
+}
+
+/// A `ptemu corpus` DIR written before the mark: a `manifest.json` that is ptemu's (its
+/// `ptemu` and `cases` fields); its entries are the manifest and the directories of the cases
+/// it names (names without a `/`).
+fn unmarked_corpus(dir: &Path) -> Option<BTreeSet<String>> {
+    let text = fs::read(dir.join("manifest.json")).ok()?;
+    let manifest: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    manifest.get("ptemu")?;
+    let mut names: BTreeSet<String> = manifest
+        .get("cases")?
+        .as_array()?
+        .iter()
+        .filter_map(|c| c.get("name")?.as_str())
+        .filter(|n| !n.is_empty() && !n.contains('/') && *n != "." && *n != "..")
+        .filter(|n| dir.join(n).is_dir())
+        .map(str::to_owned)
+        .collect();
+    names.insert("manifest.json".into());
+    Some(names)
 }
 
 fn parse(text: &str, path: &Path) -> io::Result<Owner> {
