@@ -331,6 +331,17 @@ fn sim2_t8_the_default_layout_suits_every_cpu_profile() {
         assert!(check.is_ok(), "{name}: {:?} {:?}", check.faults, check.violations);
         assert_eq!(layout.cpu, cpu, "{name}");
         assert_eq!(layout.tables.len(), 1, "{name}");
+        // `ptemu layout default --cpu NAME` prints that layout.
+        let o = ptemu(&["layout", "default", "--cpu", name]);
+        assert!(o.status.success(), "{name}: {}", text(&o.stderr));
+        let printed =
+            ptemu::layout::Layout::parse(std::path::Path::new("printed"), &text(&o.stdout)).unwrap();
+        assert_eq!(printed.cpu, cpu, "{name}");
+        assert_eq!(
+            printed.tables[0].entries.len(),
+            layout.tables[0].entries.len(),
+            "{name}"
+        );
     }
     let dir = tempfile::tempdir().unwrap();
     let (byu, _) = generate(dir.path(), "byu", 3_000_000, 1);

@@ -246,3 +246,29 @@ fn describe_range(o: &mut String, layout: &Layout) {
         );
     }
 }
+
+/// `ptemu layout default [--cpu P]`: the layout `simulate` uses without `--layout` (SIM2), on
+/// CPU P when given: the four-region ring, or one region where P's ToPA takes only one (T8),
+/// with P as its `cpu`.
+pub fn default(cpu: Option<&str>) -> Result<(), Failure> {
+    let Some(name) = cpu else {
+        return print(ptemu::simulate::DEFAULT_LAYOUT);
+    };
+    let profile = ptemu::CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
+    let text = if profile.single_entry_topa() {
+        ptemu::simulate::DEFAULT_SINGLE_REGION_LAYOUT
+    } else {
+        ptemu::simulate::DEFAULT_LAYOUT
+    };
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.starts_with("cpu = ") {
+                format!("cpu = \"{name}\"\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    print(&text)
+}

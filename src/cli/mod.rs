@@ -145,8 +145,13 @@ enum LayoutCommand {
         /// Layout file (TOML).
         layout: PathBuf,
     },
-    /// Print the layout `ptemu simulate` uses without --layout.
-    Default,
+    /// Print the layout `ptemu simulate` uses without --layout (with --cpu P: on that CPU,
+    /// whose ToPA may take a single output region, SIM2).
+    Default {
+        /// The CPU profile (broadwell, skylake, ...).
+        #[arg(long)]
+        cpu: Option<String>,
+    },
     /// Draw a layout as SVG (spec/picture.md): its tables and entries in walk order, END hops,
     /// the regions to scale with INT and STOP, operational errors with their rule IDs.
     Draw {
@@ -280,8 +285,8 @@ pub fn run() -> ExitCode {
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
         Command::Layout {
-            command: LayoutCommand::Default,
-        } => output::print(ptemu::simulate::DEFAULT_LAYOUT),
+            command: LayoutCommand::Default { cpu },
+        } => layout_cmd::default(cpu.as_deref()),
         Command::Write {
             layout,
             stream,
