@@ -484,6 +484,13 @@ fn user_view(dir: &Path) -> Vec<(String, Option<Vec<u8>>)> {
     v
 }
 
+/// `o` failed as bad input does (exit 2), its message holding `needle`.
+fn refused(o: Output, needle: &str) {
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(needle), "{err}");
+}
+
 fn simulate_into(out: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["simulate", PENN, "--format", "penn", "--out", s(out)];
     args.extend_from_slice(extra);
@@ -541,12 +548,9 @@ fn sim22_force_replaces_only_the_same_named_files_and_removes_nothing_of_the_use
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"my notes");
     assert!(out.join("trace.pt").is_file() && out.join(".ptemu-out").is_file());
     // Now the run writes perf.data: only with --force does it replace the user's.
-    let o = simulate_into(&out, &["--perf-data", "-q"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("perf.data was not written by ptemu"),
-        "{}",
-        text(&o.stderr)
+    refused(
+        simulate_into(&out, &["--perf-data", "-q"]),
+        "perf.data was not written by ptemu",
     );
     assert_eq!(std::fs::read(out.join("perf.data")).unwrap(), b"my own perf.data");
     let o = simulate_into(&out, &["--perf-data", "--force"]);
@@ -562,24 +566,15 @@ fn sim22_force_replaces_only_the_same_named_files_and_removes_nothing_of_the_use
     let other = dir.path().join("other");
     std::fs::create_dir_all(other.join("regions")).unwrap();
     file(&other.join("regions"), "kept.txt", "mine");
-    let o = simulate_into(&other, &["--force", "-q"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains("is a directory ptemu did not write"),
-        "{}",
-        text(&o.stderr)
+    refused(
+        simulate_into(&other, &["--force", "-q"]),
+        "is a directory ptemu did not write",
     );
     assert_eq!(std::fs::read(other.join("regions/kept.txt")).unwrap(), b"mine");
     // A mark that does not read is an error naming it; --force writes on as into a DIR of
     // someone else's.
     std::fs::write(out.join(".ptemu-out"), "not a mark\n").unwrap();
-    let o = simulate_into(&out, &["-q"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
-    assert!(
-        text(&o.stderr).contains(".ptemu-out: line 1"),
-        "{}",
-        text(&o.stderr)
-    );
+    refused(simulate_into(&out, &["-q"]), ".ptemu-out: line 1");
     let o = simulate_into(&out, &["-q", "--force"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(std::fs::read(out.join("notes.txt")).unwrap(), b"my notes");

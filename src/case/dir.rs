@@ -33,7 +33,8 @@ pub struct Replacing {
     pub replaced: Vec<String>,
     /// An earlier run's entries the run does not write: removed.
     pub removed: Vec<String>,
-    /// Entries not ptemu's that `--force` lets the run replace.
+    /// Entries that are not ptemu's, of the names of outputs: `--force` lets the run replace
+    /// them (files only), and without it the commit refuses.
     pub forced: Vec<String>,
 }
 
@@ -154,30 +155,24 @@ impl RunDir {
         stale_dirs: &[&str],
     ) -> io::Result<()> {
         let plan = self.replacing(outputs, stale, stale_dirs);
+        // The entries there that are not ptemu's: replaced only with --force, and only files.
+        for name in &plan.forced {
+            let path = self.final_path(name);
+            let refusal = if !self.owner.forced {
+                "was not written by ptemu: not replaced (nothing was written; pass --force to \
+                 replace it)"
+            } else if fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+                // --force replaces files of the same names, never a directory whole.
+                "is a directory ptemu did not write: not replaced (nothing was written)"
+            } else {
+                continue;
+            };
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} {refusal}", path.display()),
+            ));
+        }
         for name in outputs {
-            let theirs = !self.owner.earlier.contains(*name) && !self.owner.unmarked.contains(*name);
-            let is_dir = fs::symlink_metadata(self.final_path(name)).is_ok_and(|m| m.is_dir());
-            if theirs && is_dir && self.owner.forced {
-                // A directory that is not ptemu's is never replaced whole, even with --force
-                // (which replaces files of the same names).
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!(
-                        "{} is a directory ptemu did not write: not replaced (nothing was written)",
-                        self.final_path(name).display()
-                    ),
-                ));
-            }
-            if fs::symlink_metadata(self.final_path(name)).is_ok() && !self.owner.may_replace(name) {
-                return Err(io::Error::new(
-                    io::ErrorKind::AlreadyExists,
-                    format!(
-                        "{} was not written by ptemu: not replaced (nothing was written; pass \
-                         --force to replace it)",
-                        self.final_path(name).display()
-                    ),
-                ));
-            }
             let from = fs::symlink_metadata(self.staged(name))?;
             if let Ok(to) = fs::symlink_metadata(self.final_path(name)) {
                 if to.is_dir() != from.is_dir() {
@@ -229,20 +224,18 @@ impl RunDir {
             fs::remove_dir_all(&self.staging)
         })
     }
-}
 
-impl RunDir {
     /// What committing `outputs` (with an earlier run's `stale` files and `stale_dirs` this run
     /// does not write) replaces and removes in DIR (SIM22): only ever ptemu's own entries, and
     /// with `--force` the same-named entries of someone else's.
     pub fn replacing(&self, outputs: &[&str], stale: &[&str], stale_dirs: &[&str]) -> Replacing {
         let exists = |n: &str| fs::symlink_metadata(self.final_path(n)).is_ok();
         let mut r = Replacing {
-            earlier: self.owner.marked,
+            earlier: self.owner.held_outputs(),
             ..Replacing::default()
         };
         for &n in outputs.iter().filter(|n| exists(n)) {
-            if self.owner.may_remove(n) || self.owner.unmarked.contains(n) {
+            if self.owner.is_ours(n) {
                 r.replaced.push(n.to_owned());
             } else {
                 r.forced.push(n.to_owned());

@@ -16,7 +16,7 @@ const HEADER: &str =
     "ptemu output directory: the entries below are ptemu's, replaced or removed by its next run here";
 
 /// Names of DIR's entries that are not outputs: the mark and the staging directories.
-fn is_ours_to_skip(name: &str) -> bool {
+fn not_an_output(name: &str) -> bool {
     name == MARK || name.starts_with(".ptemu-staging-")
 }
 
@@ -28,9 +28,7 @@ pub struct Owner {
     /// In a DIR written before the mark existed: the entries with the names of a run's outputs,
     /// which the run may replace with its own but never removes, nor marks as ptemu's.
     pub unmarked: BTreeSet<String>,
-    /// DIR had a mark: an earlier run's outputs are there.
-    pub marked: bool,
-    /// `--force` was given for a DIR of someone else's files.
+    /// `--force` was given: same-named files that are not ptemu's may be replaced.
     pub forced: bool,
 }
 
@@ -39,83 +37,97 @@ impl Owner {
     /// or `shared` (a directory a command writes named files into among others', as `pttc`
     /// does: then only a same-named entry that is not ptemu's is refused, at the commit).
     pub fn of(dir: &Path, force: bool, shared: bool) -> io::Result<Owner> {
-        match fs::read_to_string(dir.join(MARK)) {
-            Ok(text) => {
-                return match parse(&text, &dir.join(MARK)) {
-                    Ok(owner) => Ok(Owner {
-                        forced: force,
-                        ..owner
-                    }),
-                    // A mark that does not read: with --force, as a DIR without one.
-                    Err(_) if force => Ok(Owner {
-                        unmarked: unmarked_run(dir).unwrap_or_default(),
-                        forced: true,
-                        ..Owner::default()
-                    }),
-                    Err(e) => Err(io::Error::new(
+        let path = dir.join(MARK);
+        let owner = match fs::read_to_string(&path) {
+            Ok(text) => match parse(&text, &path) {
+                Ok(owner) => owner,
+                // A mark that does not read: with --force, as a DIR without one.
+                Err(_) if force => Owner {
+                    unmarked: unmarked_run(dir).unwrap_or_default(),
+                    ..Owner::default()
+                },
+                Err(e) => {
+                    return Err(io::Error::new(
                         e.kind(),
-                        format!("{e} (nothing was written; pass --force to write into it as into a DIR ptemu did not write)"),
-                    )),
-                };
-            }
-            Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(io::Error::new(
-                    e.kind(),
-                    format!("{}: {e}", dir.join(MARK).display()),
-                ))
-            }
-            Err(_) => {}
-        }
-        if let Some(unmarked) = unmarked_run(dir) {
-            return Ok(Owner {
-                unmarked,
-                marked: true,
-                forced: force,
-                ..Owner::default()
-            });
-        }
-        let foreign: Vec<String> = fs::read_dir(dir)?
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| !is_ours_to_skip(n))
-            .collect();
-        if foreign.is_empty() || force || shared {
-            return Ok(Owner {
-                forced: force && !foreign.is_empty(),
-                ..Owner::default()
-            });
-        }
-        let mut shown: Vec<&str> = foreign.iter().map(String::as_str).collect();
-        shown.sort_unstable();
-        let more = shown.len().saturating_sub(3);
-        shown.truncate(3);
-        Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            format!(
-                "not written by ptemu (it holds {}{} and no {MARK}): nothing was written; name a new \
-                 or empty directory, or pass --force to write ptemu's files into it (files of the \
-                 same names are replaced, nothing else is touched)",
-                shown.join(", "),
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
+                        format!(
+                            "{e} (nothing was written; pass --force to write into it as into a DIR \
+                             ptemu did not write)"
+                        ),
+                    ))
                 }
-            ),
-        ))
+            },
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+            }
+            Err(_) => match unmarked_run(dir) {
+                Some(unmarked) => Owner {
+                    unmarked,
+                    ..Owner::default()
+                },
+                None if force || shared => Owner::default(),
+                None => {
+                    refuse_foreign(dir)?;
+                    Owner::default()
+                }
+            },
+        };
+        Ok(Owner {
+            forced: force,
+            ..owner
+        })
+    }
+
+    /// Whether DIR held an earlier ptemu run's outputs (marked, or from before the mark).
+    pub fn held_outputs(&self) -> bool {
+        !self.earlier.is_empty() || !self.unmarked.is_empty()
+    }
+
+    /// Whether DIR's entry `name` is ptemu's to replace: an earlier run's, marked or not.
+    pub fn is_ours(&self, name: &str) -> bool {
+        self.earlier.contains(name) || self.unmarked.contains(name)
     }
 
     /// Whether the run may replace DIR's entry `name`, which exists: ptemu's own, or (with
-    /// `--force`, or in a DIR written before the mark) one of the same name.
+    /// `--force`) one of the same name.
     pub fn may_replace(&self, name: &str) -> bool {
-        self.forced || self.earlier.contains(name) || self.unmarked.contains(name)
+        self.forced || self.is_ours(name)
     }
 
     /// Whether the run may remove DIR's entry `name`, an earlier run's output it does not write
-    /// again (never on `--force` alone: only what ptemu wrote).
+    /// again (never on `--force` alone, nor in a DIR from before the mark: only what ptemu's
+    /// mark says it wrote).
     pub fn may_remove(&self, name: &str) -> bool {
         self.earlier.contains(name)
     }
+}
+
+/// Refuses `dir` if it holds an entry that is not ptemu's, naming up to three of them.
+fn refuse_foreign(dir: &Path) -> io::Result<()> {
+    let mut foreign: Vec<String> = fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !not_an_output(n))
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    foreign.sort_unstable();
+    let more = foreign.len().saturating_sub(3);
+    foreign.truncate(3);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    Err(io::Error::new(
+        io::ErrorKind::AlreadyExists,
+        format!(
+            "not written by ptemu (it holds {}{more} and no {MARK}): nothing was written; name a \
+             new or empty directory, or pass --force to write ptemu's files into it (files of the \
+             same names are replaced, nothing else is touched)",
+            foreign.join(", ")
+        ),
+    ))
 }
 
 /// The entries a `simulate`, `run` or `write` DIR holds: what such a DIR written before the
@@ -206,7 +218,6 @@ fn parse(text: &str, path: &Path) -> io::Result<Owner> {
     }
     Ok(Owner {
         earlier,
-        marked: true,
         ..Owner::default()
     })
 }
@@ -230,7 +241,7 @@ mod tests {
     fn sim22_a_mark_reads_back_as_written() {
         let text = mark_text(["trace.pt", "regions", "report.json"]);
         let o = parse(&text, Path::new("x")).unwrap();
-        assert!(o.marked);
+        assert!(o.held_outputs());
         assert_eq!(o.earlier.len(), 3);
         assert!(o.may_replace("trace.pt") && o.may_remove("regions"));
         assert!(!o.may_replace("notes.txt") && !o.may_remove("notes.txt"));

@@ -2,6 +2,7 @@
 //! (spec/truth.md).
 
 use super::output::print;
+use super::summary::replacing_line;
 use super::Failure;
 use ptemu::case::RunDir;
 use ptemu::simulate::corpus::{self, CaseSummary};
@@ -97,9 +98,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             "  check a decoder: DECODER ... | ptemu verify {}/<case> --ips -",
             a.dir.display()
         );
-        if let Some(line) = dir.replacing(&outputs, &[], &[]).line(&a.dir) {
-            outln!(o, "  {line}");
-        }
+        replacing_line(&mut o, &dir.replacing(&outputs, &[], &[]), &a.dir);
         print(&o)?;
     }
     // After the summary: one that cannot be written (a full stdout) leaves DIR as it was.

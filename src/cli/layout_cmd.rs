@@ -255,12 +255,7 @@ pub fn default(cpu: Option<&str>) -> Result<(), Failure> {
         return print(ptemu::simulate::DEFAULT_LAYOUT);
     };
     let profile = ptemu::CpuProfile::named(name).map_err(|e| Failure::input(format!("--cpu: {e}")))?;
-    let text = if profile.single_entry_topa() {
-        ptemu::simulate::DEFAULT_SINGLE_REGION_LAYOUT
-    } else {
-        ptemu::simulate::DEFAULT_LAYOUT
-    };
-    let text: String = text
+    let text: String = ptemu::simulate::default_layout_text(&profile)
         .lines()
         .map(|l| {
             if l.starts_with("cpu = ") {

@@ -4,7 +4,7 @@
 
 use super::output::eprint_text;
 use super::simulate_cmd::{case_options, run_options, summary, RunArgs};
-use super::summary::fail_on_operational_error;
+use super::summary::{fail_on_operational_error, replacing_line};
 use super::Failure;
 use ptemu::program::{describe, Limits, Processes, RecordError, RecordOptions, Recording, ThreadCase};
 use ptemu::sources::qemu::Sideband;
@@ -111,9 +111,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         program_lines(&mut text, r.exit, &r.sideband, &options.simulate);
         thread_lines(&mut text, &a.run.out, &r.threads);
         process_lines(&mut text, &a.run.out, &r.processes);
-        if let Some(line) = staged.replacing().line(&a.run.out) {
-            text.push_str(&format!("  {line}\n"));
-        }
+        replacing_line(&mut text, &staged.replacing(), &a.run.out);
         // On stderr: stdout is the program's, and `ptemu run -- ls > list` must hold what
         // `ls > list` holds (as `time` and `strace` report on stderr).
         eprint_text(&text);

@@ -1,7 +1,7 @@
 //! `ptemu simulate`: a trace through the tracer and the output unit into DIR.
 
 use super::output::print;
-use super::summary::{fail_on_operational_error, halt_note, warn_layout, write_output_state};
+use super::summary::{fail_on_operational_error, halt_note, replacing_line, warn_layout, write_output_state};
 use super::Failure;
 use indicatif::{HumanCount, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ptemu::case::{CaseError, CaseOptions};
@@ -154,7 +154,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             &done.report,
             done.truth.as_ref(),
         );
-        replacing_line(&mut text, &done.staged, &a.run.out);
+        replacing_line(&mut text, &done.staged.replacing(), &a.run.out);
         print(&text)?;
     }
     let unit_result = fail_on_operational_error(&done.outcome.unit);
@@ -168,13 +168,6 @@ impl From<CaseError> for Failure {
             CaseError::Output(m) => Failure::output(m),
             e => Failure::input(e.to_string()),
         }
-    }
-}
-
-/// SIM22: the summary's last line, when the commit replaces or removes what DIR held.
-fn replacing_line(text: &mut String, staged: &ptemu::case::Staged, out: &Path) {
-    if let Some(line) = staged.replacing().line(out) {
-        text.push_str(&format!("  {line}\n"));
     }
 }
 
@@ -503,9 +496,11 @@ pub(super) fn summary(
         outln!(o, "  replay with libipt's ptxed:");
         outln!(o, "    {cmd}");
     }
+    // A decoder can walk this run's code: its image, or a real program's files.
+    let decodable = run.image.is_some() || opts.format == ptemu::sources::Format::Qemu;
     match &r.perf {
         // Without instruction bytes perf has nothing to walk: it would list an error per branch.
-        Some(_) if run.image.is_none() && opts.format != ptemu::sources::Format::Qemu => outln!(
+        Some(_) if !decodable => outln!(
             o,
             "  perf.data has no code image: {} input has no instruction bytes, so perf decodes no \
              instruction from it (Penn traces and `ptemu run` programs have them; spec/perf-data.md)",
@@ -516,13 +511,13 @@ pub(super) fn summary(
             outln!(o, "    {cmd}");
         }
         // Issue 54 §4: perf is a first-class path; say how to have it.
-        None if run.image.is_some() || opts.format == ptemu::sources::Format::Qemu => outln!(
+        None if decodable => outln!(
             o,
             "  decode with Linux perf: add --perf-data (DIR/perf.data for `perf script`, spec/perf-data.md)"
         ),
         None => {}
     }
-    if run.image.is_some() || opts.format == ptemu::sources::Format::Qemu {
+    if decodable {
         outln!(
             o,
             "  decode with libipt, no ptxed needed (in ptemu's source tree): cargo run --release \

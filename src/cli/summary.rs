@@ -116,3 +116,11 @@ pub fn fail_on_operational_error(unit: &OutputUnit) -> Result<(), Failure> {
         _ => Ok(()),
     }
 }
+
+/// SIM22: the summary's line saying what the commit into `dir` replaces and removes, if it
+/// replaces or removes anything (`simulate`, `run`, `write` and `corpus` end with it).
+pub fn replacing_line(o: &mut String, r: &ptemu::case::Replacing, dir: &Path) {
+    if let Some(line) = r.line(dir) {
+        o.push_str(&format!("  {line}\n"));
+    }
+}

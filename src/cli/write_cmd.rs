@@ -1,7 +1,7 @@
 //! `ptemu write`.
 
 use super::output::print;
-use super::summary::{fail_on_operational_error, halt_note, warn_layout, write_output_state};
+use super::summary::{fail_on_operational_error, halt_note, replacing_line, warn_layout, write_output_state};
 use super::Failure;
 use ptemu::case::RunDir;
 use ptemu::event_log::EventLog;
@@ -145,12 +145,10 @@ fn write_stream(
     let out_error = |e: io::Error| Failure::input(format!("{}: writing outputs: {e}", out.display()));
     let dir = RunDir::create(out, force).map_err(out_error)?;
     let report = run.write_into(layout, dir.staging(), out)?;
-    let replacing = dir.replacing(&OUTPUTS, &[], &[]).line(out);
+    let replacing = dir.replacing(&OUTPUTS, &[], &[]);
     dir.commit(&OUTPUTS, &[]).map_err(out_error)?;
     let mut text = summary(layout, &run.unit, &run.log, &report, out);
-    if let Some(line) = replacing {
-        text.push_str(&format!("  {line}\n"));
-    }
+    replacing_line(&mut text, &replacing, out);
     Ok((text, fail_on_operational_error(&run.unit)))
 }
 

@@ -50,17 +50,22 @@ pub fn default_layout() -> Layout {
     Layout::parse(Path::new("<default layout>"), DEFAULT_LAYOUT).expect("the built-in layout parses")
 }
 
+/// The text of [`default_layout_for`]'s layout (its `cpu` line the built-in one's).
+pub fn default_layout_text(cpu: &crate::regs::CpuProfile) -> &'static str {
+    if cpu.single_entry_topa() {
+        DEFAULT_SINGLE_REGION_LAYOUT
+    } else {
+        DEFAULT_LAYOUT
+    }
+}
+
 /// The default layout for `cpu` (SIM2), with `cpu` as its profile: [`DEFAULT_LAYOUT`]'s ring
 /// of four regions where ToPA takes many output entries, [`DEFAULT_SINGLE_REGION_LAYOUT`]'s one
 /// region where it takes one (T8: Broadwell), so that every profile's default runs without an
 /// operational error.
 pub fn default_layout_for(cpu: &crate::regs::CpuProfile) -> Layout {
-    let text = if cpu.single_entry_topa() {
-        DEFAULT_SINGLE_REGION_LAYOUT
-    } else {
-        DEFAULT_LAYOUT
-    };
-    let mut layout = Layout::parse(Path::new("<default layout>"), text).expect("the built-in layout parses");
+    let mut layout = Layout::parse(Path::new("<default layout>"), default_layout_text(cpu))
+        .expect("the built-in layout parses");
     layout.cpu = cpu.clone();
     layout
 }
