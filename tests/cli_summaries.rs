@@ -611,3 +611,104 @@ fn sim5_ctl_traceen_0_warns_that_nothing_is_traced() {
         assert_eq!(fs::metadata(out.join("trace.pt")).unwrap().len() == 0, warns);
     }
 }
+
+/// Issue 54 §10: each message says what it is about. `verify` of a corpus's root names it a
+/// corpus and a case to give (no "line 0"); `run` without `--` before the program hints it; a
+/// single range whose register write faults (M2) is not described as if it worked; a walk of
+/// one step says "1 step" (PIC9's rule for counts); an empty input warns as ptemu's messages do;
+/// an MTCFreq that CPUID does not allow lists the values it does (M2).
+#[test]
+fn m2_r1_sim2_messages_say_what_they_are_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A corpus: its manifest and a case with a truth.
+    let corpus = d.join("corpus");
+    fs::create_dir_all(corpus.join("clean-b")).unwrap();
+    fs::create_dir_all(corpus.join("clean-a")).unwrap();
+    fs::write(corpus.join("manifest.json"), "{}").unwrap();
+    for case in ["clean-a", "clean-b"] {
+        fs::write(corpus.join(case).join("truth.jsonl"), "{\"truth\":1}\n").unwrap();
+    }
+    let verify = |case: &Path| {
+        let o = ptemu(&["verify", s(case), "--ips", s(&d.join("none.txt"))]);
+        assert_eq!(o.status.code(), Some(2));
+        text(&o.stderr)
+    };
+    let err = verify(&corpus);
+    assert!(
+        err.contains("is a corpus (it has manifest.json), not a case")
+            && err.contains(&format!("for example {}", corpus.join("clean-a").display())),
+        "{err}"
+    );
+    assert!(!err.contains("line 0"), "{err}");
+    let err = verify(d);
+    assert!(err.contains("holds neither truth.bin nor truth.jsonl"), "{err}");
+    let err = verify(&d.join("missing"));
+    assert!(
+        err.contains("missing: No such file") && !err.contains("line 0"),
+        "{err}"
+    );
+
+    let o = ptemu(&["run", "--out", s(&d.join("r2")), "ls", "-l"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("unexpected argument 'ls'")
+            && err.contains(
+                "tip: the program and its arguments come after `--`: ptemu run [OPTIONS] --out DIR -- ls"
+            ),
+        "{err}"
+    );
+    assert!(!d.join("r2").exists());
+
+    let faulting = layout(
+        d,
+        "range.toml",
+        "cpu = \"skylake\"\n[output]\nscheme = \"single-range\"\nbase = 0x4000000000000000\nmask_ptrs = 0x1fff\n",
+    );
+    let o = ptemu(&["layout", "check", s(&faulting)]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(out.contains("#GP: IA32_RTIT_OUTPUT_BASE"), "{out}");
+    assert!(
+        out.contains("range: none: the #GP above refuses the write"),
+        "{out}"
+    );
+    assert!(!out.contains("range: base"), "{out}");
+
+    let one = layout(
+        d,
+        "one.toml",
+        &skylake_topa("{ region = 0x100000, size = \"4K\", stop = true }"),
+    );
+    let out = text(&ptemu(&["layout", "check", s(&one)]).stdout);
+    assert!(out.contains("walk (1 step):"), "{out}");
+
+    let empty = d.join("empty.byu");
+    fs::write(&empty, b"").unwrap();
+    let o = ptemu(&["simulate", "--format", "byu", s(&empty), "--out", s(&d.join("e"))]);
+    let err = text(&o.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "ptemu: warning: {}: the input has no instructions",
+            empty.display()
+        )),
+        "{err}"
+    );
+
+    let o = ptemu(&[
+        "simulate",
+        "--ctl",
+        "MTCEn=1",
+        "--ctl",
+        "MTCFreq=1",
+        "--out",
+        s(&d.join("m")),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("MTCFreq=1 not allowed (allowed: 0, 3, 6, 9, by CPUID.14H.1:EAX[31:16] = 0x0249)"),
+        "{err}"
+    );
+}

@@ -18,6 +18,8 @@ fn perf(dir: &Path, args: &[&str]) -> Output {
     Command::new("perf")
         .args(["script", "-i"])
         .arg(dir.join("perf.data"))
+        .arg("--symfs")
+        .arg(dir)
         .args(args)
         .output()
         .expect("perf (Debian's linux-perf; cargo xtask test installs it)")
@@ -258,6 +260,8 @@ fn pd3_perf_reads_the_file_without_warnings() {
     let report = Command::new("perf")
         .args(["report", "--stdio", "-i"])
         .arg(out.join("perf.data"))
+        .arg("--symfs")
+        .arg(&out)
         .output()
         .unwrap();
     assert!(report.status.success(), "{}", text(&report.stderr));
@@ -292,9 +296,55 @@ fn pd3_perf_reads_the_file_without_warnings() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(!out.join("image.elf").exists());
     assert!(
-        cmd.starts_with("perf script -i /") && cmd.ends_with("perf.data --itrace=i0nse -F ip"),
+        cmd.starts_with("perf script -i /")
+            && cmd.contains("perf.data --symfs /")
+            && cmd.ends_with(" --itrace=i0nse -F ip"),
         "{cmd}"
     );
+}
+
+/// PD12 (issue 54 §4c): a case decodes wherever it is copied. perf.data names the code
+/// `/image.elf`, found under `--symfs CASE`: a run moved after writing (with an IP filter,
+/// whose string names the image too, PD6) gives perf exactly its instructions at the new place,
+/// and the summary's command carries `--symfs DIR`.
+#[test]
+fn pd12_a_copied_case_decodes_with_its_symfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean = simulate(dir.path(), "base", SJENG, &[]);
+    let image: Value = serde_json::from_slice(&fs::read(clean.join("image.json")).unwrap()).unwrap();
+    let base = cli::hex(&image["base"]);
+    let (a, b) = (
+        format!("ADDR0_A={base:#x}"),
+        format!("ADDR0_B={:#x}", base + 0x2fff),
+    );
+    for (name, extra) in [
+        ("plain", &[][..]),
+        (
+            "filtered",
+            &["--ctl", "ADDR0_CFG=1", "--msr", &a, "--msr", &b][..],
+        ),
+    ] {
+        let written = simulate(dir.path(), name, SJENG, extra);
+        let r: Value = serde_json::from_slice(&fs::read(written.join("report.json")).unwrap()).unwrap();
+        let cmd = r["perf"].as_str().unwrap().to_owned();
+        assert!(cmd.contains(&format!("--symfs {}", written.display())), "{cmd}");
+        let moved = dir.path().join(format!("{name}-moved"));
+        fs::rename(&written, &moved).unwrap();
+        assert!(!written.exists());
+        let (ips, errors) = perf_ips(&moved);
+        assert!(errors.is_empty(), "{name}: {errors:?}");
+        let want = truth_ips(&moved);
+        assert!(want.len() > 50, "{name}");
+        assert_eq!(ips, want, "{name}: perf's instructions at the new place");
+        // Without --symfs perf looks for /image.elf and fails: the option is what finds it.
+        let o = Command::new("perf")
+            .args(["script", "-i"])
+            .arg(moved.join("perf.data"))
+            .args(["--itrace=i0nse", "-F", "ip"])
+            .output()
+            .unwrap();
+        assert!(text(&o.stdout).contains("Failed to get instruction"), "{name}");
+    }
 }
 
 /// PD9, CP8: the file names the profile's CPU as perf's `HEADER_CPUID` feature, which perf reads
@@ -420,6 +470,8 @@ fn pd11_perf_report_names_the_traced_code_by_function() {
     let o = Command::new("perf")
         .args(["report", "--stdio", "--itrace=i100i", "-i"])
         .arg(out.join("perf.data"))
+        .arg("--symfs")
+        .arg(&out)
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));

@@ -362,7 +362,7 @@ fn check_texts_in_boxes(svg: &str) -> Result<(), TestCaseError> {
 /// PIC9: a count is followed by its noun in the singular when it is 1 and in the plural else
 /// (`1 table`, `2 tables`, `0 bytes`), with or without `more` between.
 fn check_count_words(texts: &[String]) -> Result<(), TestCaseError> {
-    const NOUNS: [(&str, &str); 9] = [
+    const NOUNS: [(&str, &str); 10] = [
         ("table", "tables"),
         ("entry", "entries"),
         ("byte", "bytes"),
@@ -372,6 +372,7 @@ fn check_count_words(texts: &[String]) -> Result<(), TestCaseError> {
         ("lap", "laps"),
         ("event", "events"),
         ("line", "lines"),
+        ("time", "times"),
     ];
     for t in texts {
         // Words between spaces; a count may open a bracket (`(6 entries`), a noun may close a
@@ -644,8 +645,38 @@ fn pic7_pic9_three_tables_draw_three_hops_in_their_own_lanes_and_count_in_words(
     assert!(
         texts
             .iter()
-            .any(|t| t.starts_with("run: 1 byte in, 1 written, 0 lost; 0 PMIs, 0 wraps")),
+            .any(|t| t.starts_with("run: 1 byte in, 1 written, 0 lost; 0 PMIs, 0 stopped")),
         "{texts:?}"
+    );
+    must(check_count_words(&texts));
+}
+
+/// PIC11 (issue 54 §11): the header names the output MSRs as the layout sets them, at the start;
+/// after a run that came round a ring three times, the run line says so and names no wrap (a
+/// ToPA ring comes round by its END entry: W5's index wrap did not happen), and the final MSRs
+/// are the report's.
+#[test]
+fn pic11_the_picture_names_the_starting_msrs_and_the_laps_without_wraps() {
+    let ring = "cpu = \"skylake\"\n[output]\nscheme = \"topa\"\nbase = 0x1000\nmask_ptrs = 0x7f\n\
+               [[table]]\nbase = 0x1000\nentries = [\n  { region = 0x10000, size = \"4K\" },\n  { end = 0x1000 },\n]\n";
+    let (report, texts, _) = write_run(ring, 3 * 4096 + 100);
+    let all = texts.join("\n");
+    assert!(
+        all.contains(
+            "at the start (the layout's): IA32_RTIT_OUTPUT_BASE 0x1000   IA32_RTIT_OUTPUT_MASK_PTRS 0x7f"
+        ),
+        "{all}"
+    );
+    let laps = report["stats"]["laps"].as_u64().unwrap();
+    assert_eq!(laps, 3, "{report}");
+    assert!(all.contains("came round 3 times"), "{all}");
+    assert!(!all.contains("wrap"), "no wrap to name: {all}");
+    let ptrs = hex(&report["msr"]["output_mask_ptrs"]);
+    assert!(
+        all.contains(&format!(
+            "final MSRs: OUTPUT_BASE 0x1000, OUTPUT_MASK_PTRS {ptrs:#x}"
+        )),
+        "{all}"
     );
     must(check_count_words(&texts));
 }

@@ -331,7 +331,16 @@ fn pttc_perf_data_perf_decodes_libipts_tests() {
         assert!(o.status.success(), "{stem}: {}", text(&o.stderr));
         cases += 1;
         let perf = std::process::Command::new("perf")
-            .args(["script", "-i", "perf.data", "--itrace=i0nse", "-F", "ip"])
+            .args([
+                "script",
+                "-i",
+                "perf.data",
+                "--symfs",
+                ".",
+                "--itrace=i0nse",
+                "-F",
+                "ip",
+            ])
             .current_dir(&out)
             .output()
             .expect("perf (Debian's linux-perf; cargo xtask test installs it)");

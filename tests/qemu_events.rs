@@ -261,6 +261,13 @@ fn qe13_batches_of_block_indices_give_the_events_runs_give() {
         e.contains(&format!("byte offset {at}")) && e.contains("block 12 executed before it was translated"),
         "{e}"
     );
+    // The offset is named as the plugin's stream's, not the program file's (issue 54 §10).
+    assert!(
+        e.starts_with(&format!(
+            "prog (the plugin's stream of its run): byte offset {at}:"
+        )),
+        "{e}"
+    );
 }
 
 #[test]
@@ -361,6 +368,7 @@ fn qe1_a_stream_that_breaks_off_or_lies_is_an_error_with_its_offset() {
     // Not a plugin stream at all.
     let e = events(b"hello, world".to_vec()).unwrap_err();
     assert!(e.contains("byte offset 0") && e.contains("magic"), "{e}");
+    assert!(e.starts_with("prog (the plugin's stream of its run): "), "{e}");
 }
 
 #[test]

@@ -271,6 +271,8 @@ fn tr11_perf_marks_pass_verify_events_perf_and_a_missing_one_fails() {
                 "script",
                 "-i",
                 "perf.data",
+                "--symfs",
+                ".",
                 "--itrace=i0nsepw",
                 "-F",
                 "event,ip,synth",
@@ -323,7 +325,16 @@ fn tr12_perf_going_on_after_a_corrupt_packet_passes_where_its_instructions_are_t
     let root = &corpus_seed_3();
     let perf = |case: &Path| -> String {
         let o = std::process::Command::new("perf")
-            .args(["script", "-i", "perf.data", "--itrace=i0nse", "-F", "ip"])
+            .args([
+                "script",
+                "-i",
+                "perf.data",
+                "--symfs",
+                ".",
+                "--itrace=i0nse",
+                "-F",
+                "ip",
+            ])
             .current_dir(case)
             .output()
             .expect("perf (Debian's linux-perf; cargo xtask test installs it)");
@@ -358,7 +369,7 @@ fn tr12_perf_going_on_after_a_corrupt_packet_passes_where_its_instructions_are_t
                 .parse()
                 .unwrap();
             let can: u64 = msg
-                .rsplit('(')
+                .rsplit("the truth has ")
                 .next()
                 .unwrap()
                 .split(' ')
@@ -481,6 +492,8 @@ fn tr13_pd5_perf_times_pass_verify_time() {
                 "script",
                 "-i",
                 "perf.data",
+                "--symfs",
+                ".",
                 "--itrace=i0nse",
                 "-F",
                 fields,
@@ -735,7 +748,16 @@ fn cp8_corp1_a_corpus_case_per_erratum_needs_its_workaround() {
         let (ok, msg) = handled(&libipt_decode::decode_case_as(&case, None));
         assert!(!ok, "{name}: libipt not told the part: {msg}");
         let o = std::process::Command::new("perf")
-            .args(["script", "-i", "perf.data", "--itrace=i0nse", "-F", "ip"])
+            .args([
+                "script",
+                "-i",
+                "perf.data",
+                "--symfs",
+                ".",
+                "--itrace=i0nse",
+                "-F",
+                "ip",
+            ])
             .current_dir(&case)
             .output()
             .expect("perf (Debian's linux-perf; cargo xtask test installs it)");

@@ -17,7 +17,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Also write each case's perf.data and image.elf, for Linux perf's decoder
-    /// (spec/perf-data.md); perf finds image.elf by its absolute path, so the files name DIR.
+    /// (spec/perf-data.md); perf finds image.elf with `--symfs CASE`, wherever the case is
+    /// copied (PD12).
     #[arg(long)]
     perf_data: bool,
     /// Write into a DIR that holds files ptemu did not write: same-named ones are replaced,

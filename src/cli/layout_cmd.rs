@@ -55,7 +55,7 @@ pub fn describe(layout: &Layout, report: &CheckReport) -> String {
     let mut text = String::new();
     let o = &mut text;
     match layout.scheme {
-        Scheme::SingleRange => describe_range(o, layout),
+        Scheme::SingleRange => describe_range(o, layout, report),
         Scheme::Topa => {
             if let Some(route) = &report.route {
                 describe_topa(o, layout, &report.walk, route);
@@ -88,7 +88,8 @@ fn describe_topa(o: &mut String, layout: &Layout, walk: &[(u64, u32)], route: &R
         (ptrs >> 7) & 0x1ff_ffff,
         ptrs >> 32
     );
-    outln!(o, "  walk ({} steps):", walk.len());
+    let steps = if walk.len() == 1 { "step" } else { "steps" };
+    outln!(o, "  walk ({} {steps}):", walk.len());
     let shown = |k: usize| walk.len() <= LISTED_STEPS || k < LISTED_STEPS - 4 || k >= walk.len() - 4;
     for (k, &(t, i)) in walk.iter().enumerate() {
         if !shown(k) {
@@ -219,7 +220,15 @@ fn describe_topa(o: &mut String, layout: &Layout, walk: &[(u64, u32)], route: &R
     }
 }
 
-fn describe_range(o: &mut String, layout: &Layout) {
+fn describe_range(o: &mut String, layout: &Layout, report: &CheckReport) {
+    if !report.faults.is_empty() {
+        // The register write that would set the range up faults (M2): there is no range.
+        outln!(
+            o,
+            "  range: none: the #GP above refuses the write, so tracing never starts and nothing is written"
+        );
+        return;
+    }
     let ptrs = MaskPtrs::from(layout.mask_ptrs | MaskPtrs::LOWER_MASK);
     let Ok(r) = check_range(OutputBase::from(layout.base), ptrs) else {
         return;

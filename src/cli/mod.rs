@@ -233,18 +233,61 @@ fn init_logging(verbose: u8) {
         2 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let from_env = tracing_subscriber::EnvFilter::try_from_default_env().ok();
+    // Without -v or RUST_LOG a warning reads as ptemu's other messages do ("ptemu: warning:
+    // ..."), not as a log line with a time and a module.
+    let plain = verbose == 0 && from_env.is_none();
+    let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(level));
     // Colour escapes only on a terminal: a log file or a pipe gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         // A warning that cannot be written (stderr a closed pipe) is dropped: the subscriber's
         // own report of the failure would go through `eprintln!`, which panics there.
-        .log_internal_errors(false)
-        .try_init();
+        .log_internal_errors(false);
+    let _ = if plain {
+        builder.event_format(PlainMessage).try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// A log event as one of ptemu's messages: "ptemu: warning: MESSAGE" (the message field only;
+/// the other fields are for -v).
+struct PlainMessage;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for PlainMessage
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let word = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            tracing::Level::DEBUG => "debug",
+            tracing::Level::TRACE => "trace",
+        };
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        writeln!(w, "ptemu: {word}: {}", message.0)
+    }
 }
 
 /// Which of descriptors 0, 1 and 2 were closed when the process started (bit k: descriptor k),
@@ -273,13 +316,34 @@ pub fn closed_at_start() -> u8 {
     CLOSED_AT_START.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// `e` with a tip where `ptemu run`'s program came without the `--` before it (`ptemu run --out
+/// r2 ls`): clap says only "unexpected argument 'ls'".
+fn with_program_tip(mut e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let words: Vec<String> = std::env::args().skip(1).collect();
+    let is_run = words
+        .iter()
+        .find(|w| !w.starts_with('-'))
+        .is_some_and(|w| w == "run");
+    if e.kind() != ErrorKind::UnknownArgument || !is_run || arg.starts_with('-') {
+        return e;
+    }
+    let tip =
+        format!("the program and its arguments come after `--`: ptemu run [OPTIONS] --out DIR -- {arg} ...");
+    e.insert(ContextKind::Suggested, ContextValue::StyledStrs(vec![tip.into()]));
+    e
+}
+
 /// Parses the arguments, runs the command, and maps failures to exit codes.
 pub fn run() -> ExitCode {
     // First of all: SIGINT, SIGTERM and SIGHUP end the process with 128 + N from here on, even
     // when it was started with them ignored (a shell's `cmd &`), and clean up what a command
     // registers later (cleanup.rs).
     cleanup::install();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| with_program_tip(e).exit());
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Simulate(args) => simulate_cmd::run(args),

@@ -28,7 +28,7 @@ pub struct Args {
     #[arg(long)]
     case: bool,
     /// With --case: also write perf.data and image.elf, the test's trace and code as perf
-    /// records them, for `perf script -i DIR/perf.data --itrace=i0nse -F ip`.
+    /// records them, for `perf script -i DIR/perf.data --symfs DIR --itrace=i0nse -F ip`.
     #[arg(long, requires = "case")]
     perf_data: bool,
     /// Also put `<root>.pt` through the output unit programmed from LAYOUT (ToPA or single
@@ -183,7 +183,7 @@ fn perf_data(
     use ptemu::regs::{CpuSignature, RtitCtl};
     let file = |name: &str| files.iter().find(|f| f.name == name).map(|f| &f.bytes[..]);
     let code = file("image.bin").unwrap_or_default();
-    let image = perf_data::write_image_elf(dir.staging(), &dir.final_path(""), code, compiled.org)?;
+    let image = perf_data::write_image_elf(dir.staging(), code, compiled.org)?;
     let ctl = RtitCtl::from(run.ctl)
         .with_trace_en(true)
         .with_branch_en(true)

@@ -94,8 +94,8 @@ pub struct RunArgs {
     /// instruction).
     #[arg(long, value_name = "bin|jsonl", default_value = "bin")]
     pub(super) truth_format: TruthFormat,
-    /// Also write DIR/perf.data (and, for Penn input, DIR/image.elf) for Linux perf's Intel PT
-    /// decoder (spec/perf-data.md).
+    /// Also write DIR/perf.data (and, for Penn input, DIR/image.elf, which perf finds with
+    /// `--symfs DIR`) for Linux perf's Intel PT decoder (spec/perf-data.md).
     #[arg(long)]
     pub(super) perf_data: bool,
     /// Output directory.

@@ -21,21 +21,51 @@ pub enum Command {
     },
 }
 
-/// The truth file of a case directory: `truth.bin`, else `truth.jsonl`; a file as it is.
-pub fn truth_file(case: &Path) -> PathBuf {
-    if case.is_dir() {
-        let bin = case.join("truth.bin");
-        if bin.is_file() {
-            return bin;
-        }
-        return case.join("truth.jsonl");
+/// The truth file of a case directory: `truth.bin`, else `truth.jsonl`; a file as it is. A
+/// directory with neither is refused, saying what it is: a corpus (its `manifest.json`) names one
+/// of its cases.
+pub fn truth_file(case: &Path) -> Result<PathBuf, Failure> {
+    if !case.is_dir() {
+        return Ok(case.to_path_buf());
     }
-    case.to_path_buf()
+    for name in ["truth.bin", "truth.jsonl"] {
+        let file = case.join(name);
+        if file.is_file() {
+            return Ok(file);
+        }
+    }
+    let shown = case.display();
+    if case.join("manifest.json").is_file() {
+        let example = first_case(case)
+            .map(|c| format!(", for example {}", case.join(c).display()))
+            .unwrap_or_default();
+        return Err(Failure::input(format!(
+            "{shown} is a corpus (it has manifest.json), not a case: name one of its cases{example}"
+        )));
+    }
+    Err(Failure::input(format!(
+        "{shown} holds neither truth.bin nor truth.jsonl: not a case directory ptemu wrote"
+    )))
+}
+
+/// The first case (in name order) of a corpus directory: a subdirectory with a truth file.
+fn first_case(corpus: &Path) -> Option<String> {
+    let mut cases: Vec<String> = std::fs::read_dir(corpus)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let p = e.path();
+            p.join("truth.bin").is_file() || p.join("truth.jsonl").is_file()
+        })
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    cases.sort();
+    cases.into_iter().next()
 }
 
 pub fn run(c: &Command) -> Result<(), Failure> {
     let Command::Dump { truth, output } = c;
-    let path = truth_file(truth);
+    let path = truth_file(truth)?;
     let name = path.display().to_string();
     let failed = |e: std::io::Error| Failure::input(format!("{name}: {e}"));
     // A truth.bin file is mapped, not read: dumping one of any length takes flat memory.

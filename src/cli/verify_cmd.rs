@@ -67,7 +67,7 @@ pub fn run(a: &Args) -> Result<(), Failure> {
             "`-` for both the truth and --ips: both cannot be stdin",
         ));
     }
-    let truth = super::truth_cmd::truth_file(&a.case);
+    let truth = super::truth_cmd::truth_file(&a.case)?;
     let name = truth.display().to_string();
     let truth_failure = |e: ptemu::truth::TruthError| Failure::input(e.to_string());
     let unchecked = if is_std(&truth) {
@@ -132,8 +132,12 @@ pub fn run(a: &Args) -> Result<(), Failure> {
                     Some(tol) => format!(" ({} with a time within {tol} of the truth's)", verdict.times),
                     None => String::new(),
                 };
+                let undefined = match verdict.in_undefined {
+                    0 => String::new(),
+                    n => format!("{n} of them read where an undefined span could take any line, TR5; "),
+                };
                 print(&format!(
-                    "ptemu verify: ok: {} instruction line(s){times}{events} agree with {name} ({} instructions a decoder can give)\n",
+                    "ptemu verify: ok: {} instruction line(s){times}{events} agree with {name} ({undefined}the truth has {} instructions a decoder must or may give)\n",
                     verdict.ips, instructions
                 ))?;
             }

@@ -18,7 +18,7 @@ use abi::*;
 use byteorder::{WriteBytesExt, LE};
 use std::fs;
 use std::io::{self, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `PERFILE2`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PERFILE2");
@@ -565,25 +565,32 @@ fn header_string(s: &str) -> Vec<u8> {
     v
 }
 
-/// Writes `code`, loaded at `base`, as `staged/image.elf` ([`elf::image`]), a directory to be
-/// renamed to `final_dir`; gives the mapping that names it there by its absolute path, as perf
-/// opens it (`ptemu simulate --perf-data`, `ptemu pttc --perf-data`).
-pub fn write_image_elf(staged: &Path, final_dir: &Path, code: &[u8], base: u64) -> io::Result<Mapping> {
+/// The name perf.data gives `image.elf`: a path at the root, which perf resolves under `--symfs
+/// CASE` (`CASE/image.elf`), so a case decodes wherever it is copied (PD12).
+pub const IMAGE_ELF: &str = "/image.elf";
+
+/// perf's option that finds `image.elf` in `case` (PD12): `--symfs CASE`, quoted for a shell.
+pub fn symfs_option(case: &Path) -> io::Result<String> {
+    // Components again: no trailing `/` (perf joins `/image.elf` to it).
+    let dir: PathBuf = std::path::absolute(case)?.components().collect();
+    Ok(format!(
+        "--symfs {}",
+        crate::image::quote(&dir.display().to_string())
+    ))
+}
+
+/// Writes `code`, loaded at `base`, as `staged/image.elf` ([`elf::image`]); gives the mapping
+/// that names it as [`IMAGE_ELF`], found by perf under `--symfs` of the case directory
+/// (`ptemu simulate --perf-data`, `ptemu pttc --perf-data`).
+pub fn write_image_elf(staged: &Path, code: &[u8], base: u64) -> io::Result<Mapping> {
     let (elf, pgoff) = elf::image(code, base);
     fs::write(staged.join("image.elf"), elf)?;
-    let path = std::path::absolute(final_dir.join("image.elf"))?;
-    let path = path.to_str().ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "--perf-data: perf finds image.elf by its path, which must be UTF-8",
-        )
-    })?;
-    Ok(Mapping::new(path.to_owned(), base, code.len() as u64, pgoff))
+    Ok(Mapping::new(IMAGE_ELF.to_owned(), base, code.len() as u64, pgoff))
 }
 
 /// Writes `staged/image.elf` (when the run has a code image) and `staged/perf.data` for the run
 /// whose `trace.pt` is in `staged`, a directory to be renamed to `final_dir` (perf finds
-/// `image.elf` by its absolute path there); returns the perf command that decodes it. `ptemu
+/// `image.elf` there by `--symfs`, PD12); returns the perf command that decodes it. `ptemu
 /// simulate --perf-data` and `ptemu corpus --perf-data` (spec/perf-data.md).
 pub fn write_run(
     staged: &Path,
@@ -595,17 +602,16 @@ pub fn write_run(
     maps: Vec<Mapping>,
 ) -> io::Result<String> {
     let image = match &outcome.image {
-        Some(img) => Some(write_image_elf(staged, final_dir, &img.bytes, img.base)?),
+        Some(img) => Some(write_image_elf(staged, &img.bytes, img.base)?),
         None => None,
     };
-    let mut filter = image
+    let filter = image
         .as_ref()
         .map_or(String::new(), |m| filter_string(opts.ctl, &opts.msrs, m));
-    if !filter.is_empty() && image.as_ref().is_some_and(|m| m.path.contains([' ', ','])) {
-        // perf's filter parser ends a file name at a space or a comma.
-        tracing::warn!("--perf-data: DIR's path has a space or a comma: no IP filter in perf.data");
-        filter.clear();
-    }
+    let symfs = match image {
+        Some(_) => format!(" {}", symfs_option(final_dir)?),
+        None => String::new(),
+    };
     let spec = Spec {
         filter,
         image,
@@ -633,7 +639,7 @@ pub fn write_run(
         "--itrace=i0nse -F ip"
     };
     Ok(format!(
-        "perf script -i {} {fields}",
+        "perf script -i {}{symfs} {fields}",
         crate::image::quote(
             &std::path::absolute(final_dir.join("perf.data"))?
                 .display()

@@ -227,7 +227,7 @@ fn title(svg: &mut Svg, layout: &Layout, what: &str) {
         "normal",
         colour::FAINT,
         &format!(
-            "IA32_RTIT_OUTPUT_BASE {:#x}   IA32_RTIT_OUTPUT_MASK_PTRS {:#x}",
+            "at the start (the layout's): IA32_RTIT_OUTPUT_BASE {:#x}   IA32_RTIT_OUTPUT_MASK_PTRS {:#x}",
             layout.base, layout.mask_ptrs
         ),
     );
@@ -719,17 +719,26 @@ fn kind_name(kind: EventKind) -> &'static str {
 /// The run's totals and its first events, as lines of text.
 fn run_lines(run: &Run) -> Vec<String> {
     let c = &run.counts;
+    // A wrap event is the walk's index or the range's offset going back to 0 (W5, R3), rare in
+    // a ToPA ring, which comes round by its END entry: named only when there is one, beside the
+    // laps (the times output came round onto bytes it wrote before).
+    let wraps = match c.wrap {
+        0 => String::new(),
+        n => format!(
+            "{}, ",
+            count(n, "wrap to offset 0 (W5, R3)", "wraps to offset 0 (W5, R3)")
+        ),
+    };
     let mut lines = vec![
         format!(
-            "run: {} in, {} written, {} lost; {}, {}, {} stopped, {}; {}, {} overwritten",
+            "run: {} in, {} written, {} lost; {}, {wraps}{} stopped, {}; came round {}, {} overwritten",
             count(run.stats.bytes_in, "byte", "bytes"),
             run.stats.bytes_written,
             run.stats.bytes_lost,
             count(c.pmi, "PMI", "PMIs"),
-            count(c.wrap, "wrap", "wraps"),
             c.stopped,
             count(c.error, "error", "errors"),
-            count(run.stats.laps, "lap", "laps"),
+            count(run.stats.laps, "time", "times"),
             count(run.stats.bytes_overwritten, "byte", "bytes"),
         ),
         format!(

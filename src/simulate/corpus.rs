@@ -452,8 +452,9 @@ fn erratum_cases() -> Vec<CaseSpec> {
 }
 
 /// The command that decodes a case's perf.data, run in the case directory (`case.json`'s
-/// `perf`, with `ptemu corpus --perf-data`); its output, errors included, goes into `ptemu verify`.
-pub const PERF_COMMAND: &str = "perf script -i perf.data --itrace=i0nse -F ip";
+/// `perf`, with `ptemu corpus --perf-data`; `--symfs .` finds its `/image.elf`, PD12); its
+/// output, errors included, goes into `ptemu verify`.
+pub const PERF_COMMAND: &str = "perf script -i perf.data --symfs . --itrace=i0nse -F ip";
 
 /// What [`write_case`] wrote, for the manifest.
 #[derive(Clone, Debug, serde::Serialize)]

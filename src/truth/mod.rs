@@ -29,7 +29,7 @@ pub const VERSION: u32 = json::VERSION;
 /// Why a truth file cannot be read: the file, where (a line of `truth.jsonl`, a byte of
 /// `truth.bin`), what is wrong.
 #[derive(Debug, thiserror::Error)]
-#[error("{file}: {}: {msg}", if let Some(b) = byte { format!("byte {b}") } else { format!("line {line}") })]
+#[error("{file}: {}{msg}", where_in(*line, *byte))]
 #[non_exhaustive]
 pub struct TruthError {
     /// The file.
@@ -40,6 +40,16 @@ pub struct TruthError {
     pub byte: Option<usize>,
     /// What is wrong.
     pub msg: String,
+}
+
+/// Where in its file a [`TruthError`] is, as its message says it: "byte B: ", "line N: ", or
+/// nothing when the error is the whole file's (line 0 and no byte: it cannot be opened).
+fn where_in(line: usize, byte: Option<usize>) -> String {
+    match (byte, line) {
+        (Some(b), _) => format!("byte {b}: "),
+        (None, 0) => String::new(),
+        (None, l) => format!("line {l}: "),
+    }
 }
 
 /// What made instructions unrecoverable.

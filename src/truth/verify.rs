@@ -1536,6 +1536,9 @@ pub struct Verdict {
     pub events: u64,
     /// Instruction lines whose time was checked (with `--time`, TR13).
     pub times: u64,
+    /// Instruction lines read where a way lay in an undefined span (TR5), where any line agrees:
+    /// why more lines can agree than the truth has instructions a decoder must or may give.
+    pub in_undefined: u64,
     /// The first divergence, if any.
     pub divergence: Option<Divergence>,
     /// The matcher's work: every position of the truth it followed, once for each line (the
@@ -1627,6 +1630,7 @@ fn check_lines(
         errors: 0,
         events: 0,
         times: 0,
+        in_undefined: 0,
         divergence: None,
         work: 0,
     };
@@ -1687,7 +1691,12 @@ fn check_lines(
         }
         let Some(t) = token_bytes(&buf) else { continue };
         match t {
-            Token::Ip(_) => v.ips += 1,
+            Token::Ip(_) => {
+                v.ips += 1;
+                if m.ways.iter().any(|w| w.at.undefined()) {
+                    v.in_undefined += 1;
+                }
+            }
             Token::Error => v.errors += 1,
             Token::Event(_) | Token::Mark if !options.events => continue,
             // perf prints none of ptxed's flow events; a bracketed line there is not perf's.
@@ -2040,6 +2049,12 @@ mod tests {
         let u = r#"{"k":"span","class":"undefined","cause":"gap","first":1,"error":"allowed","resume":5}"#;
         let p = pattern(&[A, u, r#"{"k":"insn","i":1,"ip":"0x20","undefined":"gap"}"#, D2]);
         assert_eq!(verdict(&p, "10\n99\n14\n77\nerror\n14\n"), None);
+        // Issue 54 §10: the lines an undefined span took are counted (99, 14, 77 and the last
+        // 14, read while a way lay in the span), so a summary can say why more lines agree
+        // than the truth has instructions a decoder must or may give (2: 0x10 and 0x14).
+        let v = check(&p, "10\n99\n14\n77\nerror\n14\n".as_bytes()).unwrap();
+        assert_eq!((v.ips, v.in_undefined, p.instructions), (5, 4, 2));
+        assert_eq!(check(&p, "10\n14\n".as_bytes()).unwrap().in_undefined, 1);
         assert_eq!(verdict(&p, "10\n14\n"), None);
         assert!(verdict(&p, "10\n99\n").is_some());
         let d = verdict(&p, "11\n").unwrap();

@@ -219,6 +219,20 @@ fn check_ctl(cpu: &CpuProfile, old: RtitCtl, value: u64) -> Result<(), GpFault> 
             "CPUID.14H.1:EBX[31:16]",
         ),
     ];
+    /// The values a CPUID bitmap allows, as a reader wants them: "0, 3, 6, 9, by
+    /// CPUID.14H.1:EAX[31:16] = 0x0249".
+    fn allowed_values(bitmap: u16, name: &str) -> String {
+        let values: Vec<String> = (0..16)
+            .filter(|v| bitmap & (1 << v) != 0)
+            .map(|v: u32| v.to_string())
+            .collect();
+        let values = if values.is_empty() {
+            "none".to_owned()
+        } else {
+            values.join(", ")
+        };
+        format!("{values}, by {name} = {bitmap:#06x}")
+    }
     for (field, v, supported, requires, bitmap, bitmap_name) in encodings {
         if !supported {
             if v != 0 {
@@ -230,7 +244,7 @@ fn check_ctl(cpu: &CpuProfile, old: RtitCtl, value: u64) -> Result<(), GpFault> 
                 GpReason::Encoding {
                     field,
                     value: v.into(),
-                    allowed: format!("{bitmap_name} = {bitmap:#06x}"),
+                    allowed: allowed_values(bitmap, bitmap_name),
                 },
             );
         }
@@ -252,7 +266,7 @@ fn check_ctl(cpu: &CpuProfile, old: RtitCtl, value: u64) -> Result<(), GpFault> 
                 GpReason::Encoding {
                     field,
                     value: cfg.into(),
-                    allowed: "0..=2".into(),
+                    allowed: "0, 1, 2".into(),
                 },
             );
         }

@@ -33,7 +33,7 @@ pub enum GpReason {
         field: &'static str,
         /// The encoding written.
         value: u64,
-        /// The CPUID bitmap or range it must satisfy.
+        /// The values allowed, and the CPUID bitmap that allows them.
         allowed: String,
     },
     /// A configuration MSR was written while TraceEn stays 1.
@@ -70,7 +70,7 @@ impl fmt::Display for GpReason {
                 value,
                 allowed,
             } => {
-                write!(f, "{field}={value} not allowed ({allowed})")
+                write!(f, "{field}={value} not allowed (allowed: {allowed})")
             }
             GpReason::WhileTracing => write!(f, "write while TraceEn=1 that does not clear TraceEn"),
             GpReason::NoSingleRange => write!(

@@ -409,9 +409,14 @@ impl<R: Read> QemuEvents<R> {
         self
     }
 
+    /// What an error names: the plugin's stream of the program, whose byte offsets it gives.
+    fn stream_name(&self) -> String {
+        format!("{} (the plugin's stream of its run)", self.name)
+    }
+
     fn error(&self, offset: u64, kind: ErrorKind, message: impl Into<String>) -> SourceError {
         SourceError {
-            file: self.name.clone(),
+            file: self.stream_name(),
             position: Some(Position::Byte(offset)),
             kind,
             message: message.into(),
@@ -424,7 +429,7 @@ impl<R: Read> QemuEvents<R> {
             None => ErrorKind::LostFraming,
         };
         SourceError {
-            file: format!("{} (the plugin's stream)", self.name),
+            file: self.stream_name(),
             position: Some(Position::Byte(e.offset)),
             kind,
             message: e.message,
