@@ -303,6 +303,137 @@ fn pd3_perf_reads_the_file_without_warnings() {
     );
 }
 
+/// The AUXTRACE records of `dir/perf.data` as perf lists them (`perf script -D`): each one's
+/// stream offset and size.
+fn aux_records(dir: &Path) -> Vec<(u64, u64)> {
+    let dump = perf(dir, &["-D"]);
+    let field = |l: &str, name: &str| {
+        // perf prints hex with 0x, and a zero as "0".
+        let v = l.split(name).nth(1).unwrap().split_whitespace().next().unwrap();
+        u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
+    };
+    text(&dump.stdout)
+        .lines()
+        .filter(|l| l.contains("PERF_RECORD_AUXTRACE "))
+        .map(|l| (field(l, "offset: "), field(l, "size: ")))
+        .collect()
+}
+
+/// The offset of every packet of `dir/trace.pt`, as `ptemu dump` lists them.
+fn packet_starts(dir: &Path) -> Vec<u64> {
+    let o = ptemu(&["dump", s(&dir.join("trace.pt"))]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    text(&o.stdout)
+        .lines()
+        .map(|l| u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).unwrap())
+        .collect()
+}
+
+/// PD13 (issue 54 §6): an AUX buffer ends where a packet ends, as a driver that stops tracing
+/// before it takes the data gets them: each PMI's cut goes back to the start of the packet that
+/// holds it. Unpacked output (`--packing none`) through 4 KiB regions whose PMIs fall at offsets
+/// that are not multiples of 8: some fall inside packets (the test can fail), every record
+/// starts at a packet, the one that held its PMI, and perf gives exactly the instructions.
+#[test]
+fn pd13_aux_buffers_end_where_packets_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = cli::generate(dir.path(), "penn", 1_000_000, 3).0;
+    let out = simulate(
+        dir.path(),
+        "cut",
+        s(&input),
+        &[
+            "--packing",
+            "none",
+            "--layout",
+            "tests/data/perf/unaligned-layout.toml",
+        ],
+    );
+    let pmis: Vec<u64> = fs::read_to_string(out.join("events.jsonl"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"pmi\""))
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["stream_offset"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    let starts = packet_starts(&out);
+    let start_of = |at: u64| starts[starts.partition_point(|&p| p <= at) - 1];
+    let inside = pmis.iter().filter(|&&c| start_of(c) != c).count();
+    assert!(
+        pmis.len() > 10 && inside >= 3,
+        "{} PMIs, {inside} inside a packet",
+        pmis.len()
+    );
+    let records = aux_records(&out);
+    assert_eq!(records.len(), pmis.len() + 1);
+    for (k, &(offset, _)) in records.iter().enumerate().skip(1) {
+        assert_eq!(
+            offset,
+            start_of(pmis[k - 1]),
+            "record {k} starts at its PMI's packet"
+        );
+    }
+    let (ips, errors) = perf_ips(&out);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(ips, truth_ips(&out));
+}
+
+/// PD13: the corpus case `aux-split` cuts its AUX buffers inside a PSB, a FUP, a TIP and a TSC
+/// on purpose, at the offsets `case.json`'s `aux_cuts` gives, with no padding between them: the
+/// records' bytes joined are `trace.pt`. perf 6.1 (64-bit) does not join a packet split across
+/// buffers and reports errors there, while libipt, reading the whole stream, passes.
+#[test]
+fn pd13_the_aux_split_case_splits_packets_on_purpose() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("corpus");
+    let o = ptemu(&["corpus", s(&root), "--perf-data", "-q"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let case = root.join("aux-split");
+    let json: Value = serde_json::from_slice(&fs::read(case.join("case.json")).unwrap()).unwrap();
+    let cuts: Vec<(u64, String)> = json["aux_cuts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["offset"].as_u64().unwrap(),
+                c["inside"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let kinds: Vec<&str> = cuts.iter().map(|c| c.1.as_str()).collect();
+    assert_eq!(kinds, ["psb", "fup", "tip", "tsc"]);
+    let starts = packet_starts(&case);
+    for (at, kind) in &cuts {
+        assert!(
+            starts.binary_search(at).is_err(),
+            "the cut at {at} is inside a {kind}"
+        );
+    }
+    let records = aux_records(&case);
+    let offsets: Vec<u64> = records.iter().map(|r| r.0).collect();
+    let want: Vec<u64> = std::iter::once(0).chain(cuts.iter().map(|c| c.0)).collect();
+    assert_eq!(offsets, want);
+    for k in 0..records.len() - 1 {
+        assert_eq!(
+            records[k].0 + records[k].1,
+            records[k + 1].0,
+            "no padding between records"
+        );
+    }
+    let (_, errors) = perf_ips(&case);
+    assert!(
+        !errors.is_empty(),
+        "perf 6.1 joined the split packets: PD13's note is stale"
+    );
+    let lines = common::harness::decode_case(&case);
+    let v = cli::ptemu_stdin(&["verify", s(&case), "--ips", "-"], lines.as_bytes());
+    assert!(v.status.success(), "libipt: {}", text(&v.stderr));
+}
+
 /// PD12 (issue 54 §4c): a case decodes wherever it is copied. perf.data names the code
 /// `/image.elf`, found under `--symfs CASE`: a run moved after writing (with an IP filter,
 /// whose string names the image too, PD6) gives perf exactly its instructions at the new place,

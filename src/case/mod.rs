@@ -233,7 +233,7 @@ pub fn write(
                 &dir.final_path(""),
                 opts,
                 &outcome,
-                plan,
+                crate::perf_data::AuxCuts::for_plan(plan),
                 name,
                 maps,
             )

@@ -7,6 +7,7 @@
 //! fields). Everything is little-endian, as perf writes it on x86.
 
 pub mod abi;
+pub mod cuts;
 pub mod elf;
 
 use crate::regs::{CpuSignature, RtitCtl};
@@ -365,16 +366,33 @@ pub struct AuxTrace<'a> {
     pub trace: &'a mut dyn Read,
     /// Its AUX buffers' lengths.
     pub chunks: Vec<u64>,
+    /// Each buffer padded to 8 bytes with zeros (PADs), as `perf record` pads AUX data: right
+    /// where every buffer ends at a packet's end. False for buffers cut inside packets
+    /// ([`AuxCuts::InsidePackets`]), where a PAD would land inside a packet: only the last is
+    /// padded.
+    pub pad_each: bool,
 }
 
-/// The AUX buffers of a `len`-byte stream cut after each of `cuts` (stream offsets, in order):
-/// each cut rounded down to a multiple of 8 (only the last buffer is padded, and padding inside
-/// the stream would break a packet), empty buffers dropped.
+impl AuxTrace<'_> {
+    /// The bytes that follow the AUXTRACE header of buffer `k` (of length `n`): `n` padded to 8
+    /// where [`AuxTrace::pad_each`] (or the last buffer) says so.
+    fn padded(&self, k: usize, n: u64) -> u64 {
+        if self.pad_each || k + 1 == self.chunks.len() {
+            n.div_ceil(8) * 8
+        } else {
+            n
+        }
+    }
+}
+
+/// The AUX buffers of a `len`-byte stream cut at each of `cuts` (stream offsets, in order; the
+/// packet boundaries [`cuts::at_packet_starts`] gives, PD13), empty buffers dropped. Only the
+/// last buffer is padded: padding inside the stream would land between the bytes of a packet
+/// that a later buffer goes on with.
 pub fn chunks(len: u64, cuts: &[u64]) -> Vec<u64> {
     let mut v = Vec::new();
     let mut at = 0;
     for &c in cuts {
-        let c = c & !7;
         if c > at && c < len {
             v.push(c - at);
             at = c;
@@ -386,9 +404,51 @@ pub fn chunks(len: u64, cuts: &[u64]) -> Vec<u64> {
     v
 }
 
+/// How a run's trace is cut into AUX buffers (PD1, PD13).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AuxCuts {
+    /// One buffer: a fault changed what the consumer got (`wrap`, `gap`, `corrupt*`).
+    Whole,
+    /// A buffer per region a ToPA PMI reported, each cut moved back to a packet's start, as a
+    /// driver that stops tracing before it takes the data gets them.
+    AtPmis,
+    /// Inside packets on purpose ([`cuts::inside_packets`]): the corpus case `aux-split`.
+    InsidePackets,
+}
+
+impl AuxCuts {
+    /// [`AuxCuts::Whole`] when `plan` changes what the consumer got, else [`AuxCuts::AtPmis`].
+    pub fn for_plan(plan: &Plan) -> Self {
+        if plan.changes_delivery() {
+            AuxCuts::Whole
+        } else {
+            AuxCuts::AtPmis
+        }
+    }
+
+    /// The offsets the buffers of `trace_path`'s stream are cut at, for the PMIs at `pmis`.
+    pub fn offsets(self, trace_path: &Path, pmis: &[u64]) -> io::Result<Vec<u64>> {
+        if self == AuxCuts::Whole || (self == AuxCuts::AtPmis && pmis.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let file = fs::File::open(trace_path)?;
+        if file.metadata()?.len() == 0 {
+            return Ok(Vec::new());
+        }
+        // SAFETY: the file is the run's own trace.pt, written and closed before, which nothing
+        // changes while it is mapped (the staging directory is ptemu's).
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        Ok(match self {
+            AuxCuts::InsidePackets => cuts::inside_packets(&map).into_iter().map(|c| c.0).collect(),
+            _ => cuts::at_packet_starts(&map, pmis),
+        })
+    }
+}
+
 /// Writes a perf.data file to `out`: the file header, the intel_pt attribute, then AUXTRACE_INFO,
 /// the sideband records and one AUXTRACE record per chunk of `trace` (read from it in order;
-/// `chunks` are the lengths, summing to the trace's length, all but the last multiples of 8, as
+/// `chunks` are the lengths, summing to the trace's length, cut where
 /// [`chunks`] makes them); the last is padded to 8 bytes with PADs as perf pads AUX data.
 pub fn write<R: Read, W: Write + ?Sized>(
     spec: &Spec,
@@ -402,6 +462,7 @@ pub fn write<R: Read, W: Write + ?Sized>(
             tid: spec.pid,
             trace,
             chunks: chunks.to_vec(),
+            pad_each: true,
         }],
         out,
     )
@@ -428,9 +489,11 @@ pub fn write_threads<W: Write + ?Sized>(
     // last one.
     let mut index = Vec::new();
     let mut at = data_offset + records.len() as u64;
-    for &n in traces.iter().flat_map(|t| &t.chunks) {
-        index.push((at, 48));
-        at += 48 + n.div_ceil(8) * 8;
+    for t in traces.iter() {
+        for (k, &n) in t.chunks.iter().enumerate() {
+            index.push((at, 48));
+            at += 48 + t.padded(k, n);
+        }
     }
     let data_size = at + later.len() as u64 - data_offset;
     let features = features(spec, &index);
@@ -464,8 +527,9 @@ pub fn write_threads<W: Write + ?Sized>(
     let mut buf = vec![0u8; 1 << 16];
     for (idx, t) in traces.iter_mut().enumerate() {
         let mut offset = 0u64;
-        for &n in &t.chunks {
-            let padded = n.div_ceil(8) * 8;
+        for k in 0..t.chunks.len() {
+            let n = t.chunks[k];
+            let padded = t.padded(k, n);
             let mut r = Vec::with_capacity(48);
             header(&mut r, PERF_RECORD_AUXTRACE, 0, 48)?;
             for v in [padded, offset, spec.start_tsc] {
@@ -597,7 +661,7 @@ pub fn write_run(
     final_dir: &Path,
     opts: &Options,
     outcome: &Outcome,
-    plan: &Plan,
+    aux: AuxCuts,
     name: &str,
     maps: Vec<Mapping>,
 ) -> io::Result<String> {
@@ -620,15 +684,16 @@ pub fn write_run(
     let trace_path = staged.join("trace.pt");
     let len = fs::metadata(&trace_path)?.len();
     // One AUX buffer per region a PMI reported, as perf collects them; the rest after the last.
-    let cuts: &[u64] = if plan.changes_delivery() {
-        &[]
-    } else {
-        &outcome.pmis
-    };
-    let chunks = chunks(len, cuts);
+    let chunks = chunks(len, &aux.offsets(&trace_path, &outcome.pmis)?);
     let mut trace = io::BufReader::new(fs::File::open(&trace_path)?);
     write_atomic(&staged.join("perf.data"), |w| {
-        write(&spec, &mut trace, &chunks, w)
+        let mut aux_trace = AuxTrace {
+            tid: spec.pid,
+            trace: &mut trace,
+            chunks,
+            pad_each: aux != AuxCuts::InsidePackets,
+        };
+        write_threads(&spec, std::slice::from_mut(&mut aux_trace), w)
     })?;
     // `e` shows perf's error lines, so the output goes into `ptemu verify` as it is (a decoder
     // that hides its errors fails a damaged case, TR6). A real program's trace decodes against
@@ -705,10 +770,11 @@ pub fn write_process(
     let mut readers = Vec::new();
     for t in std::iter::once(main).chain(threads) {
         let len = fs::metadata(&t.path)?.len();
+        let cuts = AuxCuts::AtPmis.offsets(&t.path, &t.cuts)?;
         readers.push((
             t.tid,
             io::BufReader::new(fs::File::open(&t.path)?),
-            chunks(len, &t.cuts),
+            chunks(len, &cuts),
         ));
     }
     let mut traces: Vec<AuxTrace<'_>> = readers
@@ -717,6 +783,7 @@ pub fn write_process(
             tid: *tid,
             trace: r,
             chunks: std::mem::take(c),
+            pad_each: true,
         })
         .collect();
     write_atomic(out, |w| write_threads(&spec, &mut traces, w))
@@ -750,10 +817,10 @@ mod tests {
     }
 
     #[test]
-    fn chunks_are_cut_at_multiples_of_8_and_only_the_last_is_short() {
+    fn chunks_are_cut_where_told_and_empty_ones_dropped() {
         assert_eq!(chunks(100, &[]), vec![100]);
-        assert_eq!(chunks(100, &[35, 64, 64, 99]), vec![32, 32, 32, 4]);
-        assert_eq!(chunks(100, &[100, 200]), vec![96, 4]);
+        assert_eq!(chunks(100, &[35, 64, 64, 99]), vec![35, 29, 35, 1]);
+        assert_eq!(chunks(100, &[100, 200]), vec![100]);
         assert_eq!(chunks(0, &[8]), Vec::<u64>::new());
     }
 

@@ -106,6 +106,9 @@ pub struct CaseSpec {
     pub records: Option<u64>,
     /// Edits to the profile's errata, as `--errata` takes them (CP2); empty: the profile's.
     pub errata: &'static str,
+    /// Cut the AUX buffers inside packets on purpose (PD13, `aux-split`): `case.json`'s
+    /// `aux_cuts` names the offsets, and perf.data's AUXTRACE records split there.
+    pub split_aux: bool,
 }
 
 impl CaseSpec {
@@ -124,6 +127,7 @@ impl CaseSpec {
             addr0_at_late_ip: false,
             records: None,
             errata: "",
+            split_aux: false,
         }
     }
 }
@@ -394,6 +398,15 @@ pub fn cases(seed: u64) -> Vec<CaseSpec> {
         )
     });
     v.extend(erratum_cases());
+    // Last, drawing nothing from the seed: the cases before it keep their bytes.
+    v.push(CaseSpec {
+        split_aux: true,
+        records: Some(SHORT),
+        ..CaseSpec::new(
+            "aux-split",
+            "a clean stream whose AUX buffers (perf.data, case.json's aux_cuts) are cut inside a PSB, a FUP, a TIP and a TSC: a decoder fed buffer by buffer must join them (perf 6.1 does not)",
+        )
+    });
     v
 }
 
@@ -769,8 +782,19 @@ pub fn write_case_to(
     json["ptxed"] = img
         .ptxed_command("trace.pt", "image.bin", &opts.ptxed_config())
         .into();
+    let aux = if spec.split_aux {
+        // Where the buffers are cut, and inside which packet: for a harness that feeds a
+        // decoder buffer by buffer as perf.data holds them (PD13).
+        json["aux_cuts"] = crate::perf_data::cuts::inside_packets(&trace)
+            .into_iter()
+            .map(|(at, inside)| serde_json::json!({ "offset": at, "inside": inside }))
+            .collect();
+        crate::perf_data::AuxCuts::InsidePackets
+    } else {
+        crate::perf_data::AuxCuts::for_plan(&plan)
+    };
     if let Some(final_dir) = perf_data {
-        crate::perf_data::write_run(dir, final_dir, &opts, &outcome, &plan, &name, vec![])
+        crate::perf_data::write_run(dir, final_dir, &opts, &outcome, aux, &name, vec![])
             .map_err(SimError::Truth)?;
         // Relative to the case directory, as the ptxed command: no path in case.json (CORP3).
         json["perf"] = PERF_COMMAND.into();
