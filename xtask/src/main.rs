@@ -32,6 +32,8 @@ const TEST_PACKAGES: &[SystemPackage] = &[
     },
 ];
 
+mod system_qemu;
+
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
     let (task, rest) = args
@@ -45,6 +47,7 @@ fn main() {
         "fuzz" => fuzz(rest),
         "hwcheck" => hwcheck(rest),
         "capi" => capi(),
+        "system-qemu" => system_qemu::ensure_system_qemu(),
         _ => {
             eprintln!("usage: cargo xtask <test | simulate [ARGS...] | bench [ARGS...] | fuzz [SECONDS] [TARGET...] | capi | hwcheck [DIR]>");
             exit(usage_exit_code(task));
