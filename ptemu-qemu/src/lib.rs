@@ -21,10 +21,36 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-/// The plugin API version the plugin is written against (QEMU checks it at load).
+/// The plugin API version the plugin declares; QEMU reads it after loading the library and
+/// refuses one outside what it supports (QE23): QEMU 7.2 takes only 1, QEMU 10.0 takes 2 to 4.
+/// Every function the plugin calls has the same signature in versions 1 and 2, so the library
+/// declares 1, and [`choose_api_version`] makes it 2 when it loads into a QEMU that has version
+/// 2's functions. An `AtomicI32` is an `int` in memory, so QEMU reads it as one.
 #[no_mangle]
 #[used]
-pub static qemu_plugin_version: c_int = 1;
+pub static qemu_plugin_version: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
+
+/// The plugin API version for the QEMU the library is loaded into: 2 where QEMU exports
+/// `qemu_plugin_scoreboard_new`, which version 2 (QEMU 9.0) added, else 1.
+fn api_version_of_host() -> c_int {
+    // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the whole process.
+    let v2 = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"qemu_plugin_scoreboard_new".as_ptr()) };
+    if v2.is_null() {
+        1
+    } else {
+        2
+    }
+}
+
+/// Runs from `.init_array` while QEMU loads the library, before QEMU reads
+/// [`qemu_plugin_version`]: sets it to the host's version ([`api_version_of_host`]).
+extern "C" fn choose_api_version() {
+    qemu_plugin_version.store(api_version_of_host(), Ordering::Relaxed);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static CHOOSE_API_VERSION: extern "C" fn() = choose_api_version;
 
 /// Executed blocks a thread gathers before they go to the socket (4 bytes each: 256 KiB). On the
 /// `qemu_run` bench's gzip, 64 KiB cost 0.08-0.12 s more CPU (four times the writes and the
@@ -557,14 +583,19 @@ pub unsafe extern "C" fn qemu_plugin_install(
     // SAFETY: QEMU's contract: a C string.
     let target = unsafe { CStr::from_ptr(info.target_name) }.to_string_lossy();
     if target != "x86_64" || info.system_emulation {
-        api.print(&format!(
-            "ptemu-qemu: traces x86_64 programs in user mode (qemu-x86_64), not {target}{}",
+        // On stderr: QEMU's system emulator shows the plugin's own output only with `-d plugin`.
+        eprintln!(
+            "ptemu-qemu: traces x86_64 programs in user mode (qemu-x86_64), not {target}{} \
+             (plugin API version {}, QEMU's {}..={})",
             if info.system_emulation {
                 " system emulation"
             } else {
                 ""
-            }
-        ));
+            },
+            qemu_plugin_version.load(Ordering::Relaxed),
+            info.version_min,
+            info.version_cur,
+        );
         return 1;
     }
     let mut fd = None;

@@ -173,7 +173,12 @@ fn test() -> Result<(), String> {
     let mut stages: Vec<(&str, Stage)> = vec![
         (
             "system packages and toolchain components",
-            Box::new(|| ensure_packages(TEST_PACKAGES).and_then(|()| ensure_components())),
+            Box::new(|| {
+                ensure_packages(TEST_PACKAGES)
+                    .and_then(|()| ensure_components())
+                    // QEMU 10's system emulator for the system-mode tests (tests/qemu_system.rs).
+                    .and_then(|()| system_qemu::ensure_system_qemu())
+            }),
         ),
         (
             "cargo fmt --check",

@@ -96,18 +96,14 @@ pub fn ensure_system_qemu() -> Result<(), String> {
     }
     if !Path::new(SOURCE_FILE).exists() {
         let mut text = String::new();
-        for f in ["/etc/apt/sources.list"]
-            .into_iter()
-            .map(PathBuf::from)
-            .chain(
-                fs::read_dir("/etc/apt/sources.list.d")
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "sources" || x == "list")),
-            )
-        {
+        for f in ["/etc/apt/sources.list"].into_iter().map(PathBuf::from).chain(
+            fs::read_dir("/etc/apt/sources.list.d")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "sources" || x == "list")),
+        ) {
             if let Ok(t) = fs::read_to_string(&f) {
                 text.push_str(&t);
                 text.push_str("\n\n");
@@ -164,7 +160,10 @@ mod tests {
             qemu_major("QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2~bpo12+1)\nCopyright"),
             Some(10)
         );
-        assert_eq!(qemu_major("QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7)\n"), Some(7));
+        assert_eq!(
+            qemu_major("QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7)\n"),
+            Some(7)
+        );
         assert_eq!(qemu_major("something else"), None);
     }
 }

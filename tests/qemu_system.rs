@@ -1,0 +1,62 @@
+//! ptemu's plugin in QEMU's system emulator (issue 52; spec/qemu.md QE23): QEMU 10's
+//! `qemu-system-x86_64`, which `cargo xtask test` installs from Debian's bookworm-backports.
+
+mod common;
+
+use common::cli::text;
+use common::qemu::{plugin, which};
+use std::process::Command;
+
+/// QEMU's major version, from its banner ("QEMU emulator version 10.0.2 (...)").
+fn major(qemu: &str) -> u32 {
+    let o = Command::new(which(qemu)).arg("--version").output().unwrap();
+    let banner = text(&o.stdout);
+    banner
+        .split("version ")
+        .nth(1)
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("{qemu}: no version in {banner:?}"))
+}
+
+/// QE23: one plugin library for both QEMUs. QEMU 10's system emulator (plugin API 2 to 4)
+/// loads it: the library declares version 2 there (QEMU does not refuse it as "supports only a
+/// minimum version of 2", as it refuses version 1), and the plugin's own install then says
+/// what it traces. QEMU 7.2's user-mode emulator takes version 1 (every `ptemu run` test, and
+/// here a run of `true` with the plugin, which needs its socket: it refuses without one).
+#[test]
+fn qe23_the_plugin_declares_the_api_version_of_the_qemu_that_loads_it() {
+    assert!(
+        major("qemu-system-x86_64") >= 10,
+        "cargo xtask test installs QEMU 10"
+    );
+    let plugin = plugin();
+    let o = Command::new(which("qemu-system-x86_64"))
+        .args(["-display", "none", "-nodefaults", "-M", "none", "-plugin"])
+        .arg(&plugin)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(!o.status.success());
+    assert!(!err.contains("minimum version"), "{err}");
+    assert!(err.contains("(plugin API version 2, QEMU's 2..="), "{err}");
+
+    assert_eq!(
+        major("qemu-x86_64"),
+        7,
+        "bookworm's qemu-user, which loads plugins"
+    );
+    let o = Command::new(which("qemu-x86_64"))
+        // `-d plugin`: the plugin's own output (qemu_plugin_outs) goes to QEMU's log.
+        .args(["-d", "plugin", "-plugin"])
+        .arg(&plugin)
+        .arg(which("true"))
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert!(!err.contains("API version"), "version 1 taken: {err}");
+    assert!(
+        err.contains("no fd=N argument"),
+        "the plugin ran its install and asks for its socket: {err}"
+    );
+}
