@@ -60,3 +60,32 @@ fn qe23_the_plugin_declares_the_api_version_of_the_qemu_that_loads_it() {
         "the plugin ran its install and asks for its socket: {err}"
     );
 }
+
+/// The guest the system-mode tests boot (issue 52's tests; tests/common/boot.rs): Debian's
+/// kernel with an initramfs built here from busybox-static and a program of the test's, whose
+/// `/init` runs it and powers off; QEMU ends with the guest, exit 0, the program's output on the
+/// serial console.
+#[test]
+fn qe23_the_test_guest_boots_runs_its_program_and_powers_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = common::boot::guest();
+    let src = dir.path().join("hello.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\nint main(void) { printf(\"hello from the guest\\n\"); return 0; }\n",
+    )
+    .unwrap();
+    // Static: the initramfs holds no C library.
+    let hello = common::qemu::gcc(&src, &dir.path().join("hello"), &["-static"]);
+    let initrd = common::boot::initramfs(
+        dir.path(),
+        &guest,
+        "/bin/busybox mount -t proc proc /proc\n/bin/hello\n/bin/busybox poweroff -f\n",
+        &[("hello", &hello)],
+    );
+    let o = common::boot::boot(&guest, &initrd, &[]);
+    let console = text(&o.stdout);
+    assert!(o.status.success(), "{console}{}", text(&o.stderr));
+    assert!(console.contains("hello from the guest"), "{console}");
+    assert!(console.contains("reboot: Power down"), "{console}");
+}

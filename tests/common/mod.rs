@@ -1,6 +1,7 @@
 //! Shared test rig: build tables in sparse memory, program the MSRs, write a stream, inspect.
 #![allow(dead_code)]
 
+pub mod boot;
 pub mod cli;
 pub mod golden;
 /// The libipt decoder harness of examples/libipt_decode.rs (libipt's instruction decoder over a
