@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 /// The committed digests.
 const DIGESTS: &str = "tests/data/same-bytes/digests.txt";
 
-/// Absolute output paths are padded to this length: perf.data holds image.elf's absolute path, and
-/// its record sizes depend on the path's length (the temporary directory's may differ by machine).
+/// Absolute output paths are padded to this length: report.json names the output directory (its
+/// perf command), and a file's bytes must not depend on the temporary directory's length (which
+/// may differ by machine).
 const OUT_PATH_LEN: usize = 160;
 
 /// `name -> digest` of every file under `dir` (relative names), with the temporary directory's

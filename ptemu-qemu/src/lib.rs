@@ -13,6 +13,7 @@
 mod api;
 mod death;
 mod maps;
+mod system;
 
 use api::{Api, PluginId, QemuInfo, Tb, CB_NO_REGS};
 use ptemu_wire::{DeathCause, DeathNote, FaultNote, HandlerNote, NoteKind, Writer};
@@ -582,6 +583,16 @@ pub unsafe extern "C" fn qemu_plugin_install(
     let info = unsafe { &*info };
     // SAFETY: QEMU's contract: a C string.
     let target = unsafe { CStr::from_ptr(info.target_name) }.to_string_lossy();
+    if target == "x86_64" && info.system_emulation {
+        let arg = |k: usize| {
+            // SAFETY: QEMU's contract: `argc` C strings.
+            let c = unsafe { CStr::from_ptr(*argv.add(k)) };
+            c.to_string_lossy().into_owned()
+        };
+        let args: Vec<String> = (0..usize::try_from(argc).unwrap_or(0)).map(arg).collect();
+        // SAFETY: QEMU's install contract, passed on.
+        return unsafe { system::install(id, info, &args) };
+    }
     if target != "x86_64" || info.system_emulation {
         // On stderr: QEMU's system emulator shows the plugin's own output only with `-d plugin`.
         eprintln!(

@@ -269,11 +269,14 @@ where
         mut w: tracing_subscriber::fmt::format::Writer<'_>,
         event: &tracing::Event<'_>,
     ) -> std::fmt::Result {
-        struct Message(String);
+        /// The message, then the other fields as `(name=value, ...)`.
+        struct Message(String, Vec<String>);
         impl tracing::field::Visit for Message {
             fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
                 if f.name() == "message" {
                     self.0 = format!("{v:?}");
+                } else {
+                    self.1.push(format!("{}={v:?}", f.name()));
                 }
             }
         }
@@ -284,9 +287,14 @@ where
             tracing::Level::DEBUG => "debug",
             tracing::Level::TRACE => "trace",
         };
-        let mut message = Message(String::new());
+        let mut message = Message(String::new(), Vec::new());
         event.record(&mut message);
-        writeln!(w, "ptemu: {word}: {}", message.0)
+        let fields = if message.1.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", message.1.join(", "))
+        };
+        writeln!(w, "ptemu: {word}: {}{fields}", message.0)
     }
 }
 
@@ -320,15 +328,18 @@ pub fn closed_at_start() -> u8 {
 /// r2 ls`): clap says only "unexpected argument 'ls'".
 fn with_program_tip(mut e: clap::Error) -> clap::Error {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
     let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
         return e;
     };
-    let words: Vec<String> = std::env::args().skip(1).collect();
-    let is_run = words
-        .iter()
-        .find(|w| !w.starts_with('-'))
+    // The words as the OS gave them: one that is not UTF-8 is not `run`.
+    let is_run = std::env::args_os()
+        .skip(1)
+        .find(|w| !w.as_encoded_bytes().starts_with(b"-"))
         .is_some_and(|w| w == "run");
-    if e.kind() != ErrorKind::UnknownArgument || !is_run || arg.starts_with('-') {
+    if !is_run || arg.starts_with('-') {
         return e;
     }
     let tip =

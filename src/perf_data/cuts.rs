@@ -13,7 +13,8 @@ use memchr::memmem;
 /// it falls inside; a cut at a packet's start stays. The packets are found by decoding from the
 /// last PSB at or before the cut, so the work is a PSB period per cut, not the whole trace. A
 /// cut with no PSB before it, or in bytes that do not decode, stays where it is: no packet
-/// boundary is known there. Cuts that come to the same offset are given once.
+/// boundary is known there (its buffer's padding may then fall inside a packet; the PMI cuts of
+/// ptemu's own streams always find one). Cuts that come to the same offset are given once.
 pub fn at_packet_starts(trace: &[u8], cuts: &[u64]) -> Vec<u64> {
     let mut out: Vec<u64> = Vec::with_capacity(cuts.len());
     for &cut in cuts {
@@ -50,8 +51,8 @@ fn last_psb_at_or_before(trace: &[u8], c: usize) -> Option<usize> {
 }
 
 /// Where the corpus case `aux-split` cuts its AUX buffers, inside packets on purpose (PD13):
-/// inside the first PSB after byte 1024, inside the FUP of the PSB+ after it, inside the first
-/// TIP after that PSB+, and inside the TSC of the PSB+ after that (each as many bytes in as
+/// inside the first PSB after byte 1024, inside the FUP of that PSB's PSB+, inside the first
+/// TIP after that PSB+, and inside the TSC of the next PSB+ (each as many bytes in as
 /// half the packet's length); with the kind of packet each splits. Fewer where the trace ends
 /// first.
 pub fn inside_packets(trace: &[u8]) -> Vec<(u64, &'static str)> {

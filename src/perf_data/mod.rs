@@ -386,9 +386,8 @@ impl AuxTrace<'_> {
 }
 
 /// The AUX buffers of a `len`-byte stream cut at each of `cuts` (stream offsets, in order; the
-/// packet boundaries [`cuts::at_packet_starts`] gives, PD13), empty buffers dropped. Only the
-/// last buffer is padded: padding inside the stream would land between the bytes of a packet
-/// that a later buffer goes on with.
+/// packet boundaries [`cuts::at_packet_starts`] gives, PD13), empty buffers dropped. Each is
+/// padded to 8 bytes where it is written ([`AuxTrace::pad_each`]).
 pub fn chunks(len: u64, cuts: &[u64]) -> Vec<u64> {
     let mut v = Vec::new();
     let mut at = 0;
@@ -448,8 +447,8 @@ impl AuxCuts {
 
 /// Writes a perf.data file to `out`: the file header, the intel_pt attribute, then AUXTRACE_INFO,
 /// the sideband records and one AUXTRACE record per chunk of `trace` (read from it in order;
-/// `chunks` are the lengths, summing to the trace's length, cut where
-/// [`chunks`] makes them); the last is padded to 8 bytes with PADs as perf pads AUX data.
+/// `chunks` are the lengths, summing to the trace's length, cut where [`chunks`] makes them);
+/// each buffer is padded to 8 bytes with PADs, as perf pads AUX data.
 pub fn write<R: Read, W: Write + ?Sized>(
     spec: &Spec,
     trace: &mut R,

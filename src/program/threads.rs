@@ -144,7 +144,7 @@ pub(super) fn perf_data_of_threads(
     // The buffers are cut at the PMIs, as perf collects them, unless a fault changed what the
     // consumer got.
     let cuts = |pmis: &[u64]| {
-        if case.plan.faults.is_empty() {
+        if !case.plan.changes_delivery() {
             pmis.to_vec()
         } else {
             Vec::new()

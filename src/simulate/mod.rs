@@ -435,7 +435,7 @@ fn run_feed<W: Write>(
             "tracing disabled after the last instruction"
         );
     } else {
-        tracing::warn!(input = %name, "{name}: the input has no instructions: nothing was traced");
+        tracing::warn!("{name}: the input has no instructions: nothing was traced");
     }
     if let Some(at) = tracer.unforced_overflow() {
         return Err(SimError::Fault(fault::FaultError::OvfNotReached {
