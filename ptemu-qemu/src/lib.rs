@@ -25,7 +25,7 @@ use std::sync::{Mutex, OnceLock};
 /// The plugin API version the plugin declares; QEMU reads it after loading the library and
 /// refuses one outside what it supports (QE23): QEMU 7.2 takes only 1, QEMU 10.0 takes 2 to 4.
 /// Every function the plugin calls has the same signature in versions 1 and 2, so the library
-/// declares 1, and [`choose_api_version`] makes it 2 when it loads into a QEMU that has version
+/// declares 1, and `choose_api_version` makes it 2 when it loads into a QEMU that has version
 /// 2's functions. An `AtomicI32` is an `int` in memory, so QEMU reads it as one.
 #[no_mangle]
 #[used]
