@@ -117,7 +117,8 @@ fn system_counts(stderr: &str) -> (u64, u64, u64) {
 /// only where the flow cannot tell. With `check=1` it also reads `rip` in every block: over a
 /// whole boot (firmware, the kernel, init) and a position-independent program run twice (the
 /// same physical pages at two addresses: QEMU's reused translations), no derived address
-/// differs from `rip`, and only a few percent of the blocks need the registers.
+/// differs from `rip`, and under 1.5% of the blocks need the registers (0.56% measured with the
+/// shadow stack of CALLs; 3.2% without it, which this bound catches).
 #[test]
 fn qe24_system_mode_derives_every_blocks_real_address() {
     let dir = tempfile::tempdir().unwrap();
@@ -145,5 +146,8 @@ fn qe24_system_mode_derives_every_blocks_real_address() {
     let (blocks, needed, wrong) = system_counts(&text(&o.stderr));
     assert!(blocks > 100_000_000, "{blocks} block executions");
     assert_eq!(wrong, 0, "{}", text(&o.stderr));
-    assert!(needed * 20 < blocks, "{needed} of {blocks} needed the registers");
+    assert!(
+        needed * 1000 < blocks * 15,
+        "{needed} of {blocks} needed the registers"
+    );
 }

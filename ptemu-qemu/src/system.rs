@@ -131,23 +131,76 @@ struct TbInfo {
     /// Its length in bytes.
     len: u64,
     exit: Exit,
+    /// Its last instruction is a near CALL (direct or indirect): the address after the block is
+    /// where the matching RET returns.
+    calls: bool,
+    /// Its last instruction is a near RET.
+    returns: bool,
     /// The real address it was last executed at (0: never).
     last_seen: AtomicU64,
 }
 
+/// The return addresses a vCPU's shadow stack holds: a RET's target is predicted as the
+/// address after the matching CALL, and accepted by the same rule as a direct branch's.
+const SHADOW: usize = 64;
+
 /// One vCPU's state, touched only on its own thread.
 #[derive(Default)]
 struct Vcpu {
+    /// The shadow stack: return addresses of the CALLs not yet returned from, the latest at
+    /// `depth - 1` (a ring: deeper calls push the oldest out).
+    shadow: ShadowStack,
     /// The real start of the block running now, and its block (null before the first).
     at: u64,
     tb: usize,
     /// Register handles (rip), found at the vCPU's init.
     rip: usize,
     buf: usize,
+    /// The `rip` the last register read gave.
+    last_read: u64,
+    /// Its scoreboard entry ([`flag`]), 0 until first used.
+    flag: usize,
+    /// The register reads made.
+    reads: u64,
     blocks: u64,
     reads_needed: u64,
     mismatches: u64,
     first_mismatch: Option<(u64, u64, u64)>,
+}
+
+/// A ring of return addresses.
+struct ShadowStack {
+    at: [u64; SHADOW],
+    depth: usize,
+}
+
+impl Default for ShadowStack {
+    fn default() -> Self {
+        ShadowStack {
+            at: [0; SHADOW],
+            depth: 0,
+        }
+    }
+}
+
+impl ShadowStack {
+    fn push(&mut self, ret: u64) {
+        self.at[self.depth % SHADOW] = ret;
+        self.depth += 1;
+    }
+
+    /// The latest return address, taken off; `None` when the stack is empty (or was cut).
+    fn pop(&mut self) -> Option<u64> {
+        if self.depth == 0 {
+            return None;
+        }
+        self.depth -= 1;
+        Some(self.at[self.depth % SHADOW])
+    }
+
+    fn clear(&mut self) {
+        self.depth = 0;
+    }
 }
 
 /// The most vCPUs the plugin keeps apart.
@@ -182,14 +235,21 @@ unsafe fn vcpu(vcpu: c_uint) -> &'static mut Vcpu {
     unsafe { &mut *s.vcpus[vcpu as usize % MAX_VCPUS].get() }
 }
 
-/// The vCPU's scoreboard flag (1: read the registers in this block).
+/// The vCPU's scoreboard flag (1: read the registers in this block), found once per vCPU: QEMU
+/// moves a scoreboard only when it grows for a new vCPU, and every vCPU is created before any
+/// runs (a vCPU plugged in later is not modelled). Looking it up in every block cost 13% of the
+/// run (`qemu_plugin_scoreboard_find` and the glib calls under it).
 ///
 /// # Safety
-/// On vCPU `vcpu`'s thread.
-unsafe fn flag(vcpu: c_uint) -> &'static mut u64 {
-    let s = state();
-    // SAFETY: QEMU's scoreboard holds an entry of 8 bytes for every vCPU.
-    unsafe { &mut *(s.api.scoreboard_find)(s.flag, vcpu).cast::<u64>() }
+/// On vCPU `vcpu`'s thread, with `v` its slot.
+unsafe fn flag(v: &mut Vcpu, vcpu: c_uint) -> &'static mut u64 {
+    if v.flag == 0 {
+        let s = state();
+        // SAFETY: QEMU's scoreboard holds an entry of 8 bytes for every vCPU.
+        v.flag = unsafe { (s.api.scoreboard_find)(s.flag, vcpu) } as usize;
+    }
+    // SAFETY: the entry, valid while the scoreboard does not move (above).
+    unsafe { &mut *(v.flag as *mut u64) }
 }
 
 /// Installs the system-mode recording (arguments `check=0|1`).
@@ -307,10 +367,15 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
     // SAFETY: copies at most 16 bytes into `bytes`.
     let got = unsafe { (api.insn_data)(last, bytes.as_mut_ptr().cast(), size.min(16)) };
     let exit = exit_of(&bytes[..got], last_ip);
+    let flow = Decoder::with_ip(64, &bytes[..got], last_ip, DecoderOptions::NONE)
+        .decode()
+        .flow_control();
     let info = Box::leak(Box::new(TbInfo {
         reported,
         len: last_ip + size as u64 - reported,
         exit,
+        calls: matches!(flow, FlowControl::Call | FlowControl::IndirectCall),
+        returns: flow == FlowControl::Return,
         last_seen: AtomicU64::new(0),
     }));
     let data = (info as *mut TbInfo).cast::<c_void>();
@@ -359,7 +424,15 @@ unsafe extern "C" fn on_exec(index: c_uint, data: *mut c_void) {
     v.blocks += 1;
     // SAFETY: a previous block's leaked TbInfo, or null.
     let prev = unsafe { (v.tb as *const TbInfo).as_ref() };
-    let guess = derived(prev, v.at, tb);
+    let mut guess = derived(prev, v.at, tb);
+    if let Some(p) = prev.filter(|_| v.at != 0) {
+        if p.calls {
+            v.shadow.push(v.at.wrapping_add(p.len));
+        } else if p.returns {
+            let seen = tb.last_seen.load(Ordering::Relaxed);
+            guess = v.shadow.pop().filter(|&c| c == tb.reported || c == seen);
+        }
+    }
     v.tb = data as usize;
     match guess {
         Some(at) => {
@@ -371,8 +444,9 @@ unsafe extern "C" fn on_exec(index: c_uint, data: *mut c_void) {
             v.at = 0;
         }
     }
+    let want = u64::from(guess.is_none() || s.check);
     // SAFETY: on the vCPU's thread.
-    *unsafe { flag(index) } = u64::from(guess.is_none() || s.check);
+    *unsafe { flag(v, index) } = want;
 }
 
 unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
@@ -380,7 +454,8 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
     // SAFETY: on the vCPU's thread; the block's TbInfo.
     let (v, tb) = unsafe { (vcpu(index), &*data.cast::<TbInfo>()) };
     // SAFETY: on the vCPU's thread.
-    *unsafe { flag(index) } = 0;
+    *unsafe { flag(v, index) } = 0;
+    v.reads += 1;
     if v.rip == 0 || v.buf == 0 {
         return;
     }
@@ -398,13 +473,20 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
         v.mismatches += 1;
         v.first_mismatch.get_or_insert((v.blocks, v.at, rip));
     }
+    // Between the kernel's half and the user's (a system call, an interrupt, a return from
+    // one: where a context switch may lie in between) the shadow stack starts again, so a RET
+    // is never predicted from another address space's CALLs.
+    if v.at == 0 && (rip ^ v.last_read) >> 63 != 0 {
+        v.shadow.clear();
+    }
+    v.last_read = rip;
     v.at = rip;
     tb.last_seen.store(rip, Ordering::Relaxed);
 }
 
 unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
     let s = state();
-    let (mut blocks, mut needed, mut mismatches) = (0, 0, 0);
+    let (mut blocks, mut needed, mut mismatches, mut reads) = (0, 0, 0, 0);
     let mut first = None;
     for v in &s.vcpus {
         // SAFETY: every vCPU stopped.
@@ -412,10 +494,11 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
         blocks += v.blocks;
         needed += v.reads_needed;
         mismatches += v.mismatches;
+        reads += v.reads;
         first = first.or(v.first_mismatch);
     }
     eprintln!(
-        "ptemu-qemu: system: {blocks} block executions, {needed} needing the registers, {mismatches} derived addresses not rip{}",
+        "ptemu-qemu: system: {blocks} block executions, {needed} needing the registers, {mismatches} derived addresses not rip, {reads} register reads{}",
         match first {
             Some((k, at, rip)) => format!(" (first: block execution {k}, derived {at:#x}, rip {rip:#x})"),
             None => String::new(),
