@@ -25,21 +25,28 @@ use std::sync::{Mutex, OnceLock};
 /// The plugin API version the plugin declares; QEMU reads it after loading the library and
 /// refuses one outside what it supports (QE23): QEMU 7.2 takes only 1, QEMU 10.0 takes 2 to 4.
 /// Every function the plugin calls has the same signature in versions 1 and 2, so the library
-/// declares 1, and `choose_api_version` makes it 2 when it loads into a QEMU that has version
-/// 2's functions. An `AtomicI32` is an `int` in memory, so QEMU reads it as one.
+/// declares 1, and `choose_api_version` makes it 2 or 4 when it loads into a QEMU that has
+/// those versions' functions. An `AtomicI32` is an `int` in memory, so QEMU reads it as one.
 #[no_mangle]
 #[used]
 pub static qemu_plugin_version: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(1);
 
-/// The plugin API version for the QEMU the library is loaded into: 2 where QEMU exports
-/// `qemu_plugin_scoreboard_new`, which version 2 (QEMU 9.0) added, else 1.
+/// The plugin API version for the QEMU the library is loaded into: 4 where QEMU exports
+/// `qemu_plugin_read_memory_vaddr`, which version 4 (QEMU 9.2) added and system mode reads the
+/// guest's IDT and stack with (QE25); 2 where it exports only `qemu_plugin_scoreboard_new`,
+/// which version 2 (QEMU 9.0) added (system mode then refuses to start, naming the function);
+/// else 1.
 fn api_version_of_host() -> c_int {
-    // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the whole process.
-    let v2 = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"qemu_plugin_scoreboard_new".as_ptr()) };
-    if v2.is_null() {
-        1
-    } else {
+    let has = |name: &CStr| {
+        // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the whole process.
+        !unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }.is_null()
+    };
+    if has(c"qemu_plugin_read_memory_vaddr") {
+        4
+    } else if has(c"qemu_plugin_scoreboard_new") {
         2
+    } else {
+        1
     }
 }
 

@@ -1,0 +1,288 @@
+//! What a translated block tells of the block after it (QE24): how it ends, the successors
+//! its end allows, and a shadow stack of CALLs for the RETs; and what the plugin keeps of the
+//! block (QE25: its instruction starts, the kind of its last instruction, whether it writes
+//! CR3 or loads the IDT).
+
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a translated block ends, for the address of the block after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Exit {
+    /// Falls through, or a direct branch (`target` as reported; 0 when it has none), which may
+    /// also fall through (`falls`).
+    Known { target: u64, falls: bool },
+    /// A REP string instruction at this reported address: QEMU runs it once an iteration, each
+    /// a block execution of its own, so it may come next as well as the fall-through.
+    Rep(u64),
+    /// An indirect branch, a far transfer, an interrupt instruction, or bytes that do not
+    /// decode as 64-bit code: the registers tell.
+    Unknown,
+}
+
+/// The kind of a block's last instruction, for the transfer the next block begins with (QE25).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Last {
+    /// SYSCALL or SYSENTER.
+    Syscall,
+    /// SYSRET or SYSEXIT.
+    Sysret,
+    /// IRET.
+    Iret,
+    /// INT n, INT3, INTO or INT1 (the vector it raises).
+    SoftInt(u8),
+    /// A far JMP, CALL or RET.
+    Far,
+    /// Anything else (a near branch, a plain instruction, HLT).
+    Near,
+}
+
+/// What the plugin keeps of a translated block (leaked: QEMU may run it until the end).
+pub(super) struct TbInfo {
+    /// The address QEMU reported (the first translation's).
+    pub reported: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    pub exit: Exit,
+    /// Its last instruction is a near CALL (direct or indirect): the address after the block is
+    /// where the matching RET returns.
+    pub calls: bool,
+    /// Its last instruction is a near RET.
+    pub returns: bool,
+    /// Its last instruction's kind.
+    pub last: Last,
+    /// Each instruction's start, as an offset from the block's.
+    pub starts: Box<[u16]>,
+    /// It writes CR3 or loads the IDT: the block after it reads the registers.
+    pub rereads: bool,
+    /// The real address it was last executed at (0: never).
+    pub last_seen: AtomicU64,
+}
+
+/// One instruction of a block being translated: its address, its size as QEMU gives it, and
+/// its bytes (as far as QEMU gave them, at most 16).
+pub(super) struct Insn<'a> {
+    pub ip: u64,
+    pub size: u64,
+    pub bytes: &'a [u8],
+}
+
+fn decode(i: &Insn<'_>) -> Instruction {
+    Decoder::with_ip(64, i.bytes, i.ip, DecoderOptions::NONE).decode()
+}
+
+/// Whether the instruction is LIDT (whose operand the plugin reads, QE25).
+pub(super) fn is_lidt(i: &Insn<'_>) -> bool {
+    decode(i).mnemonic() == Mnemonic::Lidt
+}
+
+impl TbInfo {
+    /// What a block of these instructions (in order, at least one) tells; `reported` is its
+    /// start as QEMU gives it.
+    pub fn new(reported: u64, insns: &[Insn<'_>]) -> TbInfo {
+        let last = insns.last().expect("a block has an instruction");
+        let li = decode(last);
+        let mut rereads = false;
+        let mut starts = Vec::with_capacity(insns.len());
+        for i in insns {
+            starts.push(i.ip.wrapping_sub(reported) as u16);
+            let d = decode(i);
+            let cr3 = d.code() == Code::Mov_cr_r64 && d.op0_register() == Register::CR3;
+            rereads |= cr3 || d.mnemonic() == Mnemonic::Lidt;
+        }
+        let flow = li.flow_control();
+        TbInfo {
+            reported,
+            len: last.ip + last.size - reported,
+            exit: exit_of(&li),
+            calls: matches!(flow, FlowControl::Call | FlowControl::IndirectCall) && !li.is_call_far(),
+            returns: flow == FlowControl::Return && !is_far_return(&li),
+            last: last_of(&li),
+            starts: starts.into_boxed_slice(),
+            rereads,
+            last_seen: AtomicU64::new(0),
+        }
+    }
+
+    /// The offset of the block's last instruction.
+    pub fn last_start(&self) -> u64 {
+        u64::from(*self.starts.last().unwrap_or(&0))
+    }
+}
+
+fn is_far_return(i: &Instruction) -> bool {
+    matches!(
+        i.mnemonic(),
+        Mnemonic::Retf | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq
+    )
+}
+
+fn last_of(i: &Instruction) -> Last {
+    match i.mnemonic() {
+        Mnemonic::Syscall | Mnemonic::Sysenter => Last::Syscall,
+        Mnemonic::Sysret | Mnemonic::Sysretq | Mnemonic::Sysexit | Mnemonic::Sysexitq => Last::Sysret,
+        Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => Last::Iret,
+        Mnemonic::Int3 => Last::SoftInt(3),
+        Mnemonic::Int1 => Last::SoftInt(1),
+        Mnemonic::Into => Last::SoftInt(4),
+        Mnemonic::Int => Last::SoftInt(i.immediate8()),
+        Mnemonic::Retf => Last::Far,
+        _ if i.is_jmp_far() || i.is_jmp_far_indirect() || i.is_call_far() => Last::Far,
+        _ if i.is_call_far_indirect() => Last::Far,
+        _ => Last::Near,
+    }
+}
+
+/// Classifies a block's last instruction (64-bit code).
+fn exit_of(insn: &Instruction) -> Exit {
+    if insn.is_invalid() {
+        return Exit::Unknown;
+    }
+    if (insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction() {
+        return Exit::Rep(insn.ip());
+    }
+    match insn.flow_control() {
+        FlowControl::Next => Exit::Known {
+            target: 0,
+            falls: true,
+        },
+        FlowControl::UnconditionalBranch | FlowControl::Call if !insn.is_jmp_far() && !insn.is_call_far() => {
+            Exit::Known {
+                target: insn.near_branch_target(),
+                falls: false,
+            }
+        }
+        FlowControl::ConditionalBranch => Exit::Known {
+            target: insn.near_branch_target(),
+            falls: true,
+        },
+        _ => Exit::Unknown,
+    }
+}
+
+/// The addresses the block after `prev` (which ran at `prev_at`) may start at by `prev`'s own
+/// end (0: none); empty for an unknown exit.
+pub(super) fn successors(prev: &TbInfo, prev_at: u64) -> [u64; 2] {
+    let delta = prev_at.wrapping_sub(prev.reported);
+    let mut candidates = [0u64; 2];
+    match prev.exit {
+        Exit::Known { target, falls } => {
+            if target != 0 {
+                candidates[0] = target.wrapping_add(delta);
+            }
+            if falls {
+                candidates[1] = prev_at.wrapping_add(prev.len);
+            }
+        }
+        Exit::Rep(ip) => {
+            candidates[0] = ip.wrapping_add(delta);
+            candidates[1] = prev_at.wrapping_add(prev.len);
+        }
+        Exit::Unknown => {}
+    }
+    candidates
+}
+
+/// The block's real start, if the flow says it: one of the previous block's successors that
+/// is where the block was reported or last executed.
+pub(super) fn derived(prev: Option<&TbInfo>, prev_at: u64, tb: &TbInfo) -> Option<u64> {
+    let prev = prev?;
+    let seen = tb.last_seen.load(Ordering::Relaxed);
+    successors(prev, prev_at)
+        .into_iter()
+        .find(|&c| c != 0 && (c == tb.reported || c == seen))
+}
+
+/// The return addresses a vCPU's shadow stack holds: a RET's target is predicted as the
+/// address after the matching CALL, and accepted by the same rule as a direct branch's.
+const SHADOW: usize = 64;
+
+/// A ring of return addresses.
+pub(super) struct ShadowStack {
+    at: [u64; SHADOW],
+    depth: usize,
+}
+
+impl Default for ShadowStack {
+    fn default() -> Self {
+        ShadowStack {
+            at: [0; SHADOW],
+            depth: 0,
+        }
+    }
+}
+
+impl ShadowStack {
+    pub fn push(&mut self, ret: u64) {
+        self.at[self.depth % SHADOW] = ret;
+        self.depth += 1;
+    }
+
+    /// The latest return address, taken off; `None` when the stack is empty (or was cut).
+    pub fn pop(&mut self) -> Option<u64> {
+        if self.depth == 0 {
+            return None;
+        }
+        self.depth -= 1;
+        Some(self.at[self.depth % SHADOW])
+    }
+
+    pub fn clear(&mut self) {
+        self.depth = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(at: u64, code: &[&[u8]]) -> TbInfo {
+        let mut ip = at;
+        let insns: Vec<Insn<'_>> = code
+            .iter()
+            .map(|b| {
+                let i = Insn {
+                    ip,
+                    size: b.len() as u64,
+                    bytes: b,
+                };
+                ip += b.len() as u64;
+                i
+            })
+            .collect();
+        TbInfo::new(at, &insns)
+    }
+
+    /// QE25: a block's last instruction names the transfer the next block starts with.
+    #[test]
+    fn qe25_a_blocks_last_instruction_names_its_transfer() {
+        let nop: &[u8] = &[0x90];
+        assert_eq!(block(0x1000, &[nop, &[0x0f, 0x05]]).last, Last::Syscall);
+        assert_eq!(block(0x1000, &[&[0x48, 0x0f, 0x07]]).last, Last::Sysret);
+        assert_eq!(block(0x1000, &[&[0x48, 0xcf]]).last, Last::Iret);
+        assert_eq!(block(0x1000, &[&[0xcc]]).last, Last::SoftInt(3));
+        assert_eq!(block(0x1000, &[&[0xcd, 0x80]]).last, Last::SoftInt(0x80));
+        assert_eq!(block(0x1000, &[&[0xcb]]).last, Last::Far);
+        assert_eq!(block(0x1000, &[&[0xc3]]).last, Last::Near);
+        assert!(block(0x1000, &[&[0xc3]]).returns);
+        assert!(!block(0x1000, &[&[0x48, 0xcf]]).returns);
+        // mov cr3, rax; then a jmp: the next block reads CR3.
+        let b = block(0x2000, &[&[0x0f, 0x22, 0xd8], &[0xeb, 0x00]]);
+        assert!(b.rereads);
+        assert_eq!(&*b.starts, &[0, 3]);
+        assert_eq!(b.len, 5);
+        assert!(!block(0x2000, &[&[0x0f, 0x20, 0xd8]]).rereads, "a read of CR3");
+        // lidt [rax]
+        assert!(block(0x2000, &[&[0x0f, 0x01, 0x18]]).rereads);
+    }
+
+    /// QE24: the successors of a block that ran elsewhere than reported move with it.
+    #[test]
+    fn qe24_successors_move_with_the_block() {
+        // jne +0x10 at 0x1000 (2 bytes): target 0x1012, fall-through 0x1002.
+        let b = block(0x1000, &[&[0x75, 0x10]]);
+        assert_eq!(successors(&b, 0x1000), [0x1012, 0x1002]);
+        assert_eq!(successors(&b, 0x5000), [0x5012, 0x5002]);
+        assert_eq!(successors(&block(0x1000, &[&[0xff, 0xe0]]), 0x1000), [0, 0]);
+    }
+}
