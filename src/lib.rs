@@ -77,6 +77,7 @@ pub mod config_file;
 pub mod event_log;
 pub mod image;
 pub mod layout;
+pub mod machine;
 pub mod perf_data;
 pub mod picture;
 pub mod program;

@@ -19,6 +19,10 @@ pub struct QemuInfo {
     pub version_cur: c_int,
     /// Whether QEMU emulates a whole system (not user mode).
     pub system_emulation: bool,
+    /// In system emulation: the vCPUs the machine starts with (`-smp`), and the most it may
+    /// have (the C struct's union; undefined in user mode).
+    pub smp_vcpus: c_int,
+    pub max_vcpus: c_int,
 }
 
 /// An opaque translation block.

@@ -16,6 +16,7 @@
 //! | 6 | the end | instructions executed (the plugin's own count, every thread's) |
 //! | 7 | whose records follow | a thread's id (its tid), or 0: records of the whole process |
 //! | 8 | executed blocks | count N (at least 1), then N block indices, each 4 bytes little-endian (no varint) |
+//! | 9 | registers (system mode, QE26) | what the plugin read in the block executed last in its vCPU's chunk: rip, cs, cr3, the transfer's kind, vector and address ([`system::Registers`]) |
 //!
 //! The records of a program's threads are interleaved in chunks (QE15): each thread gathers its
 //! executions and notes, and sends them behind a thread record; blocks, file mappings and the
@@ -38,7 +39,9 @@
 
 use std::io::{self, Read};
 
+pub mod flow;
 mod notes;
+pub mod system;
 pub use notes::{DeathCause, DeathNote, FaultNote, HandlerNote};
 
 /// The first bytes of the stream: name and version 3 (version 1 sent one execution an
@@ -53,6 +56,7 @@ const TAG_NOTE: u8 = 5;
 const TAG_END: u8 = 6;
 const TAG_THREAD: u8 = 7;
 const TAG_BLOCKS: u8 = 8;
+const TAG_REGISTERS: u8 = 9;
 
 /// The longest head of a record of one varint field: a tag and 10 bytes.
 const HEAD: usize = 11;
@@ -286,6 +290,16 @@ impl Writer {
         self.buf.extend_from_slice(text.as_bytes());
     }
 
+    /// A registers record (system mode, QE26): what the plugin read in the block whose index
+    /// went out last.
+    pub fn registers(&mut self, r: &system::Registers) {
+        self.close_run();
+        self.buf.push(TAG_REGISTERS);
+        for v in r.fields() {
+            put(&mut self.buf, v);
+        }
+    }
+
     /// The end record, with the number of executions seen.
     pub fn end(&mut self) {
         self.end_with(self.executed);
@@ -462,6 +476,8 @@ pub enum Record<'a> {
         /// The thread's id.
         tid: u64,
     },
+    /// What the plugin read in the block its vCPU executed last (system mode).
+    Registers(system::Registers),
     /// The end, with the plugin's count of executions.
     End {
         /// Executions the plugin counted.
@@ -875,6 +891,14 @@ impl<R: Read> Reader<R> {
                 let value = self.varint(start)?;
                 let text = self.text(start)?;
                 Ok(Some(Batched::Record(Record::Note { kind, value, text })))
+            }
+            TAG_REGISTERS => {
+                let mut f = [0u64; 6];
+                for x in &mut f {
+                    *x = self.varint(start)?;
+                }
+                let r = system::Registers::from_fields(f).map_err(|m| self.error(start, m))?;
+                Ok(Some(Batched::Record(Record::Registers(r))))
             }
             TAG_END => {
                 let executed = self.varint(start)?;

@@ -4,7 +4,7 @@
 //! transfer by the previous block's last instruction (SYSCALL, SYSRET, IRET, a far branch), or a
 //! near indirect branch's target.
 
-use super::flow::{successors, Exit, Last, TbInfo};
+use ptemu_wire::flow::{successors, BlockFlow, Exit, Last};
 
 /// The vectors whose exceptions push an error code (SDM Vol. 3A 6.15): #DF, #TS, #NP, #SS,
 /// #GP, #PF, #AC, #CP, #VC, #SX. The frame's RIP is then 8 bytes above the stack pointer.
@@ -69,17 +69,34 @@ pub(super) enum Entry {
     /// one the interrupt came before. `cut`: that is inside the previous block, which stopped
     /// there (a fault: QEMU takes interrupts between blocks only).
     Async { vector: u8, from: u64, cut: bool },
+    /// The previous block stopped before its instruction at `at`, the block's start, with no
+    /// transfer: QEMU ended it early (after a store into the page of the code it runs, which it
+    /// translates again), and the instructions from `at` on run in this block.
+    Split { at: u64 },
     /// The entry point of `vector`, with a frame that names no instruction the previous block
     /// could have stopped or gone to.
     Unexplained { vector: u8, frame_rip: Option<u64> },
 }
 
-/// The transfer a block starts with, after `prev` ran at `prev_at`: `vector` is the vector
-/// whose entry point the block's start is, if any, and `frame_rip` the RIP of the frame on the
-/// stack there (read only for an entry point).
-pub(super) fn classify(prev: &TbInfo, prev_at: u64, vector: Option<u8>, frame_rip: Option<u64>) -> Entry {
+/// The transfer a block at `rip` starts with, after `prev` ran at `prev_at`: `vector` is the
+/// vector whose entry point the block's start is, if any, and `frame_rip` the RIP of the frame
+/// on the stack there (read only for an entry point); `reached`: the previous block reached its
+/// last instruction (an inline store before it says). A start inside the previous block, at one
+/// of its instructions, where that block did not reach its last, is a split.
+pub(super) fn classify(
+    prev: &BlockFlow,
+    prev_at: u64,
+    rip: u64,
+    reached: bool,
+    vector: Option<u8>,
+    frame_rip: Option<u64>,
+) -> Entry {
     let end = prev_at.wrapping_add(prev.len);
     let Some(vector) = vector else {
+        let inside = rip.wrapping_sub(prev_at);
+        if !reached && inside > 0 && inside < prev.len && prev.starts.contains(&(inside as u16)) {
+            return Entry::Split { at: rip };
+        }
         return match prev.last {
             Last::Syscall | Last::Sysret | Last::Iret | Last::Far => Entry::Far(prev.last),
             _ => Entry::Next,
@@ -97,27 +114,25 @@ pub(super) fn classify(prev: &TbInfo, prev_at: u64, vector: Option<u8>, frame_ri
             from: prev_at.wrapping_add(prev.last_start()),
         };
     }
-    let inside = f.wrapping_sub(prev_at);
-    if inside < prev.len {
-        return if prev.starts.contains(&(inside as u16)) {
-            Entry::Async {
-                vector,
-                from: f,
-                cut: true,
-            }
-        } else {
-            Entry::Unexplained {
-                vector,
-                frame_rip: Some(f),
-            }
-        };
-    }
     let goes = prev.exit == Exit::Unknown || successors(prev, prev_at).contains(&f);
-    if goes && f != 0 {
-        Entry::Async {
+    if reached && goes && f != 0 {
+        // The block ran to its end and went to `f`, where the event came.
+        return Entry::Async {
             vector,
             from: f,
             cut: false,
+        };
+    }
+    let inside = f.wrapping_sub(prev_at);
+    let at_insn = inside < prev.len && prev.starts.contains(&(inside as u16));
+    // Not reached: the block stopped at `f`, by this exception, or (an interrupt, which QEMU
+    // takes between blocks only) where QEMU had ended it. Reached: only its last instruction
+    // can have faulted.
+    if at_insn && (!reached || inside == prev.last_start()) {
+        Entry::Async {
+            vector,
+            from: f,
+            cut: true,
         }
     } else {
         Entry::Unexplained {
@@ -129,8 +144,8 @@ pub(super) fn classify(prev: &TbInfo, prev_at: u64, vector: Option<u8>, frame_ri
 
 #[cfg(test)]
 mod tests {
-    use super::super::flow::Insn;
     use super::*;
+    use ptemu_wire::flow::Insn;
 
     fn gate(handler: u64) -> [u8; 16] {
         let mut g = [0u8; 16];
@@ -160,7 +175,7 @@ mod tests {
         assert!(has_error_code(14) && !has_error_code(32) && !has_error_code(3));
     }
 
-    fn block(at: u64, code: &[&[u8]]) -> TbInfo {
+    fn block(at: u64, code: &[&[u8]]) -> BlockFlow {
         let mut ip = at;
         let insns: Vec<Insn<'_>> = code
             .iter()
@@ -174,7 +189,7 @@ mod tests {
                 i
             })
             .collect();
-        TbInfo::new(at, &insns)
+        BlockFlow::new(at, &insns)
     }
 
     /// QE25: the frame tells a fault inside the block before (cut short) from an interrupt
@@ -186,7 +201,16 @@ mod tests {
             0x7000,
             &[&[0x48, 0x8b, 0x03], &[0x48, 0x83, 0xc0, 0x01], &[0x75, 0x10]],
         );
-        let c = |f| classify(&b, 0x7000, Some(14), Some(f));
+        let c = |f| {
+            classify(
+                &b,
+                0x7000,
+                0xffff_ffff_8100_0000,
+                f == 0x7009 || f == 0x7019,
+                Some(14),
+                Some(f),
+            )
+        };
         assert_eq!(
             c(0x7003),
             Entry::Async {
@@ -215,20 +239,74 @@ mod tests {
         );
         assert!(matches!(c(0x7004), Entry::Unexplained { .. }), "mid-instruction");
         assert!(matches!(c(0x9000), Entry::Unexplained { .. }), "not a successor");
+        // nop; jne back to the nop: a timer interrupt after the block ran whole and looped.
+        let looping = block(0x7000, &[&[0x90], &[0x75, 0xfd]]);
+        assert_eq!(
+            classify(
+                &looping,
+                0x7000,
+                0xffff_ffff_8100_0000,
+                true,
+                Some(0xec),
+                Some(0x7000)
+            ),
+            Entry::Async {
+                vector: 0xec,
+                from: 0x7000,
+                cut: false
+            },
+            "the loop's start is a successor"
+        );
+        assert_eq!(
+            classify(
+                &looping,
+                0x7000,
+                0xffff_ffff_8100_0000,
+                false,
+                Some(0xec),
+                Some(0x7001)
+            ),
+            Entry::Async {
+                vector: 0xec,
+                from: 0x7001,
+                cut: true
+            },
+            "QEMU ended the block after the nop, then the interrupt came"
+        );
         let int3 = block(0x7000, &[&[0x90], &[0xcc]]);
         assert_eq!(
-            classify(&int3, 0x7000, Some(3), Some(0x7002)),
+            classify(&int3, 0x7000, 0xffff_ffff_8100_0000, true, Some(3), Some(0x7002)),
             Entry::SoftInt {
                 vector: 3,
                 from: 0x7001
             }
         );
         let syscall = block(0x7000, &[&[0x0f, 0x05]]);
-        assert_eq!(classify(&syscall, 0x7000, None, None), Entry::Far(Last::Syscall));
-        let jmp = block(0x7000, &[&[0xff, 0xe0]]);
-        assert_eq!(classify(&jmp, 0x7000, None, None), Entry::Next);
         assert_eq!(
-            classify(&jmp, 0x7000, Some(32), Some(0x5555)),
+            classify(&syscall, 0x7000, 0xffff_ffff_8120_0000, true, None, None),
+            Entry::Far(Last::Syscall)
+        );
+        assert_eq!(
+            classify(&b, 0x7000, 0x7007, false, None, None),
+            Entry::Split { at: 0x7007 },
+            "stopped after its second instruction, no transfer"
+        );
+        assert_eq!(classify(&b, 0x7000, 0x7009, true, None, None), Entry::Next);
+        let jmp = block(0x7000, &[&[0xff, 0xe0]]);
+        let looped = block(0x7000, &[&[0x90], &[0xff, 0xe0]]);
+        assert_eq!(
+            classify(&looped, 0x7000, 0x7001, true, None, None),
+            Entry::Next,
+            "an indirect jump to its own block's second instruction"
+        );
+        assert_eq!(
+            classify(&looped, 0x7000, 0x7001, false, None, None),
+            Entry::Split { at: 0x7001 },
+            "stopped before its jump"
+        );
+        assert_eq!(classify(&jmp, 0x7000, 0x1234, true, None, None), Entry::Next);
+        assert_eq!(
+            classify(&jmp, 0x7000, 0xffff_ffff_8100_0000, true, Some(32), Some(0x5555)),
             Entry::Async {
                 vector: 32,
                 from: 0x5555,

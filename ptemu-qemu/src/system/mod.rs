@@ -18,17 +18,19 @@
 //! go to stderr.
 
 mod entry;
-mod flow;
 mod sysapi;
 
 use crate::api::{PluginId, QemuInfo, Tb, TbInsn};
 use entry::{classify, has_error_code, idt_descriptor, Entry, Handlers};
-use flow::{derived, successors, Exit, Insn, ShadowStack, TbInfo};
+use ptemu_wire::flow::{self, successors, BlockFlow, Exit, Insn, Tracker};
+use ptemu_wire::system::{Registers, Transfer};
+use ptemu_wire::Writer;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_uint, c_void, CStr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::sync::OnceLock;
-use sysapi::{GArray, RegDescriptor, ScoreU64, SysApi, CB_R_REGS, COND_EQ, MEM_R};
+use sysapi::{GArray, RegDescriptor, ScoreU64, SysApi, CB_R_REGS, COND_EQ, INLINE_STORE, MEM_R};
 
 /// The registers the plugin reads, by their handles (0: QEMU has none of that name).
 #[derive(Default)]
@@ -56,25 +58,46 @@ struct Entries {
     /// LIDTs executed, and reads of the IDT.
     lidt: u64,
     idt_reads: u64,
+    /// Blocks split part-way with no transfer (QEMU stopped them early), and blocks at an
+    /// instruction inside the previous one that its indirect or far end may have gone to.
+    split: u64,
+    inside: u64,
+    /// Blocks after one that did not reach its last instruction with neither a fault nor a
+    /// split found (never expected).
+    unreached: u64,
+}
+
+/// What the plugin keeps of a translated block (leaked: QEMU may run it until the end).
+struct TbInfo {
+    flow: BlockFlow,
+    /// Its index in the stream (QE26).
+    index: u32,
+    /// Where each vCPU last executed it (0: never), each slot written by its own vCPU only, so
+    /// that the reader of the stream derives the same starts from one vCPU's blocks alone.
+    seen: Box<[AtomicU64]>,
 }
 
 /// One vCPU's state, touched only on its own thread.
 #[derive(Default)]
 struct Vcpu {
-    /// The shadow stack: return addresses of the CALLs not yet returned from.
-    shadow: ShadowStack,
-    /// The real start of the block running now, and its block (null before the first).
-    at: u64,
+    /// The walk through its blocks (QE24).
+    tracker: Tracker,
+    /// The block running now, and the one before it (null before the first).
     tb: usize,
-    /// The same of the block before it.
-    prev_at: u64,
     prev_tb: usize,
     regs: Regs,
     buf: usize,
-    /// The `rip` the last register read gave.
-    last_read: u64,
-    /// Its scoreboard entry ([`flag`]), 0 until first used.
+    /// With a stream (QE26): the indices of the blocks executed since the last record, the
+    /// records of the vCPU's chunk not yet sent, and the instructions of its blocks.
+    indices: Vec<u32>,
+    chunk: Option<Writer>,
+    instructions: u64,
+    /// Its scoreboard entries ([`flag`], [`done`]), 0 until first used.
     flag: usize,
+    done: usize,
+    /// The block before the one running now reached its last instruction.
+    prev_reached: bool,
+
     /// EFER.LMA was seen set: the blocks are 64-bit code from here (a guest that leaves long
     /// mode again is not modelled).
     long_mode: bool,
@@ -97,10 +120,81 @@ struct Vcpu {
 /// The most vCPUs the plugin keeps apart.
 const MAX_VCPUS: usize = 64;
 
+/// Executed blocks a vCPU gathers before its chunk goes out (4 bytes each), and the most bytes
+/// of other records it holds.
+const IDS: usize = 1 << 16;
+const CHUNK: usize = 1 << 18;
+
+/// The stream (QE26): the socket ptemu gave, and the records of translated blocks, sent before
+/// any chunk that follows them (under the lock, so that a block's record precedes every
+/// execution of it).
+struct Out {
+    fd: c_int,
+    shared: Mutex<SharedOut>,
+}
+
+struct SharedOut {
+    writer: Writer,
+    /// The magic and the first records went out.
+    started: bool,
+    /// A write failed: nothing more is sent.
+    broken: bool,
+}
+
+/// Writes every byte of `parts` to `fd`; `false` when the socket fails (ptemu went away).
+fn write_all(fd: c_int, parts: &[&[u8]]) -> bool {
+    for p in parts {
+        let mut rest = *p;
+        while !rest.is_empty() {
+            // SAFETY: writes from a live slice of its length.
+            let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
+            if n < 0 {
+                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return false;
+            }
+            rest = &rest[n as usize..];
+        }
+    }
+    true
+}
+
+/// Sends vCPU `index`'s chunk (its pending indices first made a batch record), after the
+/// block records it may name.
+fn send_chunk(out: &Out, v: &mut Vcpu, index: c_uint) {
+    let Some(chunk) = v.chunk.as_mut() else { return };
+    chunk.exec_blocks(&v.indices);
+    v.indices.clear();
+    let mut sh = out.shared.lock().unwrap_or_else(|p| p.into_inner());
+    let SharedOut {
+        writer,
+        started,
+        broken,
+    } = &mut *sh;
+    let mut ok = !*broken;
+    if !*started {
+        writer.take(&mut |b| ok = ok && write_all(out.fd, &[b]));
+        *started = true;
+    } else {
+        writer.take_chunk(0, &mut |b| ok = ok && write_all(out.fd, &[b]));
+    }
+    chunk.take_chunk(u64::from(index) + 1, &mut |b| ok = ok && write_all(out.fd, &[b]));
+    *broken = !ok;
+}
+
 struct State {
     api: SysApi,
     flag: *mut c_void,
+    /// A per-vCPU scoreboard entry the last instruction of every block sets to the block's
+    /// mark (its index + 1) before it runs: whether a block reached its last instruction
+    /// (QE25's splits).
+    done: *mut c_void,
     check: bool,
+    /// The vCPUs QEMU said it may run (`seen` slots a block).
+    slots: usize,
+    /// The stream to ptemu (`fd=N`), if any: the socket and the block records not yet sent.
+    out: Option<Out>,
     vcpus: Vec<UnsafeCell<Vcpu>>,
 }
 
@@ -143,11 +237,25 @@ unsafe fn flag(v: &mut Vcpu, vcpu: c_uint) -> &'static mut u64 {
     unsafe { &mut *(v.flag as *mut u64) }
 }
 
+/// The vCPU's mark of the last block that reached its last instruction, found as [`flag`] is.
+///
+/// # Safety
+/// As for [`flag`].
+unsafe fn done(v: &mut Vcpu, vcpu: c_uint) -> &'static mut u64 {
+    if v.done == 0 {
+        let s = state();
+        // SAFETY: QEMU's scoreboard holds an entry of 8 bytes for every vCPU.
+        v.done = unsafe { (s.api.scoreboard_find)(s.done, vcpu) } as usize;
+    }
+    // SAFETY: the entry, valid while the scoreboard does not move.
+    unsafe { &mut *(v.done as *mut u64) }
+}
+
 /// Installs the system-mode recording (arguments `check=0|1`).
 ///
 /// # Safety
 /// QEMU's install contract.
-pub unsafe fn install(id: PluginId, _info: &QemuInfo, args: &[String]) -> c_int {
+pub unsafe fn install(id: PluginId, info: &QemuInfo, args: &[String]) -> c_int {
     let api = match SysApi::resolve() {
         Ok(a) => a,
         Err(e) => {
@@ -156,22 +264,37 @@ pub unsafe fn install(id: PluginId, _info: &QemuInfo, args: &[String]) -> c_int 
         }
     };
     let mut check = false;
+    let mut fd = None;
     for a in args {
         match a.as_str() {
             "check=1" => check = true,
             "check=0" => check = false,
-            _ => {
-                eprintln!("ptemu-qemu: unknown argument {a:?} in system mode (expected check=0|1)");
-                return 1;
-            }
+            _ => match a.strip_prefix("fd=").map(str::parse::<c_int>) {
+                Some(Ok(n)) if n >= 0 => fd = Some(n),
+                _ => {
+                    eprintln!("ptemu-qemu: unknown argument {a:?} in system mode (expected check=0|1, fd=N)");
+                    return 1;
+                }
+            },
         }
     }
-    // SAFETY: an 8-byte entry a vCPU.
-    let flag = unsafe { (api.scoreboard_new)(8) };
+    let out = fd.map(|fd| Out {
+        fd,
+        shared: Mutex::new(SharedOut {
+            writer: Writer::new(),
+            started: false,
+            broken: false,
+        }),
+    });
+    let streams = out.is_some();
+    // SAFETY: an 8-byte entry a vCPU, each.
+    let (flag, done) = unsafe { ((api.scoreboard_new)(8), (api.scoreboard_new)(8)) };
+
     let vcpus = (0..MAX_VCPUS)
         .map(|_| {
             UnsafeCell::new(Vcpu {
                 lidt_at: u64::MAX,
+                chunk: streams.then(Writer::chunks),
                 ..Vcpu::default()
             })
         })
@@ -180,7 +303,10 @@ pub unsafe fn install(id: PluginId, _info: &QemuInfo, args: &[String]) -> c_int 
         .set(State {
             api,
             flag,
+            done,
             check,
+            slots: (info.max_vcpus.max(1) as usize).min(MAX_VCPUS),
+            out,
             vcpus,
         })
         .is_err()
@@ -261,14 +387,32 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
             unsafe { (api.register_mem)(handles[k], on_lidt, 0, MEM_R, std::ptr::null_mut()) };
         }
     }
-    let info = Box::leak(Box::new(TbInfo::new(reported, &insns)));
+    let mut index = 0;
+    if let Some(out) = &s.out {
+        let distances: Vec<u64> = insns.windows(2).map(|w| w[1].ip.wrapping_sub(w[0].ip)).collect();
+        let code: Vec<u8> = insns.iter().flat_map(|i| i.bytes.iter().copied()).collect();
+        let mut sh = out.shared.lock().unwrap_or_else(|p| p.into_inner());
+        index = sh.writer.blocks() as u32;
+        sh.writer.block(reported, &distances, &code);
+    }
+    let info = Box::leak(Box::new(TbInfo {
+        index,
+        flow: BlockFlow::new(reported, &insns),
+        seen: (0..s.slots).map(|_| AtomicU64::new(0)).collect(),
+    }));
     let data = (info as *mut TbInfo).cast::<c_void>();
     let entry = ScoreU64 {
         score: s.flag,
         offset: 0,
     };
+    let mark = ScoreU64 {
+        score: s.done,
+        offset: 0,
+    };
     // SAFETY: QEMU's API at translation time; `data` lives for the process.
     unsafe {
+        (api.register_insn_inline)(handles[n - 1], INLINE_STORE, mark, u64::from(index) + 1);
+
         (api.register_tb_exec)(tb, on_exec, 0, data);
         (api.register_tb_exec_cond)(tb, on_regs, CB_R_REGS, COND_EQ, entry, 1, data);
     }
@@ -289,31 +433,28 @@ unsafe extern "C" fn on_exec(index: c_uint, data: *mut c_void) {
     v.blocks += 1;
     // SAFETY: a previous block's leaked TbInfo, or null.
     let prev = unsafe { (v.tb as *const TbInfo).as_ref() };
-    let mut guess = derived(prev, v.at, tb);
-    let mut rereads = false;
-    if let Some(p) = prev.filter(|_| v.at != 0) {
-        if p.calls {
-            v.shadow.push(v.at.wrapping_add(p.len));
-        } else if p.returns {
-            let seen = tb.last_seen.load(Ordering::Relaxed);
-            guess = v.shadow.pop().filter(|&c| c == tb.reported || c == seen);
-        }
-        rereads = p.rereads;
-    }
+    let slot = &tb.seen[index as usize % tb.seen.len()];
+    let step = v
+        .tracker
+        .exec(prev.map(|p| &p.flow), &tb.flow, slot.load(Ordering::Relaxed));
+    // SAFETY: on the vCPU's thread.
+    let mark = unsafe { done(v, index) };
+    v.prev_reached = prev.is_some_and(|p| *mark == u64::from(p.index) + 1);
+    *mark = 0;
     v.prev_tb = v.tb;
-    v.prev_at = v.at;
     v.tb = data as usize;
-    match guess {
-        Some(at) => {
-            v.at = at;
-            tb.last_seen.store(at, Ordering::Relaxed);
-        }
-        None => {
-            v.reads_needed += 1;
-            v.at = 0;
+    if let Some(out) = &s.out {
+        v.instructions += tb.flow.starts.len() as u64;
+        v.indices.push(tb.index);
+        if v.indices.len() >= IDS {
+            send_chunk(out, v, index);
         }
     }
-    let want = u64::from(guess.is_none() || rereads || s.check);
+    match step.at {
+        Some(at) => slot.store(at, Ordering::Relaxed),
+        None => v.reads_needed += 1,
+    }
+    let want = u64::from(step.read || s.check);
     // SAFETY: on the vCPU's thread.
     *unsafe { flag(v, index) } = want;
 }
@@ -384,18 +525,22 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
     let Some(rip) = (unsafe { read_reg(api, v.buf, v.regs.rip) }) else {
         return;
     };
-    let derived_at = v.at;
+    if !v.long_mode {
+        // SAFETY: as above.
+        v.long_mode = unsafe { read_reg(api, v.buf, v.regs.efer) }.is_some_and(|e| e & 1 << 10 != 0);
+    }
+    // Outside long mode `rip` is an offset from CS's base, not the linear address QEMU reports
+    // blocks at: there (the firmware's hand-off, which is not traced) the reported address is
+    // taken as the block's start.
+    let rip = if v.long_mode { rip } else { tb.flow.reported };
+    let derived_at = v.tracker.at();
     if derived_at != 0 && derived_at != rip {
         v.mismatches += 1;
         v.first_mismatch.get_or_insert((v.blocks, derived_at, rip));
     }
     // SAFETY: a previous block's leaked TbInfo, or null.
     let prev = unsafe { (v.prev_tb as *const TbInfo).as_ref() };
-    let rereads = prev.is_some_and(|p| p.rereads);
-    if !v.long_mode {
-        // SAFETY: as above.
-        v.long_mode = unsafe { read_reg(api, v.buf, v.regs.efer) }.is_some_and(|e| e & 1 << 10 != 0);
-    }
+    let rereads = prev.is_some_and(|p| p.flow.rereads);
     if v.lidt_at != u64::MAX {
         let at = std::mem::replace(&mut v.lidt_at, u64::MAX);
         v.entries.lidt += 1;
@@ -418,29 +563,70 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
             }
         }
     }
+    let prev_at = v.tracker.prev_at();
+    v.tracker.read(rip);
+    let slot = &tb.seen[index as usize % tb.seen.len()];
+    slot.store(rip, Ordering::Relaxed);
+    let mut transfer = Transfer::Next;
     if derived_at == 0 {
-        // Between the kernel's half and the user's (a system call, an interrupt, a return from
-        // one: where a context switch may lie in between) the shadow stack starts again, so a
-        // RET is never predicted from another address space's CALLs.
-        if (rip ^ v.last_read) >> 63 != 0 {
-            v.shadow.clear();
-        }
-        if let Some(p) = prev.filter(|_| v.long_mode && v.prev_at != 0) {
-            let e = entry_of(api, v, p, rip);
+        if let Some(p) = prev.filter(|_| prev_at != 0) {
+            let reached = v.prev_reached;
+            let e = if v.long_mode {
+                entry_of(api, v, &p.flow, prev_at, rip, reached)
+            } else {
+                // Before long mode (the firmware's hand-off, not traced) only where a block
+                // stopped is told, so that the instructions are counted right; the IDT and the
+                // frames are real mode's or the 32-bit boot code's.
+                match classify(&p.flow, prev_at, rip, reached, None, None) {
+                    split @ Entry::Split { .. } => split,
+                    _ => Entry::Next,
+                }
+            };
             count(v, e, s.check);
+            let off = rip.wrapping_sub(prev_at);
+            if matches!(e, Entry::Next | Entry::Far(_)) && off > 0 && off < p.flow.len {
+                v.entries.inside += 1;
+            }
+            if !reached && matches!(e, Entry::Next | Entry::Far(_)) {
+                v.entries.unreached += 1;
+            }
+            transfer = match e {
+                Entry::Next => Transfer::Next,
+                Entry::Far(_) => Transfer::Far,
+                Entry::SoftInt { vector, from } => Transfer::SoftInt { vector, from },
+                Entry::Async { vector, from, cut } => Transfer::Async { vector, from, cut },
+                Entry::Unexplained { vector, .. } => Transfer::Unexplained { vector },
+                Entry::Split { at } => Transfer::Split { at },
+            };
         }
     }
-    v.last_read = rip;
-    v.at = rip;
-    tb.last_seen.store(rip, Ordering::Relaxed);
+    if let Some(out) = &s.out {
+        // SAFETY: as above.
+        let cs = unsafe { read_reg(api, v.buf, v.regs.cs) }.unwrap_or(0);
+        let r = Registers {
+            rip,
+            cs,
+            cr3: v.cr3,
+            long_mode: v.long_mode,
+            transfer,
+        };
+        if let Some(chunk) = v.chunk.as_mut() {
+            chunk.exec_blocks(&v.indices);
+            v.indices.clear();
+            chunk.registers(&r);
+            if chunk.pending() >= CHUNK {
+                send_chunk(out, v, index);
+            }
+        }
+    }
 }
 
 /// The transfer the block at `rip` starts with, after `prev` (QE25).
-fn entry_of(api: &SysApi, v: &mut Vcpu, prev: &TbInfo, rip: u64) -> Entry {
+fn entry_of(api: &SysApi, v: &mut Vcpu, prev: &BlockFlow, prev_at: u64, rip: u64, reached: bool) -> Entry {
     let mut vector = v.handlers.vector(rip);
     // Where the flow says the block cannot be the previous one's successor, it is an entry the
     // IDT must name: read it again (the kernel writes gates into a loaded IDT).
-    if vector.is_none() && prev.exit != Exit::Unknown && !successors(prev, v.prev_at).contains(&rip) {
+    if vector.is_none() && prev.exit != Exit::Unknown && !successors(prev, prev_at).contains(&rip) {
         read_idt(api, v);
         vector = v.handlers.vector(rip);
     }
@@ -452,7 +638,7 @@ fn entry_of(api: &SysApi, v: &mut Vcpu, prev: &TbInfo, rip: u64) -> Entry {
         let b = unsafe { read_memory(api, v.buf, at, 8) }?;
         Some(u64::from_le_bytes(b.try_into().expect("8 bytes")))
     });
-    classify(prev, v.prev_at, vector, frame_rip)
+    classify(prev, prev_at, rip, reached, vector, frame_rip)
 }
 
 fn count(v: &mut Vcpu, e: Entry, check: bool) {
@@ -460,6 +646,7 @@ fn count(v: &mut Vcpu, e: Entry, check: bool) {
     match e {
         Entry::Next => {}
         Entry::Far(_) => n.far += 1,
+        Entry::Split { .. } => n.split += 1,
         Entry::SoftInt { vector, from } => {
             n.soft += 1;
             if check {
@@ -487,9 +674,14 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
     let (mut blocks, mut needed, mut mismatches, mut reads) = (0, 0, 0, 0);
     let mut first = None;
     let mut e = Entries::default();
-    for v in &s.vcpus {
+    let mut instructions = 0;
+    for (k, v) in s.vcpus.iter().enumerate() {
         // SAFETY: every vCPU stopped.
-        let v = unsafe { &*v.get() };
+        let v = unsafe { &mut *v.get() };
+        if let Some(out) = &s.out {
+            send_chunk(out, v, k as c_uint);
+            instructions += v.instructions;
+        }
         blocks += v.blocks;
         needed += v.reads_needed;
         mismatches += v.mismatches;
@@ -505,6 +697,27 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
         e.cr3_elsewhere += n.cr3_elsewhere;
         e.lidt += n.lidt;
         e.idt_reads += n.idt_reads;
+        e.split += n.split;
+        e.inside += n.inside;
+        e.unreached += n.unreached;
+
+        e.inside += n.inside;
+        e.unreached += n.unreached;
+    }
+    if let Some(out) = &s.out {
+        let mut sh = out.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let SharedOut {
+            writer,
+            started,
+            broken,
+        } = &mut *sh;
+        let mut ok = !*broken;
+        if *started {
+            writer.thread(0);
+        }
+        writer.end_with(instructions);
+        writer.take(&mut |b| ok = ok && write_all(out.fd, &[b]));
+        *broken = !ok;
     }
     eprintln!(
         "ptemu-qemu: system: {blocks} block executions, {needed} needing the registers, {mismatches} derived addresses not rip, {reads} register reads{}",
@@ -514,7 +727,7 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
         }
     );
     eprintln!(
-        "ptemu-qemu: system entries: {} exceptions and interrupts ({} stopping their block part-way), {} software interrupts, {} far transfers, {} unexplained; {} CR3 values ({} not after a write), {} LIDTs, {} IDT reads",
-        e.asynchronous, e.cut, e.soft, e.far, e.unexplained, e.cr3, e.cr3_elsewhere, e.lidt, e.idt_reads
+        "ptemu-qemu: system entries: {} exceptions and interrupts ({} stopping their block part-way), {} software interrupts, {} far transfers, {} unexplained, {} blocks stopped early with no transfer, {} at an instruction of the block before that its end went to, {} after a block that stopped early unexplained; {} CR3 values ({} not after a write), {} LIDTs, {} IDT reads",
+        e.asynchronous, e.cut, e.soft, e.far, e.unexplained, e.split, e.inside, e.unreached, e.cr3, e.cr3_elsewhere, e.lidt, e.idt_reads
     );
 }

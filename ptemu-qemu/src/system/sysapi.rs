@@ -29,6 +29,8 @@ pub(super) struct RegDescriptor {
 
 /// `QEMU_PLUGIN_CB_R_REGS`.
 pub(super) const CB_R_REGS: c_int = 1;
+/// `QEMU_PLUGIN_INLINE_STORE_U64`.
+pub(super) const INLINE_STORE: c_int = 1;
 /// `QEMU_PLUGIN_MEM_R`.
 pub(super) const MEM_R: c_int = 1;
 /// A memory callback: vCPU, the access's info, its virtual address, the registration's data.
@@ -64,6 +66,7 @@ pub(super) struct SysApi {
     pub byte_array_set_size: unsafe extern "C" fn(*mut GArray, c_uint) -> *mut GArray,
     pub register_mem: unsafe extern "C" fn(*mut TbInsn, MemCb, c_int, c_int, *mut c_void),
     pub read_memory_vaddr: unsafe extern "C" fn(u64, *mut GArray, usize) -> bool,
+    pub register_insn_inline: unsafe extern "C" fn(*mut TbInsn, c_int, ScoreU64, u64),
 }
 
 impl SysApi {
@@ -103,6 +106,7 @@ impl SysApi {
             byte_array_set_size: sym!("g_byte_array_set_size"),
             register_mem: sym!("qemu_plugin_register_vcpu_mem_cb"),
             read_memory_vaddr: sym!("qemu_plugin_read_memory_vaddr"),
+            register_insn_inline: sym!("qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu"),
         })
     }
 }

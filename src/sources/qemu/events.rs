@@ -83,6 +83,7 @@ impl Spool {
             Record::Map(m) => self.writer.map(m),
             Record::Note { kind, value, text } => self.writer.note(*kind, *value, text),
             Record::End { executed } => self.writer.end_with(*executed),
+            Record::Registers(r) => self.writer.registers(r),
             Record::Thread { .. } => {}
         }
         if self.writer.pending() >= 1 << 16 {
@@ -1647,6 +1648,13 @@ impl<R: Read> QemuEvents<R> {
                 Some(Record::Exec { .. }) => unreachable!("taken above"),
                 Some(Record::Thread { .. }) => unreachable!("taken above"),
                 Some(Record::Map(m)) => self.add_map(m, at)?,
+                Some(Record::Registers(_)) => {
+                    return Err(self.error(
+                        at,
+                        ErrorKind::Inconsistent,
+                        "a registers record, which only QEMU's system emulator sends, in a user-mode stream",
+                    ))
+                }
                 Some(Record::Note {
                     kind: NoteKind::Fault,
                     value,

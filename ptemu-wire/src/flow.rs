@@ -1,17 +1,26 @@
-//! What a translated block tells of the block after it (QE24): how it ends, the successors
-//! its end allows, and a shadow stack of CALLs for the RETs; and what the plugin keeps of the
-//! block (QE25: its instruction starts, the kind of its last instruction, whether it writes
-//! CR3 or loads the IDT).
+//! The flow of a vCPU's blocks in QEMU's system emulator (spec/qemu.md QE24, QE25), which the
+//! plugin follows as the blocks run and the reader of its stream follows again, by the same
+//! code: what a translated block tells of the block after it (how it ends, the successors its
+//! end allows, its instruction starts, the kind of its last instruction, whether it writes CR3
+//! or loads the IDT), and a [`Tracker`] that derives each block's real start from the one
+//! before it and a shadow stack of CALLs, where the registers need not be read.
 
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
-use std::sync::atomic::{AtomicU64, Ordering};
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
+    Register,
+};
 
 /// How a translated block ends, for the address of the block after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Exit {
+pub enum Exit {
     /// Falls through, or a direct branch (`target` as reported; 0 when it has none), which may
     /// also fall through (`falls`).
-    Known { target: u64, falls: bool },
+    Known {
+        /// The direct branch's target as reported (0: none).
+        target: u64,
+        /// It may fall through.
+        falls: bool,
+    },
     /// A REP string instruction at this reported address: QEMU runs it once an iteration, each
     /// a block execution of its own, so it may come next as well as the fall-through.
     Rep(u64),
@@ -22,7 +31,7 @@ pub(super) enum Exit {
 
 /// The kind of a block's last instruction, for the transfer the next block begins with (QE25).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Last {
+pub enum Last {
     /// SYSCALL or SYSENTER.
     Syscall,
     /// SYSRET or SYSEXIT.
@@ -37,12 +46,14 @@ pub(super) enum Last {
     Near,
 }
 
-/// What the plugin keeps of a translated block (leaked: QEMU may run it until the end).
-pub(super) struct TbInfo {
+/// What a translated block tells of the flow.
+#[derive(Clone, Debug)]
+pub struct BlockFlow {
     /// The address QEMU reported (the first translation's).
     pub reported: u64,
     /// Its length in bytes.
     pub len: u64,
+    /// How it ends.
     pub exit: Exit,
     /// Its last instruction is a near CALL (direct or indirect): the address after the block is
     /// where the matching RET returns.
@@ -55,15 +66,20 @@ pub(super) struct TbInfo {
     pub starts: Box<[u16]>,
     /// It writes CR3 or loads the IDT: the block after it reads the registers.
     pub rereads: bool,
-    /// The real address it was last executed at (0: never).
-    pub last_seen: AtomicU64,
+    /// It is one instruction that writes memory: the block QEMU makes to run a store again
+    /// after the store changed the code of the block it was in (QE26).
+    pub single_store: bool,
 }
 
 /// One instruction of a block being translated: its address, its size as QEMU gives it, and
 /// its bytes (as far as QEMU gave them, at most 16).
-pub(super) struct Insn<'a> {
+#[derive(Clone, Copy, Debug)]
+pub struct Insn<'a> {
+    /// Its address as QEMU reports it.
     pub ip: u64,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its bytes.
     pub bytes: &'a [u8],
 }
 
@@ -72,14 +88,14 @@ fn decode(i: &Insn<'_>) -> Instruction {
 }
 
 /// Whether the instruction is LIDT (whose operand the plugin reads, QE25).
-pub(super) fn is_lidt(i: &Insn<'_>) -> bool {
+pub fn is_lidt(i: &Insn<'_>) -> bool {
     decode(i).mnemonic() == Mnemonic::Lidt
 }
 
-impl TbInfo {
+impl BlockFlow {
     /// What a block of these instructions (in order, at least one) tells; `reported` is its
     /// start as QEMU gives it.
-    pub fn new(reported: u64, insns: &[Insn<'_>]) -> TbInfo {
+    pub fn new(reported: u64, insns: &[Insn<'_>]) -> BlockFlow {
         let last = insns.last().expect("a block has an instruction");
         let li = decode(last);
         let mut rereads = false;
@@ -91,7 +107,8 @@ impl TbInfo {
             rereads |= cr3 || d.mnemonic() == Mnemonic::Lidt;
         }
         let flow = li.flow_control();
-        TbInfo {
+        let single_store = insns.len() == 1 && writes_memory(&li);
+        BlockFlow {
             reported,
             len: last.ip + last.size - reported,
             exit: exit_of(&li),
@@ -100,7 +117,7 @@ impl TbInfo {
             last: last_of(&li),
             starts: starts.into_boxed_slice(),
             rereads,
-            last_seen: AtomicU64::new(0),
+            single_store,
         }
     }
 
@@ -108,6 +125,19 @@ impl TbInfo {
     pub fn last_start(&self) -> u64 {
         u64::from(*self.starts.last().unwrap_or(&0))
     }
+}
+
+fn writes_memory(i: &Instruction) -> bool {
+    InstructionInfoFactory::new()
+        .info(i)
+        .used_memory()
+        .iter()
+        .any(|m| {
+            matches!(
+                m.access(),
+                OpAccess::Write | OpAccess::ReadWrite | OpAccess::CondWrite | OpAccess::ReadCondWrite
+            )
+        })
 }
 
 fn is_far_return(i: &Instruction) -> bool {
@@ -162,7 +192,7 @@ fn exit_of(insn: &Instruction) -> Exit {
 
 /// The addresses the block after `prev` (which ran at `prev_at`) may start at by `prev`'s own
 /// end (0: none); empty for an unknown exit.
-pub(super) fn successors(prev: &TbInfo, prev_at: u64) -> [u64; 2] {
+pub fn successors(prev: &BlockFlow, prev_at: u64) -> [u64; 2] {
     let delta = prev_at.wrapping_sub(prev.reported);
     let mut candidates = [0u64; 2];
     match prev.exit {
@@ -184,10 +214,9 @@ pub(super) fn successors(prev: &TbInfo, prev_at: u64) -> [u64; 2] {
 }
 
 /// The block's real start, if the flow says it: one of the previous block's successors that
-/// is where the block was reported or last executed.
-pub(super) fn derived(prev: Option<&TbInfo>, prev_at: u64, tb: &TbInfo) -> Option<u64> {
+/// is where the block was reported or where this vCPU last executed it (`seen`).
+fn derived(prev: Option<&BlockFlow>, prev_at: u64, tb: &BlockFlow, seen: u64) -> Option<u64> {
     let prev = prev?;
-    let seen = tb.last_seen.load(Ordering::Relaxed);
     successors(prev, prev_at)
         .into_iter()
         .find(|&c| c != 0 && (c == tb.reported || c == seen))
@@ -198,7 +227,8 @@ pub(super) fn derived(prev: Option<&TbInfo>, prev_at: u64, tb: &TbInfo) -> Optio
 const SHADOW: usize = 64;
 
 /// A ring of return addresses.
-pub(super) struct ShadowStack {
+#[derive(Clone, Debug)]
+struct ShadowStack {
     at: [u64; SHADOW],
     depth: usize,
 }
@@ -213,13 +243,13 @@ impl Default for ShadowStack {
 }
 
 impl ShadowStack {
-    pub fn push(&mut self, ret: u64) {
+    fn push(&mut self, ret: u64) {
         self.at[self.depth % SHADOW] = ret;
         self.depth += 1;
     }
 
     /// The latest return address, taken off; `None` when the stack is empty (or was cut).
-    pub fn pop(&mut self) -> Option<u64> {
+    fn pop(&mut self) -> Option<u64> {
         if self.depth == 0 {
             return None;
         }
@@ -227,8 +257,76 @@ impl ShadowStack {
         Some(self.at[self.depth % SHADOW])
     }
 
-    pub fn clear(&mut self) {
+    fn clear(&mut self) {
         self.depth = 0;
+    }
+}
+
+/// What [`Tracker::exec`] found of a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Its real start, where the flow gives it.
+    pub at: Option<u64>,
+    /// The registers are to be read in it: no start, or the block before it wrote CR3 or
+    /// loaded the IDT.
+    pub read: bool,
+}
+
+/// One vCPU's walk through its blocks: the real start of each, where the flow gives it (QE24).
+#[derive(Clone, Debug, Default)]
+pub struct Tracker {
+    /// The real start of the block running now (0: not known until the registers are read),
+    /// and of the one before it.
+    at: u64,
+    prev_at: u64,
+    /// Return addresses of the CALLs not yet returned from.
+    shadow: ShadowStack,
+    /// The `rip` the last register read gave.
+    last_read: u64,
+}
+
+impl Tracker {
+    /// Block `tb` starts after `prev` (`None`: the vCPU's first); `seen` is where this vCPU last
+    /// ran `tb` (0: never).
+    pub fn exec(&mut self, prev: Option<&BlockFlow>, tb: &BlockFlow, seen: u64) -> Step {
+        let mut guess = derived(prev, self.at, tb, seen);
+        let mut rereads = false;
+        if let Some(p) = prev.filter(|_| self.at != 0) {
+            if p.calls {
+                self.shadow.push(self.at.wrapping_add(p.len));
+            } else if p.returns {
+                guess = self.shadow.pop().filter(|&c| c == tb.reported || c == seen);
+            }
+            rereads = p.rereads;
+        }
+        self.prev_at = self.at;
+        self.at = guess.unwrap_or(0);
+        Step {
+            at: guess,
+            read: guess.is_none() || rereads,
+        }
+    }
+
+    /// The registers read in the block running now gave `rip`, its real start. Between the
+    /// kernel's half and the user's (a system call, an interrupt, a return from one: where a
+    /// context switch may lie in between) the shadow stack starts again, so that a RET is never
+    /// predicted from another address space's CALLs.
+    pub fn read(&mut self, rip: u64) {
+        if self.at == 0 && (rip ^ self.last_read) >> 63 != 0 {
+            self.shadow.clear();
+        }
+        self.last_read = rip;
+        self.at = rip;
+    }
+
+    /// The real start of the block running now (0: not known yet).
+    pub fn at(&self) -> u64 {
+        self.at
+    }
+
+    /// The real start of the block before it (0: not known).
+    pub fn prev_at(&self) -> u64 {
+        self.prev_at
     }
 }
 
@@ -236,7 +334,7 @@ impl ShadowStack {
 mod tests {
     use super::*;
 
-    fn block(at: u64, code: &[&[u8]]) -> TbInfo {
+    fn block(at: u64, code: &[&[u8]]) -> BlockFlow {
         let mut ip = at;
         let insns: Vec<Insn<'_>> = code
             .iter()
@@ -250,7 +348,7 @@ mod tests {
                 i
             })
             .collect();
-        TbInfo::new(at, &insns)
+        BlockFlow::new(at, &insns)
     }
 
     /// QE25: a block's last instruction names the transfer the next block starts with.

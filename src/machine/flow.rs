@@ -1,0 +1,183 @@
+//! The plugin's stream of a machine followed (QE26): block records into a
+//! [`ptemu_wire::system::Replay`], each vCPU's chunk of executed blocks and registers records
+//! through it, and what came out counted per vCPU.
+
+use super::MachineError;
+use ptemu_wire::system::{Execution, Replay, Transfer};
+use ptemu_wire::{Batched, Reader, Record};
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitStatus;
+
+/// What one vCPU ran, as the stream told it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VcpuFlow {
+    /// Block executions.
+    pub blocks: u64,
+    /// Instructions that retired (each block's, up to where a fault stopped it).
+    pub instructions: u64,
+    /// Block executions a fault stopped part-way.
+    pub faults: u64,
+    /// Block executions QEMU ended part-way with no transfer (splits, QE26).
+    pub splits: u64,
+    /// Of the splits, those whose next block is one instruction that writes memory: where
+    /// QEMU may have run a store again that changed its own block's code (it starts the store,
+    /// finds its block changed, and runs it again alone).
+    pub store_restarts: u64,
+    /// Exceptions, interrupts and software interrupts, in order (QE25).
+    pub entries: Vec<Transfer>,
+    /// Far transfers by a block's last instruction (SYSCALL, SYSRET, IRET, far branches).
+    pub far: u64,
+    /// Entry points with a frame that fits nothing (never expected).
+    pub unexplained: u64,
+    /// CR3 values taken (a new value in a registers record).
+    pub cr3_values: u64,
+    last_cr3: u64,
+}
+
+/// What a machine's recording found.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct MachineFlow {
+    /// How QEMU ended.
+    pub status: Option<ExitStatus>,
+    /// The serial console's output, where captured.
+    pub console: Option<Vec<u8>>,
+    /// Every vCPU's, by index.
+    pub vcpus: Vec<VcpuFlow>,
+    /// The instructions of every block executed, each block whole, by the plugin's count (its
+    /// end record): every vCPU's retired instructions plus those a fault stopped.
+    pub plugin_instructions: u64,
+    /// The stream's length in bytes.
+    pub stream_bytes: u64,
+}
+
+impl MachineFlow {
+    /// Every vCPU's retired instructions.
+    pub fn instructions(&self) -> u64 {
+        self.vcpus.iter().map(|v| v.instructions).sum()
+    }
+}
+
+fn stream_error(qemu: &Path, offset: u64, message: impl std::fmt::Display) -> MachineError {
+    MachineError::Stream {
+        path: qemu.to_path_buf(),
+        message: format!("byte offset {offset}: {message}"),
+    }
+}
+
+/// Reads the plugin's stream from `input` to its end record and follows every vCPU.
+pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, MachineError> {
+    let mut reader = Reader::new(input);
+    let mut replay = Replay::new();
+    let mut flow = MachineFlow::default();
+    let mut unfinished = 0u64;
+    let mut vcpu: Option<usize> = None;
+    let mut took = |flow: &mut MachineFlow, e: Execution| {
+        let k = e.vcpu as usize;
+        if flow.vcpus.len() <= k {
+            flow.vcpus.resize_with(k + 1, VcpuFlow::default);
+        }
+        let v = &mut flow.vcpus[k];
+        v.blocks += 1;
+        v.instructions += u64::from(e.retired);
+        v.faults += u64::from(e.faulted);
+        unfinished += u64::from(e.len);
+    };
+    let mut ended = None;
+    loop {
+        let at = reader.offset();
+        let rec = reader
+            .next_batched()
+            .map_err(|e| stream_error(qemu, e.offset, &e))?;
+        let Some(rec) = rec else { break };
+        match rec {
+            Batched::Blocks(batch) => {
+                if vcpu.is_none() {
+                    return Err(stream_error(qemu, at, "executed blocks outside a vCPU's chunk"));
+                }
+                for index in batch.indices() {
+                    let mut got = Vec::new();
+                    replay
+                        .exec(index, &mut |e| got.push(e))
+                        .map_err(|m| stream_error(qemu, at, m))?;
+                    for e in got {
+                        took(&mut flow, e);
+                    }
+                }
+            }
+            Batched::Record(Record::Block {
+                vaddr, offsets, code, ..
+            }) => replay.block(vaddr, offsets, code),
+            Batched::Record(Record::Thread { tid }) => {
+                vcpu = tid.checked_sub(1).map(|k| k as usize);
+                if let Some(k) = vcpu {
+                    if k >= 1024 {
+                        return Err(stream_error(qemu, at, format!("vCPU {k}")));
+                    }
+                    replay.vcpu(k as u32);
+                    if flow.vcpus.len() <= k {
+                        flow.vcpus.resize_with(k + 1, VcpuFlow::default);
+                    }
+                }
+            }
+            Batched::Record(Record::Registers(r)) => {
+                let Some(k) = vcpu else {
+                    return Err(stream_error(
+                        qemu,
+                        at,
+                        "a registers record outside a vCPU's chunk",
+                    ));
+                };
+                replay.registers(&r).map_err(|m| stream_error(qemu, at, m))?;
+                let v = &mut flow.vcpus[k];
+                if r.cr3 != v.last_cr3 {
+                    v.cr3_values += 1;
+                    v.last_cr3 = r.cr3;
+                }
+                match r.transfer {
+                    Transfer::Split { .. } => {
+                        v.splits += 1;
+                        let one = replay.current().and_then(|b| replay.flow(b));
+                        v.store_restarts += u64::from(one.is_some_and(|f| f.single_store));
+                    }
+                    Transfer::Far => v.far += 1,
+                    Transfer::Unexplained { .. } => v.unexplained += 1,
+                    Transfer::SoftInt { .. } | Transfer::Async { .. } => v.entries.push(r.transfer),
+                    _ => {}
+                }
+            }
+            Batched::Record(Record::End { executed }) => ended = Some((executed, at)),
+            Batched::Record(other) => {
+                return Err(stream_error(
+                    qemu,
+                    at,
+                    format!("a record a machine's stream does not hold: {other:?}"),
+                ))
+            }
+        }
+    }
+    let mut got = Vec::new();
+    replay.finish(&mut |e| got.push(e));
+    for e in got {
+        took(&mut flow, e);
+    }
+    let Some((executed, at)) = ended else {
+        return Err(stream_error(
+            qemu,
+            reader.offset(),
+            "the stream ends without its end record: QEMU did not exit normally",
+        ));
+    };
+    flow.plugin_instructions = executed;
+    flow.stream_bytes = reader.offset();
+    if unfinished != executed {
+        return Err(stream_error(
+            qemu,
+            at,
+            format!("the plugin counted {executed} instructions in the blocks it ran, the stream holds {unfinished}"),
+        ));
+    }
+    Ok(flow)
+}
