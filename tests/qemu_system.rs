@@ -96,6 +96,27 @@ fn qe23_the_test_guest_boots_runs_its_program_and_powers_off() {
     assert!(console.contains("reboot: Power down"), "{console}");
 }
 
+/// The tests' guest with an initramfs whose `/init` runs a position-independent static program
+/// twice (a loop of `n` additions that prints "sum N"; its two runs map the same physical pages
+/// at two addresses) and powers off.
+fn loop_twice(dir: &std::path::Path, n: u64) -> (common::boot::Guest, std::path::PathBuf) {
+    let guest = common::boot::guest();
+    let src = dir.join("loop.c");
+    std::fs::write(
+        &src,
+        format!("#include <stdio.h>\nint main(void) {{ volatile long s = 0; for (long i = 0; i < {n}; i++) s += i; printf(\"sum %ld\\n\", (long)s); return 0; }}\n"),
+    )
+    .unwrap();
+    let program = common::qemu::gcc(&src, &dir.join("loop"), &["-static-pie"]);
+    let initrd = common::boot::initramfs(
+        dir,
+        &guest,
+        "/bin/loop\n/bin/loop\n/bin/busybox poweroff -f\n",
+        &[("loop", &program)],
+    );
+    (guest, initrd)
+}
+
 /// The block executions, those needing the registers and the derived addresses that were not
 /// `rip`, from the plugin's line at exit in system mode.
 fn system_counts(stderr: &str) -> (u64, u64, u64) {
@@ -163,20 +184,7 @@ fn qemu_entries(log: &str) -> Vec<(u8, u64)> {
 #[test]
 fn qe24_qe25_system_mode_derives_every_blocks_address_and_entry() {
     let dir = tempfile::tempdir().unwrap();
-    let guest = common::boot::guest();
-    let src = dir.path().join("loop.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\nint main(void) { volatile long s = 0; for (long i = 0; i < 2000000; i++) s += i; printf(\"sum %ld\\n\", (long)s); return 0; }\n",
-    )
-    .unwrap();
-    let program = common::qemu::gcc(&src, &dir.path().join("loop"), &["-static-pie"]);
-    let initrd = common::boot::initramfs(
-        dir.path(),
-        &guest,
-        "/bin/loop\n/bin/loop\n/bin/busybox poweroff -f\n",
-        &[("loop", &program)],
-    );
+    let (guest, initrd) = loop_twice(dir.path(), 2_000_000);
     let mut with_check = plugin().into_os_string();
     with_check.push(",check=1");
     let with_check = with_check.into_string().unwrap();
@@ -239,20 +247,7 @@ fn qe24_qe25_system_mode_derives_every_blocks_address_and_entry() {
 #[test]
 fn qe26_ptemu_follows_every_vcpus_blocks_from_the_plugins_stream() {
     let dir = tempfile::tempdir().unwrap();
-    let guest = common::boot::guest();
-    let src = dir.path().join("loop.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\nint main(void) { volatile long s = 0; for (long i = 0; i < 1000000; i++) s += i; printf(\"sum %ld\\n\", (long)s); return 0; }\n",
-    )
-    .unwrap();
-    let program = common::qemu::gcc(&src, &dir.path().join("loop"), &["-static-pie"]);
-    let initrd = common::boot::initramfs(
-        dir.path(),
-        &guest,
-        "/bin/loop\n/bin/loop\n/bin/busybox poweroff -f\n",
-        &[("loop", &program)],
-    );
+    let (guest, initrd) = loop_twice(dir.path(), 1_000_000);
     let counter = dir.path().join("count_insns.so");
     let o = Command::new("gcc")
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])

@@ -160,12 +160,9 @@ fn write_all(fd: c_int, parts: &[&[u8]]) -> bool {
     true
 }
 
-/// Sends vCPU `index`'s chunk (its pending indices first made a batch record), after the
-/// block records it may name.
-fn send_chunk(out: &Out, v: &mut Vcpu, index: c_uint) {
-    let Some(chunk) = v.chunk.as_mut() else { return };
-    chunk.exec_blocks(&v.indices);
-    v.indices.clear();
+/// Sends the block records not yet sent (the magic first, the first time; then behind a thread
+/// record of 0), then what `more` writes, all under the lock; nothing once a write failed.
+fn send_shared(out: &Out, more: &mut dyn FnMut(&mut Writer, &mut dyn FnMut(&[u8]))) {
     let mut sh = out.shared.lock().unwrap_or_else(|p| p.into_inner());
     let SharedOut {
         writer,
@@ -173,14 +170,24 @@ fn send_chunk(out: &Out, v: &mut Vcpu, index: c_uint) {
         broken,
     } = &mut *sh;
     let mut ok = !*broken;
+    let mut send = |b: &[u8]| ok = ok && write_all(out.fd, &[b]);
     if !*started {
-        writer.take(&mut |b| ok = ok && write_all(out.fd, &[b]));
+        writer.take(&mut send);
         *started = true;
     } else {
-        writer.take_chunk(0, &mut |b| ok = ok && write_all(out.fd, &[b]));
+        writer.take_chunk(0, &mut send);
     }
-    chunk.take_chunk(u64::from(index) + 1, &mut |b| ok = ok && write_all(out.fd, &[b]));
+    more(writer, &mut send);
     *broken = !ok;
+}
+
+/// Sends vCPU `index`'s chunk (its pending indices first made a batch record), after the
+/// block records it may name.
+fn send_chunk(out: &Out, v: &mut Vcpu, index: c_uint) {
+    let Some(chunk) = v.chunk.as_mut() else { return };
+    chunk.exec_blocks(&v.indices);
+    v.indices.clear();
+    send_shared(out, &mut |_, send| chunk.take_chunk(u64::from(index) + 1, send));
 }
 
 struct State {
@@ -700,24 +707,12 @@ unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
         e.split += n.split;
         e.inside += n.inside;
         e.unreached += n.unreached;
-
-        e.inside += n.inside;
-        e.unreached += n.unreached;
     }
     if let Some(out) = &s.out {
-        let mut sh = out.shared.lock().unwrap_or_else(|p| p.into_inner());
-        let SharedOut {
-            writer,
-            started,
-            broken,
-        } = &mut *sh;
-        let mut ok = !*broken;
-        if *started {
-            writer.thread(0);
-        }
-        writer.end_with(instructions);
-        writer.take(&mut |b| ok = ok && write_all(out.fd, &[b]));
-        *broken = !ok;
+        send_shared(out, &mut |writer, send| {
+            writer.end_with(instructions);
+            writer.take_chunk(0, send);
+        });
     }
     eprintln!(
         "ptemu-qemu: system: {blocks} block executions, {needed} needing the registers, {mismatches} derived addresses not rip, {reads} register reads{}",
