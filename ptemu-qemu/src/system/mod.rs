@@ -160,9 +160,12 @@ fn write_all(fd: c_int, parts: &[&[u8]]) -> bool {
     true
 }
 
+/// What [`send_shared`] writes after the block records: given the shared writer and the sender.
+type SendMore<'a> = dyn FnMut(&mut Writer, &mut dyn FnMut(&[u8])) + 'a;
+
 /// Sends the block records not yet sent (the magic first, the first time; then behind a thread
 /// record of 0), then what `more` writes, all under the lock; nothing once a write failed.
-fn send_shared(out: &Out, more: &mut dyn FnMut(&mut Writer, &mut dyn FnMut(&[u8]))) {
+fn send_shared(out: &Out, more: &mut SendMore<'_>) {
     let mut sh = out.shared.lock().unwrap_or_else(|p| p.into_inner());
     let SharedOut {
         writer,
