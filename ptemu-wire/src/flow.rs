@@ -110,7 +110,7 @@ impl BlockFlow {
         let single_store = insns.len() == 1 && writes_memory(&li);
         BlockFlow {
             reported,
-            len: last.ip + last.size - reported,
+            len: last.ip.wrapping_add(last.size).wrapping_sub(reported),
             exit: exit_of(&li),
             calls: matches!(flow, FlowControl::Call | FlowControl::IndirectCall) && !li.is_call_far(),
             returns: flow == FlowControl::Return && !is_far_return(&li),

@@ -49,6 +49,9 @@ pub enum Transfer {
     },
 }
 
+/// The most vCPUs a machine's stream may name (the plugin's own bound).
+pub const MAX_VCPUS: usize = 64;
+
 /// Whether `vector` is an exception's (0-31 but NMI's, 2), which an instruction raises, not an
 /// interrupt's.
 pub fn is_exception(vector: u8) -> bool {
@@ -187,13 +190,18 @@ impl Replay {
         self.blocks.push(BlockFlow::new(vaddr, &insns));
     }
 
-    /// The records after this are vCPU `vcpu`'s.
-    pub fn vcpu(&mut self, vcpu: u32) {
+    /// The records after this are vCPU `vcpu`'s. `Err`: a vCPU above [`MAX_VCPUS`] (the
+    /// plugin keeps no more apart), whose state the reader would have to hold.
+    pub fn vcpu(&mut self, vcpu: u32) -> Result<(), String> {
+        if vcpu as usize >= MAX_VCPUS {
+            return Err(format!("vCPU {vcpu}: the plugin keeps at most {MAX_VCPUS} apart"));
+        }
         let k = vcpu as usize;
         if self.vcpus.len() <= k {
             self.vcpus.resize_with(k + 1, VcpuWalk::default);
         }
         self.at = k;
+        Ok(())
     }
 
     /// Block `index` (below the block records fed so far) executed on the current vCPU.
@@ -201,7 +209,14 @@ impl Replay {
     pub fn exec(&mut self, index: u32, out: &mut impl FnMut(Execution)) -> Result<(), String> {
         let vcpu = self.at as u32;
         let blocks = &self.blocks;
-        let w = &mut self.vcpus[self.at];
+        let Some(w) = self.vcpus.get_mut(self.at) else {
+            return Err("an executed block before any vCPU's chunk".into());
+        };
+        let Some(tb) = blocks.get(index as usize) else {
+            return Err(format!(
+                "vCPU {vcpu}: block {index} executed before its block record"
+            ));
+        };
         if let Some(e) = w.held.take() {
             out(e);
         }
@@ -213,7 +228,6 @@ impl Replay {
             }
             w.held = Some(whole(vcpu, b, at, blocks));
         }
-        let tb = &blocks[index as usize];
         if w.seen.len() < blocks.len() {
             w.seen.resize(blocks.len(), 0);
         }
@@ -232,7 +246,9 @@ impl Replay {
     pub fn registers(&mut self, r: &Registers) -> Result<(), String> {
         let vcpu = self.at as u32;
         let blocks = &self.blocks;
-        let w = &mut self.vcpus[self.at];
+        let Some(w) = self.vcpus.get_mut(self.at) else {
+            return Err("a registers record before any vCPU's chunk".into());
+        };
         let Some((b, _)) = w.current else {
             return Err(format!("vCPU {vcpu}: a registers record before any block"));
         };
@@ -306,5 +322,64 @@ fn whole(vcpu: u32, block: u32, at: u64, blocks: &[BlockFlow]) -> Execution {
         len: blocks[block as usize].starts.len() as u32,
         retired: blocks[block as usize].starts.len() as u32,
         faulted: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// QE26: a stream that names what it never sent is an error, never a panic: an execution
+    /// before any vCPU, a block never recorded, a vCPU above the bound, a registers record
+    /// before any block; a fault then shortens the held execution.
+    #[test]
+    fn qe26_the_replay_refuses_what_the_stream_never_sent() {
+        let mut r = Replay::new();
+        let mut out = |_e: Execution| {};
+        assert!(r.exec(0, &mut out).is_err());
+        assert!(r.vcpu(MAX_VCPUS as u32).is_err());
+        r.vcpu(0).unwrap();
+        assert!(r.exec(0, &mut out).is_err());
+        let regs = Registers {
+            rip: 0x1000,
+            cs: 0x10,
+            cr3: 0,
+            long_mode: true,
+            transfer: Transfer::Next,
+        };
+        assert!(r.registers(&regs).is_err());
+        // Two blocks: mov rax, [rbx]; jmp rax, then the #PF handler at 0x9000.
+        r.block(0x1000, &[0, 3], &[0x48, 0x8b, 0x03, 0xff, 0xe0]);
+        r.block(0x9000, &[0], &[0x90]);
+        let mut got = Vec::new();
+        r.exec(0, &mut |e| got.push(e)).unwrap();
+        r.registers(&regs).unwrap();
+        r.exec(1, &mut |e| got.push(e)).unwrap();
+        let fault = Registers {
+            rip: 0x9000,
+            transfer: Transfer::Async {
+                vector: 14,
+                from: 0x1000,
+                cut: true,
+            },
+            ..regs
+        };
+        r.registers(&fault).unwrap();
+        r.finish(&mut |e| got.push(e));
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].at, got[0].retired, got[0].faulted), (0x1000, 0, true));
+        assert_eq!((got[1].at, got[1].retired, got[1].faulted), (0x9000, 1, false));
+        let bad = Registers {
+            transfer: Transfer::Split { at: 0x1001 },
+            ..fault
+        };
+        r.vcpu(1).unwrap();
+        r.exec(0, &mut |_| {}).unwrap();
+        r.registers(&regs).unwrap();
+        r.exec(1, &mut |_| {}).unwrap();
+        assert!(
+            r.registers(&bad).is_err(),
+            "a split at no instruction of the block"
+        );
     }
 }

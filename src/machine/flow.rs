@@ -113,10 +113,9 @@ pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, 
             Batched::Record(Record::Thread { tid }) => {
                 vcpu = tid.checked_sub(1).map(|k| k as usize);
                 if let Some(k) = vcpu {
-                    if k >= 1024 {
-                        return Err(stream_error(qemu, at, format!("vCPU {k}")));
-                    }
-                    replay.vcpu(k as u32);
+                    replay
+                        .vcpu(k.min(u32::MAX as usize) as u32)
+                        .map_err(|m| stream_error(qemu, at, m))?;
                     if flow.vcpus.len() <= k {
                         flow.vcpus.resize_with(k + 1, VcpuFlow::default);
                     }

@@ -117,8 +117,8 @@ struct Vcpu {
     first_mismatch: Option<(u64, u64, u64)>,
 }
 
-/// The most vCPUs the plugin keeps apart.
-const MAX_VCPUS: usize = 64;
+/// The most vCPUs the plugin keeps apart (a machine with more is refused at install).
+const MAX_VCPUS: usize = ptemu_wire::system::MAX_VCPUS;
 
 /// Executed blocks a vCPU gathers before its chunk goes out (4 bytes each), and the most bytes
 /// of other records it holds.
@@ -297,6 +297,13 @@ pub unsafe fn install(id: PluginId, info: &QemuInfo, args: &[String]) -> c_int {
         }),
     });
     let streams = out.is_some();
+    if info.max_vcpus as usize > MAX_VCPUS || info.max_vcpus < 0 {
+        eprintln!(
+            "ptemu-qemu: a machine of up to {} vCPUs: system mode keeps at most {MAX_VCPUS} apart",
+            info.max_vcpus
+        );
+        return 1;
+    }
     // SAFETY: an 8-byte entry a vCPU, each.
     let (flag, done) = unsafe { ((api.scoreboard_new)(8), (api.scoreboard_new)(8)) };
 
