@@ -5,10 +5,11 @@
 //! or loads the IDT), and a [`Tracker`] that derives each block's real start from the one
 //! before it and a shadow stack of CALLs, where the registers need not be read.
 
+use crate::classify::{is_sysret, kind_of, Kind};
 use iced_x86::{
-    Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess,
-    Register,
+    Code, Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, Register,
 };
+use ptemu_core::tracer::RetStack;
 
 /// How a translated block ends, for the address of the block after it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,28 +98,47 @@ impl BlockFlow {
     /// start as QEMU gives it.
     pub fn new(reported: u64, insns: &[Insn<'_>]) -> BlockFlow {
         let last = insns.last().expect("a block has an instruction");
-        let li = decode(last);
         let mut rereads = false;
         let mut starts = Vec::with_capacity(insns.len());
+        let mut li = Instruction::default();
         for i in insns {
             starts.push(i.ip.wrapping_sub(reported) as u16);
-            let d = decode(i);
-            let cr3 = d.code() == Code::Mov_cr_r64 && d.op0_register() == Register::CR3;
-            rereads |= cr3 || d.mnemonic() == Mnemonic::Lidt;
+            li = decode(i);
+            let cr3 = li.code() == Code::Mov_cr_r64 && li.op0_register() == Register::CR3;
+            rereads |= cr3 || li.mnemonic() == Mnemonic::Lidt;
         }
-        let flow = li.flow_control();
-        let single_store = insns.len() == 1 && writes_memory(&li);
+        let (exit, last_kind, kind) = end_of(&li);
         BlockFlow {
             reported,
             len: last.ip.wrapping_add(last.size).wrapping_sub(reported),
-            exit: exit_of(&li),
-            calls: matches!(flow, FlowControl::Call | FlowControl::IndirectCall) && !li.is_call_far(),
-            returns: flow == FlowControl::Return && !is_far_return(&li),
-            last: last_of(&li),
+            exit,
+            calls: matches!(kind, Some(Kind::Call | Kind::IndirectCall)),
+            returns: kind == Some(Kind::Return),
+            last: last_kind,
             starts: starts.into_boxed_slice(),
             rereads,
-            single_store,
+            single_store: insns.len() == 1 && writes_memory(&li),
         }
+    }
+
+    /// A block of these consecutive instructions' bytes from `at` (tests, and any reader that
+    /// has them one by one).
+    #[doc(hidden)]
+    pub fn of_instructions(at: u64, code: &[&[u8]]) -> BlockFlow {
+        let mut ip = at;
+        let insns: Vec<Insn<'_>> = code
+            .iter()
+            .map(|b| {
+                let i = Insn {
+                    ip,
+                    size: b.len() as u64,
+                    bytes: b,
+                };
+                ip = ip.wrapping_add(b.len() as u64);
+                i
+            })
+            .collect();
+        BlockFlow::new(at, &insns)
     }
 
     /// The offset of the block's last instruction.
@@ -140,54 +160,35 @@ fn writes_memory(i: &Instruction) -> bool {
         })
 }
 
-fn is_far_return(i: &Instruction) -> bool {
-    matches!(
-        i.mnemonic(),
-        Mnemonic::Retf | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq
-    )
-}
-
-fn last_of(i: &Instruction) -> Last {
-    match i.mnemonic() {
-        Mnemonic::Syscall | Mnemonic::Sysenter => Last::Syscall,
-        Mnemonic::Sysret | Mnemonic::Sysretq | Mnemonic::Sysexit | Mnemonic::Sysexitq => Last::Sysret,
-        Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => Last::Iret,
-        Mnemonic::Int3 => Last::SoftInt(3),
-        Mnemonic::Int1 => Last::SoftInt(1),
-        Mnemonic::Into => Last::SoftInt(4),
-        Mnemonic::Int => Last::SoftInt(i.immediate8()),
-        Mnemonic::Retf => Last::Far,
-        _ if i.is_jmp_far() || i.is_jmp_far_indirect() || i.is_call_far() => Last::Far,
-        _ if i.is_call_far_indirect() => Last::Far,
-        _ => Last::Near,
+/// How a block whose last instruction is `i` ends, the kind of that instruction for the next
+/// block's transfer, and its class ([`kind_of`]; `None`: bytes that do not decode as 64-bit
+/// code).
+fn end_of(i: &Instruction) -> (Exit, Last, Option<Kind>) {
+    if i.is_invalid() {
+        return (Exit::Unknown, Last::Near, None);
     }
-}
-
-/// Classifies a block's last instruction (64-bit code).
-fn exit_of(insn: &Instruction) -> Exit {
-    if insn.is_invalid() {
-        return Exit::Unknown;
+    if is_sysret(i) {
+        return (Exit::Unknown, Last::Sysret, Some(Kind::Plain));
     }
-    if (insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction() {
-        return Exit::Rep(insn.ip());
-    }
-    match insn.flow_control() {
-        FlowControl::Next => Exit::Known {
-            target: 0,
-            falls: true,
-        },
-        FlowControl::UnconditionalBranch | FlowControl::Call if !insn.is_jmp_far() && !insn.is_call_far() => {
+    let (kind, target) = kind_of(i);
+    let (exit, last) = match kind {
+        Kind::Plain | Kind::Undone => (
             Exit::Known {
-                target: insn.near_branch_target(),
-                falls: false,
-            }
-        }
-        FlowControl::ConditionalBranch => Exit::Known {
-            target: insn.near_branch_target(),
-            falls: true,
-        },
-        _ => Exit::Unknown,
-    }
+                target: 0,
+                falls: true,
+            },
+            Last::Near,
+        ),
+        Kind::RepString => (Exit::Rep(i.ip()), Last::Near),
+        Kind::Conditional => (Exit::Known { target, falls: true }, Last::Near),
+        Kind::Jump | Kind::Call => (Exit::Known { target, falls: false }, Last::Near),
+        Kind::IndirectJump | Kind::IndirectCall | Kind::Return => (Exit::Unknown, Last::Near),
+        Kind::Syscall => (Exit::Unknown, Last::Syscall),
+        Kind::SoftwareInterrupt(v) => (Exit::Unknown, Last::SoftInt(v)),
+        Kind::Far => (Exit::Unknown, Last::Far),
+        Kind::Iret => (Exit::Unknown, Last::Iret),
+    };
+    (exit, last, Some(kind))
 }
 
 /// The addresses the block after `prev` (which ran at `prev_at`) may start at by `prev`'s own
@@ -222,46 +223,6 @@ fn derived(prev: Option<&BlockFlow>, prev_at: u64, tb: &BlockFlow, seen: u64) ->
         .find(|&c| c != 0 && (c == tb.reported || c == seen))
 }
 
-/// The return addresses a vCPU's shadow stack holds: a RET's target is predicted as the
-/// address after the matching CALL, and accepted by the same rule as a direct branch's.
-const SHADOW: usize = 64;
-
-/// A ring of return addresses.
-#[derive(Clone, Debug)]
-struct ShadowStack {
-    at: [u64; SHADOW],
-    depth: usize,
-}
-
-impl Default for ShadowStack {
-    fn default() -> Self {
-        ShadowStack {
-            at: [0; SHADOW],
-            depth: 0,
-        }
-    }
-}
-
-impl ShadowStack {
-    fn push(&mut self, ret: u64) {
-        self.at[self.depth % SHADOW] = ret;
-        self.depth += 1;
-    }
-
-    /// The latest return address, taken off; `None` when the stack is empty (or was cut).
-    fn pop(&mut self) -> Option<u64> {
-        if self.depth == 0 {
-            return None;
-        }
-        self.depth -= 1;
-        Some(self.at[self.depth % SHADOW])
-    }
-
-    fn clear(&mut self) {
-        self.depth = 0;
-    }
-}
-
 /// What [`Tracker::exec`] found of a block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Step {
@@ -279,8 +240,10 @@ pub struct Tracker {
     /// and of the one before it.
     at: u64,
     prev_at: u64,
-    /// Return addresses of the CALLs not yet returned from.
-    shadow: ShadowStack,
+    /// Return addresses of the CALLs not yet returned from: the tracer's own 64-entry ring
+    /// (the oldest dropped when full), a RET's target predicted from it and accepted by the
+    /// rule a direct branch's is.
+    shadow: RetStack,
     /// The `rip` the last register read gave.
     last_read: u64,
 }
@@ -335,20 +298,7 @@ mod tests {
     use super::*;
 
     fn block(at: u64, code: &[&[u8]]) -> BlockFlow {
-        let mut ip = at;
-        let insns: Vec<Insn<'_>> = code
-            .iter()
-            .map(|b| {
-                let i = Insn {
-                    ip,
-                    size: b.len() as u64,
-                    bytes: b,
-                };
-                ip += b.len() as u64;
-                i
-            })
-            .collect();
-        BlockFlow::new(at, &insns)
+        BlockFlow::of_instructions(at, code)
     }
 
     /// QE25: a block's last instruction names the transfer the next block starts with.

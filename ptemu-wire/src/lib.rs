@@ -39,6 +39,7 @@
 
 use std::io::{self, Read};
 
+pub mod classify;
 pub mod flow;
 mod notes;
 pub mod system;

@@ -145,7 +145,6 @@ pub(super) fn classify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ptemu_wire::flow::Insn;
 
     fn gate(handler: u64) -> [u8; 16] {
         let mut g = [0u8; 16];
@@ -176,20 +175,7 @@ mod tests {
     }
 
     fn block(at: u64, code: &[&[u8]]) -> BlockFlow {
-        let mut ip = at;
-        let insns: Vec<Insn<'_>> = code
-            .iter()
-            .map(|b| {
-                let i = Insn {
-                    ip,
-                    size: b.len() as u64,
-                    bytes: b,
-                };
-                ip += b.len() as u64;
-                i
-            })
-            .collect();
-        BlockFlow::new(at, &insns)
+        BlockFlow::of_instructions(at, code)
     }
 
     /// QE25: the frame tells a fault inside the block before (cut short) from an interrupt

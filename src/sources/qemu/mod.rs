@@ -2,7 +2,7 @@
 //! sides of it ([`wire`]), and its mapping to tracer events ([`QemuEvents`]), which
 //! `ptemu run` feeds to the simulation (spec/qemu.md).
 
-mod classify;
+pub(crate) use ptemu_wire::classify;
 mod events;
 pub mod wire;
 pub mod written;

@@ -1,6 +1,8 @@
-//! Each instruction QEMU translated, classified once by what PT makes of it (spec/qemu.md QE3).
+//! Each instruction QEMU translated, classified once by what PT makes of it (spec/qemu.md QE3):
+//! `ptemu run`'s events of a user-mode program and the system-mode flow ([`crate::flow`]) take
+//! an instruction's kind from here.
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
 /// What kind of instruction, as far as the trace is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +70,17 @@ pub fn classify(ip: u64, code: &[u8]) -> Result<Insn, String> {
             hex(bytes)
         ));
     }
+    let (kind, target) = kind_of(&i);
+    Ok(Insn {
+        ip,
+        len: i.len() as u8,
+        kind,
+        target,
+    })
+}
+
+/// The kind of a decoded (valid) instruction, and a direct branch's target (0 otherwise).
+pub fn kind_of(i: &Instruction) -> (Kind, u64) {
     let far = i.is_jmp_far() || i.is_call_far() || i.is_jmp_far_indirect() || i.is_call_far_indirect();
     // By mnemonic first: iced counts SYSCALL as a call and INT n as an interrupt.
     let special = match i.mnemonic() {
@@ -78,11 +91,12 @@ pub fn classify(ip: u64, code: &[u8]) -> Result<Insn, String> {
         Mnemonic::Int1 => Some(Kind::SoftwareInterrupt(1)),
         Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => Some(Kind::Iret),
         Mnemonic::Retf => Some(Kind::Far),
-        // SYSRET and SYSEXIT fault at CPL 3 (a signal): they go nowhere of their own.
+        // SYSRET and SYSEXIT fault at CPL 3 (a signal): they go nowhere of their own in a
+        // user-mode program (the system-mode flow tells them by `is_sysret`).
         Mnemonic::Sysret | Mnemonic::Sysretq | Mnemonic::Sysexit | Mnemonic::Sysexitq => Some(Kind::Plain),
         _ => None,
     };
-    let (kind, target) = match i.flow_control() {
+    match i.flow_control() {
         _ if special.is_some() => (special.expect("checked"), 0),
         _ if far => (Kind::Far, 0),
         FlowControl::ConditionalBranch => (Kind::Conditional, i.near_branch_target()),
@@ -95,13 +109,16 @@ pub fn classify(ip: u64, code: &[u8]) -> Result<Insn, String> {
             (Kind::RepString, 0)
         }
         _ => (Kind::Plain, 0),
-    };
-    Ok(Insn {
-        ip,
-        len: i.len() as u8,
-        kind,
-        target,
-    })
+    }
+}
+
+/// Whether the instruction is SYSRET or SYSEXIT: the kernel's way back to user mode, a far
+/// transfer in system mode ([`kind_of`] calls it plain, for user mode's sake).
+pub fn is_sysret(i: &Instruction) -> bool {
+    matches!(
+        i.mnemonic(),
+        Mnemonic::Sysret | Mnemonic::Sysretq | Mnemonic::Sysexit | Mnemonic::Sysexitq
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {
