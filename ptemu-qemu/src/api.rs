@@ -4,6 +4,24 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
+/// Looks function `$name` of QEMU's plugin API (or of glib, which QEMU links) up in the
+/// process, as the field its value fills; a `return Err` from the caller naming it when QEMU
+/// does not export it. Each use's SAFETY: the symbol has the signature the plugin API (or glib)
+/// documents for it, which is the field's type.
+macro_rules! qemu_fn {
+    ($name:literal) => {{
+        let name = concat!($name, "\0");
+        // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the whole process.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
+        if p.is_null() {
+            return Err(format!("QEMU does not export {}", $name));
+        }
+        // SAFETY: a function pointer of the documented signature (see the macro's doc).
+        unsafe { std::mem::transmute::<*mut std::ffi::c_void, _>(p) }
+    }};
+}
+pub(crate) use qemu_fn;
+
 /// The plugin's id, as QEMU gives it.
 pub type PluginId = u64;
 
@@ -81,32 +99,19 @@ impl Api {
     // Each transmute's target is the type of the field it fills.
     #[allow(clippy::missing_transmute_annotations)]
     pub fn resolve() -> Result<Api, String> {
-        /// SAFETY (of each use): the symbol has the signature the plugin API documents for it.
-        macro_rules! sym {
-            ($name:literal) => {{
-                let name = concat!($name, "\0");
-                // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the whole process.
-                let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
-                if p.is_null() {
-                    return Err(format!("QEMU does not export {}", $name));
-                }
-                // SAFETY: a function pointer of the documented signature (see the macro doc).
-                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
-            }};
-        }
         Ok(Api {
-            register_tb_trans: sym!("qemu_plugin_register_vcpu_tb_trans_cb"),
-            register_tb_exec: sym!("qemu_plugin_register_vcpu_tb_exec_cb"),
-            register_mem: sym!("qemu_plugin_register_vcpu_mem_cb"),
-            register_atexit: sym!("qemu_plugin_register_atexit_cb"),
-            register_syscall: sym!("qemu_plugin_register_vcpu_syscall_cb"),
-            register_syscall_ret: sym!("qemu_plugin_register_vcpu_syscall_ret_cb"),
-            tb_n_insns: sym!("qemu_plugin_tb_n_insns"),
-            tb_vaddr: sym!("qemu_plugin_tb_vaddr"),
-            tb_get_insn: sym!("qemu_plugin_tb_get_insn"),
-            insn_vaddr: sym!("qemu_plugin_insn_vaddr"),
-            insn_haddr: sym!("qemu_plugin_insn_haddr"),
-            outs: sym!("qemu_plugin_outs"),
+            register_tb_trans: qemu_fn!("qemu_plugin_register_vcpu_tb_trans_cb"),
+            register_tb_exec: qemu_fn!("qemu_plugin_register_vcpu_tb_exec_cb"),
+            register_mem: qemu_fn!("qemu_plugin_register_vcpu_mem_cb"),
+            register_atexit: qemu_fn!("qemu_plugin_register_atexit_cb"),
+            register_syscall: qemu_fn!("qemu_plugin_register_vcpu_syscall_cb"),
+            register_syscall_ret: qemu_fn!("qemu_plugin_register_vcpu_syscall_ret_cb"),
+            tb_n_insns: qemu_fn!("qemu_plugin_tb_n_insns"),
+            tb_vaddr: qemu_fn!("qemu_plugin_tb_vaddr"),
+            tb_get_insn: qemu_fn!("qemu_plugin_tb_get_insn"),
+            insn_vaddr: qemu_fn!("qemu_plugin_insn_vaddr"),
+            insn_haddr: qemu_fn!("qemu_plugin_insn_haddr"),
+            outs: qemu_fn!("qemu_plugin_outs"),
         })
     }
 

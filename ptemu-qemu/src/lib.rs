@@ -430,8 +430,9 @@ fn send_parts(fd: c_int, parts: &[&[u8]]) -> bool {
     true
 }
 
-/// Sends `bytes` to `fd`; false when `ptemu run` is gone (the program runs on, untraced).
-fn send_all(fd: c_int, mut bytes: &[u8]) -> bool {
+/// Sends `bytes` to `fd`; false when `ptemu run` is gone (the program runs on, untraced; in
+/// system mode, the machine).
+pub(crate) fn send_all(fd: c_int, mut bytes: &[u8]) -> bool {
     while !bytes.is_empty() {
         // SAFETY: a valid buffer; MSG_NOSIGNAL: a closed peer is EPIPE, not a signal.
         let n = unsafe { libc::send(fd, bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) };

@@ -136,8 +136,9 @@ pub struct Execution {
     pub len: u32,
     /// The instructions of it that retired.
     pub retired: u32,
-    /// A fault stopped it at its instruction `retired` (else, where `retired` is below `len`,
-    /// QEMU ended it early with no transfer, a [`Transfer::Split`]).
+    /// A fault stopped it at its instruction `retired`, which started and did not retire. Where
+    /// `retired` is below `len` without it, QEMU ended the block there before its end: a
+    /// [`Transfer::Split`], or an interrupt that came after QEMU had ended it.
     pub faulted: bool,
 }
 

@@ -46,8 +46,9 @@ pub struct MachineFlow {
     pub console: Option<Vec<u8>>,
     /// Every vCPU's, by index.
     pub vcpus: Vec<VcpuFlow>,
-    /// The instructions of every block executed, each block whole, by the plugin's count (its
-    /// end record): every vCPU's retired instructions plus those a fault stopped.
+    /// The instructions of every block executed, each block counted whole, by the plugin's
+    /// count (its end record), which the stream's executions are checked against; more than
+    /// were retired where faults and splits stopped blocks part-way.
     pub plugin_instructions: u64,
     /// The stream's length in bytes.
     pub stream_bytes: u64,
@@ -72,7 +73,7 @@ pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, 
     let mut reader = Reader::new(input);
     let mut replay = Replay::new();
     let mut flow = MachineFlow::default();
-    let mut unfinished = 0u64;
+    let mut whole = 0u64;
     let mut vcpu: Option<usize> = None;
     let mut took = |flow: &mut MachineFlow, e: Execution| {
         let k = e.vcpu as usize;
@@ -83,7 +84,7 @@ pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, 
         v.blocks += 1;
         v.instructions += u64::from(e.retired);
         v.faults += u64::from(e.faulted);
-        unfinished += u64::from(e.len);
+        whole += u64::from(e.len);
     };
     let mut ended = None;
     loop {
@@ -171,11 +172,13 @@ pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, 
     };
     flow.plugin_instructions = executed;
     flow.stream_bytes = reader.offset();
-    if unfinished != executed {
+    if whole != executed {
         return Err(stream_error(
             qemu,
             at,
-            format!("the plugin counted {executed} instructions in the blocks it ran, the stream holds {unfinished}"),
+            format!(
+                "the plugin counted {executed} instructions in the blocks it ran, the stream holds {whole}"
+            ),
         ));
     }
     Ok(flow)

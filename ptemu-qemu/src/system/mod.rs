@@ -42,29 +42,53 @@ struct Regs {
     efer: usize,
 }
 
-/// What a vCPU's blocks began with (QE25), for the counts at exit.
-#[derive(Default, Clone, Copy)]
-struct Entries {
-    /// Exceptions and interrupts, and of them those that stopped their block part-way.
-    asynchronous: u64,
-    cut: u64,
-    soft: u64,
-    far: u64,
-    unexplained: u64,
-    /// CR3 values taken (a new value at a read), and of them those not after a block that
-    /// writes CR3.
-    cr3: u64,
-    cr3_elsewhere: u64,
-    /// LIDTs executed, and reads of the IDT.
-    lidt: u64,
-    idt_reads: u64,
-    /// Blocks split part-way with no transfer (QEMU stopped them early), and blocks at an
-    /// instruction inside the previous one that its indirect or far end may have gone to.
-    split: u64,
-    inside: u64,
-    /// Blocks after one that did not reach its last instruction with neither a fault nor a
-    /// split found (never expected).
-    unreached: u64,
+/// A struct of `u64` counts that adds another of its kind field by field.
+macro_rules! counts {
+    ($(#[$m:meta])* struct $name:ident { $($(#[$fm:meta])* $f:ident,)* }) => {
+        $(#[$m])*
+        #[derive(Default, Clone, Copy)]
+        struct $name { $($(#[$fm])* $f: u64,)* }
+
+        impl std::ops::AddAssign for $name {
+            fn add_assign(&mut self, o: $name) {
+                $(self.$f += o.$f;)*
+            }
+        }
+    };
+}
+
+counts! {
+    /// What a vCPU ran and what its blocks began with (QE24, QE25), for the counts at exit.
+    struct Counts {
+        /// Block executions, those the flow gave no start, the derived starts that were not
+        /// `rip` (`check=1`), and register reads.
+        blocks,
+        reads_needed,
+        mismatches,
+        reads,
+        /// With a stream: the instructions of the blocks executed, each whole.
+        instructions,
+        /// Exceptions and interrupts, and of them those that stopped their block part-way.
+        asynchronous,
+        cut,
+        soft,
+        far,
+        unexplained,
+        /// CR3 values taken (a new value at a read), and of them those not after a block that
+        /// writes CR3.
+        cr3,
+        cr3_elsewhere,
+        /// LIDTs executed, and reads of the IDT.
+        lidt,
+        idt_reads,
+        /// Blocks split part-way with no transfer (QEMU stopped them early), and blocks at an
+        /// instruction inside the previous one that its indirect or far end went to.
+        split,
+        inside,
+        /// Blocks after one that did not reach its last instruction with neither a fault nor
+        /// a split found (never expected).
+        unreached,
+    }
 }
 
 /// What the plugin keeps of a translated block (leaked: QEMU may run it until the end).
@@ -87,11 +111,10 @@ struct Vcpu {
     prev_tb: usize,
     regs: Regs,
     buf: usize,
-    /// With a stream (QE26): the indices of the blocks executed since the last record, the
-    /// records of the vCPU's chunk not yet sent, and the instructions of its blocks.
+    /// With a stream (QE26): the indices of the blocks executed since the last record, and the
+    /// records of the vCPU's chunk not yet sent.
     indices: Vec<u32>,
     chunk: Option<Writer>,
-    instructions: u64,
     /// Its scoreboard entries ([`flag`], [`done`]), 0 until first used.
     flag: usize,
     done: usize,
@@ -108,12 +131,8 @@ struct Vcpu {
     idt: Option<(u64, u16)>,
     handlers: Handlers,
     lidt_at: u64,
-    entries: Entries,
-    /// The register reads made.
-    reads: u64,
-    blocks: u64,
-    reads_needed: u64,
-    mismatches: u64,
+    counts: Counts,
+    /// The first derived start that was not `rip`: (block execution, derived, rip).
     first_mismatch: Option<(u64, u64, u64)>,
 }
 
@@ -141,25 +160,6 @@ struct SharedOut {
     broken: bool,
 }
 
-/// Writes every byte of `parts` to `fd`; `false` when the socket fails (ptemu went away).
-fn write_all(fd: c_int, parts: &[&[u8]]) -> bool {
-    for p in parts {
-        let mut rest = *p;
-        while !rest.is_empty() {
-            // SAFETY: writes from a live slice of its length.
-            let n = unsafe { libc::write(fd, rest.as_ptr().cast(), rest.len()) };
-            if n < 0 {
-                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return false;
-            }
-            rest = &rest[n as usize..];
-        }
-    }
-    true
-}
-
 /// What [`send_shared`] writes after the block records: given the shared writer and the sender.
 type SendMore<'a> = dyn FnMut(&mut Writer, &mut dyn FnMut(&[u8])) + 'a;
 
@@ -173,7 +173,7 @@ fn send_shared(out: &Out, more: &mut SendMore<'_>) {
         broken,
     } = &mut *sh;
     let mut ok = !*broken;
-    let mut send = |b: &[u8]| ok = ok && write_all(out.fd, &[b]);
+    let mut send = |b: &[u8]| ok = ok && crate::send_all(out.fd, b);
     if !*started {
         writer.take(&mut send);
         *started = true;
@@ -435,6 +435,14 @@ unsafe extern "C" fn on_translate(_id: PluginId, tb: *mut Tb) {
     }
 }
 
+/// Where vCPU `index` last ran `tb`: its own slot (QEMU numbers vCPUs below the count it gave
+/// at install, which sized the slots). A clamp, not a modulo: this runs in every block, and a
+/// modulo by a count known only at run time is a division.
+#[inline(always)]
+fn seen_slot(tb: &TbInfo, index: c_uint) -> &AtomicU64 {
+    &tb.seen[(index as usize).min(tb.seen.len() - 1)]
+}
+
 /// A LIDT's memory access: its operand is the lowest address it reads (the limit, then the
 /// base); the block after it reads the descriptor there.
 unsafe extern "C" fn on_lidt(index: c_uint, _info: u32, vaddr: u64, _data: *mut c_void) {
@@ -447,10 +455,10 @@ unsafe extern "C" fn on_exec(index: c_uint, data: *mut c_void) {
     let s = state();
     // SAFETY: QEMU runs it on the vCPU's thread; `data` is the block's leaked TbInfo.
     let (v, tb) = unsafe { (vcpu(index), &*data.cast::<TbInfo>()) };
-    v.blocks += 1;
+    v.counts.blocks += 1;
     // SAFETY: a previous block's leaked TbInfo, or null.
     let prev = unsafe { (v.tb as *const TbInfo).as_ref() };
-    let slot = &tb.seen[index as usize % tb.seen.len()];
+    let slot = seen_slot(tb, index);
     let step = v
         .tracker
         .exec(prev.map(|p| &p.flow), &tb.flow, slot.load(Ordering::Relaxed));
@@ -461,7 +469,7 @@ unsafe extern "C" fn on_exec(index: c_uint, data: *mut c_void) {
     v.prev_tb = v.tb;
     v.tb = data as usize;
     if let Some(out) = &s.out {
-        v.instructions += tb.flow.starts.len() as u64;
+        v.counts.instructions += tb.flow.starts.len() as u64;
         v.indices.push(tb.index);
         if v.indices.len() >= IDS {
             send_chunk(out, v, index);
@@ -469,7 +477,7 @@ unsafe extern "C" fn on_exec(index: c_uint, data: *mut c_void) {
     }
     match step.at {
         Some(at) => slot.store(at, Ordering::Relaxed),
-        None => v.reads_needed += 1,
+        None => v.counts.reads_needed += 1,
     }
     let want = u64::from(step.read || s.check);
     // SAFETY: on the vCPU's thread.
@@ -523,7 +531,7 @@ unsafe fn read_memory(api: &SysApi, buf: usize, at: u64, len: usize) -> Option<&
 fn read_idt(api: &SysApi, v: &mut Vcpu) {
     let Some((base, limit)) = v.idt else { return };
     let len = (usize::from(limit) + 1).min(256 * 16);
-    v.entries.idt_reads += 1;
+    v.counts.idt_reads += 1;
     // SAFETY: in the register callback, on the vCPU's thread.
     if let Some(table) = unsafe { read_memory(api, v.buf, base, len) } {
         v.handlers = Handlers::parse(table);
@@ -537,7 +545,7 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
     let (v, tb) = unsafe { (vcpu(index), &*data.cast::<TbInfo>()) };
     // SAFETY: on the vCPU's thread.
     *unsafe { flag(v, index) } = 0;
-    v.reads += 1;
+    v.counts.reads += 1;
     // SAFETY: in this CB_R_REGS callback, on the vCPU's thread (as for every read below).
     let Some(rip) = (unsafe { read_reg(api, v.buf, v.regs.rip) }) else {
         return;
@@ -552,15 +560,15 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
     let rip = if v.long_mode { rip } else { tb.flow.reported };
     let derived_at = v.tracker.at();
     if derived_at != 0 && derived_at != rip {
-        v.mismatches += 1;
-        v.first_mismatch.get_or_insert((v.blocks, derived_at, rip));
+        v.counts.mismatches += 1;
+        v.first_mismatch.get_or_insert((v.counts.blocks, derived_at, rip));
     }
     // SAFETY: a previous block's leaked TbInfo, or null.
     let prev = unsafe { (v.prev_tb as *const TbInfo).as_ref() };
     let rereads = prev.is_some_and(|p| p.flow.rereads);
     if v.lidt_at != u64::MAX {
         let at = std::mem::replace(&mut v.lidt_at, u64::MAX);
-        v.entries.lidt += 1;
+        v.counts.lidt += 1;
         // SAFETY: as above.
         if let Some(b) = unsafe { read_memory(api, v.buf, at, 10) } {
             let d: [u8; 10] = b.try_into().expect("10 bytes");
@@ -572,9 +580,9 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
         // SAFETY: as above.
         if let Some(cr3) = unsafe { read_reg(api, v.buf, v.regs.cr3) } {
             if cr3 != v.cr3 {
-                v.entries.cr3 += 1;
+                v.counts.cr3 += 1;
                 if !rereads {
-                    v.entries.cr3_elsewhere += 1;
+                    v.counts.cr3_elsewhere += 1;
                 }
                 v.cr3 = cr3;
             }
@@ -582,7 +590,7 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
     }
     let prev_at = v.tracker.prev_at();
     v.tracker.read(rip);
-    let slot = &tb.seen[index as usize % tb.seen.len()];
+    let slot = seen_slot(tb, index);
     slot.store(rip, Ordering::Relaxed);
     let mut transfer = Transfer::Next;
     if derived_at == 0 {
@@ -602,10 +610,10 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
             count(v, e, s.check);
             let off = rip.wrapping_sub(prev_at);
             if matches!(e, Entry::Next | Entry::Far(_)) && off > 0 && off < p.flow.len {
-                v.entries.inside += 1;
+                v.counts.inside += 1;
             }
             if !reached && matches!(e, Entry::Next | Entry::Far(_)) {
-                v.entries.unreached += 1;
+                v.counts.unreached += 1;
             }
             transfer = match e {
                 Entry::Next => Transfer::Next,
@@ -642,8 +650,10 @@ unsafe extern "C" fn on_regs(index: c_uint, data: *mut c_void) {
 fn entry_of(api: &SysApi, v: &mut Vcpu, prev: &BlockFlow, prev_at: u64, rip: u64, reached: bool) -> Entry {
     let mut vector = v.handlers.vector(rip);
     // Where the flow says the block cannot be the previous one's successor, it is an entry the
-    // IDT must name: read it again (the kernel writes gates into a loaded IDT).
-    if vector.is_none() && prev.exit != Exit::Unknown && !successors(prev, prev_at).contains(&rip) {
+    // IDT must name: read it again (the kernel writes gates into a loaded IDT). A start inside
+    // the previous block that did not reach its end is a split, no entry.
+    let split = !reached && rip.wrapping_sub(prev_at) < prev.len;
+    if vector.is_none() && !split && prev.exit != Exit::Unknown && !successors(prev, prev_at).contains(&rip) {
         read_idt(api, v);
         vector = v.handlers.vector(rip);
     }
@@ -659,7 +669,7 @@ fn entry_of(api: &SysApi, v: &mut Vcpu, prev: &BlockFlow, prev_at: u64, rip: u64
 }
 
 fn count(v: &mut Vcpu, e: Entry, check: bool) {
-    let n = &mut v.entries;
+    let n = &mut v.counts;
     match e {
         Entry::Next => {}
         Entry::Far(_) => n.far += 1,
@@ -688,44 +698,29 @@ fn count(v: &mut Vcpu, e: Entry, check: bool) {
 
 unsafe extern "C" fn on_exit(_id: PluginId, _data: *mut c_void) {
     let s = state();
-    let (mut blocks, mut needed, mut mismatches, mut reads) = (0, 0, 0, 0);
     let mut first = None;
-    let mut e = Entries::default();
-    let mut instructions = 0;
+    let mut e = Counts::default();
     for (k, v) in s.vcpus.iter().enumerate() {
         // SAFETY: every vCPU stopped.
         let v = unsafe { &mut *v.get() };
         if let Some(out) = &s.out {
             send_chunk(out, v, k as c_uint);
-            instructions += v.instructions;
         }
-        blocks += v.blocks;
-        needed += v.reads_needed;
-        mismatches += v.mismatches;
-        reads += v.reads;
         first = first.or(v.first_mismatch);
-        let n = v.entries;
-        e.asynchronous += n.asynchronous;
-        e.cut += n.cut;
-        e.soft += n.soft;
-        e.far += n.far;
-        e.unexplained += n.unexplained;
-        e.cr3 += n.cr3;
-        e.cr3_elsewhere += n.cr3_elsewhere;
-        e.lidt += n.lidt;
-        e.idt_reads += n.idt_reads;
-        e.split += n.split;
-        e.inside += n.inside;
-        e.unreached += n.unreached;
+        e += v.counts;
     }
     if let Some(out) = &s.out {
         send_shared(out, &mut |writer, send| {
-            writer.end_with(instructions);
+            writer.end_with(e.instructions);
             writer.take_chunk(0, send);
         });
     }
     eprintln!(
-        "ptemu-qemu: system: {blocks} block executions, {needed} needing the registers, {mismatches} derived addresses not rip, {reads} register reads{}",
+        "ptemu-qemu: system: {} block executions, {} needing the registers, {} derived addresses not rip, {} register reads{}",
+        e.blocks,
+        e.reads_needed,
+        e.mismatches,
+        e.reads,
         match first {
             Some((k, at, rip)) => format!(" (first: block execution {k}, derived {at:#x}, rip {rip:#x})"),
             None => String::new(),

@@ -1,7 +1,7 @@
 //! The functions of QEMU's plugin API (version 4, QEMU 9.2 and later) and glib that system mode
 //! calls, resolved in QEMU's process, and the C types they take.
 
-use crate::api::{PluginId, Tb, TbInsn};
+use crate::api::{qemu_fn, PluginId, Tb, TbInsn};
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 /// `struct qemu_plugin_u64`: a scoreboard entry (passed by value).
@@ -73,40 +73,27 @@ impl SysApi {
     // Each transmute's target is the type of the field it fills.
     #[allow(clippy::missing_transmute_annotations)]
     pub fn resolve() -> Result<SysApi, String> {
-        macro_rules! sym {
-            ($name:literal) => {{
-                let name = concat!($name, "\0");
-                // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the whole process.
-                let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr().cast()) };
-                if p.is_null() {
-                    return Err(format!("QEMU does not export {}", $name));
-                }
-                // SAFETY: a function pointer of the signature the plugin API (version 2) and
-                // glib document for it.
-                unsafe { std::mem::transmute::<*mut c_void, _>(p) }
-            }};
-        }
         Ok(SysApi {
-            register_vcpu_init: sym!("qemu_plugin_register_vcpu_init_cb"),
-            register_tb_trans: sym!("qemu_plugin_register_vcpu_tb_trans_cb"),
-            register_tb_exec: sym!("qemu_plugin_register_vcpu_tb_exec_cb"),
-            register_tb_exec_cond: sym!("qemu_plugin_register_vcpu_tb_exec_cond_cb"),
-            register_atexit: sym!("qemu_plugin_register_atexit_cb"),
-            tb_n_insns: sym!("qemu_plugin_tb_n_insns"),
-            tb_vaddr: sym!("qemu_plugin_tb_vaddr"),
-            tb_get_insn: sym!("qemu_plugin_tb_get_insn"),
-            insn_vaddr: sym!("qemu_plugin_insn_vaddr"),
-            insn_size: sym!("qemu_plugin_insn_size"),
-            insn_data: sym!("qemu_plugin_insn_data"),
-            scoreboard_new: sym!("qemu_plugin_scoreboard_new"),
-            scoreboard_find: sym!("qemu_plugin_scoreboard_find"),
-            get_registers: sym!("qemu_plugin_get_registers"),
-            read_register: sym!("qemu_plugin_read_register"),
-            byte_array_new: sym!("g_byte_array_new"),
-            byte_array_set_size: sym!("g_byte_array_set_size"),
-            register_mem: sym!("qemu_plugin_register_vcpu_mem_cb"),
-            read_memory_vaddr: sym!("qemu_plugin_read_memory_vaddr"),
-            register_insn_inline: sym!("qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu"),
+            register_vcpu_init: qemu_fn!("qemu_plugin_register_vcpu_init_cb"),
+            register_tb_trans: qemu_fn!("qemu_plugin_register_vcpu_tb_trans_cb"),
+            register_tb_exec: qemu_fn!("qemu_plugin_register_vcpu_tb_exec_cb"),
+            register_tb_exec_cond: qemu_fn!("qemu_plugin_register_vcpu_tb_exec_cond_cb"),
+            register_atexit: qemu_fn!("qemu_plugin_register_atexit_cb"),
+            tb_n_insns: qemu_fn!("qemu_plugin_tb_n_insns"),
+            tb_vaddr: qemu_fn!("qemu_plugin_tb_vaddr"),
+            tb_get_insn: qemu_fn!("qemu_plugin_tb_get_insn"),
+            insn_vaddr: qemu_fn!("qemu_plugin_insn_vaddr"),
+            insn_size: qemu_fn!("qemu_plugin_insn_size"),
+            insn_data: qemu_fn!("qemu_plugin_insn_data"),
+            scoreboard_new: qemu_fn!("qemu_plugin_scoreboard_new"),
+            scoreboard_find: qemu_fn!("qemu_plugin_scoreboard_find"),
+            get_registers: qemu_fn!("qemu_plugin_get_registers"),
+            read_register: qemu_fn!("qemu_plugin_read_register"),
+            byte_array_new: qemu_fn!("g_byte_array_new"),
+            byte_array_set_size: qemu_fn!("g_byte_array_set_size"),
+            register_mem: qemu_fn!("qemu_plugin_register_vcpu_mem_cb"),
+            read_memory_vaddr: qemu_fn!("qemu_plugin_read_memory_vaddr"),
+            register_insn_inline: qemu_fn!("qemu_plugin_register_vcpu_insn_exec_inline_per_vcpu"),
         })
     }
 }
