@@ -38,3 +38,8 @@ pub enum MachineError {
 pub fn record_flow(options: &BootOptions) -> Result<MachineFlow, MachineError> {
     launch::run(options)
 }
+
+/// A machine's stream of `data` followed (the `qemu` fuzz target's third pass, QE26).
+pub(crate) fn follow_bytes(mut data: &[u8]) -> Result<MachineFlow, MachineError> {
+    flow::follow(&mut data, std::path::Path::new("(bytes)"))
+}

@@ -5,7 +5,7 @@ pub use ptemu_wire::*;
 
 /// Reads arbitrary bytes as a plugin stream to the end or its first error, classifying every
 /// instruction of every block, then again with executed blocks as batches of indices, each
-/// looked up: the body of the `qemu` fuzz target (`fuzz/`, `cargo xtask fuzz`). Whatever the
+/// looked up, then as a machine's stream, every vCPU's blocks followed (QE26): the body of the `qemu` fuzz target (`fuzz/`, `cargo xtask fuzz`). Whatever the
 /// bytes, this must return, never panic or hang, and allocate in proportion to them.
 #[doc(hidden)]
 pub fn read_arbitrary(data: &[u8]) {
@@ -35,6 +35,7 @@ pub fn read_arbitrary(data: &[u8]) {
             }
         }
     }
+    let _ = crate::machine::follow_bytes(data);
 }
 
 #[cfg(test)]
@@ -56,14 +57,53 @@ mod tests {
         w.end();
         let mut bytes = Vec::new();
         w.take(&mut |b| bytes.extend_from_slice(b));
-        for n in 0..=bytes.len() {
-            read_arbitrary(&bytes[..n]);
-        }
-        for i in 0..bytes.len() {
-            for v in [0u8, 0x7f, 0x80, 0xff] {
-                let mut b = bytes.clone();
-                b[i] = v;
-                read_arbitrary(&b);
+        // A machine's: a vCPU's chunk with registers records, and a fault (QE26).
+        let mut m = Writer::new();
+        m.block(0x1000, &[3], &[0x48, 0x8b, 0x03, 0xff, 0xe0]);
+        m.block(0x9000, &[], &[0x90]);
+        m.thread(1);
+        m.exec_blocks(&[0]);
+        let regs = system::Registers {
+            rip: 0x1000,
+            cs: 0x10,
+            cr3: 0x5000,
+            long_mode: true,
+            transfer: system::Transfer::Next,
+        };
+        m.registers(&regs);
+        m.exec_blocks(&[1]);
+        m.registers(&system::Registers {
+            rip: 0x9000,
+            transfer: system::Transfer::Async {
+                vector: 14,
+                from: 0x1000,
+                cut: true,
+            },
+            ..regs
+        });
+        m.thread(0);
+        m.end_with(3);
+        let mut machine = Vec::new();
+        m.take(&mut |b| machine.extend_from_slice(b));
+        let flow = crate::machine::follow_bytes(&machine).unwrap();
+        assert_eq!(
+            (
+                flow.vcpus[0].blocks,
+                flow.vcpus[0].instructions,
+                flow.vcpus[0].faults
+            ),
+            (2, 1, 1)
+        );
+        for bytes in [bytes, machine] {
+            for n in 0..=bytes.len() {
+                read_arbitrary(&bytes[..n]);
+            }
+            for i in 0..bytes.len() {
+                for v in [0u8, 0x7f, 0x80, 0xff] {
+                    let mut b = bytes.clone();
+                    b[i] = v;
+                    read_arbitrary(&b);
+                }
             }
         }
     }
