@@ -59,6 +59,9 @@ pub struct Section {
     /// For code a program wrote while it ran (`ptemu run`, spec/qemu.md QE17): the time it was
     /// written, from which it replaces what was there; `None`: mapped from the start.
     pub load_tsc: Option<u64>,
+    /// The address space it belongs to, by CR3 as PIP packets give it (`ptemu boot`'s user
+    /// code, spec/qemu.md QE28); `None`: every address space's (libipt's `pt_asid_no_cr3`).
+    pub cr3: Option<u64>,
 }
 
 fn hex_field(v: &serde_json::Value, what: &str) -> u64 {
@@ -78,6 +81,7 @@ pub fn case_sections(case: &Path) -> Vec<Section> {
             size: 0,
             vaddr: base,
             load_tsc: None,
+            cr3: None,
         }];
     }
     let report = json(&case.join("report.json"));
@@ -102,6 +106,10 @@ pub fn case_sections(case: &Path) -> Vec<Section> {
                     .get("load_tsc")
                     .filter(|t| !t.is_null())
                     .map(|t| hex_field(t, "load_tsc")),
+                cr3: m
+                    .get("cr3")
+                    .filter(|t| !t.is_null())
+                    .map(|t| hex_field(t, "maps.cr3")),
             }
         })
         .collect()
@@ -339,6 +347,7 @@ fn error_text(code: i32) -> String {
 pub fn decode_lines(trace: &[u8], image: &Path, base: u64, t: Timing) -> String {
     let section = Section {
         load_tsc: None,
+        cr3: None,
         path: image.to_path_buf(),
         offset: 0,
         size: 0,
@@ -434,13 +443,19 @@ pub fn decode_styled(
                 0 => file.saturating_sub(s.offset),
                 n => n.min(file.saturating_sub(s.offset)),
             };
-            // A section over an earlier one replaces it where they overlap.
+            // A section over an earlier one replaces it where they overlap; one of an address
+            // space's is used only where the decoder's CR3 (from PIP) is that space's.
+            let asid = s.cr3.map(|cr3| pt_asid {
+                size: std::mem::size_of::<pt_asid>(),
+                cr3,
+                vmcs: u64::MAX,
+            });
             let rc = pt_image_add_file(
                 pt_insn_get_image(dec),
                 name.as_ptr(),
                 s.offset,
                 size,
-                std::ptr::null(),
+                asid.as_ref().map_or(std::ptr::null(), |a| a as *const pt_asid),
                 s.vaddr,
             );
             assert!(

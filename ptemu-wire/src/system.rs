@@ -140,6 +140,8 @@ pub struct Execution {
     /// `retired` is below `len` without it, QEMU ended the block there before its end: a
     /// [`Transfer::Split`], or an interrupt that came after QEMU had ended it.
     pub faulted: bool,
+    /// What the plugin read in it, if it read the registers there: the transfer it starts with.
+    pub regs: Option<Registers>,
 }
 
 /// One vCPU's replay state.
@@ -153,6 +155,8 @@ struct VcpuWalk {
     held: Option<Execution>,
     /// The block running now and its start (0: waiting for its registers record).
     current: Option<(u32, u64)>,
+    /// Its registers record, if one came.
+    regs: Option<Registers>,
 }
 
 /// Follows each vCPU's blocks from the stream's records: feed it every block record
@@ -227,7 +231,7 @@ impl Replay {
                     "vCPU {vcpu}: block {b} ran with no start: its registers record is missing"
                 ));
             }
-            w.held = Some(whole(vcpu, b, at, blocks));
+            w.held = Some(whole(vcpu, b, at, w.regs.take(), blocks));
         }
         if w.seen.len() < blocks.len() {
             w.seen.resize(blocks.len(), 0);
@@ -256,6 +260,7 @@ impl Replay {
         w.tracker.read(r.rip);
         w.seen[b as usize] = r.rip;
         w.current = Some((b, r.rip));
+        w.regs = Some(*r);
         let stopped = match r.transfer {
             Transfer::Async {
                 from,
@@ -293,7 +298,7 @@ impl Replay {
             }
             if let Some((b, at)) = w.current.take() {
                 if at != 0 {
-                    out(whole(k as u32, b, at, &self.blocks));
+                    out(whole(k as u32, b, at, w.regs.take(), &self.blocks));
                 }
             }
         }
@@ -315,8 +320,9 @@ impl Replay {
     }
 }
 
-fn whole(vcpu: u32, block: u32, at: u64, blocks: &[BlockFlow]) -> Execution {
+fn whole(vcpu: u32, block: u32, at: u64, regs: Option<Registers>, blocks: &[BlockFlow]) -> Execution {
     Execution {
+        regs,
         vcpu,
         block,
         at,

@@ -12,6 +12,7 @@ macro_rules! outln {
     }};
 }
 
+mod boot_cmd;
 mod cleanup;
 mod corpus_cmd;
 mod layout_cmd;
@@ -56,6 +57,14 @@ enum Command {
     /// that names the files the program mapped (spec/qemu.md). Exits with the program's status.
     #[command(override_usage = "ptemu run [OPTIONS] --out <OUT> -- <PROGRAM> [ARGS]...")]
     Run(run_cmd::Args),
+    /// Boot a whole x86-64 machine under QEMU's system emulator (qemu-system-x86_64) with
+    /// ptemu's plugin and trace every vCPU, kernel and user code, as a logical processor of its
+    /// own: DIR/cpu<N>/ each a case as `simulate` writes one, DIR/code/ the code they ran, by
+    /// address space, and DIR/machine.json (spec/qemu.md QE27-QE30). The guest's console is
+    /// passed through. Exits 0 when the guest powers off, 3 when its kernel panicked, 4 past
+    /// --timeout.
+    #[command(override_usage = "ptemu boot [OPTIONS] --out <OUT> --kernel <FILE> [-- QEMU ARGS]")]
+    Boot(boot_cmd::Args),
     /// Program the MSRs from a layout, write a byte stream through the output unit, disable tracing,
     /// and write DIR/report.json and DIR/regions/.
     Write {
@@ -359,6 +368,7 @@ pub fn run() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
+        Command::Boot(args) => boot_cmd::run(args),
         Command::Layout {
             command: LayoutCommand::Default { cpu },
         } => layout_cmd::default(cpu.as_deref()),

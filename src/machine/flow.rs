@@ -3,6 +3,7 @@
 //! through it, and what came out counted per vCPU.
 
 use super::MachineError;
+use ptemu_wire::flow::BlockFlow;
 use ptemu_wire::system::{Execution, Replay, Transfer};
 use ptemu_wire::{Batched, Reader, Record};
 use std::io::Read;
@@ -52,6 +53,8 @@ pub struct MachineFlow {
     pub plugin_instructions: u64,
     /// The stream's length in bytes.
     pub stream_bytes: u64,
+    /// The console showed the kernel's panic message ([`super::launch::PANIC_TEXT`]).
+    pub panicked: bool,
 }
 
 impl MachineFlow {
@@ -68,15 +71,40 @@ fn stream_error(qemu: &Path, offset: u64, message: impl std::fmt::Display) -> Ma
     }
 }
 
-/// Reads the plugin's stream from `input` to its end record and follows every vCPU.
-pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, MachineError> {
+/// What follows the stream besides the counts: each block record as it comes (its index is the
+/// number of blocks before it) and each execution, in its vCPU's order. `Err`: the message of
+/// what cannot go on (at the stream's offset then).
+pub(super) trait Watch {
+    /// A block record, with the flow [`Replay`] made of it.
+    fn block(&mut self, vaddr: u64, offsets: &[u32], code: &[u8], flow: &BlockFlow) -> Result<(), String>;
+    /// An execution.
+    fn exec(&mut self, e: &Execution) -> Result<(), String>;
+}
+
+impl Watch for () {
+    fn block(&mut self, _: u64, _: &[u32], _: &[u8], _: &BlockFlow) -> Result<(), String> {
+        Ok(())
+    }
+    fn exec(&mut self, _: &Execution) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Reads the plugin's stream from `input` to its end record and follows every vCPU, each
+/// block record and execution shown to `watch`.
+pub(super) fn follow(
+    input: &mut impl Read,
+    qemu: &Path,
+    watch: &mut dyn Watch,
+) -> Result<MachineFlow, MachineError> {
     let mut reader = Reader::new(input);
     let mut replay = Replay::new();
     let mut flow = MachineFlow::default();
     let mut whole = 0u64;
     let mut vcpu: Option<usize> = None;
-    let mut took = |flow: &mut MachineFlow, e: Execution| {
+    let took = |flow: &mut MachineFlow, whole: &mut u64, watch: &mut dyn Watch, e: Execution| {
         let k = e.vcpu as usize;
+        let watched = watch.exec(&e);
         if flow.vcpus.len() <= k {
             flow.vcpus.resize_with(k + 1, VcpuFlow::default);
         }
@@ -84,7 +112,8 @@ pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, 
         v.blocks += 1;
         v.instructions += u64::from(e.retired);
         v.faults += u64::from(e.faulted);
-        whole += u64::from(e.len);
+        *whole += u64::from(e.len);
+        watched
     };
     let mut ended = None;
     loop {
@@ -104,13 +133,19 @@ pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, 
                         .exec(index, &mut |e| got.push(e))
                         .map_err(|m| stream_error(qemu, at, m))?;
                     for e in got {
-                        took(&mut flow, e);
+                        took(&mut flow, &mut whole, watch, e).map_err(|m| stream_error(qemu, at, m))?;
                     }
                 }
             }
             Batched::Record(Record::Block {
                 vaddr, offsets, code, ..
-            }) => replay.block(vaddr, offsets, code),
+            }) => {
+                replay.block(vaddr, offsets, code);
+                let f = replay.flow(replay.blocks() as u32 - 1).expect("just fed");
+                watch
+                    .block(vaddr, offsets, code, f)
+                    .map_err(|m| stream_error(qemu, at, m))?;
+            }
             Batched::Record(Record::Thread { tid }) => {
                 vcpu = tid.checked_sub(1).map(|k| k as usize);
                 if let Some(k) = vcpu {
@@ -160,8 +195,9 @@ pub(super) fn follow(input: &mut impl Read, qemu: &Path) -> Result<MachineFlow, 
     }
     let mut got = Vec::new();
     replay.finish(&mut |e| got.push(e));
+    let end = reader.offset();
     for e in got {
-        took(&mut flow, e);
+        took(&mut flow, &mut whole, watch, e).map_err(|m| stream_error(qemu, end, m))?;
     }
     let Some((executed, at)) = ended else {
         return Err(stream_error(

@@ -33,7 +33,7 @@ pub(super) fn qemu(given: Option<&Path>) -> Result<PathBuf, RecordError> {
 
 /// `--plugin`, `$PTEMU_QEMU_PLUGIN`, or next to this executable; missing: exit 2 with the
 /// command that builds it.
-pub(super) fn plugin(given: Option<&Path>) -> Result<PathBuf, RecordError> {
+pub(crate) fn plugin(given: Option<&Path>) -> Result<PathBuf, RecordError> {
     let exists = |p: &Path| p.is_file();
     if let Some(p) = given {
         return if exists(p) {
@@ -112,7 +112,7 @@ pub(super) fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-fn on_path(name: &OsStr) -> Option<PathBuf> {
+pub(crate) fn on_path(name: &OsStr) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))

@@ -30,7 +30,7 @@
 
 mod children;
 mod error;
-mod find;
+pub(crate) mod find;
 mod forks;
 mod interpreter;
 mod process;
