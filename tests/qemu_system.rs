@@ -248,17 +248,7 @@ fn qe24_qe25_system_mode_derives_every_blocks_address_and_entry() {
 fn qe26_ptemu_follows_every_vcpus_blocks_from_the_plugins_stream() {
     let dir = tempfile::tempdir().unwrap();
     let (guest, initrd) = loop_twice(dir.path(), 1_000_000);
-    let counter = dir.path().join("count_insns.so");
-    let o = Command::new("gcc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
-        .arg(&counter)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/qemu/count_insns.c"
-        ))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
+    let counter = counter(dir.path());
     let counted = dir.path().join("counted.txt");
     let log = dir.path().join("int.log");
     let extra: Vec<std::ffi::OsString> = vec![
@@ -283,13 +273,7 @@ fn qe26_ptemu_follows_every_vcpus_blocks_from_the_plugins_stream() {
     assert!(flow.vcpus.iter().all(|v| v.blocks > 1000), "{:?}", flow.vcpus);
 
     let reached: u64 = flow.vcpus.iter().map(|v| v.instructions + v.faults).sum();
-    let count = std::fs::read_to_string(&counted).unwrap();
-    let count: u64 = count
-        .trim()
-        .strip_prefix("count_insns: ")
-        .unwrap_or_else(|| panic!("{count:?}"))
-        .parse()
-        .unwrap();
+    let (count, _, _) = self::counted(&counted);
     // The counting plugin counts a store twice where QEMU started it, found that it changed the
     // code of its own block, and ran it again alone: at most once a split into such a block.
     let restarts: u64 = flow.vcpus.iter().map(|v| v.store_restarts).sum();
@@ -328,4 +312,161 @@ fn qe26_ptemu_follows_every_vcpus_blocks_from_the_plugins_stream() {
         "{:?}",
         flow.vcpus
     );
+}
+
+/// The counts of tests/data/qemu/count_insns.c's file: instructions, MOVs to CR3 and SYSCALLs
+/// reached.
+fn counted(path: &std::path::Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let field = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {text:?}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    (
+        field("count_insns: "),
+        field("count_mov_cr3: "),
+        field("count_syscall: "),
+    )
+}
+
+/// The counting plugin of the tests, built into `dir`.
+fn counter(dir: &std::path::Path) -> std::path::PathBuf {
+    let so = dir.join("count_insns.so");
+    let o = Command::new("gcc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/qemu/count_insns.c"
+        ))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    so
+}
+
+/// QE27, QE28, QE29, QE30: `ptemu boot` of the PVH kernel with two vCPUs, traced from each
+/// vCPU's first user block: each vCPU is a case, `DIR/cpu<N>/`, that libipt decodes with no
+/// error over DIR/code/ (kernel code for every CR3, user code per CR3) and that `ptemu verify`
+/// accepts. In the same QEMU run an independent plugin (tests/data/qemu/count_insns.c) counts
+/// every instruction, MOV to CR3 and SYSCALL reached: the truths' instructions plus what ran
+/// before tracing started (ptemu's count of it), the faulting instructions and the REP
+/// iterations that retire no instruction of their own equal its count, up to one store run
+/// again a split into a one-store block and one last instruction a vCPU (whose successor no
+/// block tells); the MOVs to CR3 traced plus those before equal its count, and libipt's PIP
+/// (paging) events equal the MOVs traced; the SYSCALLs equal its count; every interrupt libipt
+/// decodes is one QEMU's `-d int` log lists (vector aside: compared by the frame's RIP, as a
+/// multiset), and as many as ptemu gave. The guest's console is passed through.
+#[test]
+fn qe27_qe28_qe29_qe30_ptemu_boot_traces_every_vcpu_kernel_and_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let (guest, initrd) = loop_twice(dir.path(), 1_000_000);
+    let kernel = common::boot::pvh_kernel(&guest);
+    let counter = counter(dir.path());
+    let counted_file = dir.path().join("counted.txt");
+    let log = dir.path().join("int.log");
+    let out = dir.path().join("m");
+    let plugin_arg = format!("{},out={}", counter.display(), counted_file.display());
+    let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["boot", "--out"])
+        .arg(&out)
+        .arg("--kernel")
+        .arg(&kernel)
+        .arg("--initrd")
+        .arg(&initrd)
+        .arg("--plugin")
+        .arg(plugin())
+        .args(["--smp", "2", "--trace-from", "user", "--timeout", "900"])
+        .args(["--append", "console=ttyS0 panic=-1 quiet"])
+        .arg("--")
+        .args(["-plugin", &plugin_arg, "-d", "int", "-D"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{stdout}{stderr}");
+    assert_eq!(
+        stdout.matches("sum 499999500000").count(),
+        2,
+        "the console: {stdout}"
+    );
+    assert!(stderr.contains("ptemu boot: 2 vCPU(s)"), "{stderr}");
+    let machine: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("machine.json")).unwrap()).unwrap();
+    let vcpus = machine["vcpus"].as_array().unwrap();
+    assert_eq!(vcpus.len(), 2);
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+    let (count, count_cr3, count_syscalls) = counted(&counted_file);
+    let (mut reached, mut slack, mut cr3, mut syscalls) = (0, 0, 0, 0);
+    let mut decoded_interrupts = Vec::new();
+    for v in vcpus {
+        let case = out.join(v["dir"].as_str().unwrap());
+        let lines = common::harness::decode_case(&case);
+        let error = lines.lines().find(|l| l.contains("error"));
+        assert!(error.is_none(), "{}: libipt: {error:?}", case.display());
+        let ips = dir.path().join("ips.txt");
+        std::fs::write(&ips, &lines).unwrap();
+        let verified =
+            common::cli::ptemu(&["verify", "--ips", ips.to_str().unwrap(), case.to_str().unwrap()]);
+        assert!(
+            verified.status.success(),
+            "{}: verify of libipt: {}{}",
+            case.display(),
+            text(&verified.stdout),
+            text(&verified.stderr)
+        );
+        let paging = lines.lines().filter(|l| l.starts_with("[paging")).count() as u64;
+        assert_eq!(
+            paging,
+            n(v, "cr3_writes"),
+            "{}: PIP events against MOVs to CR3",
+            case.display()
+        );
+        let interrupts: Vec<u64> = lines
+            .lines()
+            .filter_map(|l| l.strip_prefix("[interrupt, from: "))
+            .map(|l| u64::from_str_radix(l.split(',').next().unwrap(), 16).unwrap())
+            .collect();
+        assert_eq!(
+            interrupts.len() as u64,
+            n(v, "asynchronous"),
+            "{}",
+            case.display()
+        );
+        assert!(n(v, "instructions") > 1_000_000, "{v}");
+        decoded_interrupts.extend(interrupts);
+        reached += n(v, "instructions")
+            + n(v, "untraced_instructions")
+            + n(v, "traced_faults")
+            + n(v, "rep_iterations");
+        slack += n(v, "store_restarts") + 1;
+        cr3 += n(v, "cr3_writes") + n(v, "untraced_cr3_writes");
+        syscalls += n(v, "syscalls");
+    }
+    eprintln!("qe27: {reached} instructions reached ({count} counted), {cr3} MOVs to CR3 ({count_cr3}), {syscalls} SYSCALLs ({count_syscalls}); {machine}");
+    assert!(
+        reached <= count && count - reached <= slack,
+        "instructions: ptemu {reached}, the counting plugin {count} (slack {slack})"
+    );
+    assert_eq!(cr3, count_cr3, "MOVs to CR3");
+    assert_eq!(syscalls, count_syscalls, "SYSCALLs");
+    assert!(syscalls > 20 && !decoded_interrupts.is_empty());
+    let mut logged: Vec<u64> = qemu_entries(&std::fs::read_to_string(&log).unwrap())
+        .into_iter()
+        .map(|(_, from)| from)
+        .collect();
+    logged.sort_unstable();
+    decoded_interrupts.sort_unstable();
+    let mut rest = logged.as_slice();
+    for ip in &decoded_interrupts {
+        let k = rest.iter().position(|l| l == ip).unwrap_or_else(|| {
+            panic!("libipt's interrupt from {ip:#x} is not in QEMU's log (or more often)")
+        });
+        rest = &rest[k + 1..];
+    }
+    assert!(n(&machine["code"], "files") > 2, "{machine}");
 }

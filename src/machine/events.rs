@@ -37,6 +37,11 @@ pub struct BlockCode {
 }
 
 impl BlockCode {
+    /// Its MOVs to CR3 among its first `n` instructions.
+    pub fn cr3_writes(&self, n: u32) -> u64 {
+        self.insns.iter().take(n as usize).filter(|i| i.cr3_write).count() as u64
+    }
+
     /// The block at `reported` whose instructions start at `offsets` in `code`; `last` is its
     /// flow's kind of last instruction. `Err`: bytes that do not decode.
     pub fn new(reported: u64, offsets: &[u32], code: &[u8], last: Last) -> BlockCode {
@@ -99,6 +104,8 @@ pub struct VcpuEvents {
     pub rep_iterations: u64,
     /// MOVs to CR3 given.
     pub cr3_writes: u64,
+    /// SYSCALLs and SYSENTERs given.
+    pub syscalls: u64,
 }
 
 impl VcpuEvents {
@@ -205,6 +212,7 @@ impl VcpuEvents {
                 (Kind::Return, _) => Event::Return { ip, target: to },
                 (Kind::Syscall, _) => {
                     self.far += 1;
+                    self.syscalls += 1;
                     far(FarKind::Syscall)?
                 }
                 (Kind::Iret, _) => {

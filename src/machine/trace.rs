@@ -73,8 +73,14 @@ pub struct VcpuCase {
     pub dir: String,
     /// Instructions it ran traced (its truth's count where written).
     pub instructions: u64,
-    /// Block executions before its first in long mode, not traced.
+    /// Block executions before its tracing started (QE29), not traced.
     pub untraced_blocks: u64,
+    /// The instructions of those executions that ran (a faulting one counted: it started).
+    pub untraced_instructions: u64,
+    /// The MOVs to CR3 among them.
+    pub untraced_cr3_writes: u64,
+    /// What its traced executions held, as its events counted them.
+    pub events: super::events::VcpuEvents,
     /// The bytes of its trace.pt.
     pub trace_bytes: u64,
     /// Its report.json.
@@ -135,6 +141,8 @@ struct VcpuFeed {
     events: VcpuEvents,
     started: bool,
     untraced: u64,
+    untraced_instructions: u64,
+    untraced_cr3_writes: u64,
     cr3: u64,
     /// Where each block was last placed in the code image, and in which space.
     placed: Vec<(u64, Option<u64>)>,
@@ -217,6 +225,10 @@ impl Watch for Demux {
                 }
                 _ => {
                     v.untraced += 1;
+                    v.untraced_instructions += u64::from(e.retired) + u64::from(e.faulted);
+                    if let Some(b) = self.code.get(e.block as usize) {
+                        v.untraced_cr3_writes += b.cr3_writes(e.retired);
+                    }
                     return Ok(());
                 }
             }
@@ -329,6 +341,8 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
             events: VcpuEvents::default(),
             started: false,
             untraced: 0,
+            untraced_instructions: 0,
+            untraced_cr3_writes: 0,
             cr3: 0,
             placed: Vec::new(),
             batch: Vec::with_capacity(BATCH + 64),
@@ -391,7 +405,18 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
             *code_files.lock().unwrap_or_else(|p| p.into_inner()) = files;
             Ok(flow)
         });
-        let untraced: Vec<u64> = demux.vcpus.iter().map(|v| v.untraced).collect();
+        let untraced: Vec<(u64, u64, u64, super::events::VcpuEvents)> = demux
+            .vcpus
+            .iter_mut()
+            .map(|v| {
+                (
+                    v.untraced,
+                    v.untraced_instructions,
+                    v.untraced_cr3_writes,
+                    std::mem::take(&mut v.events),
+                )
+            })
+            .collect();
         let conflicts = (demux.image.conflicts, demux.image.spaces());
         // The channels close: each tracer ends its run.
         demux.vcpus.clear();
@@ -403,13 +428,16 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
     });
     let (flow, untraced, (conflicts, spaces)) = flow?;
     let mut vcpus = Vec::with_capacity(smp);
-    for (k, (case_out, done)) in cases.into_iter().enumerate() {
+    for (k, ((case_out, done), (blocks, insns, cr3, events))) in cases.into_iter().zip(untraced).enumerate() {
         let done = done.map_err(|e| MachineError::Output(format!("cpu{k}: {e}")))?;
         vcpus.push(VcpuCase {
             vcpu: k as u32,
             dir: format!("cpu{k}"),
             instructions: done.outcome.source.count("instructions"),
-            untraced_blocks: untraced[k],
+            untraced_blocks: blocks,
+            untraced_instructions: insns,
+            untraced_cr3_writes: cr3,
+            events,
             trace_bytes: done.outcome.unit.stats().bytes_written,
             report: done.report,
         });
@@ -475,6 +503,14 @@ fn machine_json(r: &MachineRecording, o: &MachineOptions) -> serde_json::Value {
             "dir": c.dir,
             "instructions": c.instructions,
             "untraced_blocks": c.untraced_blocks,
+            "untraced_instructions": c.untraced_instructions,
+            "untraced_cr3_writes": c.untraced_cr3_writes,
+            "cr3_writes": c.events.cr3_writes,
+            "syscalls": c.events.syscalls,
+            "asynchronous": c.events.asynchronous,
+            "traced_faults": c.events.faults,
+            "rep_iterations": c.events.rep_iterations,
+            "store_restarts": v.store_restarts,
             "trace_bytes": c.trace_bytes,
             "blocks": v.blocks,
             "faults": v.faults,

@@ -87,6 +87,46 @@ pub fn guest() -> Guest {
     }
 }
 
+/// The kernel of `guest` uncompressed (the ELF `vmlinux` inside its bzImage: the xz stream
+/// after the setup code, unpacked with `xz`), which QEMU boots by its PVH entry, without the
+/// firmware's decompression: made once under `target/boot-cache/`.
+pub fn pvh_kernel(guest: &Guest) -> PathBuf {
+    let out = cache_dir().join("vmlinux");
+    if out.is_file() {
+        return out;
+    }
+    let image = fs::read(&guest.kernel).unwrap();
+    let magic = [0xfd, b'7', b'z', b'X', b'Z', 0];
+    let at = image
+        .windows(magic.len())
+        .position(|w| w == magic)
+        .expect("the bzImage holds an xz stream");
+    let mut xz = Command::new("xz")
+        .args(["-dc", "--single-stream"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("xz (xz-utils)");
+    let mut input = xz.stdin.take().unwrap();
+    let payload = image[at..].to_vec();
+    let feeder = std::thread::spawn(move || {
+        // xz stops reading after its stream: the bytes after it are not wanted.
+        let _ = input.write_all(&payload);
+    });
+    let o = xz.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    assert!(o.status.success(), "xz: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        &o.stdout[..4],
+        b"\x7fELF",
+        "the bzImage's payload is an ELF kernel"
+    );
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    fs::write(&tmp, &o.stdout).unwrap();
+    fs::rename(&tmp, &out).unwrap();
+    out
+}
+
 /// One entry of an initramfs: a directory, or a file with its bytes and mode.
 enum Entry<'a> {
     Dir(&'a str),
