@@ -470,3 +470,79 @@ fn qe27_qe28_qe29_qe30_ptemu_boot_traces_every_vcpu_kernel_and_user() {
     }
     assert!(n(&machine["code"], "files") > 2, "{machine}");
 }
+
+/// QE27, QE28: the CPL filters on a machine. With User only (OS=0) a trace holds no PIP (the
+/// SDM sends PIP only with OS=1), so a decoder cannot tell address spaces apart: DIR/code/ is
+/// then one space for all code, and libipt decodes each vCPU with no error over it; with OS
+/// only (User=0) the kernel's code alone is traced, TIP.PGD/TIP.PGE where it leaves for user
+/// code and comes back. `ptemu verify` accepts both.
+#[test]
+fn qe27_qe28_the_cpl_filters_cut_a_machines_trace_where_the_sdm_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = common::boot::guest();
+    let kernel = common::boot::pvh_kernel(&guest);
+    let initrd = common::boot::initramfs(
+        dir.path(),
+        &guest,
+        "/bin/busybox mount -t proc proc /proc\n/bin/busybox ls /proc > /dev/null\n/bin/busybox poweroff -f\n",
+        &[],
+    );
+    for (ctl, spaces_one) in [("OS=0", true), ("User=0", false)] {
+        let out = dir.path().join(ctl);
+        let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
+            .args(["boot", "-q", "--out"])
+            .arg(&out)
+            .arg("--kernel")
+            .arg(&kernel)
+            .arg("--initrd")
+            .arg(&initrd)
+            .arg("--plugin")
+            .arg(plugin())
+            .args([
+                "--smp",
+                "2",
+                "--trace-from",
+                "user",
+                "--timeout",
+                "900",
+                "--ctl",
+                ctl,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{ctl}: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        let machine: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("machine.json")).unwrap()).unwrap();
+        assert_eq!(machine["code"]["spaces"] == 1, spaces_one, "{ctl}: {machine}");
+        for k in 0..2 {
+            let case = out.join(format!("cpu{k}"));
+            let lines = common::harness::decode_case(&case);
+            let error = lines.lines().find(|l| l.contains("error"));
+            assert!(error.is_none(), "{ctl} {}: libipt: {error:?}", case.display());
+            let ips = dir.path().join("ips.txt");
+            std::fs::write(&ips, &lines).unwrap();
+            let v = common::cli::ptemu(&["verify", "--ips", ips.to_str().unwrap(), case.to_str().unwrap()]);
+            assert!(
+                v.status.success(),
+                "{ctl} {}: {}{}",
+                case.display(),
+                text(&v.stdout),
+                text(&v.stderr)
+            );
+            let kernel_ips = lines.lines().filter(|l| l.starts_with("0xffff")).count();
+            let user_ips = lines
+                .lines()
+                .filter(|l| l.starts_with("0x") && !l.starts_with("0xffff"))
+                .count();
+            match ctl {
+                "OS=0" => assert_eq!(kernel_ips, 0, "{ctl}"),
+                _ => assert_eq!(user_ips, 0, "{ctl}"),
+            }
+        }
+    }
+}

@@ -193,6 +193,9 @@ struct Demux {
     vcpus: Vec<VcpuFeed>,
     image: CodeSpaces,
     start: TraceStart,
+    /// User code is kept per CR3: PIP packets tell a decoder the CR3 (OS=1); without them
+    /// (OS=0) one space holds all (QE28).
+    per_cr3: bool,
 }
 
 impl Watch for Demux {
@@ -233,7 +236,7 @@ impl Watch for Demux {
                 }
             }
         }
-        let space = space_of(e.at, v.cr3);
+        let space = space_of(e.at, v.cr3).filter(|_| self.per_cr3);
         if v.placed.len() < self.code.len() {
             v.placed.resize(self.code.len(), (0, None));
         }
@@ -388,6 +391,7 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
             vcpus: feeds,
             image: CodeSpaces::default(),
             start: o.start,
+            per_cr3: o.simulate.ctl.os(),
         };
         let followed = super::launch::run(&o.boot, &mut demux).and_then(|flow| {
             for (k, v) in demux.vcpus.iter_mut().enumerate() {
