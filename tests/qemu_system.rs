@@ -546,3 +546,40 @@ fn qe27_qe28_the_cpl_filters_cut_a_machines_trace_where_the_sdm_says() {
         }
     }
 }
+
+/// QE30: a guest whose kernel panics (here its init exits: "Attempted to kill init!") is
+/// exit 3 with its trace kept; a guest still running at `--timeout` is exit 4, QEMU killed,
+/// and DIR not written.
+#[test]
+fn qe30_a_panic_and_a_timeout_have_exit_codes_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let guest = common::boot::guest();
+    let kernel = common::boot::pvh_kernel(&guest);
+    let initrd = common::boot::initramfs(dir.path(), &guest, "/bin/busybox true\n", &[]);
+    let boot = |out: &std::path::Path, timeout: &str| {
+        Command::new(env!("CARGO_BIN_EXE_ptemu"))
+            .args(["boot", "-q", "--out"])
+            .arg(out)
+            .arg("--kernel")
+            .arg(&kernel)
+            .arg("--initrd")
+            .arg(&initrd)
+            .arg("--plugin")
+            .arg(plugin())
+            .args(["--trace-from", "user", "--timeout", timeout])
+            .output()
+            .unwrap()
+    };
+    let out = dir.path().join("panic");
+    let o = boot(&out, "900");
+    let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(3), "{stdout}{stderr}");
+    assert!(stdout.contains("Kernel panic - not syncing"), "{stdout}");
+    assert!(stderr.contains("panicked"), "{stderr}");
+    assert!(out.join("cpu0/trace.pt").is_file() && out.join("machine.json").is_file());
+    let out = dir.path().join("late");
+    let o = boot(&out, "1");
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("time limit"), "{}", text(&o.stderr));
+    assert!(!out.join("machine.json").exists());
+}

@@ -100,25 +100,27 @@ fn summary(r: &MachineRecording, out: &std::path::Path) -> String {
     let mut o = String::new();
     outln!(
         o,
-        "ptemu boot: {} vCPU(s), {} instructions traced, {} code file(s) in {} address space(s) in {}/code/",
+        "ptemu boot: {} vCPU(s), {} instructions run since tracing started, {} code file(s) in {} address space(s) in {}/code/",
         r.vcpus.len(),
         r.instructions(),
         r.code.len(),
         r.spaces,
         out.display()
     );
-    for (c, v) in r.vcpus.iter().zip(&r.flow.vcpus) {
+    for c in &r.vcpus {
+        let e = &c.events;
         outln!(
             o,
-            "  {}/{}: {} instructions, {} trace bytes; {} exceptions and interrupts, {} far transfers, {} CR3 values; {} blocks before its tracing started (--trace-from), not traced",
+            "  {}/{}: {} instructions, {} trace bytes; since the start: {} exceptions and interrupts, {} far transfers ({} SYSCALLs), {} MOVs to CR3; before its tracing started (--trace-from): {} instructions",
             out.display(),
             c.dir,
             c.instructions,
             c.trace_bytes,
-            v.entries.len(),
-            v.far,
-            v.cr3_values,
-            c.untraced_blocks
+            e.asynchronous,
+            e.far,
+            e.syscalls,
+            e.cr3_writes,
+            c.untraced_instructions
         );
     }
     if r.code_conflicts > 0 {

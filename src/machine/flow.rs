@@ -53,7 +53,7 @@ pub struct MachineFlow {
     pub plugin_instructions: u64,
     /// The stream's length in bytes.
     pub stream_bytes: u64,
-    /// The console showed the kernel's panic message ([`super::launch::PANIC_TEXT`]).
+    /// The console showed the kernel's panic message ("Kernel panic - not syncing").
     pub panicked: bool,
 }
 

@@ -71,7 +71,7 @@ pub struct VcpuCase {
     pub vcpu: u32,
     /// Its case, relative to DIR: `cpu<N>`.
     pub dir: String,
-    /// Instructions it ran traced (its truth's count where written).
+    /// Instructions it ran from its tracing start (the truth holds those the CPL filter lets through).
     pub instructions: u64,
     /// Block executions before its tracing started (QE29), not traced.
     pub untraced_blocks: u64,
@@ -355,7 +355,8 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
         ends.push((rx, back_tx));
     }
     let staging = dir.staging().to_path_buf();
-    let final_code = dir.final_path("");
+    // Absolute: the reports name the files wherever a decoder runs from.
+    let final_code = std::path::absolute(dir.final_path("")).map_err(out_error)?;
     let (flow, cases) = std::thread::scope(|scope| {
         let mut threads = Vec::with_capacity(smp);
         for (k, (rx, back)) in ends.into_iter().enumerate() {

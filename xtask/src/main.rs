@@ -24,6 +24,9 @@ const TEST_PACKAGES: &[SystemPackage] = &[
     SystemPackage { package: "qemu-user", probe: "command -v qemu-x86_64" },
     // `ptemu pttc` writes what `yasm -f bin` writes (tests/pttc.rs compares them).
     SystemPackage { package: "yasm", probe: "command -v yasm" },
+    // `ptemu boot`'s tests boot the kernel inside Debian's bzImage, unpacked with `xz`
+    // (tests/common/boot.rs `pvh_kernel`).
+    SystemPackage { package: "xz-utils", probe: "command -v xz" },
     SystemPackage {
         package: "libclang-dev",
         // The package, or libclang.so itself (what it adds); not any libclang-*.so*, which also
