@@ -7,10 +7,12 @@
 //! instruction, which QEMU runs once an iteration, retires once, when it goes elsewhere.
 
 use crate::sources::qemu::{classify, Kind};
-use crate::tracer::{Event, ExecMode, FarKind};
+use crate::sources::steps::Steps;
+use crate::tracer::{Block, BlockEnd, Event, ExecMode, FarKind};
 use iced_x86::{Code, Decoder, DecoderOptions, Register};
 use ptemu_wire::flow::Last;
 use ptemu_wire::system::{is_exception, Execution, Registers, Transfer};
+use rustc_hash::FxHashMap;
 
 /// One instruction of a translated block, at the block's reported address.
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +36,13 @@ pub struct BlockCode {
     /// Why its bytes are not 64-bit code (a block of the firmware's, run before long mode):
     /// an error only if it runs traced.
     bad: Option<String>,
+    /// Every instruction's length.
+    lens: Box<[u8]>,
+    /// How it ends, where an execution of it that ran whole is one block step of the tracer
+    /// (BLK1): its last instruction a near branch or none, no MOV to CR3 in it, no far
+    /// transfer, no REP string instruction at its end. The direct target is the reported
+    /// one's offset from `reported`.
+    step_end: Option<BlockEnd>,
 }
 
 impl BlockCode {
@@ -52,6 +61,8 @@ impl BlockCode {
                 insns: Vec::new(),
                 last,
                 bad: Some(e),
+                lens: Box::new([]),
+                step_end: None,
             },
         }
     }
@@ -74,11 +85,28 @@ impl BlockCode {
                 cr3_write: d.code() == Code::Mov_cr_r64 && d.op0_register() == Register::CR3,
             });
         }
+        let lens = insns.iter().map(|i| i.len).collect();
+        let step_end = match insns.last() {
+            _ if last != Last::Near || insns.iter().any(|i| i.cr3_write) => None,
+            Some(i) => match i.kind {
+                Kind::Plain => Some(BlockEnd::FallThrough),
+                Kind::Conditional => Some(BlockEnd::Conditional { target: i.target }),
+                Kind::Jump => Some(BlockEnd::Jump { target: i.target }),
+                Kind::Call => Some(BlockEnd::Call { target: i.target }),
+                Kind::IndirectJump => Some(BlockEnd::IndirectJump),
+                Kind::IndirectCall => Some(BlockEnd::IndirectCall),
+                Kind::Return => Some(BlockEnd::Return),
+                _ => None,
+            },
+            None => None,
+        };
         Ok(BlockCode {
             reported,
             insns,
             last,
             bad: None,
+            lens,
+            step_end,
         })
     }
 }
@@ -86,11 +114,16 @@ impl BlockCode {
 /// What went wrong: a transfer whose target block has no registers (never, from the plugin).
 pub type EventError = String;
 
-/// Turns one vCPU's executions, in order, into events.
+/// Turns one vCPU's executions, in order, into events and block steps.
 #[derive(Debug, Default)]
 pub struct VcpuEvents {
     /// The execution whose events wait for the next one's start.
     held: Option<Execution>,
+    /// The tracer's blocks (its table's indices, in the order defined): where each translated
+    /// block last ran as one, and every other (block, start) pair.
+    last_step: Vec<(u64, u32)>,
+    steps: FxHashMap<(u32, u64), u32>,
+    defined: u32,
     /// Executions taken, and the instruction events given.
     pub instructions: u64,
     /// Exceptions and interrupts given.
@@ -111,12 +144,7 @@ pub struct VcpuEvents {
 impl VcpuEvents {
     /// The next execution of this vCPU (`code`: every block's code, by index): the events of
     /// the one before it go to `out`.
-    pub fn push(
-        &mut self,
-        next: Execution,
-        code: &[BlockCode],
-        out: &mut Vec<Event>,
-    ) -> Result<(), EventError> {
+    pub fn push(&mut self, next: Execution, code: &[BlockCode], out: &mut Steps) -> Result<(), EventError> {
         if let Some(e) = self.held.take() {
             self.events(&e, Some(&next), code, out)?;
         }
@@ -125,11 +153,55 @@ impl VcpuEvents {
     }
 
     /// The vCPU's last execution, with no successor: its instructions but the last's transfer.
-    pub fn finish(&mut self, code: &[BlockCode], out: &mut Vec<Event>) -> Result<(), EventError> {
+    pub fn finish(&mut self, code: &[BlockCode], out: &mut Steps) -> Result<(), EventError> {
         if let Some(e) = self.held.take() {
             self.events(&e, None, code, out)?;
         }
         Ok(())
+    }
+
+    /// The tracer's block for `b` (translated block `block`) at `at`, defined in `out` the first
+    /// time it runs there.
+    fn step_id(
+        &mut self,
+        block: u32,
+        at: u64,
+        b: &BlockCode,
+        end: BlockEnd,
+        out: &mut Steps,
+    ) -> Result<u32, EventError> {
+        let k = block as usize;
+        if self.last_step.len() <= k {
+            self.last_step.resize(k + 1, (0, u32::MAX));
+        }
+        let (last_at, id) = self.last_step[k];
+        if last_at == at && id != u32::MAX {
+            return Ok(id);
+        }
+        let id = match self.steps.get(&(block, at)) {
+            Some(&id) => id,
+            None => {
+                let end = match end {
+                    BlockEnd::Conditional { target } => BlockEnd::Conditional {
+                        target: at.wrapping_add(target),
+                    },
+                    BlockEnd::Jump { target } => BlockEnd::Jump {
+                        target: at.wrapping_add(target),
+                    },
+                    BlockEnd::Call { target } => BlockEnd::Call {
+                        target: at.wrapping_add(target),
+                    },
+                    other => other,
+                };
+                out.define(Block::new(at, &b.lens, end).map_err(|e| e.to_string())?);
+                let id = self.defined;
+                self.defined += 1;
+                self.steps.insert((block, at), id);
+                id
+            }
+        };
+        self.last_step[k] = (at, id);
+        Ok(id)
     }
 
     fn events(
@@ -137,7 +209,7 @@ impl VcpuEvents {
         e: &Execution,
         next: Option<&Execution>,
         code: &[BlockCode],
-        out: &mut Vec<Event>,
+        out: &mut Steps,
     ) -> Result<(), EventError> {
         let b = code
             .get(e.block as usize)
@@ -156,7 +228,18 @@ impl VcpuEvents {
         };
         let cpl = |r: Option<Registers>| r.map(|r| (r.cs & 3) as u8);
         let whole = e.retired as usize == b.insns.len();
-        for (k, i) in b.insns.iter().enumerate().take(e.retired as usize) {
+        // A whole execution of a block that ends near (or not at all) is one step (BLK1).
+        let step = match (b.step_end, successor) {
+            (Some(end), Some(to)) if whole && !e.faulted => Some((end, to)),
+            _ => None,
+        };
+        if let Some((end, to)) = step {
+            let id = self.step_id(e.block, e.at, b, end, out)?;
+            out.exec(id, to, b.insns.len());
+            self.instructions += b.insns.len() as u64;
+        }
+        let insns = if step.is_some() { &[][..] } else { &b.insns[..] };
+        for (k, i) in insns.iter().enumerate().take(e.retired as usize) {
             let ip = e.at.wrapping_add(u64::from(i.offset));
             let len = i.len;
             let after = ip.wrapping_add(u64::from(len));
@@ -175,7 +258,7 @@ impl VcpuEvents {
             if !last || successor.is_none() {
                 self.instructions += 1;
                 self.cr3_writes += u64::from(i.cr3_write);
-                out.push(if i.cr3_write {
+                out.event(if i.cr3_write {
                     Event::Cr3Write {
                         ip,
                         len,
@@ -237,7 +320,7 @@ impl VcpuEvents {
                 }
                 _ => Event::Retire { ip, len },
             };
-            out.push(ev);
+            out.event(ev);
         }
         self.faults += u64::from(e.faulted);
         // The transfer came from the next block's registers: both are there.
@@ -249,7 +332,7 @@ impl VcpuEvents {
                     FarKind::Interrupt { vector }
                 };
                 self.asynchronous += 1;
-                out.push(Event::far(kind, from, n.at, (r.cs & 3) as u8, ExecMode::Bits64));
+                out.event(Event::far(kind, from, n.at, (r.cs & 3) as u8, ExecMode::Bits64));
             }
         }
         Ok(())
@@ -294,15 +377,17 @@ mod tests {
         })
     }
 
-    /// The events of `execs` in order (the last one's too).
+    /// The events of `execs` in order (the last one's too), block steps expanded.
     fn events(code: &[BlockCode], execs: &[Execution]) -> (Vec<Event>, VcpuEvents) {
         let mut v = VcpuEvents::default();
-        let mut out = Vec::new();
+        let mut out = Steps::default();
         for e in execs {
             v.push(*e, code, &mut out).unwrap();
         }
         v.finish(code, &mut out).unwrap();
-        (out, v)
+        let mut events = Vec::new();
+        out.expand_into(out.blocks(), &mut events);
+        (events, v)
     }
 
     /// QE27: a block's instructions retire at its real start, its last one's branch goes to
@@ -368,6 +453,44 @@ mod tests {
             ]
         );
         assert_eq!((v.asynchronous, v.instructions), (1, 3));
+    }
+
+    /// QE27, BLK1: a whole execution of a block that ends near is one block step, one tracer
+    /// block for each address the translated block ran at; the others are events.
+    #[test]
+    fn qe27_whole_near_executions_are_block_steps() {
+        let code = [
+            block(0x1000, &[&[0xb8, 1, 0, 0, 0], &[0x75, 0x10]], Last::Near),
+            block(0x1017, &[&[0xc3]], Last::Near),
+        ];
+        let mut v = VcpuEvents::default();
+        let mut out = Steps::default();
+        for e in [
+            exec(0, 0x1000, 2),
+            exec(1, 0x1017, 1),
+            exec(0, 0x7000, 2),
+            exec(1, 0x7017, 1),
+            exec(0, 0x1000, 2),
+        ] {
+            v.push(e, &code, &mut out).unwrap();
+        }
+        v.finish(&code, &mut out).unwrap();
+        assert_eq!(out.blocks().len(), 4, "two blocks at two addresses each");
+        assert_eq!(out.blocks()[2].start(), 0x7000);
+        let pieces: Vec<_> = out.pieces().collect();
+        assert!(
+            matches!(pieces[0], crate::sources::steps::Piece::Blocks { ids, .. } if ids == [0, 1, 2, 3]),
+            "{pieces:?}"
+        );
+        // The last execution's branch went where no block tells: its first instruction only.
+        assert!(
+            matches!(
+                pieces[1],
+                crate::sources::steps::Piece::Events([Event::Retire { ip: 0x1000, len: 5 }])
+            ),
+            "{pieces:?}"
+        );
+        assert_eq!(v.instructions, 6 + 1);
     }
 
     /// QE27: a fault stops its block at the faulting instruction, which does not retire: FUP
@@ -468,7 +591,7 @@ mod tests {
     fn qe29_real_mode_code_is_refused_only_when_traced() {
         let code = [block(0xffff_fff0, &[&[0xea, 0x5b, 0xe0, 0x00, 0xf0]], Last::Near)];
         let mut v = VcpuEvents::default();
-        let mut out = Vec::new();
+        let mut out = Steps::default();
         v.push(exec(0, 0xffff_fff0, 1), &code, &mut out).unwrap();
         let e = v.finish(&code, &mut out).unwrap_err();
         assert!(e.contains("do not decode"), "{e}");

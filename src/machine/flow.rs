@@ -128,13 +128,16 @@ pub(super) fn follow(
                     return Err(stream_error(qemu, at, "executed blocks outside a vCPU's chunk"));
                 }
                 for index in batch.indices() {
-                    let mut got = Vec::new();
+                    // At most one execution comes out of each: no buffer between.
+                    let mut watched = Ok(());
                     replay
-                        .exec(index, &mut |e| got.push(e))
+                        .exec(index, &mut |e| {
+                            if watched.is_ok() {
+                                watched = took(&mut flow, &mut whole, &mut *watch, e);
+                            }
+                        })
                         .map_err(|m| stream_error(qemu, at, m))?;
-                    for e in got {
-                        took(&mut flow, &mut whole, watch, e).map_err(|m| stream_error(qemu, at, m))?;
-                    }
+                    watched.map_err(|m| stream_error(qemu, at, m))?;
                 }
             }
             Batched::Record(Record::Block {

@@ -12,6 +12,7 @@ use super::image::{space_of, CodeFile, CodeSpaces};
 use super::{BootOptions, MachineError};
 use crate::case::{self, CaseOptions, RunDir};
 use crate::simulate::{self, Options, SimReport};
+use crate::sources::steps::Steps;
 use crate::sources::{self, EventSource, SourceStats, StartState};
 use crate::tracer::{Event, ExecMode};
 use ptemu_wire::flow::BlockFlow;
@@ -132,8 +133,8 @@ impl MachineRecording {
 enum Msg {
     /// Tracing starts in this state (the vCPU's first long-mode block).
     Start(StartState),
-    /// Events, and how many of them retire instructions.
-    Events(Vec<Event>, u64),
+    /// Events and block steps, and how many instructions retire in them.
+    Steps(Steps, u64),
 }
 
 /// One vCPU on the stream's side.
@@ -146,9 +147,11 @@ struct VcpuFeed {
     cr3: u64,
     /// Where each block was last placed in the code image, and in which space.
     placed: Vec<(u64, Option<u64>)>,
-    batch: Vec<Event>,
+    batch: Steps,
+    /// The instructions its events had given when the last batch went.
+    sent: u64,
     tx: Option<SyncSender<Msg>>,
-    back: Receiver<Vec<Event>>,
+    back: Receiver<Steps>,
 }
 
 impl VcpuFeed {
@@ -165,24 +168,11 @@ impl VcpuFeed {
         if self.batch.is_empty() {
             return Ok(());
         }
-        let fresh = self
-            .back
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH + 64));
+        let fresh = self.back.try_recv().unwrap_or_default();
         let full = std::mem::replace(&mut self.batch, fresh);
-        let n = full.iter().filter(|e| retires(e)).count() as u64;
-        self.send(Msg::Events(full, n))
-    }
-}
-
-/// Whether the event retires an instruction (an exception or interrupt is no instruction of
-/// its own: the faulting one does not retire).
-fn retires(e: &Event) -> bool {
-    match e {
-        Event::Far { kind, .. } => {
-            !kind.is_async() || matches!(kind, crate::tracer::FarKind::SoftwareInterrupt { .. })
-        }
-        e => e.is_instruction(),
+        let n = self.events.instructions - self.sent;
+        self.sent = self.events.instructions;
+        self.send(Msg::Steps(full, n))
     }
 }
 
@@ -255,15 +245,18 @@ impl Watch for Demux {
 /// One vCPU's events, as its tracer's source.
 struct MachineSource {
     rx: Receiver<Msg>,
-    back: SyncSender<Vec<Event>>,
+    back: SyncSender<Steps>,
     start: StartState,
     instructions: u64,
     pending: Option<Msg>,
+    /// The blocks defined so far, kept only for a caller of `next_events` (none in a boot).
+    table: Vec<crate::tracer::Block>,
+    expand: bool,
 }
 
 impl MachineSource {
     /// Waits for the vCPU's start (or the end of the stream, with no instruction traced).
-    fn new(rx: Receiver<Msg>, back: SyncSender<Vec<Event>>) -> Self {
+    fn new(rx: Receiver<Msg>, back: SyncSender<Steps>) -> Self {
         let mut s = MachineSource {
             rx,
             back,
@@ -274,6 +267,8 @@ impl MachineSource {
             },
             instructions: 0,
             pending: None,
+            table: Vec::new(),
+            expand: false,
         };
         match s.rx.recv() {
             Ok(Msg::Start(st)) => s.start = st,
@@ -286,6 +281,14 @@ impl MachineSource {
 
 impl EventSource for MachineSource {
     fn next_events(&mut self, out: &mut Vec<Event>) -> sources::error::Result<bool> {
+        // Only a caller that takes events alone comes here: the block steps expanded.
+        let mut steps = Steps::default();
+        let more = self.next_steps(&mut steps)?;
+        steps.expand_into(&self.table, out);
+        Ok(more)
+    }
+
+    fn next_steps(&mut self, out: &mut Steps) -> sources::error::Result<bool> {
         loop {
             let msg = match self.pending.take() {
                 Some(m) => m,
@@ -296,16 +299,13 @@ impl EventSource for MachineSource {
             };
             match msg {
                 Msg::Start(_) => continue,
-                Msg::Events(mut v, n) => {
+                Msg::Steps(mut v, n) => {
                     self.instructions += n;
-                    if out.is_empty() {
-                        std::mem::swap(out, &mut v);
-                        let _ = self.back.try_send(v);
-                    } else {
-                        out.extend_from_slice(&v);
-                        v.clear();
-                        let _ = self.back.try_send(v);
+                    if self.expand {
+                        self.table.extend_from_slice(v.blocks());
                     }
+                    out.append(&mut v);
+                    let _ = self.back.try_send(v);
                     return Ok(true);
                 }
             }
@@ -348,7 +348,8 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
             untraced_cr3_writes: 0,
             cr3: 0,
             placed: Vec::new(),
-            batch: Vec::with_capacity(BATCH + 64),
+            batch: Steps::default(),
+            sent: 0,
             tx: Some(tx),
             back,
         });

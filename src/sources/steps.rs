@@ -141,6 +141,25 @@ impl Steps {
         self.blocks.push(block);
     }
 
+    /// Moves everything of `other` after what this batch holds, in order (its blocks described
+    /// after this batch's), leaving `other` empty.
+    pub fn append(&mut self, other: &mut Steps) {
+        if self.is_empty() && self.blocks.is_empty() {
+            std::mem::swap(self, other);
+            other.clear();
+            return;
+        }
+        self.blocks.append(&mut other.blocks);
+        for p in other.pieces() {
+            match p {
+                Piece::Events(e) => self.extend_events(e),
+                Piece::Blocks { ids, next } => self.exec_chain(ids, next, 0),
+            }
+        }
+        self.exec_instructions += other.exec_instructions;
+        other.clear();
+    }
+
     /// The blocks first described in this batch, in order.
     pub fn blocks(&self) -> &[Block] {
         &self.blocks
@@ -243,6 +262,31 @@ mod tests {
         assert_eq!(kinds(&s), [('b', 1), ('e', 2), ('b', 2), ('e', 3)]);
         s.clear();
         assert!(s.is_empty() && s.pieces().next().is_none());
+    }
+
+    /// BLK1: a batch appended to another keeps its pieces in order, its blocks after the
+    /// other's, and its instructions.
+    #[test]
+    fn blk1_an_appended_batch_follows_the_first() {
+        let r = Event::Retire { ip: 1, len: 1 };
+        let b = Block::new(0x100, &[2], BlockEnd::FallThrough).unwrap();
+        let mut a = Steps::default();
+        a.event(r);
+        a.exec(0, 0x100, 2);
+        let mut c = Steps::default();
+        c.define(b.clone());
+        c.exec(0, 8, 2);
+        c.event(r);
+        a.append(&mut c);
+        assert!(c.is_empty());
+        assert_eq!(kinds(&a), [('e', 1), ('b', 2), ('e', 1)]);
+        assert_eq!((a.instructions(), a.blocks().len()), (6, 1));
+        let mut empty = Steps::default();
+        let mut d = Steps::default();
+        d.define(b);
+        d.exec(0, 8, 2);
+        empty.append(&mut d);
+        assert_eq!((empty.instructions(), empty.blocks().len()), (2, 1));
     }
 
     #[test]
