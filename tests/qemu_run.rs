@@ -878,20 +878,7 @@ fn check_decoders(case: &Path, perf_data: &Path, tid: u64) {
         case.display(),
         text(&v.stdout)
     );
-    check_libipt(case);
-}
-
-/// libipt's instruction decoder over `case` gives no error, and `ptemu verify` accepts it.
-fn check_libipt(case: &Path) {
-    let libipt = libipt_decode::decode_case(case);
-    assert!(!libipt.contains("error"), "{}: libipt: {libipt}", case.display());
-    let v = verify(case, libipt.as_bytes());
-    assert!(
-        v.status.success(),
-        "{}: verify of libipt: {}",
-        case.display(),
-        text(&v.stdout)
-    );
+    common::qemu::check_libipt(case);
 }
 
 /// Two threads besides the main one, alive at once (a barrier: QEMU gives a thread that starts
@@ -1314,7 +1301,7 @@ fn qe22_a_fault_that_kills_the_program_is_traced_to_the_faulting_instruction() {
             // perf 6.1 walks from the CALL's target to the FUP there, fetching the instruction
             // at 0 first: "Failed to get instruction", as it would on hardware's same packets
             // (TIP 0, FUP 0, TIP.PGD). libipt reads them.
-            check_libipt(&out);
+            common::qemu::check_libipt(&out);
         } else {
             check_decoders(&out, &out.join("perf.data"), 1000);
         }

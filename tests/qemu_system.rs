@@ -349,6 +349,30 @@ fn counter(dir: &std::path::Path) -> std::path::PathBuf {
     so
 }
 
+/// `ptemu boot --kernel KERNEL --initrd INITRD --plugin (ours) --out OUT ARGS -- QEMU`.
+fn ptemu_boot(
+    out: &std::path::Path,
+    kernel: &std::path::Path,
+    initrd: &std::path::Path,
+    args: &[&str],
+    qemu: &[&std::ffi::OsStr],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_ptemu"))
+        .args(["boot", "--out"])
+        .arg(out)
+        .arg("--kernel")
+        .arg(kernel)
+        .arg("--initrd")
+        .arg(initrd)
+        .arg("--plugin")
+        .arg(plugin())
+        .args(args)
+        .arg("--")
+        .args(qemu)
+        .output()
+        .unwrap()
+}
+
 /// QE27, QE28, QE29, QE30: `ptemu boot` of the PVH kernel with two vCPUs, traced from each
 /// vCPU's first user block: each vCPU is a case, `DIR/cpu<N>/`, that libipt decodes with no
 /// error over DIR/code/ (kernel code for every CR3, user code per CR3) and that `ptemu verify`
@@ -371,22 +395,20 @@ fn qe27_qe28_qe29_qe30_ptemu_boot_traces_every_vcpu_kernel_and_user() {
     let log = dir.path().join("int.log");
     let out = dir.path().join("m");
     let plugin_arg = format!("{},out={}", counter.display(), counted_file.display());
-    let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-        .args(["boot", "--out"])
-        .arg(&out)
-        .arg("--kernel")
-        .arg(&kernel)
-        .arg("--initrd")
-        .arg(&initrd)
-        .arg("--plugin")
-        .arg(plugin())
-        .args(["--smp", "2", "--trace-from", "user", "--timeout", "900"])
-        .args(["--append", "console=ttyS0 panic=-1 quiet"])
-        .arg("--")
-        .args(["-plugin", &plugin_arg, "-d", "int", "-D"])
-        .arg(&log)
-        .output()
-        .unwrap();
+    let o = ptemu_boot(
+        &out,
+        &kernel,
+        &initrd,
+        &["--smp", "2", "--trace-from", "user", "--timeout", "900"],
+        &[
+            "-plugin".as_ref(),
+            plugin_arg.as_ref(),
+            "-d".as_ref(),
+            "int".as_ref(),
+            "-D".as_ref(),
+            log.as_ref(),
+        ],
+    );
     let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
     assert!(o.status.success(), "{stdout}{stderr}");
     assert_eq!(
@@ -405,20 +427,7 @@ fn qe27_qe28_qe29_qe30_ptemu_boot_traces_every_vcpu_kernel_and_user() {
     let mut decoded_interrupts = Vec::new();
     for v in vcpus {
         let case = out.join(v["dir"].as_str().unwrap());
-        let lines = common::harness::decode_case(&case);
-        let error = lines.lines().find(|l| l.contains("error"));
-        assert!(error.is_none(), "{}: libipt: {error:?}", case.display());
-        let ips = dir.path().join("ips.txt");
-        std::fs::write(&ips, &lines).unwrap();
-        let verified =
-            common::cli::ptemu(&["verify", "--ips", ips.to_str().unwrap(), case.to_str().unwrap()]);
-        assert!(
-            verified.status.success(),
-            "{}: verify of libipt: {}{}",
-            case.display(),
-            text(&verified.stdout),
-            text(&verified.stderr)
-        );
+        let lines = common::qemu::check_libipt(&case);
         let paging = lines.lines().filter(|l| l.starts_with("[paging")).count() as u64;
         assert_eq!(
             paging,
@@ -489,16 +498,12 @@ fn qe27_qe28_the_cpl_filters_cut_a_machines_trace_where_the_sdm_says() {
     );
     for (ctl, spaces_one) in [("OS=0", true), ("User=0", false)] {
         let out = dir.path().join(ctl);
-        let o = Command::new(env!("CARGO_BIN_EXE_ptemu"))
-            .args(["boot", "-q", "--out"])
-            .arg(&out)
-            .arg("--kernel")
-            .arg(&kernel)
-            .arg("--initrd")
-            .arg(&initrd)
-            .arg("--plugin")
-            .arg(plugin())
-            .args([
+        let o = ptemu_boot(
+            &out,
+            &kernel,
+            &initrd,
+            &[
+                "-q",
                 "--smp",
                 "2",
                 "--trace-from",
@@ -507,9 +512,9 @@ fn qe27_qe28_the_cpl_filters_cut_a_machines_trace_where_the_sdm_says() {
                 "900",
                 "--ctl",
                 ctl,
-            ])
-            .output()
-            .unwrap();
+            ],
+            &[],
+        );
         assert!(
             o.status.success(),
             "{ctl}: {}{}",
@@ -521,19 +526,7 @@ fn qe27_qe28_the_cpl_filters_cut_a_machines_trace_where_the_sdm_says() {
         assert_eq!(machine["code"]["spaces"] == 1, spaces_one, "{ctl}: {machine}");
         for k in 0..2 {
             let case = out.join(format!("cpu{k}"));
-            let lines = common::harness::decode_case(&case);
-            let error = lines.lines().find(|l| l.contains("error"));
-            assert!(error.is_none(), "{ctl} {}: libipt: {error:?}", case.display());
-            let ips = dir.path().join("ips.txt");
-            std::fs::write(&ips, &lines).unwrap();
-            let v = common::cli::ptemu(&["verify", "--ips", ips.to_str().unwrap(), case.to_str().unwrap()]);
-            assert!(
-                v.status.success(),
-                "{ctl} {}: {}{}",
-                case.display(),
-                text(&v.stdout),
-                text(&v.stderr)
-            );
+            let lines = common::qemu::check_libipt(&case);
             let kernel_ips = lines.lines().filter(|l| l.starts_with("0xffff")).count();
             let user_ips = lines
                 .lines()
@@ -557,18 +550,13 @@ fn qe30_a_panic_and_a_timeout_have_exit_codes_of_their_own() {
     let kernel = common::boot::pvh_kernel(&guest);
     let initrd = common::boot::initramfs(dir.path(), &guest, "/bin/busybox true\n", &[]);
     let boot = |out: &std::path::Path, timeout: &str| {
-        Command::new(env!("CARGO_BIN_EXE_ptemu"))
-            .args(["boot", "-q", "--out"])
-            .arg(out)
-            .arg("--kernel")
-            .arg(&kernel)
-            .arg("--initrd")
-            .arg(&initrd)
-            .arg("--plugin")
-            .arg(plugin())
-            .args(["--trace-from", "user", "--timeout", timeout])
-            .output()
-            .unwrap()
+        ptemu_boot(
+            out,
+            &kernel,
+            &initrd,
+            &["-q", "--trace-from", "user", "--timeout", timeout],
+            &[],
+        )
     };
     let out = dir.path().join("panic");
     let o = boot(&out, "900");

@@ -76,3 +76,23 @@ impl ptemu::sources::EventSource for EventsOnly {
         self.0.stats()
     }
 }
+
+/// libipt's instruction decoder over `case` (examples/libipt_decode.rs) gives no error, and
+/// `ptemu verify` accepts its lines: the lines, for more checks.
+pub fn check_libipt(case: &Path) -> String {
+    let libipt = super::harness::decode_case(case);
+    let error = libipt.lines().find(|l| l.contains("error"));
+    assert!(error.is_none(), "{}: libipt: {error:?}", case.display());
+    let v = super::cli::ptemu_stdin(
+        &["verify", case.to_str().unwrap(), "--ips", "-"],
+        libipt.as_bytes(),
+    );
+    assert!(
+        v.status.success(),
+        "{}: verify of libipt: {}{}",
+        case.display(),
+        text(&v.stdout),
+        text(&v.stderr)
+    );
+    libipt
+}
