@@ -2,7 +2,7 @@
 //! `ptemu run`'s events of a user-mode program and the system-mode flow ([`crate::flow`]) take
 //! an instruction's kind from here.
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic, Register};
 
 /// What kind of instruction, as far as the trace is concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +49,8 @@ pub struct Insn {
     pub kind: Kind,
     /// A direct branch's target (0 otherwise).
     pub target: u64,
+    /// It is a MOV to CR3 ([`is_cr3_write`]).
+    pub cr3_write: bool,
 }
 
 impl Insn {
@@ -76,6 +78,7 @@ pub fn classify(ip: u64, code: &[u8]) -> Result<Insn, String> {
         len: i.len() as u8,
         kind,
         target,
+        cr3_write: is_cr3_write(&i),
     })
 }
 
@@ -110,6 +113,12 @@ pub fn kind_of(i: &Instruction) -> (Kind, u64) {
         }
         _ => (Kind::Plain, 0),
     }
+}
+
+/// Whether the instruction is a MOV to CR3: the write a PIP packet reports (pt-packets.md case
+/// 5d), after which the system-mode plugin reads the registers (QE25).
+pub fn is_cr3_write(i: &Instruction) -> bool {
+    i.code() == Code::Mov_cr_r64 && i.op0_register() == Register::CR3
 }
 
 /// Whether the instruction is SYSRET or SYSEXIT: the kernel's way back to user mode, a far
@@ -163,6 +172,9 @@ mod tests {
         assert_eq!(kind(&[0xcb]), (Kind::Far, 0)); // retf
         assert_eq!(kind(&[0xff, 0x28]), (Kind::Far, 0)); // jmp far [rax]
         assert_eq!(classify(0x1000, &[0x0f, 0x0b, 0x90]).unwrap().len, 2); // ud2, then more code
+        assert!(classify(0x1000, &[0x0f, 0x22, 0xd8]).unwrap().cr3_write); // mov cr3, rax
+        assert!(!classify(0x1000, &[0x0f, 0x20, 0xd8]).unwrap().cr3_write); // mov rax, cr3
+        assert!(!classify(0x1000, &[0x0f, 0x22, 0xc0]).unwrap().cr3_write); // mov cr0, rax
         assert!(classify(0x1000, &[0x0f]).unwrap_err().contains("do not decode"));
     }
 }

@@ -5,10 +5,8 @@
 //! or loads the IDT), and a [`Tracker`] that derives each block's real start from the one
 //! before it and a shadow stack of CALLs, where the registers need not be read.
 
-use crate::classify::{is_sysret, kind_of, Kind};
-use iced_x86::{
-    Code, Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, Register,
-};
+use crate::classify::{is_cr3_write, is_sysret, kind_of, Kind};
+use iced_x86::{Decoder, DecoderOptions, Instruction, InstructionInfoFactory, Mnemonic, OpAccess};
 use ptemu_core::tracer::RetStack;
 
 /// How a translated block ends, for the address of the block after it.
@@ -104,8 +102,7 @@ impl BlockFlow {
         for i in insns {
             starts.push(i.ip.wrapping_sub(reported) as u16);
             li = decode(i);
-            let cr3 = li.code() == Code::Mov_cr_r64 && li.op0_register() == Register::CR3;
-            rereads |= cr3 || li.mnemonic() == Mnemonic::Lidt;
+            rereads |= is_cr3_write(&li) || li.mnemonic() == Mnemonic::Lidt;
         }
         let (exit, last_kind, kind) = end_of(&li);
         BlockFlow {

@@ -9,40 +9,38 @@
 use crate::sources::qemu::{classify, Kind};
 use crate::sources::steps::Steps;
 use crate::tracer::{Block, BlockEnd, Event, ExecMode, FarKind};
-use iced_x86::{Code, Decoder, DecoderOptions, Register};
 use ptemu_wire::flow::Last;
 use ptemu_wire::system::{is_exception, Execution, Registers, Transfer};
 use rustc_hash::FxHashMap;
 
-/// One instruction of a translated block, at the block's reported address.
+/// One instruction of a translated block.
 #[derive(Clone, Copy, Debug)]
 struct Insn {
     /// Its offset from the block's start.
     offset: u32,
     len: u8,
     kind: Kind,
-    /// A direct branch's target, as an offset from the block's reported start.
-    target: u64,
     /// It is a MOV to CR3.
     cr3_write: bool,
 }
 
-/// A translated block's instructions, classified once.
+/// A translated block's instructions, classified once, and its bytes.
 #[derive(Clone, Debug)]
 pub struct BlockCode {
-    reported: u64,
     insns: Vec<Insn>,
+    lens: Box<[u8]>,
+    /// Its bytes, as QEMU translated them (the code image's, QE28).
+    code: Box<[u8]>,
     last: Last,
     /// Why its bytes are not 64-bit code (a block of the firmware's, run before long mode):
     /// an error only if it runs traced.
     bad: Option<String>,
-    /// Every instruction's length.
-    lens: Box<[u8]>,
-    /// How it ends, where an execution of it that ran whole is one block step of the tracer
-    /// (BLK1): its last instruction a near branch or none, no MOV to CR3 in it, no far
-    /// transfer, no REP string instruction at its end. The direct target is the reported
-    /// one's offset from `reported`.
-    step_end: Option<BlockEnd>,
+    /// How it ends where its last instruction is a near branch or none (not a far transfer,
+    /// not a REP string instruction): the tracer's block end ([`Block::events_into`] gives the
+    /// events), a direct target as its offset from the block's start.
+    near_end: Option<BlockEnd>,
+    /// It holds a MOV to CR3.
+    cr3: bool,
 }
 
 impl BlockCode {
@@ -51,63 +49,79 @@ impl BlockCode {
         self.insns.iter().take(n as usize).filter(|i| i.cr3_write).count() as u64
     }
 
-    /// The block at `reported` whose instructions start at `offsets` in `code`; `last` is its
-    /// flow's kind of last instruction. `Err`: bytes that do not decode.
-    pub fn new(reported: u64, offsets: &[u32], code: &[u8], last: Last) -> BlockCode {
-        match Self::decoded(reported, offsets, code, last) {
-            Ok(b) => b,
-            Err(e) => BlockCode {
-                reported,
-                insns: Vec::new(),
-                last,
-                bad: Some(e),
-                lens: Box::new([]),
-                step_end: None,
-            },
-        }
+    /// Its bytes.
+    pub fn code(&self) -> &[u8] {
+        &self.code
     }
 
-    fn decoded(reported: u64, offsets: &[u32], code: &[u8], last: Last) -> Result<BlockCode, String> {
-        let mut insns = Vec::with_capacity(offsets.len());
+    /// The block at `reported` whose instructions start at `offsets` in `code`; `last` is its
+    /// flow's kind of last instruction. Bytes that do not decode make a block that may not
+    /// run traced.
+    pub fn new(reported: u64, offsets: &[u32], code: &[u8], last: Last) -> BlockCode {
+        let mut b = BlockCode {
+            insns: Vec::with_capacity(offsets.len()),
+            lens: Box::new([]),
+            code: code.into(),
+            last,
+            bad: None,
+            near_end: None,
+            cr3: false,
+        };
+        let mut near_end = None;
         for (k, &o) in offsets.iter().enumerate() {
             let end = offsets.get(k + 1).map_or(code.len(), |&n| n as usize);
-            let bytes = code
-                .get(o as usize..end)
-                .ok_or("an instruction past its block's code")?;
-            let ip = reported.wrapping_add(u64::from(o));
-            let i = classify(ip, bytes)?;
-            let d = Decoder::with_ip(64, bytes, ip, DecoderOptions::NONE).decode();
-            insns.push(Insn {
-                offset: o,
-                len: i.len,
-                kind: i.kind,
-                target: i.target.wrapping_sub(reported),
-                cr3_write: d.code() == Code::Mov_cr_r64 && d.op0_register() == Register::CR3,
-            });
-        }
-        let lens = insns.iter().map(|i| i.len).collect();
-        let step_end = match insns.last() {
-            _ if last != Last::Near || insns.iter().any(|i| i.cr3_write) => None,
-            Some(i) => match i.kind {
+            let Some(bytes) = code.get(o as usize..end) else {
+                b.bad = Some("an instruction past its block's code".into());
+                return b;
+            };
+            let i = match classify(reported.wrapping_add(u64::from(o)), bytes) {
+                Ok(i) => i,
+                Err(e) => {
+                    b.bad = Some(e);
+                    return b;
+                }
+            };
+            let target = i.target.wrapping_sub(reported);
+            near_end = match i.kind {
                 Kind::Plain => Some(BlockEnd::FallThrough),
-                Kind::Conditional => Some(BlockEnd::Conditional { target: i.target }),
-                Kind::Jump => Some(BlockEnd::Jump { target: i.target }),
-                Kind::Call => Some(BlockEnd::Call { target: i.target }),
+                Kind::Conditional => Some(BlockEnd::Conditional { target }),
+                Kind::Jump => Some(BlockEnd::Jump { target }),
+                Kind::Call => Some(BlockEnd::Call { target }),
                 Kind::IndirectJump => Some(BlockEnd::IndirectJump),
                 Kind::IndirectCall => Some(BlockEnd::IndirectCall),
                 Kind::Return => Some(BlockEnd::Return),
                 _ => None,
+            };
+            b.cr3 |= i.cr3_write;
+            b.insns.push(Insn {
+                offset: o,
+                len: i.len,
+                kind: i.kind,
+                cr3_write: i.cr3_write,
+            });
+        }
+        b.lens = b.insns.iter().map(|i| i.len).collect();
+        // SYSRET and SYSEXIT are plain to the classifier (user mode's), far here.
+        b.near_end = near_end.filter(|_| last == Last::Near);
+        b
+    }
+
+    /// The tracer's block of this one run at `at`, ending as `end` (its direct target an
+    /// offset, as [`BlockCode::near_end`] keeps it).
+    fn at(&self, at: u64, end: BlockEnd) -> Result<Block, EventError> {
+        let end = match end {
+            BlockEnd::Conditional { target } => BlockEnd::Conditional {
+                target: at.wrapping_add(target),
             },
-            None => None,
+            BlockEnd::Jump { target } => BlockEnd::Jump {
+                target: at.wrapping_add(target),
+            },
+            BlockEnd::Call { target } => BlockEnd::Call {
+                target: at.wrapping_add(target),
+            },
+            other => other,
         };
-        Ok(BlockCode {
-            reported,
-            insns,
-            last,
-            bad: None,
-            lens,
-            step_end,
-        })
+        Block::new(at, &self.lens, end).map_err(|e| e.to_string())
     }
 }
 
@@ -181,19 +195,7 @@ impl VcpuEvents {
         let id = match self.steps.get(&(block, at)) {
             Some(&id) => id,
             None => {
-                let end = match end {
-                    BlockEnd::Conditional { target } => BlockEnd::Conditional {
-                        target: at.wrapping_add(target),
-                    },
-                    BlockEnd::Jump { target } => BlockEnd::Jump {
-                        target: at.wrapping_add(target),
-                    },
-                    BlockEnd::Call { target } => BlockEnd::Call {
-                        target: at.wrapping_add(target),
-                    },
-                    other => other,
-                };
-                out.define(Block::new(at, &b.lens, end).map_err(|e| e.to_string())?);
+                out.define(b.at(at, end)?);
                 let id = self.defined;
                 self.defined += 1;
                 self.steps.insert((block, at), id);
@@ -202,6 +204,67 @@ impl VcpuEvents {
         };
         self.last_step[k] = (at, id);
         Ok(id)
+    }
+
+    /// The events of an execution that is no block step: each instruction that ran, a
+    /// continuing REP string instruction's none, and a last instruction's far transfer.
+    fn instructions_of(
+        &mut self,
+        e: &Execution,
+        b: &BlockCode,
+        successor: Option<u64>,
+        nregs: Option<Registers>,
+        out: &mut Steps,
+    ) -> Result<(), EventError> {
+        let whole = e.retired as usize == b.insns.len();
+        for (k, i) in b.insns.iter().enumerate().take(e.retired as usize) {
+            let ip = e.at.wrapping_add(u64::from(i.offset));
+            let len = i.len;
+            let last = whole && k + 1 == b.insns.len();
+            let far = match (last, successor, b.last, i.kind) {
+                (false, ..) => None,
+                // Another iteration comes next: the instruction has not retired yet.
+                (true, Some(to), ..) if i.kind == Kind::RepString && to == ip => {
+                    self.rep_iterations += 1;
+                    continue;
+                }
+                // The vCPU's last, a branch, a far transfer or a REP string instruction: where it
+                // went, and whether it retired, is not known (the machine stopped there).
+                (true, None, ..) if i.kind != Kind::Plain || b.last != Last::Near => continue,
+                (true, _, Last::Sysret, _) => Some(FarKind::Sysret),
+                (true, _, _, Kind::Syscall) => {
+                    self.syscalls += 1;
+                    Some(FarKind::Syscall)
+                }
+                (true, _, _, Kind::Iret) => Some(FarKind::Iret),
+                (true, _, _, Kind::Far) => Some(FarKind::FarBranch),
+                (true, _, _, Kind::SoftwareInterrupt(vector)) => Some(FarKind::SoftwareInterrupt { vector }),
+                _ => None,
+            };
+            self.instructions += 1;
+            let ev = match far {
+                Some(kind) => {
+                    let (Some(to), Some(r)) = (successor, nregs) else {
+                        return Err(format!(
+                            "a far transfer at {ip:#x} into a block with no registers"
+                        ));
+                    };
+                    self.far += 1;
+                    Event::far(kind, ip, to, (r.cs & 3) as u8, ExecMode::Bits64)
+                }
+                None if i.cr3_write => {
+                    self.cr3_writes += 1;
+                    Event::Cr3Write {
+                        ip,
+                        len,
+                        cr3: nregs.map_or(0, |r| r.cr3),
+                    }
+                }
+                None => Event::Retire { ip, len },
+            };
+            out.event(ev);
+        }
+        Ok(())
     }
 
     fn events(
@@ -217,110 +280,37 @@ impl VcpuEvents {
         if let Some(why) = &b.bad {
             return Err(format!("the block at {:#x} ran traced: {why}", e.at));
         }
-        let delta = e.at.wrapping_sub(b.reported);
         let nregs = next.and_then(|n| n.regs);
         let transfer = nregs.map(|r| r.transfer).unwrap_or(Transfer::Next);
+        let cr3 = nregs.map_or(0, |r| r.cr3);
         // Where the block's last instruction went: the next block, or, where an event came
         // after the block ran whole, the instruction the event came before.
         let successor = match transfer {
             Transfer::Async { from, cut: false, .. } => Some(from),
             _ => next.map(|n| n.at),
         };
-        let cpl = |r: Option<Registers>| r.map(|r| (r.cs & 3) as u8);
         let whole = e.retired as usize == b.insns.len();
-        // A whole execution of a block that ends near (or not at all) is one step (BLK1).
-        let step = match (b.step_end, successor) {
-            (Some(end), Some(to)) if whole && !e.faulted => Some((end, to)),
-            _ => None,
-        };
-        if let Some((end, to)) = step {
-            let id = self.step_id(e.block, e.at, b, end, out)?;
-            out.exec(id, to, b.insns.len());
-            self.instructions += b.insns.len() as u64;
-        }
-        let insns = if step.is_some() { &[][..] } else { &b.insns[..] };
-        for (k, i) in insns.iter().enumerate().take(e.retired as usize) {
-            let ip = e.at.wrapping_add(u64::from(i.offset));
-            let len = i.len;
-            let after = ip.wrapping_add(u64::from(len));
-            let last = whole && k + 1 == b.insns.len();
-            if i.kind == Kind::RepString {
-                // Another iteration comes next: the instruction has not retired yet.
-                if last && successor == Some(ip) {
-                    self.rep_iterations += 1;
-                    continue;
-                }
-            }
-            if last && successor.is_none() && i.kind != Kind::Plain {
-                // The vCPU's last: where it went is not known (the machine stopped there).
-                continue;
-            }
-            if !last || successor.is_none() {
-                self.instructions += 1;
-                self.cr3_writes += u64::from(i.cr3_write);
-                out.event(if i.cr3_write {
-                    Event::Cr3Write {
-                        ip,
-                        len,
-                        cr3: nregs.map_or(0, |r| r.cr3),
-                    }
+        match (b.near_end, successor) {
+            // A whole execution that ends near: one block step (BLK1), or, with a MOV to CR3
+            // in it, the block's events with that retirement a CR3 write.
+            (Some(end), Some(to)) if whole => {
+                self.instructions += b.insns.len() as u64;
+                if !b.cr3 {
+                    let id = self.step_id(e.block, e.at, b, end, out)?;
+                    out.exec(id, to, b.insns.len());
                 } else {
-                    Event::Retire { ip, len }
-                });
-                continue;
-            }
-            let to = successor.expect("checked");
-            let target = i.target.wrapping_add(b.reported).wrapping_add(delta);
-            let far = |kind: FarKind| -> Result<Event, EventError> {
-                let cpl = cpl(nregs)
-                    .ok_or_else(|| format!("a far transfer at {ip:#x} into a block with no registers"))?;
-                Ok(Event::far(kind, ip, to, cpl, ExecMode::Bits64))
-            };
-            self.instructions += 1;
-            let ev = match (i.kind, b.last) {
-                (_, Last::Sysret) => {
-                    self.far += 1;
-                    far(FarKind::Sysret)?
-                }
-                (Kind::Conditional, _) => Event::CondBranch {
-                    ip,
-                    len,
-                    target,
-                    taken: to == target && to != after,
-                },
-                (Kind::Jump, _) => Event::Jump { ip, target },
-                (Kind::Call, _) => Event::Call { ip, len, target },
-                (Kind::IndirectJump, _) => Event::IndirectJump { ip, target: to },
-                (Kind::IndirectCall, _) => Event::IndirectCall { ip, len, target: to },
-                (Kind::Return, _) => Event::Return { ip, target: to },
-                (Kind::Syscall, _) => {
-                    self.far += 1;
-                    self.syscalls += 1;
-                    far(FarKind::Syscall)?
-                }
-                (Kind::Iret, _) => {
-                    self.far += 1;
-                    far(FarKind::Iret)?
-                }
-                (Kind::Far, _) => {
-                    self.far += 1;
-                    far(FarKind::FarBranch)?
-                }
-                (Kind::SoftwareInterrupt(vector), _) => {
-                    self.far += 1;
-                    far(FarKind::SoftwareInterrupt { vector })?
-                }
-                _ if i.cr3_write => {
-                    self.cr3_writes += 1;
-                    Event::Cr3Write {
-                        ip,
-                        len,
-                        cr3: nregs.map_or(0, |r| r.cr3),
+                    let events = out.events_mut();
+                    let from = events.len();
+                    b.at(e.at, end)?.events_into(to, events);
+                    for (ev, i) in events[from..].iter_mut().zip(&b.insns) {
+                        if let (Event::Retire { ip, len }, true) = (*ev, i.cr3_write) {
+                            self.cr3_writes += 1;
+                            *ev = Event::Cr3Write { ip, len, cr3 };
+                        }
                     }
                 }
-                _ => Event::Retire { ip, len },
-            };
-            out.event(ev);
+            }
+            _ => self.instructions_of(e, b, successor, nregs, out)?,
         }
         self.faults += u64::from(e.faulted);
         // The transfer came from the next block's registers: both are there.
@@ -377,14 +367,20 @@ mod tests {
         })
     }
 
-    /// The events of `execs` in order (the last one's too), block steps expanded.
-    fn events(code: &[BlockCode], execs: &[Execution]) -> (Vec<Event>, VcpuEvents) {
+    /// The steps of `execs` in order (the last one's too).
+    fn steps(code: &[BlockCode], execs: &[Execution]) -> (Steps, VcpuEvents) {
         let mut v = VcpuEvents::default();
         let mut out = Steps::default();
         for e in execs {
             v.push(*e, code, &mut out).unwrap();
         }
         v.finish(code, &mut out).unwrap();
+        (out, v)
+    }
+
+    /// The events of `execs` in order (the last one's too), block steps expanded.
+    fn events(code: &[BlockCode], execs: &[Execution]) -> (Vec<Event>, VcpuEvents) {
+        let (out, v) = steps(code, execs);
         let mut events = Vec::new();
         out.expand_into(out.blocks(), &mut events);
         (events, v)
@@ -463,18 +459,14 @@ mod tests {
             block(0x1000, &[&[0xb8, 1, 0, 0, 0], &[0x75, 0x10]], Last::Near),
             block(0x1017, &[&[0xc3]], Last::Near),
         ];
-        let mut v = VcpuEvents::default();
-        let mut out = Steps::default();
-        for e in [
+        let execs = [
             exec(0, 0x1000, 2),
             exec(1, 0x1017, 1),
             exec(0, 0x7000, 2),
             exec(1, 0x7017, 1),
             exec(0, 0x1000, 2),
-        ] {
-            v.push(e, &code, &mut out).unwrap();
-        }
-        v.finish(&code, &mut out).unwrap();
+        ];
+        let (out, v) = steps(&code, &execs);
         assert_eq!(out.blocks().len(), 4, "two blocks at two addresses each");
         assert_eq!(out.blocks()[2].start(), 0x7000);
         let pieces: Vec<_> = out.pieces().collect();
@@ -583,6 +575,38 @@ mod tests {
             ]
         );
         assert_eq!((v.rep_iterations, v.far, v.cr3_writes), (2, 1, 1));
+    }
+
+    /// QE27: a MOV to CR3 in a block that ends near is a CR3 write among the block's events
+    /// (no block step: the tracer's blocks hold no PIP).
+    #[test]
+    fn qe27_a_mov_to_cr3_in_a_near_block_is_its_cr3_write() {
+        let code = [
+            block(KERNEL, &[&[0x0f, 0x22, 0xd8], &[0xeb, 0x00]], Last::Near),
+            block(KERNEL + 5, &[&[0x90]], Last::Near),
+        ];
+        let mut after = exec(1, KERNEL + 5, 1);
+        after.regs = Some(Registers {
+            cr3: 0x7000,
+            ..regs(KERNEL + 5, 0x10, Transfer::Next).unwrap()
+        });
+        let (out, v) = steps(&code, &[exec(0, KERNEL, 2), after]);
+        assert!(out.blocks().is_empty());
+        assert_eq!(
+            &out.events()[..2],
+            &[
+                Event::Cr3Write {
+                    ip: KERNEL,
+                    len: 3,
+                    cr3: 0x7000
+                },
+                Event::Jump {
+                    ip: KERNEL + 3,
+                    target: KERNEL + 5
+                },
+            ]
+        );
+        assert_eq!((v.cr3_writes, v.instructions), (1, 3));
     }
 
     /// QE29: bytes that are no 64-bit code (the firmware's real-mode blocks) are refused only

@@ -35,7 +35,7 @@ pub struct CodeSpaces {
     spaces: FxHashMap<Option<u64>, FxHashMap<u64, Box<Page>>>,
     /// Bytes placed again with another value.
     pub conflicts: u64,
-    /// Places where that happened first (at most a few), for the message.
+    /// Where that happened first (at most four): the space and the address.
     pub first_conflicts: Vec<(Option<u64>, u64)>,
 }
 
@@ -56,30 +56,36 @@ pub struct CodeFile {
 }
 
 impl CodeSpaces {
-    /// `code`, the bytes of a block, placed at `at` in `space`.
+    /// `code`, the bytes of a block, placed at `at` in `space`: a page looked up once for the
+    /// bytes that fall in it.
     pub fn place(&mut self, space: Option<u64>, at: u64, code: &[u8]) {
         let pages = self.spaces.entry(space).or_default();
-        for (k, &b) in code.iter().enumerate() {
-            let a = at.wrapping_add(k as u64);
+        let mut rest = code;
+        let mut a = at;
+        while !rest.is_empty() {
+            let o = (a % PAGE) as usize;
+            let n = rest.len().min(PAGE as usize - o);
             let page = pages.entry(a / PAGE).or_insert_with(|| {
                 Box::new(Page {
                     bytes: [GAP; PAGE as usize],
                     valid: [0; (PAGE / 64) as usize],
                 })
             });
-            let o = (a % PAGE) as usize;
-            let bit = 1u64 << (o % 64);
-            if page.valid[o / 64] & bit != 0 {
-                if page.bytes[o] != b {
+            for (k, &b) in rest[..n].iter().enumerate() {
+                let o = o + k;
+                let bit = 1u64 << (o % 64);
+                if page.valid[o / 64] & bit == 0 {
+                    page.valid[o / 64] |= bit;
+                } else if page.bytes[o] != b {
                     self.conflicts += 1;
                     if self.first_conflicts.len() < 4 {
-                        self.first_conflicts.push((space, a));
+                        self.first_conflicts.push((space, a.wrapping_add(k as u64)));
                     }
                 }
-            } else {
-                page.valid[o / 64] |= bit;
+                page.bytes[o] = b;
             }
-            page.bytes[o] = b;
+            rest = &rest[n..];
+            a = a.wrapping_add(n as u64);
         }
     }
 
@@ -150,6 +156,7 @@ mod tests {
         assert_eq!(c.conflicts, 0);
         c.place(Some(0x6000), 0x40_1000, &[0xcc]);
         assert_eq!(c.conflicts, 1);
+        assert_eq!(c.first_conflicts, [(Some(0x6000), 0x40_1000)]);
         assert_eq!(c.spaces(), 3);
         let dir = tempfile::tempdir().unwrap();
         let files = c.write(dir.path()).unwrap();

@@ -102,6 +102,9 @@ pub struct MachineRecording {
     pub code: Vec<CodeFile>,
     /// Code bytes executed with two values at one address of one space (QE28).
     pub code_conflicts: u64,
+    /// The first few of those bytes: their space (the CR3's PIP bits; `None`: the kernel's)
+    /// and address.
+    pub conflict_sites: Vec<(Option<u64>, u64)>,
     /// Address spaces with code: the kernel's and one a user CR3.
     pub spaces: usize,
 }
@@ -179,7 +182,6 @@ impl VcpuFeed {
 /// The stream's side: every block's code, every vCPU's feed, the code image.
 struct Demux {
     code: Vec<BlockCode>,
-    bytes: Vec<Box<[u8]>>,
     vcpus: Vec<VcpuFeed>,
     image: CodeSpaces,
     start: TraceStart,
@@ -191,7 +193,6 @@ struct Demux {
 impl Watch for Demux {
     fn block(&mut self, vaddr: u64, offsets: &[u32], code: &[u8], flow: &BlockFlow) -> Result<(), String> {
         self.code.push(BlockCode::new(vaddr, offsets, code, flow.last));
-        self.bytes.push(code.into());
         Ok(())
     }
 
@@ -232,7 +233,7 @@ impl Watch for Demux {
         }
         if v.placed[e.block as usize] != (e.at, space) {
             v.placed[e.block as usize] = (e.at, space);
-            self.image.place(space, e.at, &self.bytes[e.block as usize]);
+            self.image.place(space, e.at, self.code[e.block as usize].code());
         }
         v.events.push(*e, &self.code, &mut v.batch)?;
         if v.batch.len() >= BATCH {
@@ -249,9 +250,9 @@ struct MachineSource {
     start: StartState,
     instructions: u64,
     pending: Option<Msg>,
-    /// The blocks defined so far, kept only for a caller of `next_events` (none in a boot).
+    /// The blocks defined so far, kept for a caller that takes events alone (`next_events`;
+    /// a boot's run takes steps).
     table: Vec<crate::tracer::Block>,
-    expand: bool,
 }
 
 impl MachineSource {
@@ -268,7 +269,6 @@ impl MachineSource {
             instructions: 0,
             pending: None,
             table: Vec::new(),
-            expand: false,
         };
         match s.rx.recv() {
             Ok(Msg::Start(st)) => s.start = st,
@@ -284,6 +284,7 @@ impl EventSource for MachineSource {
         // Only a caller that takes events alone comes here: the block steps expanded.
         let mut steps = Steps::default();
         let more = self.next_steps(&mut steps)?;
+        self.table.extend_from_slice(steps.blocks());
         steps.expand_into(&self.table, out);
         Ok(more)
     }
@@ -301,9 +302,6 @@ impl EventSource for MachineSource {
                 Msg::Start(_) => continue,
                 Msg::Steps(mut v, n) => {
                     self.instructions += n;
-                    if self.expand {
-                        self.table.extend_from_slice(v.blocks());
-                    }
                     out.append(&mut v);
                     let _ = self.back.try_send(v);
                     return Ok(true);
@@ -389,7 +387,6 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
         }
         let mut demux = Demux {
             code: Vec::new(),
-            bytes: Vec::new(),
             vcpus: feeds,
             image: CodeSpaces::default(),
             start: o.start,
@@ -423,16 +420,16 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
                 )
             })
             .collect();
-        let conflicts = (demux.image.conflicts, demux.image.spaces());
+        let image = std::mem::take(&mut demux.image);
         // The channels close: each tracer ends its run.
         demux.vcpus.clear();
         let cases: Vec<_> = threads
             .into_iter()
             .map(|t| t.join().expect("a vCPU's tracer does not panic"))
             .collect();
-        (followed.map(|f| (f, untraced, conflicts)), cases)
+        (followed.map(|f| (f, untraced, image)), cases)
     });
-    let (flow, untraced, (conflicts, spaces)) = flow?;
+    let (flow, untraced, image) = flow?;
     let mut vcpus = Vec::with_capacity(smp);
     for (k, ((case_out, done), (blocks, insns, cr3, events))) in cases.into_iter().zip(untraced).enumerate() {
         let done = done.map_err(|e| MachineError::Output(format!("cpu{k}: {e}")))?;
@@ -457,8 +454,9 @@ pub fn trace(o: &MachineOptions) -> Result<MachineRecording, MachineError> {
         flow,
         vcpus,
         code,
-        code_conflicts: conflicts,
-        spaces,
+        code_conflicts: image.conflicts,
+        conflict_sites: image.first_conflicts.clone(),
+        spaces: image.spaces(),
     };
     let json = machine_json(&recording, o);
     std::fs::write(
@@ -504,7 +502,15 @@ fn machine_json(r: &MachineRecording, o: &MachineOptions) -> serde_json::Value {
         "panicked": f.panicked,
         "stream_bytes": f.stream_bytes,
         "instructions": r.instructions(),
-        "code": { "files": r.code.len(), "conflicts": r.code_conflicts, "spaces": r.spaces },
+        "code": {
+            "files": r.code.len(),
+            "conflicts": r.code_conflicts,
+            "first_conflicts": r.conflict_sites.iter().map(|&(cr3, at)| serde_json::json!({
+                "cr3": cr3.map(|c| format!("{c:#x}")),
+                "at": format!("{at:#x}"),
+            })).collect::<Vec<_>>(),
+            "spaces": r.spaces,
+        },
         "vcpus": r.vcpus.iter().zip(&f.vcpus).map(|(c, v)| serde_json::json!({
             "dir": c.dir,
             "instructions": c.instructions,
