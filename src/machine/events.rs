@@ -367,6 +367,15 @@ mod tests {
         })
     }
 
+    /// An execution of the one-instruction kernel block `block` at [`KERNEL`], entered by
+    /// exception or interrupt `vector` from `from` (`cut`: it stopped the block before).
+    fn entry(block: u32, vector: u8, from: u64, cut: bool) -> Execution {
+        Execution {
+            regs: regs(KERNEL, 0x10, Transfer::Async { vector, from, cut }),
+            ..exec(block, KERNEL, 1)
+        }
+    }
+
     /// The steps of `execs` in order (the last one's too).
     fn steps(code: &[BlockCode], execs: &[Execution]) -> (Steps, VcpuEvents) {
         let mut v = VcpuEvents::default();
@@ -419,16 +428,7 @@ mod tests {
             ]
         );
         // The branch falls through, and a timer interrupt (vector 0xec) comes before 0x1007.
-        let mut handler = exec(2, KERNEL, 1);
-        handler.regs = regs(
-            KERNEL,
-            0x10,
-            Transfer::Async {
-                vector: 0xec,
-                from: 0x1007,
-                cut: false,
-            },
-        );
+        let handler = entry(2, 0xec, 0x1007, false);
         let (out, v) = events(&code, &[exec(0, 0x1000, 2), handler]);
         assert_eq!(
             &out[1..3],
@@ -497,16 +497,7 @@ mod tests {
         let mut stopped = exec(0, 0x1000, 2);
         stopped.retired = 0;
         stopped.faulted = true;
-        let mut handler = exec(1, KERNEL, 1);
-        handler.regs = regs(
-            KERNEL,
-            0x10,
-            Transfer::Async {
-                vector: 14,
-                from: 0x1000,
-                cut: true,
-            },
-        );
+        let handler = entry(1, 14, 0x1000, true);
         let (out, v) = events(&code, &[stopped, handler]);
         assert_eq!(
             out[0],
